@@ -1,0 +1,187 @@
+"""Writes to the Postgres mirror: run rows, the append-only event log, one checkpoint per step.
+
+Every write here is idempotent under activity retry: the step number comes
+from the workflow, and a second `record_step` for a step that already has a
+checkpoint changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from waypoint.agents import AgentRegistry
+from waypoint.errors import NotFound, WaypointError
+from waypoint.store.hashing import event_hash, state_hash
+from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, events, runs
+from waypoint.types import (
+    FINISH_RUN,
+    RECORD_STEP,
+    START_RUN,
+    FinishRunInput,
+    RunPlan,
+    RunResult,
+    RunStatus,
+    StartRunInput,
+    StepRecord,
+)
+
+Event = tuple[int, str, dict[str, Any]]  # (step, kind, payload)
+
+
+def _attempt() -> int:
+    return activity.info().attempt if activity.in_activity() else 1
+
+
+async def append_events(conn: AsyncConnection, run_id: str, new: list[Event]) -> int:
+    """Append events to a run's hash chain; returns the last seq. Caller owns the transaction."""
+    last = (
+        await conn.execute(
+            select(events.c.seq, events.c.hash).where(events.c.run_id == run_id).order_by(events.c.seq.desc()).limit(1)
+        )
+    ).first()
+    seq, prev = (last.seq, last.hash) if last else (0, None)
+    rows = []
+    for step, kind, payload in new:
+        seq += 1
+        digest = event_hash(prev, run_id=run_id, seq=seq, step=step, kind=kind, payload=payload)
+        rows.append(
+            {"run_id": run_id, "seq": seq, "step": step, "kind": kind, "payload": payload,
+             "attempt": _attempt(), "prev_hash": prev, "hash": digest}
+        )
+        prev = digest
+    if rows:
+        await conn.execute(insert(events), rows)
+    return seq
+
+
+async def insert_checkpoint(conn: AsyncConnection, run_id: str, step: int, state: dict[str, Any], last_seq: int) -> bool:
+    """Insert-or-ignore the checkpoint of (run, step); False if it already existed."""
+    stmt = (
+        insert(checkpoints)
+        .values(run_id=run_id, step=step, state=state, last_event_seq=last_seq,
+                state_hash=state_hash(state), schema_version=STATE_SCHEMA_VERSION)
+        .on_conflict_do_nothing(index_elements=["run_id", "step"])
+        .returning(checkpoints.c.step)
+    )
+    return (await conn.execute(stmt)).first() is not None
+
+
+def assistant_message(record: StepRecord) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": record.turn.content}
+    if record.turn.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in record.turn.tool_calls
+        ]
+    return message
+
+
+class CheckpointActivities:
+    def __init__(self, engine: AsyncEngine, agents: AgentRegistry):
+        self.engine = engine
+        self.agents = agents
+
+    @activity.defn(name=START_RUN)
+    async def start_run(self, inp: StartRunInput) -> RunPlan:
+        """Create the run row, its `run_started` event and checkpoint 0 (instructions + task)."""
+        try:
+            agent = self.agents.get(inp.agent)
+        except WaypointError as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
+        model = inp.model or agent.model_spec
+        max_steps = inp.max_steps or agent.max_steps
+        async with self.engine.begin() as conn:
+            created = (
+                await conn.execute(
+                    insert(runs)
+                    .values(run_id=inp.run_id, tenant_id=inp.tenant_id, agent=agent.name, task=inp.task,
+                            model=model, status=RunStatus.RUNNING, max_steps=max_steps)
+                    .on_conflict_do_nothing(index_elements=["run_id"])
+                    .returning(runs.c.run_id)
+                )
+            ).first()
+            if created is None:  # a retry after the first attempt committed
+                row = (await conn.execute(select(runs.c.model, runs.c.max_steps).where(runs.c.run_id == inp.run_id))).one()
+                model, max_steps = row.model, row.max_steps
+            else:
+                payload = {"agent": agent.name, "task": inp.task, "model": model, "max_steps": max_steps,
+                           "tenant_id": inp.tenant_id, "tools": [t.name for t in agent.tools]}
+                seq = await append_events(conn, inp.run_id, [(0, "run_started", payload)])
+                state = {"messages": [{"role": "system", "content": agent.instructions},
+                                      {"role": "user", "content": inp.task}]}
+                await insert_checkpoint(conn, inp.run_id, 0, state, seq)
+        return RunPlan(model=model, max_steps=max_steps, tool_names=[t.name for t in agent.tools])
+
+    @activity.defn(name=RECORD_STEP)
+    async def record_step(self, record: StepRecord) -> int:
+        """Append the step's events and write its checkpoint in one transaction; returns the step's last seq."""
+        async with self.engine.begin() as conn:
+            existing = await conn.scalar(
+                select(checkpoints.c.last_event_seq).where(
+                    checkpoints.c.run_id == record.run_id, checkpoints.c.step == record.step
+                )
+            )
+            if existing is not None:
+                return existing  # recorded by an earlier attempt: nothing to do
+            prev = await conn.scalar(
+                select(checkpoints.c.state).where(
+                    checkpoints.c.run_id == record.run_id, checkpoints.c.step == record.step - 1
+                )
+            )
+            if prev is None:
+                raise ApplicationError(
+                    f"run {record.run_id} has no checkpoint for step {record.step - 1}",
+                    type=NotFound.__name__, non_retryable=True,
+                )
+            turn = record.turn
+            new: list[Event] = [(record.step, "model_response", {
+                "model": turn.model, "content": turn.content, "finish_reason": turn.finish_reason,
+                "tool_calls": [asdict(c) for c in turn.tool_calls], "usage": asdict(turn.usage),
+                "latency_ms": turn.latency_ms,
+            })]
+            messages = [assistant_message(record)]
+            for index, result in enumerate(record.tool_results):
+                new.append((record.step, "tool_result", {
+                    **asdict(result), "idempotency_key": f"{record.run_id}:{record.step}:{index}",
+                }))
+                messages.append({"role": "tool", "tool_call_id": result.call_id, "content": result.output})
+            last_seq = await append_events(conn, record.run_id, new)
+            state = {**prev, "messages": [*prev["messages"], *messages]}
+            await insert_checkpoint(conn, record.run_id, record.step, state, last_seq)
+            await conn.execute(
+                update(runs).where(runs.c.run_id == record.run_id).values(
+                    steps=record.step,
+                    input_tokens=runs.c.input_tokens + turn.usage.input_tokens,
+                    output_tokens=runs.c.output_tokens + turn.usage.output_tokens,
+                    updated_at=func.now(),
+                )
+            )
+            return last_seq
+
+    @activity.defn(name=FINISH_RUN)
+    async def finish_run(self, inp: FinishRunInput) -> RunResult:
+        """Set the final status once, with a `run_finished` event; a retry changes nothing."""
+        async with self.engine.begin() as conn:
+            changed = (
+                await conn.execute(
+                    update(runs)
+                    .where(runs.c.run_id == inp.run_id, runs.c.status == RunStatus.RUNNING)
+                    .values(status=inp.status, output=inp.output, error=inp.error,
+                            finished_at=func.now(), updated_at=func.now())
+                    .returning(runs.c.run_id)
+                )
+            ).first()
+            if changed is not None:
+                await append_events(conn, inp.run_id, [(inp.steps, "run_finished", {
+                    "status": inp.status, "output": inp.output, "error": inp.error,
+                })])
+            row = (await conn.execute(select(runs).where(runs.c.run_id == inp.run_id))).one()
+        return RunResult(run_id=row.run_id, status=row.status, steps=row.steps, output=row.output,
+                         error=row.error, input_tokens=row.input_tokens, output_tokens=row.output_tokens)

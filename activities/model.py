@@ -1,0 +1,120 @@
+"""The `call_model` activity: load the step's context from Postgres, call the model.
+
+The context never travels through Temporal history (it grows with the run);
+only the model's answer does.
+
+Errors become ApplicationErrors the retry policy understands: 408/409/429/5xx,
+timeouts and connection errors are retryable (honouring Retry-After); other
+4xx answers are non-retryable, because sending the same request again cannot heal.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import openai
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from waypoint.agents import AgentRegistry
+from waypoint.config import Settings
+from waypoint.errors import ConfigError, WaypointError
+from waypoint.models import ModelAdapter, OpenAIChatModel, ScriptedModel
+from waypoint.store.schema import checkpoints, runs
+from waypoint.types import CALL_MODEL, CallModelInput, ModelTurn
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+def retry_after(headers: object) -> timedelta | None:
+    """Delay asked for by `retry-after-ms` or `retry-after` (seconds), if any."""
+    get = getattr(headers, "get", None)
+    if get is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = get(name)
+        if value:
+            try:
+                return timedelta(seconds=float(value) * scale)
+            except ValueError:
+                continue
+    return None
+
+
+def model_error(exc: Exception) -> ApplicationError:
+    """Translate an `openai` SDK error into a retryable or non-retryable ApplicationError."""
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        retryable = status in RETRYABLE_STATUS or status >= 500
+        return ApplicationError(
+            f"model endpoint answered HTTP {status}: {exc.message}",
+            {"status": status},
+            type=f"ModelHTTP{status}",
+            non_retryable=not retryable,
+            next_retry_delay=retry_after(exc.response.headers) if retryable else None,
+        )
+    if isinstance(exc, openai.APITimeoutError):
+        return ApplicationError(f"model call timed out: {exc}", type="ModelTimeout")
+    if isinstance(exc, openai.APIConnectionError):
+        return ApplicationError(f"cannot reach the model endpoint: {exc}", type="ModelConnectionError")
+    return ApplicationError(f"model call failed: {type(exc).__name__}: {exc}", type="ModelError")
+
+
+class ModelActivities:
+    def __init__(self, engine: AsyncEngine, agents: AgentRegistry, settings: Settings):
+        self.engine = engine
+        self.agents = agents
+        self.settings = settings
+        self._openai: openai.AsyncOpenAI | None = None
+
+    def _openai_client(self) -> openai.AsyncOpenAI:
+        if self._openai is None:
+            key = self.settings.openai_api_key
+            if key is None:
+                raise ConfigError("OPENAI_API_KEY is not set on the worker: export it, or use a scripted model")
+            self._openai = openai.AsyncOpenAI(
+                api_key=key.get_secret_value(),
+                base_url=self.settings.openai_base_url,
+                max_retries=0,  # Temporal owns retries
+                timeout=self.settings.model_timeout_seconds,
+            )
+        return self._openai
+
+    def adapter(self, agent_name: str, spec: str) -> ModelAdapter:
+        agent = self.agents.get(agent_name)
+        if spec == "scripted":
+            if not isinstance(agent.model, ScriptedModel):
+                raise ConfigError(f"agent {agent_name!r} has no scripted turns; pick a model with --model openai:<name>")
+            return agent.model
+        provider, _, name = spec.partition(":")
+        if provider == "openai" and name:
+            return OpenAIChatModel(self._openai_client(), name)
+        raise ConfigError(f"unknown model spec {spec!r}: use openai:<model> or scripted")
+
+    async def load_messages(self, inp: CallModelInput) -> list[dict]:
+        async with self.engine.connect() as conn:
+            state = await conn.scalar(
+                select(checkpoints.c.state)
+                .join(runs, runs.c.run_id == checkpoints.c.run_id)
+                .where(checkpoints.c.run_id == inp.run_id, checkpoints.c.step == inp.step - 1,
+                       runs.c.tenant_id == inp.tenant_id)
+            )
+        if state is None:
+            raise ApplicationError(f"run {inp.run_id} has no checkpoint for step {inp.step - 1}",
+                                   type="NotFound", non_retryable=True)
+        return state["messages"]
+
+    @activity.defn(name=CALL_MODEL)
+    async def call_model(self, inp: CallModelInput) -> ModelTurn:
+        try:
+            adapter = self.adapter(inp.agent, inp.model)
+            tools = [t.openai_schema() for t in self.agents.get(inp.agent).tools]
+        except WaypointError as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
+        messages = await self.load_messages(inp)
+        try:
+            return await adapter.complete(messages, tools)
+        except openai.OpenAIError as exc:
+            raise model_error(exc) from exc

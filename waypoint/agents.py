@@ -1,0 +1,87 @@
+"""Agent definitions and the registry the worker loads them into.
+
+A user defines agents in their own module and points the worker at it with
+`WAYPOINT_AGENTS=myapp.agents`; every module-level `Agent` is registered.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from waypoint.errors import ConfigError, UnknownAgent, UnknownTool
+from waypoint.models import ScriptedModel
+from waypoint.tools import Tool
+
+BUILTIN_AGENT_MODULES = ("waypoint.demo",)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: instructions, a model, tools and limits.
+
+    `model` is a spec such as `openai:gpt-4o-mini`, or a `ScriptedModel` whose
+    canned turns make the agent run offline (its spec is then `scripted`).
+    """
+
+    name: str
+    instructions: str
+    model: str | ScriptedModel = "openai:gpt-4o-mini"
+    tools: Sequence[Tool] = field(default_factory=tuple)
+    max_steps: int = 20
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.tools]
+        if len(names) != len(set(names)):
+            raise ConfigError(f"agent {self.name!r} has two tools with the same name: {names}")
+        if self.max_steps < 1:
+            raise ConfigError(f"agent {self.name!r}: max_steps must be at least 1")
+
+    @property
+    def model_spec(self) -> str:
+        return "scripted" if isinstance(self.model, ScriptedModel) else self.model
+
+    def tool(self, name: str) -> Tool:
+        for t in self.tools:
+            if t.name == name:
+                return t
+        known = ", ".join(t.name for t in self.tools) or "none"
+        raise UnknownTool(f"agent {self.name!r} has no tool {name!r} (its tools: {known})")
+
+
+class AgentRegistry:
+    def __init__(self, agents: Iterable[Agent] = ()):
+        self._agents: dict[str, Agent] = {}
+        for agent in agents:
+            self.add(agent)
+
+    def add(self, agent: Agent) -> None:
+        if agent.name in self._agents and self._agents[agent.name] is not agent:
+            raise ConfigError(f"two agents are named {agent.name!r}: rename one")
+        self._agents[agent.name] = agent
+
+    def get(self, name: str) -> Agent:
+        try:
+            return self._agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise UnknownAgent(
+                f"unknown agent {name!r} (known: {known}); add its module to WAYPOINT_AGENTS"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._agents)
+
+    @classmethod
+    def from_modules(cls, modules: Iterable[str]) -> AgentRegistry:
+        registry = cls()
+        for module_name in (*BUILTIN_AGENT_MODULES, *modules):
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise ConfigError(f"cannot import agent module {module_name!r}: {exc}") from None
+            for value in vars(module).values():
+                if isinstance(value, Agent):
+                    registry.add(value)
+        return registry

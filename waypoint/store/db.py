@@ -1,0 +1,78 @@
+"""Connections and migrations for the Postgres mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import make_url, text
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from waypoint.errors import ConfigError
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def async_url(url: str) -> URL:
+    """Accept any `postgresql://` URL and pick the asyncpg driver."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        raise ConfigError(f"not a database URL: {url!r} (expected postgresql://user:pass@host:port/db)") from None
+    if parsed.get_backend_name() not in ("postgresql", "postgres"):
+        raise ConfigError(f"Waypoint needs PostgreSQL, got {parsed.get_backend_name()!r} in the database URL")
+    return parsed.set(drivername="postgresql+asyncpg")
+
+
+def create_engine(url: str, **kwargs: object) -> AsyncEngine:
+    return create_async_engine(async_url(url), pool_pre_ping=True, **kwargs)
+
+
+def with_database(url: str, database: str) -> str:
+    return async_url(url).set(database=database).render_as_string(hide_password=False)
+
+
+async def ensure_database(url: str) -> None:
+    """Create the URL's database if it does not exist (used for the embedded server and tests)."""
+    target = async_url(url)
+    admin = create_async_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            exists = await conn.scalar(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": target.database})
+            if not exists:
+                await conn.execute(text(f'CREATE DATABASE "{target.database}"'))
+    finally:
+        await admin.dispose()
+
+
+def _alembic_config(connection: Connection) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
+    """Apply the Alembic migrations up to `revision`."""
+
+    def upgrade(connection: Connection) -> None:
+        command.upgrade(_alembic_config(connection), revision)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(upgrade)
+
+
+async def schema_revision(engine: AsyncEngine) -> tuple[str | None, str]:
+    """(current revision of the database, newest revision this code knows)."""
+
+    def read(connection: Connection) -> tuple[str | None, str]:
+        head = ScriptDirectory.from_config(_alembic_config(connection)).get_current_head()
+        current = MigrationContext.configure(connection).get_current_revision()
+        return current, head or ""
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(read)

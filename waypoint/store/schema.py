@@ -1,0 +1,82 @@
+"""The Postgres mirror of every run, as SQLAlchemy Core tables.
+
+The tables are created by Alembic migrations (waypoint/migrations), never from
+this metadata; these definitions are what queries are written against, and a
+test checks both agree.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Integer,
+    MetaData,
+    Numeric,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+STATE_SCHEMA_VERSION = 1
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", Text, primary_key=True),  # = Temporal workflow id
+    Column("tenant_id", Text, nullable=False),
+    Column("agent", Text, nullable=False),
+    Column("task", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("parent_run_id", Text, ForeignKey("runs.run_id"), nullable=True),
+    Column("fork_step", Integer, nullable=True),
+    Column("max_steps", Integer, nullable=False),
+    Column("steps", Integer, nullable=False, server_default="0"),
+    Column("input_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("output_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("cost_usd", Numeric(14, 6), nullable=False, server_default="0"),
+    Column("output", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("trace_id", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("run_id", Text, ForeignKey("runs.run_id"), nullable=False),
+    Column("seq", Integer, nullable=False),  # 1, 2, 3... per run
+    Column("step", Integer, nullable=False),  # 0 = before the first model call
+    Column("kind", Text, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("attempt", Integer, nullable=False, server_default="1"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("prev_hash", Text, nullable=True),
+    Column("hash", Text, nullable=False),
+    UniqueConstraint("run_id", "seq", name="events_run_seq_key"),
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("run_id", Text, ForeignKey("runs.run_id"), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("state", JSONB, nullable=False),
+    Column("last_event_seq", Integer, nullable=False),
+    Column("state_hash", Text, nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("run_id", "step", name="checkpoints_pkey"),
+)

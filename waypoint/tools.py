@@ -1,0 +1,123 @@
+"""Tools: plain Python functions registered with `@tool`.
+
+The JSON schema the model sees is derived from the function's type hints (via
+pydantic), and the same model validates the arguments the model sends back.
+A parameter annotated `ToolContext` is filled in by Waypoint and hidden from
+the model.
+
+    @tool
+    def add(a: int, b: int) -> int:
+        "Add two integers."
+        return a + b
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import pydantic
+
+from waypoint.errors import ToolError
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may know about the call it serves."""
+
+    run_id: str
+    tenant_id: str
+    step: int
+    call_index: int
+    workspace: Path
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across retries of the same call: `run_id:step:call_index`."""
+        return f"{self.run_id}:{self.step}:{self.call_index}"
+
+
+class Tool:
+    """A registered tool. Build one with the `@tool` decorator."""
+
+    def __init__(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.description = (description or inspect.getdoc(fn) or self.name).strip()
+        hints = get_type_hints(fn)
+        fields: dict[str, Any] = {}
+        self._context_param: str | None = None
+        for pname, param in inspect.signature(fn).parameters.items():
+            annotation = hints.get(pname, Any)
+            if annotation is ToolContext:
+                self._context_param = pname
+                continue
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[pname] = (annotation, default)
+        self.args_model: type[pydantic.BaseModel] = pydantic.create_model(
+            f"{self.name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    @property
+    def parameters_schema(self) -> dict[str, Any]:
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        return schema
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The tool as the chat-completions API describes it."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters_schema},
+        }
+
+    def parse_arguments(self, raw: str) -> dict[str, Any]:
+        """Validate the model's JSON arguments; raise ToolError with a message the model can act on."""
+        try:
+            data = json.loads(raw or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolError(f"arguments of {self.name} are not valid JSON ({exc.msg} at {exc.pos})") from None
+        if not isinstance(data, dict):
+            raise ToolError(f"arguments of {self.name} must be a JSON object")
+        try:
+            parsed = self.args_model.model_validate(data)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            raise ToolError(f"invalid arguments for {self.name}: {problems}") from None
+        return {name: getattr(parsed, name) for name in parsed.__class__.model_fields}
+
+    async def invoke(self, raw_arguments: str, ctx: ToolContext) -> str:
+        """Run the tool; its result is returned as text (JSON for anything but a string)."""
+        kwargs = self.parse_arguments(raw_arguments)
+        if self._context_param:
+            kwargs[self._context_param] = ctx
+        if inspect.iscoroutinefunction(self.fn):
+            result = await self.fn(**kwargs)
+        else:
+            # Sync tools run in a thread so they never stall the worker's event loop.
+            result = await asyncio.to_thread(self.fn, **kwargs)
+        if isinstance(result, str):
+            return result
+        return json.dumps(result, ensure_ascii=False, default=str)
+
+
+def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None) -> Any:
+    """Register a function as a tool: `@tool` or `@tool(name="...", description="...")`."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description)
+
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,9 @@
+"""A Waypoint worker: `python worker.py` (the same as `waypoint worker`).
+
+Configured by WAYPOINT_* variables; see the README.
+"""
+
+from waypoint.cli import app
+
+if __name__ == "__main__":
+    app(["worker"])

@@ -1,0 +1,1 @@
+"""Deterministic orchestration only: no IO, no clocks, no randomness."""
