@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from waypoint.client import Waypoint
-from waypoint.errors import NotFound
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
+from waypoint.errors import NotFound, WaypointError
 from waypoint.store.reads import StepLine
 from waypoint.types import RunStatus
 
@@ -57,6 +59,18 @@ def run_table(run: dict[str, Any]) -> Table:
     return table
 
 
+async def _raise_if_ended(wp: Waypoint, run_id: str) -> None:
+    handle = wp.client.get_workflow_handle(run_id)
+    if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        return
+    try:
+        await handle.result()
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        raise WaypointError(getattr(cause, "message", None) or str(cause)) from None
+    raise WaypointError(f"run {run_id} ended without a record in Postgres: check the worker's database settings")
+
+
 async def follow(wp: Waypoint, run_id: str, tenant_id: str, *, as_json: bool = False,
                  poll_seconds: float = 0.3) -> dict[str, Any]:
     """Print steps as they land in Postgres until the run ends; returns the final run row."""
@@ -66,6 +80,7 @@ async def follow(wp: Waypoint, run_id: str, tenant_id: str, *, as_json: bool = F
             try:
                 run = await wp.run(run_id, tenant_id=tenant_id)
             except NotFound:
+                await _raise_if_ended(wp, run_id)  # e.g. it could not start: no row will ever come
                 await asyncio.sleep(poll_seconds)
                 continue
             for line in await wp.timeline(run_id, tenant_id=tenant_id, after_step=shown):

@@ -39,7 +39,8 @@ with workflow.unsafe.imports_passed_through():
 
 def _failure_message(exc: BaseException) -> str:
     cause = exc.__cause__ or exc
-    return str(cause) or type(cause).__name__
+    # FailureError.message is the bare text; str() would prefix the error type.
+    return getattr(cause, "message", None) or str(cause) or type(cause).__name__
 
 
 @workflow.defn(name="AgentRunWorkflow")
@@ -54,14 +55,18 @@ class AgentRunWorkflow:
     @workflow.run
     async def run(self, inp: RunInput) -> RunResult:
         run_id = workflow.info().workflow_id
-        plan: RunPlan = await workflow.execute_activity(
-            START_RUN,
-            StartRunInput(run_id=run_id, tenant_id=inp.tenant_id, agent=inp.agent, task=inp.task,
-                          model=inp.model, max_steps=inp.max_steps),
-            result_type=RunPlan,
-            start_to_close_timeout=retry.STORE_TIMEOUT,
-            retry_policy=retry.STORE_RETRY,
-        )
+        try:
+            plan: RunPlan = await workflow.execute_activity(
+                START_RUN,
+                StartRunInput(run_id=run_id, tenant_id=inp.tenant_id, agent=inp.agent, task=inp.task,
+                              model=inp.model, max_steps=inp.max_steps),
+                result_type=RunPlan,
+                start_to_close_timeout=retry.STORE_TIMEOUT,
+                retry_policy=retry.STORE_RETRY,
+            )
+        except ActivityError as exc:
+            raise ApplicationError(f"run {run_id} could not start: {_failure_message(exc)}",
+                                   non_retryable=True) from None
         self._progress = RunProgress(step=0, status=RunStatus.RUNNING)
         status, output, error, recorded = RunStatus.MAX_STEPS, None, None, 0
         try:

@@ -1,0 +1,115 @@
+"""Real servers for the tests: a Temporal dev server and PostgreSQL, started once per session.
+
+Both run on free ports in temporary folders, so the suite can run beside a
+`waypoint dev`. Postgres is the embedded server unless WAYPOINT_TEST_DATABASE_URL
+names one; then the session uses a fresh database created on it and dropped after.
+Every test gets its own task queue and tenant, which keeps tests apart.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from tests.agents import TEST_AGENTS
+from tests.fake_openai import FakeOpenAI
+from waypoint.agents import AgentRegistry
+from waypoint.config import Settings
+from waypoint.demo import demo as demo_agent
+from waypoint.embedded import EmbeddedStack, StackInfo, free_port
+from waypoint.store.db import async_url, create_engine, ensure_database, migrate, with_database
+from waypoint.worker import build_worker
+
+EXTERNAL_DATABASE = os.environ.get("WAYPOINT_TEST_DATABASE_URL")
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings must come from the test, never from the developer's shell."""
+    for key in list(os.environ):
+        if key.startswith(("WAYPOINT_", "OPENAI_")):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    embedded = EmbeddedStack(tmp_path_factory.mktemp("stack"), temporal_port=free_port(), ui_port=None,
+                             postgres=EXTERNAL_DATABASE is None)
+    info = embedded.start()
+    try:
+        yield info
+    finally:
+        embedded.stop()
+
+
+@pytest.fixture(scope="session")
+async def database_url(stack: StackInfo) -> AsyncIterator[str]:
+    if EXTERNAL_DATABASE is None:
+        url = stack.database_url
+    else:
+        url = with_database(EXTERNAL_DATABASE, f"waypoint_test_{uuid.uuid4().hex[:10]}")
+    await ensure_database(url)
+    engine = create_engine(url)
+    await migrate(engine)
+    await engine.dispose()
+    yield url
+    if EXTERNAL_DATABASE is not None:
+        admin = create_async_engine(async_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{async_url(url).database}" WITH (FORCE)'))
+        await admin.dispose()
+
+
+@pytest.fixture(scope="session")
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    eng = create_engine(database_url)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture(scope="session")
+async def client(stack: StackInfo) -> Client:
+    return await Client.connect(stack.temporal_address)
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, stack: StackInfo, database_url: str, fake_openai: FakeOpenAI) -> Settings:
+    return Settings(
+        state_dir=tmp_path / "state",
+        temporal_address=stack.temporal_address,
+        database_url=database_url,
+        task_queue=f"tq-{uuid.uuid4().hex[:8]}",
+        tenant=f"tenant-{uuid.uuid4().hex[:8]}",
+        workspace=tmp_path / "workspace",
+        qdrant_path=tmp_path / "qdrant",
+        openai_api_key="test-key",
+        openai_base_url=fake_openai.base_url,
+        model_timeout_seconds=10,
+    )
+
+
+@pytest.fixture
+def agents() -> AgentRegistry:
+    return AgentRegistry([demo_agent, *TEST_AGENTS])
+
+
+@pytest.fixture
+async def worker(client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry) -> AsyncIterator[Worker]:
+    w = build_worker(client, engine, settings, agents)
+    async with w:
+        yield w

@@ -1,0 +1,120 @@
+"""A real HTTP server that speaks the chat-completions API with scripted answers.
+
+Each request takes the next scripted item: a `Turn` (a normal completion, with
+optional tool calls) or a `Reply` (any status, headers, raw body, delay), so
+503s, 429s, slow answers and broken JSON all go over a real socket.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Turn:
+    content: str | None = None
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    prompt_tokens: int = 11
+    completion_tokens: int = 7
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: str | dict[str, Any] = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+def completion(turn: Turn, model: str, index: int) -> dict[str, Any]:
+    calls = [
+        {"id": f"call_{index}_{i}", "type": "function",
+         "function": {"name": name, "arguments": json.dumps(args)}}
+        for i, (name, args) in enumerate(turn.tool_calls)
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": f"chatcmpl-{index}", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+        "usage": {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
+                  "total_tokens": turn.prompt_tokens + turn.completion_tokens},
+    }
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.script: list[Turn | Reply] = []
+        self.seen: list[Seen] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def answer(self, *items: Turn | Reply) -> None:
+        with self._lock:
+            self.script.extend(items)
+
+    def _next(self, body: dict[str, Any], path: str, headers: dict[str, str]) -> tuple[Turn | Reply | None, int]:
+        with self._lock:
+            self.seen.append(Seen(path=path, headers=headers, body=body))
+            return (self.script.pop(0) if self.script else None), len(self.seen)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                try:
+                    body = json.loads(raw or b"{}")
+                except json.JSONDecodeError:
+                    body = {"unparsed": raw.decode(errors="replace")}
+                item, index = fake._next(body, self.path, {k.lower(): v for k, v in self.headers.items()})
+                if not self.path.endswith("/chat/completions"):
+                    item = Reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                elif item is None:
+                    item = Reply(500, {"error": {"message": "fake server: no scripted answer left", "type": "x"}})
+                if isinstance(item, Turn):
+                    item = Reply(200, completion(item, body.get("model", "fake"), index))
+                if item.delay:
+                    time.sleep(item.delay)
+                payload = item.body if isinstance(item.body, str) else json.dumps(item.body)
+                data = payload.encode()
+                self.send_response(item.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for key, value in item.headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler

@@ -1,0 +1,107 @@
+"""Whole runs on the real stack, checked row by row in Postgres."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client, WorkflowFailureError
+
+from tests.agents import EFFECTS
+from waypoint.client import Waypoint
+from waypoint.config import Settings
+from waypoint.demo import DEMO_TASK, seed_workspace
+from waypoint.store.hashing import event_hash
+from waypoint.store.schema import checkpoints, events, runs
+
+pytestmark = pytest.mark.postgres
+
+
+async def rows(engine: AsyncEngine, table, run_id: str, order) -> list:
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(table).where(table.c.run_id == run_id).order_by(order))).mappings())
+
+
+async def test_demo_run_completes_and_mirrors_every_step(client: Client, engine: AsyncEngine, settings: Settings, worker):
+    seed_workspace(settings.resolved_workspace)
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run(DEMO_TASK, agent="demo")
+    result = await wp.result(run_id)
+
+    assert result.status == "completed", result
+    assert result.steps == 5
+    assert "62 words in 3 notes" in result.output
+    report = (settings.resolved_workspace / "report.md").read_text()  # the tool's effect is real
+    assert "notes/memory.txt | 19" in report
+
+    cps = await rows(engine, checkpoints, run_id, checkpoints.c.step)
+    assert [c["step"] for c in cps] == [0, 1, 2, 3, 4, 5]
+    # each checkpoint extends the previous one by exactly its step's messages
+    for before, after in zip(cps, cps[1:]):
+        assert after["state"]["messages"][: len(before["state"]["messages"])] == before["state"]["messages"]
+
+    evs = await rows(engine, events, run_id, events.c.seq)
+    assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+    assert sorted({e["step"] for e in evs if e["kind"] == "model_response"}) == [1, 2, 3, 4, 5]
+    tool_results = [e for e in evs if e["kind"] == "tool_result"]
+    assert [e["payload"]["name"] for e in tool_results] == (
+        ["list_files"] + ["read_file"] * 3 + ["word_stats"] * 3 + ["write_file"]
+    )
+    assert evs[0]["kind"] == "run_started" and evs[-1]["kind"] == "run_finished"
+    assert cps[-1]["last_event_seq"] == evs[-2]["seq"]  # step 5's checkpoint covers all but run_finished
+    prev = None
+    for e in evs:  # the hash chain holds
+        assert e["prev_hash"] == prev
+        assert e["hash"] == event_hash(prev, run_id=run_id, seq=e["seq"], step=e["step"], kind=e["kind"],
+                                       payload=e["payload"])
+        prev = e["hash"]
+
+    run = (await rows(engine, runs, run_id, runs.c.run_id))[0]
+    assert run["status"] == "completed" and run["steps"] == 5 and run["tenant_id"] == settings.tenant
+    usage = [e["payload"]["usage"] for e in evs if e["kind"] == "model_response"]
+    assert run["input_tokens"] == sum(u["input_tokens"] for u in usage) == result.input_tokens > 0
+    timeline = await wp.timeline(run_id)
+    assert [line.step for line in timeline] == [1, 2, 3, 4, 5]
+    assert timeline[1].tools == ["read_file"] * 3 and timeline[-1].action == "answer"
+
+
+async def test_tool_results_feed_the_next_model_call(client: Client, engine: AsyncEngine, settings: Settings, worker):
+    EFFECTS.clear()
+    wp = Waypoint(client, engine, settings)
+    result = await wp.result(await wp.start_run("add things", agent="calculator"))
+    assert result.status == "completed"
+    assert result.output == "The answer is 15."  # 2+3, then +10: each answer came from a real tool result
+    assert len(EFFECTS) == 1 and EFFECTS[0].endswith(":1:1=adding")  # idempotency key run:step:index
+
+
+async def test_run_stops_at_max_steps(client: Client, engine: AsyncEngine, settings: Settings, worker):
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("loop", agent="looper", max_steps=3)
+    result = await wp.result(run_id)
+    assert (result.status, result.steps) == ("max_steps", 3)
+    assert [c["step"] for c in await rows(engine, checkpoints, run_id, checkpoints.c.step)] == [0, 1, 2, 3]
+    assert (await wp.run(run_id))["finished_at"] is not None
+
+
+async def test_bad_tool_calls_are_told_to_the_model_and_the_run_goes_on(client, engine, settings: Settings, worker):
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("try", agent="clumsy")
+    result = await wp.result(run_id)
+    assert result.status == "completed" and result.steps == 3
+    step1 = [e["payload"] for e in await rows(engine, events, run_id, events.c.seq)
+             if e["kind"] == "tool_result" and e["step"] == 1]
+    assert all(p["is_error"] for p in step1)
+    assert "no tool 'no_such_tool'" in step1[0]["output"]
+    assert "invalid arguments for add" in step1[1]["output"] and "a:" in step1[1]["output"]
+    messages = (await rows(engine, checkpoints, run_id, checkpoints.c.step))[1]["state"]["messages"]
+    assert messages[-1]["role"] == "tool" and messages[-1]["content"].startswith("error:")
+
+
+async def test_unknown_agent_fails_with_a_readable_reason(client: Client, engine: AsyncEngine, settings, worker):
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("hello", agent="nobody")
+    with pytest.raises(WorkflowFailureError) as info:
+        await client.get_workflow_handle(run_id).result()
+    assert "could not start: unknown agent 'nobody'" in str(info.value.cause)
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(func.count()).select_from(runs).where(runs.c.run_id == run_id)) == 0
