@@ -3,7 +3,7 @@
 Configured by WAYPOINT_* variables; see the README.
 """
 
-from waypoint.cli import app
+from waypoint.cli import main
 
 if __name__ == "__main__":
-    app(["worker"])
+    main(["worker"])

@@ -118,3 +118,8 @@ class ModelActivities:
             return await adapter.complete(messages, tools)
         except openai.OpenAIError as exc:
             raise model_error(exc) from exc
+        except Exception as exc:
+            if isinstance(adapter, ScriptedModel):  # a bug in a script: the same input fails the same way
+                raise ApplicationError(f"scripted model failed: {type(exc).__name__}: {exc}",
+                                       type="ScriptError", non_retryable=True) from exc
+            raise

@@ -58,3 +58,12 @@ remote = Agent(
 )
 
 TEST_AGENTS = [calculator, looper, clumsy, remote]
+
+
+def _crash(messages: list) -> ScriptedTurn:
+    raise KeyError("missing")
+
+
+broken = Agent(name="broken", instructions="Its script has a bug.", model=ScriptedModel([_crash]))
+
+TEST_AGENTS.append(broken)

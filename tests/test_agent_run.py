@@ -105,3 +105,14 @@ async def test_unknown_agent_fails_with_a_readable_reason(client: Client, engine
     assert "could not start: unknown agent 'nobody'" in str(info.value.cause)
     async with engine.connect() as conn:
         assert await conn.scalar(select(func.count()).select_from(runs).where(runs.c.run_id == run_id)) == 0
+
+
+async def test_a_bug_in_a_script_fails_the_run_without_retrying(client: Client, engine, settings: Settings, worker):
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("go", agent="broken")
+    result = await wp.result(run_id, tenant_id=settings.tenant)
+    assert result.status == "failed" and "scripted model failed: KeyError" in result.error
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
+                if e.HasField("activity_task_started_event_attributes")]
+    assert max(attempts) == 1

@@ -6,7 +6,9 @@ Every command turns a WaypointError into one red line on stderr and exit code 1.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -211,8 +213,19 @@ async def status(run_id: Annotated[str, typer.Argument(help="Run id.")], as_json
         out.console.print(out.timeline_table(lines))
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    code: int = 0
+    try:
+        app(args=argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    # The Temporal client's native threads can abort CPython's finalization at exit
+    # ("PyGILState_Release ... must be current", temporalio/sdk-python issue 300), so
+    # run the exit hooks ourselves and leave without finalizing.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

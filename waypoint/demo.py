@@ -110,8 +110,10 @@ def _calls_of(messages: list[Message], name: str) -> list[dict[str, Any]]:
 
 
 def _read_notes(messages: list[Message]) -> ScriptedTurn:
-    files = json.loads(_latest_tool_outputs(messages)[0])
-    return ScriptedTurn(tool_calls=[("read_file", {"path": f}) for f in files])
+    listing = _latest_tool_outputs(messages)[0]
+    if listing.startswith("error:"):
+        return ScriptedTurn(content=f"I found no notes to read ({listing}).")
+    return ScriptedTurn(tool_calls=[("read_file", {"path": f}) for f in json.loads(listing)])
 
 
 def _count_words(messages: list[Message]) -> ScriptedTurn:

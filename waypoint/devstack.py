@@ -90,6 +90,7 @@ def serve(settings: Settings, *, worker: bool) -> None:
 
 async def _serve(settings: Settings, info: StackInfo | None, worker: bool) -> None:
     stop = stop_event()
+    seed_workspace(settings.resolved_workspace)  # so `waypoint run --agent demo` has notes to read
     engine = await prepare_database(settings.database_url or "")
     try:
         client = await connect_temporal(settings)

@@ -1,0 +1,97 @@
+"""`waypoint dev` as a user runs it: start, serve a run, stop on SIGTERM with no process left, restart with the same data."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from waypoint.embedded import free_port
+
+
+def env_for(state: Path, temporal_port: int, ui_port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
+    return env | {"WAYPOINT_STATE_DIR": str(state), "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{temporal_port}",
+                  "WAYPOINT_TEMPORAL_UI_PORT": str(ui_port), "COLUMNS": "200"}
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "waypoint.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def start_dev(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "waypoint.cli", "dev"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        # stack.json appears once both servers are up; the worker follows right after
+        if (state / "stack.json").exists() and cli(env, "runs", "--json").returncode == 0:
+            return proc
+        time.sleep(0.5)
+    proc.kill()
+    raise AssertionError("waypoint dev did not come up within 90 s")
+
+
+def stack_pids(proc: subprocess.Popen[str], state: Path) -> list[int]:
+    children = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    postmaster = int((state / "postgres" / "postmaster.pid").read_text().split()[0])
+    return [*children, postmaster]
+
+
+def stop_dev(proc: subprocess.Popen[str], pids: list[int]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    deadline = time.monotonic() + 10
+    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in pids if psutil.pid_exists(p)] == [], "orphan processes after SIGTERM"
+    return out
+
+
+def test_dev_serves_runs_stops_cleanly_and_keeps_its_data(tmp_path: Path):
+    state = tmp_path / "state"
+    env = env_for(state, free_port(), free_port())
+
+    proc = start_dev(env, state)
+    pids = stack_pids(proc, state)
+    info = json.loads((state / "stack.json").read_text())
+    assert info["worker"] is True and info["database_url"].startswith("postgresql://")
+    with urllib.request.urlopen(info["ui_url"], timeout=10) as page:  # the Web UI is up
+        assert page.status == 200
+    done = cli(env, "run", "summarize the notes", "--agent", "demo", "--follow")
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.split("started ", 1)[1].split()[0]
+    out = stop_dev(proc, pids)
+    assert "Temporal UI" in out and "stack stopped" in out
+    assert not (state / "stack.json").exists()
+    assert (state / "qdrant" / "edge_config.json").exists()  # the worker created, flushed and closed the shard
+
+    proc = start_dev(env, state)  # a restart finds the same data
+    try:
+        rows = json.loads(cli(env, "runs", "--json").stdout)
+        assert [(r["run_id"], r["status"]) for r in rows] == [(run_id, "completed")]
+    finally:
+        stop_dev(proc, stack_pids(proc, state))
+
+
+def test_a_taken_port_is_named_with_the_fix(tmp_path: Path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = cli(env_for(tmp_path / "state", port, free_port()), "dev")
+    assert done.returncode == 1
+    assert f"Temporal port {port} is already in use" in done.stderr and "WAYPOINT_TEMPORAL_ADDRESS" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (tmp_path / "state" / "stack.json").exists()
