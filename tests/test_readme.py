@@ -1,0 +1,55 @@
+"""The README stays true: its agent example runs, and every setting and command is documented."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from tests.fake_openai import FakeOpenAI, Turn
+from waypoint.agents import AgentRegistry
+from waypoint.cli import app
+from waypoint.client import Waypoint
+from waypoint.config import Settings
+from waypoint.worker import build_worker
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+
+
+def test_every_setting_is_documented():
+    for name, field in Settings.model_fields.items():
+        aliases = getattr(field.validation_alias, "choices", None) or [f"WAYPOINT_{name.upper()}"]
+        assert any(f"`{alias}`" in README for alias in aliases), f"{aliases[0]} is missing from the README"
+
+
+def test_every_command_is_documented():
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    for name in commands:
+        assert f"`waypoint {name}" in README, f"`waypoint {name}` is missing from the README"
+
+
+def test_quick_start_is_two_commands():
+    block = README.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert block.strip().splitlines() == ['pip install -e ".[test]" && waypoint demo', "pytest"]
+
+
+@pytest.mark.postgres
+async def test_the_agent_example_runs(tmp_path: Path, client, engine, settings: Settings, fake_openai: FakeOpenAI,
+                                      monkeypatch: pytest.MonkeyPatch):
+    example = re.search(r"```python\n(from waypoint import Agent.*?)```", README, re.S).group(1)
+    (tmp_path / "readme_agents.py").write_text(example)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    agents = AgentRegistry.from_modules(["readme_agents"])
+    fake_openai.answer(Turn(tool_calls=[("convert", {"amount": 120, "rate": 0})]),
+                       Turn(tool_calls=[("convert", {"amount": 120, "rate": 1.08})]),
+                       Turn(content="120 EUR is 129.6 USD."))
+    async with build_worker(client, engine, settings, agents):
+        wp = Waypoint(client, engine, settings)
+        result = await wp.result(await wp.start_run("Convert 120 EUR to USD at 1.08", agent="treasurer"))
+    assert (result.status, result.output) == ("completed", "120 EUR is 129.6 USD.")
+    tool_messages = [m["content"] for m in fake_openai.seen[2].body["messages"] if m["role"] == "tool"]
+    assert tool_messages == ["error: rate must be positive", "129.6"]
+    sys.modules.pop("readme_agents", None)
