@@ -52,8 +52,16 @@ async def append_events(conn: AsyncConnection, run_id: str, new: list[Event]) ->
         seq += 1
         digest = event_hash(prev, run_id=run_id, seq=seq, step=step, kind=kind, payload=payload)
         rows.append(
-            {"run_id": run_id, "seq": seq, "step": step, "kind": kind, "payload": payload,
-             "attempt": _attempt(), "prev_hash": prev, "hash": digest}
+            {
+                "run_id": run_id,
+                "seq": seq,
+                "step": step,
+                "kind": kind,
+                "payload": payload,
+                "attempt": _attempt(),
+                "prev_hash": prev,
+                "hash": digest,
+            }
         )
         prev = digest
     if rows:
@@ -61,12 +69,20 @@ async def append_events(conn: AsyncConnection, run_id: str, new: list[Event]) ->
     return seq
 
 
-async def insert_checkpoint(conn: AsyncConnection, run_id: str, step: int, state: dict[str, Any], last_seq: int) -> bool:
+async def insert_checkpoint(
+    conn: AsyncConnection, run_id: str, step: int, state: dict[str, Any], last_seq: int
+) -> bool:
     """Insert-or-ignore the checkpoint of (run, step); False if it already existed."""
     stmt = (
         insert(checkpoints)
-        .values(run_id=run_id, step=step, state=state, last_event_seq=last_seq,
-                state_hash=state_hash(state), schema_version=STATE_SCHEMA_VERSION)
+        .values(
+            run_id=run_id,
+            step=step,
+            state=state,
+            last_event_seq=last_seq,
+            state_hash=state_hash(state),
+            schema_version=STATE_SCHEMA_VERSION,
+        )
         .on_conflict_do_nothing(index_elements=["run_id", "step"])
         .returning(checkpoints.c.step)
     )
@@ -101,21 +117,40 @@ class CheckpointActivities:
             created = (
                 await conn.execute(
                     insert(runs)
-                    .values(run_id=inp.run_id, tenant_id=inp.tenant_id, agent=agent.name, task=inp.task,
-                            model=model, status=RunStatus.RUNNING, max_steps=max_steps)
+                    .values(
+                        run_id=inp.run_id,
+                        tenant_id=inp.tenant_id,
+                        agent=agent.name,
+                        task=inp.task,
+                        model=model,
+                        status=RunStatus.RUNNING,
+                        max_steps=max_steps,
+                    )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)
                 )
             ).first()
             if created is None:  # a retry after the first attempt committed
-                row = (await conn.execute(select(runs.c.model, runs.c.max_steps).where(runs.c.run_id == inp.run_id))).one()
+                row = (
+                    await conn.execute(select(runs.c.model, runs.c.max_steps).where(runs.c.run_id == inp.run_id))
+                ).one()
                 model, max_steps = row.model, row.max_steps
             else:
-                payload = {"agent": agent.name, "task": inp.task, "model": model, "max_steps": max_steps,
-                           "tenant_id": inp.tenant_id, "tools": [t.name for t in agent.tools]}
+                payload = {
+                    "agent": agent.name,
+                    "task": inp.task,
+                    "model": model,
+                    "max_steps": max_steps,
+                    "tenant_id": inp.tenant_id,
+                    "tools": [t.name for t in agent.tools],
+                }
                 seq = await append_events(conn, inp.run_id, [(0, "run_started", payload)])
-                state = {"messages": [{"role": "system", "content": agent.instructions},
-                                      {"role": "user", "content": inp.task}]}
+                state = {
+                    "messages": [
+                        {"role": "system", "content": agent.instructions},
+                        {"role": "user", "content": inp.task},
+                    ]
+                }
                 await insert_checkpoint(conn, inp.run_id, 0, state, seq)
         return RunPlan(model=model, max_steps=max_steps, tool_names=[t.name for t in agent.tools])
 
@@ -138,25 +173,44 @@ class CheckpointActivities:
             if prev is None:
                 raise ApplicationError(
                     f"run {record.run_id} has no checkpoint for step {record.step - 1}",
-                    type=NotFound.__name__, non_retryable=True,
+                    type=NotFound.__name__,
+                    non_retryable=True,
                 )
             turn = record.turn
-            new: list[Event] = [(record.step, "model_response", {
-                "model": turn.model, "content": turn.content, "finish_reason": turn.finish_reason,
-                "tool_calls": [asdict(c) for c in turn.tool_calls], "usage": asdict(turn.usage),
-                "latency_ms": turn.latency_ms,
-            })]
+            new: list[Event] = [
+                (
+                    record.step,
+                    "model_response",
+                    {
+                        "model": turn.model,
+                        "content": turn.content,
+                        "finish_reason": turn.finish_reason,
+                        "tool_calls": [asdict(c) for c in turn.tool_calls],
+                        "usage": asdict(turn.usage),
+                        "latency_ms": turn.latency_ms,
+                    },
+                )
+            ]
             messages = [assistant_message(record)]
             for index, result in enumerate(record.tool_results):
-                new.append((record.step, "tool_result", {
-                    **asdict(result), "idempotency_key": f"{record.run_id}:{record.step}:{index}",
-                }))
+                new.append(
+                    (
+                        record.step,
+                        "tool_result",
+                        {
+                            **asdict(result),
+                            "idempotency_key": f"{record.run_id}:{record.step}:{index}",
+                        },
+                    )
+                )
                 messages.append({"role": "tool", "tool_call_id": result.call_id, "content": result.output})
             last_seq = await append_events(conn, record.run_id, new)
             state = {**prev, "messages": [*prev["messages"], *messages]}
             await insert_checkpoint(conn, record.run_id, record.step, state, last_seq)
             await conn.execute(
-                update(runs).where(runs.c.run_id == record.run_id).values(
+                update(runs)
+                .where(runs.c.run_id == record.run_id)
+                .values(
                     steps=record.step,
                     input_tokens=runs.c.input_tokens + turn.usage.input_tokens,
                     output_tokens=runs.c.output_tokens + turn.usage.output_tokens,
@@ -173,15 +227,39 @@ class CheckpointActivities:
                 await conn.execute(
                     update(runs)
                     .where(runs.c.run_id == inp.run_id, runs.c.status == RunStatus.RUNNING)
-                    .values(status=inp.status, output=inp.output, error=inp.error,
-                            finished_at=func.now(), updated_at=func.now())
+                    .values(
+                        status=inp.status,
+                        output=inp.output,
+                        error=inp.error,
+                        finished_at=func.now(),
+                        updated_at=func.now(),
+                    )
                     .returning(runs.c.run_id)
                 )
             ).first()
             if changed is not None:
-                await append_events(conn, inp.run_id, [(inp.steps, "run_finished", {
-                    "status": inp.status, "output": inp.output, "error": inp.error,
-                })])
+                await append_events(
+                    conn,
+                    inp.run_id,
+                    [
+                        (
+                            inp.steps,
+                            "run_finished",
+                            {
+                                "status": inp.status,
+                                "output": inp.output,
+                                "error": inp.error,
+                            },
+                        )
+                    ],
+                )
             row = (await conn.execute(select(runs).where(runs.c.run_id == inp.run_id))).one()
-        return RunResult(run_id=row.run_id, status=row.status, steps=row.steps, output=row.output,
-                         error=row.error, input_tokens=row.input_tokens, output_tokens=row.output_tokens)
+        return RunResult(
+            run_id=row.run_id,
+            status=row.status,
+            steps=row.steps,
+            output=row.output,
+            error=row.error,
+            input_tokens=row.input_tokens,
+            output_tokens=row.output_tokens,
+        )

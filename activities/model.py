@@ -86,7 +86,9 @@ class ModelActivities:
         agent = self.agents.get(agent_name)
         if spec == "scripted":
             if not isinstance(agent.model, ScriptedModel):
-                raise ConfigError(f"agent {agent_name!r} has no scripted turns; pick a model with --model openai:<name>")
+                raise ConfigError(
+                    f"agent {agent_name!r} has no scripted turns; pick a model with --model openai:<name>"
+                )
             return agent.model
         provider, _, name = spec.partition(":")
         if provider == "openai" and name:
@@ -98,12 +100,16 @@ class ModelActivities:
             state = await conn.scalar(
                 select(checkpoints.c.state)
                 .join(runs, runs.c.run_id == checkpoints.c.run_id)
-                .where(checkpoints.c.run_id == inp.run_id, checkpoints.c.step == inp.step - 1,
-                       runs.c.tenant_id == inp.tenant_id)
+                .where(
+                    checkpoints.c.run_id == inp.run_id,
+                    checkpoints.c.step == inp.step - 1,
+                    runs.c.tenant_id == inp.tenant_id,
+                )
             )
         if state is None:
-            raise ApplicationError(f"run {inp.run_id} has no checkpoint for step {inp.step - 1}",
-                                   type="NotFound", non_retryable=True)
+            raise ApplicationError(
+                f"run {inp.run_id} has no checkpoint for step {inp.step - 1}", type="NotFound", non_retryable=True
+            )
         return state["messages"]
 
     @activity.defn(name=CALL_MODEL)
@@ -120,6 +126,7 @@ class ModelActivities:
             raise model_error(exc) from exc
         except Exception as exc:
             if isinstance(adapter, ScriptedModel):  # a bug in a script: the same input fails the same way
-                raise ApplicationError(f"scripted model failed: {type(exc).__name__}: {exc}",
-                                       type="ScriptError", non_retryable=True) from exc
+                raise ApplicationError(
+                    f"scripted model failed: {type(exc).__name__}: {exc}", type="ScriptError", non_retryable=True
+                ) from exc
             raise

@@ -27,12 +27,22 @@ class ToolActivities:
     async def run_tool(self, inp: RunToolInput) -> ToolResult:
         started = time.monotonic()
         call = inp.call
-        ctx = ToolContext(run_id=inp.run_id, tenant_id=inp.tenant_id, step=inp.step,
-                          call_index=inp.call_index, workspace=self.settings.resolved_workspace)
+        ctx = ToolContext(
+            run_id=inp.run_id,
+            tenant_id=inp.tenant_id,
+            step=inp.step,
+            call_index=inp.call_index,
+            workspace=self.settings.resolved_workspace,
+        )
         try:
             output = await self.agents.get(inp.agent).tool(call.name).invoke(call.arguments, ctx)
             is_error = False
         except (ToolError, UnknownTool) as exc:
             output, is_error = f"error: {exc}", True
-        return ToolResult(call_id=call.id, name=call.name, output=output, is_error=is_error,
-                          duration_ms=int((time.monotonic() - started) * 1000))
+        return ToolResult(
+            call_id=call.id,
+            name=call.name,
+            output=output,
+            is_error=is_error,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )

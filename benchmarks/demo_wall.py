@@ -53,8 +53,9 @@ def run_demo(state_dir: Path, port: int, log: Path) -> float:
     cmd = [sys.executable, "-m", "waypoint.cli", "--state-dir", str(state_dir), "demo"]
     with open(log, "wb") as out:
         began = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=child_env(port), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd, env=child_env(port), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         try:
             code = proc.wait(RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -20,6 +20,7 @@ from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
 
+import _baseline as baseline
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -29,7 +30,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Worker
 
-import _baseline as baseline
 from waypoint.agents import Agent, AgentRegistry
 from waypoint.config import Settings
 from waypoint.devstack import prepare_database
@@ -56,9 +56,13 @@ async def echo(text: str) -> str:
 
 def scripted_agent(tool_steps: int) -> Agent:
     turns = [ScriptedTurn(tool_calls=[("echo", {"text": f"step {i}"})]) for i in range(1, tool_steps + 1)]
-    return Agent(name=AGENT, instructions="Call echo until the script says you are done.",
-                 model=ScriptedModel([*turns, ScriptedTurn(content="done")]), tools=(echo,),
-                 max_steps=tool_steps + 1)
+    return Agent(
+        name=AGENT,
+        instructions="Call echo until the script says you are done.",
+        model=ScriptedModel([*turns, ScriptedTurn(content="done")]),
+        tools=(echo,),
+        max_steps=tool_steps + 1,
+    )
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,10 @@ def step_durations(history: WorkflowHistory, model_activity: str) -> list[float]
             started = at
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             ended = at
-        elif (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-              and event.activity_task_scheduled_event_attributes.activity_type.name == model_activity):
+        elif (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and event.activity_task_scheduled_event_attributes.activity_type.name == model_activity
+        ):
             model_calls.append(at)
     return [b - a for a, b in pairwise([started, *model_calls[1:], ended])]
 
@@ -92,8 +98,9 @@ def step_durations(history: WorkflowHistory, model_activity: str) -> list[float]
 Starter = Callable[[], Awaitable[tuple[WorkflowHandle, int]]]
 
 
-async def measure(start: Starter, model_activity: str, runs: int, concurrency: int,
-                  advance: Callable[[], None]) -> tuple[list[Sample], float]:
+async def measure(
+    start: Starter, model_activity: str, runs: int, concurrency: int, advance: Callable[[], None]
+) -> tuple[list[Sample], float]:
     gate = asyncio.Semaphore(concurrency)
 
     async def one() -> Sample:
@@ -111,29 +118,39 @@ async def measure(start: Starter, model_activity: str, runs: int, concurrency: i
 def waypoint_starter(client: Client, tool_steps: int) -> Starter:
     async def start() -> tuple[WorkflowHandle, int]:
         handle = await client.start_workflow(
-            AgentRunWorkflow.run, RunInput(agent=AGENT, task="echo benchmark", max_steps=tool_steps + 1),
-            id=f"bench-wp-{uuid.uuid4().hex[:12]}", task_queue=WAYPOINT_QUEUE, execution_timeout=RUN_TIMEOUT,
+            AgentRunWorkflow.run,
+            RunInput(agent=AGENT, task="echo benchmark", max_steps=tool_steps + 1),
+            id=f"bench-wp-{uuid.uuid4().hex[:12]}",
+            task_queue=WAYPOINT_QUEUE,
+            execution_timeout=RUN_TIMEOUT,
         )
         result = await handle.result()
         if result.status != RunStatus.COMPLETED:
             raise RuntimeError(f"Waypoint run {result.run_id} ended {result.status}: {result.error}")
         return handle, result.steps
+
     return start
 
 
 def baseline_starter(client: Client, tool_steps: int) -> Starter:
     async def start() -> tuple[WorkflowHandle, int]:
         handle = await client.start_workflow(
-            baseline.BaselineWorkflow.run, baseline.BaselineInput(tool_steps=tool_steps),
-            id=f"bench-base-{uuid.uuid4().hex[:12]}", task_queue=BASELINE_QUEUE, execution_timeout=RUN_TIMEOUT,
+            baseline.BaselineWorkflow.run,
+            baseline.BaselineInput(tool_steps=tool_steps),
+            id=f"bench-base-{uuid.uuid4().hex[:12]}",
+            task_queue=BASELINE_QUEUE,
+            execution_timeout=RUN_TIMEOUT,
         )
         return handle, await handle.result()
+
     return start
 
 
 async def mirror_bytes(engine: AsyncEngine) -> int:
     async with engine.connect() as conn:
-        return await conn.scalar(text("SELECT pg_total_relation_size('events') + pg_total_relation_size('checkpoints')"))
+        return await conn.scalar(
+            text("SELECT pg_total_relation_size('events') + pg_total_relation_size('checkpoints')")
+        )
 
 
 async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -> None:
@@ -143,8 +160,12 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
         client = await Client.connect(stack.info.temporal_address)
         settings = Settings(state_dir=workdir, temporal_address=stack.info.temporal_address, task_queue=WAYPOINT_QUEUE)
         waypoint_worker = build_worker(client, engine, settings, AgentRegistry([scripted_agent(args.steps)]))
-        baseline_worker = Worker(client, task_queue=BASELINE_QUEUE, workflows=[baseline.BaselineWorkflow],
-                                 activities=[baseline.fake_model, baseline.echo])
+        baseline_worker = Worker(
+            client,
+            task_queue=BASELINE_QUEUE,
+            workflows=[baseline.BaselineWorkflow],
+            activities=[baseline.fake_model, baseline.echo],
+        )
         async with waypoint_worker, baseline_worker:
             variants = {
                 "waypoint": (waypoint_starter(client, args.steps), CALL_MODEL),
@@ -159,8 +180,9 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
                 pg_before, pg_delta = await mirror_bytes(engine), 0
                 for name, (start, activity_name) in variants.items():
                     task = progress.add_task(name, total=args.runs)
-                    results[name] = await measure(start, activity_name, args.runs, args.concurrency,
-                                                  lambda t=task: progress.advance(t))
+                    results[name] = await measure(
+                        start, activity_name, args.runs, args.concurrency, lambda t=task: progress.advance(t)
+                    )
                     if name == "waypoint":
                         pg_delta = await mirror_bytes(engine) - pg_before
         report(results, pg_delta)
@@ -181,14 +203,21 @@ def report(results: dict[str, tuple[list[Sample], float]], pg_delta: int) -> Non
         medians[name] = statistics.median(per_step)
         p90 = statistics.quantiles(per_step, n=10, method="inclusive")[-1] if len(per_step) > 1 else per_step[0]
         steps = sum(s.steps for s in samples)
-        timing.add_row(name, str(len(samples)), f"{steps / len(samples):g}", f"{medians[name]:.1f}",
-                       f"{p90:.1f}", f"{wall:.2f}")
+        timing.add_row(
+            name, str(len(samples)), f"{steps / len(samples):g}", f"{medians[name]:.1f}", f"{p90:.1f}", f"{wall:.2f}"
+        )
         pg = f"{pg_delta / steps:,.0f}" if name == "waypoint" else "-"
-        storage.add_row(name, f"{statistics.mean(s.history_events for s in samples):,.0f}",
-                        f"{statistics.mean(s.history_bytes for s in samples):,.0f}", pg)
+        storage.add_row(
+            name,
+            f"{statistics.mean(s.history_events for s in samples):,.0f}",
+            f"{statistics.mean(s.history_bytes for s in samples):,.0f}",
+            pg,
+        )
     console.print(timing)
     console.print(storage)
-    console.print(f"waypoint/baseline median ms per step: [bold]{medians['waypoint'] / medians['baseline']:.2f}x[/bold]")
+    console.print(
+        f"waypoint/baseline median ms per step: [bold]{medians['waypoint'] / medians['baseline']:.2f}x[/bold]"
+    )
 
 
 def main() -> None:

@@ -23,11 +23,13 @@ async def note(ctx: ToolContext, text: str) -> str:
 calculator = Agent(
     name="calculator",
     instructions="Add numbers with the add tool, then answer.",
-    model=ScriptedModel([
-        ScriptedTurn(tool_calls=[("add", {"a": 2, "b": 3}), ("note", {"text": "adding"})]),
-        lambda messages: ScriptedTurn(tool_calls=[("add", {"a": int(messages[-2]["content"]), "b": 10})]),
-        lambda messages: ScriptedTurn(content=f"The answer is {messages[-1]['content']}."),
-    ]),
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("add", {"a": 2, "b": 3}), ("note", {"text": "adding"})]),
+            lambda messages: ScriptedTurn(tool_calls=[("add", {"a": int(messages[-2]["content"]), "b": 10})]),
+            lambda messages: ScriptedTurn(content=f"The answer is {messages[-1]['content']}."),
+        ]
+    ),
     tools=(add, note),
 )
 
@@ -42,11 +44,13 @@ looper = Agent(
 clumsy = Agent(
     name="clumsy",
     instructions="Makes every mistake once, then answers.",
-    model=ScriptedModel([
-        ScriptedTurn(tool_calls=[("no_such_tool", {}), ("add", {"a": "two", "b": 1})]),
-        ScriptedTurn(tool_calls=[("add", {"a": 2, "b": 1})]),
-        ScriptedTurn(content="done"),
-    ]),
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("no_such_tool", {}), ("add", {"a": "two", "b": 1})]),
+            ScriptedTurn(tool_calls=[("add", {"a": 2, "b": 1})]),
+            ScriptedTurn(content="done"),
+        ]
+    ),
     tools=(add,),
 )
 

@@ -41,8 +41,9 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
-    embedded = EmbeddedStack(tmp_path_factory.mktemp("stack"), temporal_port=free_port(), ui_port=None,
-                             postgres=EXTERNAL_DATABASE is None)
+    embedded = EmbeddedStack(
+        tmp_path_factory.mktemp("stack"), temporal_port=free_port(), ui_port=None, postgres=EXTERNAL_DATABASE is None
+    )
     info = embedded.start()
     try:
         yield info
@@ -109,7 +110,9 @@ def agents() -> AgentRegistry:
 
 
 @pytest.fixture
-async def worker(client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry) -> AsyncIterator[Worker]:
+async def worker(
+    client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry
+) -> AsyncIterator[Worker]:
     w = build_worker(client, engine, settings, agents)
     async with w:
         yield w

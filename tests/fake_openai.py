@@ -40,18 +40,23 @@ class Seen:
 
 def completion(turn: Turn, model: str, index: int) -> dict[str, Any]:
     calls = [
-        {"id": f"call_{index}_{i}", "type": "function",
-         "function": {"name": name, "arguments": json.dumps(args)}}
+        {"id": f"call_{index}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
         for i, (name, args) in enumerate(turn.tool_calls)
     ]
     message: dict[str, Any] = {"role": "assistant", "content": turn.content}
     if calls:
         message["tool_calls"] = calls
     return {
-        "id": f"chatcmpl-{index}", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "id": f"chatcmpl-{index}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-        "usage": {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
-                  "total_tokens": turn.prompt_tokens + turn.completion_tokens},
+        "usage": {
+            "prompt_tokens": turn.prompt_tokens,
+            "completion_tokens": turn.completion_tokens,
+            "total_tokens": turn.prompt_tokens + turn.completion_tokens,
+        },
     }
 
 

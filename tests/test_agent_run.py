@@ -22,7 +22,9 @@ async def rows(engine: AsyncEngine, table, run_id: str, order) -> list:
         return list((await conn.execute(select(table).where(table.c.run_id == run_id).order_by(order))).mappings())
 
 
-async def test_demo_run_completes_and_mirrors_every_step(client: Client, engine: AsyncEngine, settings: Settings, worker):
+async def test_demo_run_completes_and_mirrors_every_step(
+    client: Client, engine: AsyncEngine, settings: Settings, worker
+):
     seed_workspace(settings.resolved_workspace)
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run(DEMO_TASK, agent="demo")
@@ -37,7 +39,7 @@ async def test_demo_run_completes_and_mirrors_every_step(client: Client, engine:
     cps = await rows(engine, checkpoints, run_id, checkpoints.c.step)
     assert [c["step"] for c in cps] == [0, 1, 2, 3, 4, 5]
     # each checkpoint extends the previous one by exactly its step's messages
-    for before, after in zip(cps, cps[1:]):
+    for before, after in zip(cps, cps[1:], strict=False):
         assert after["state"]["messages"][: len(before["state"]["messages"])] == before["state"]["messages"]
 
     evs = await rows(engine, events, run_id, events.c.seq)
@@ -52,8 +54,9 @@ async def test_demo_run_completes_and_mirrors_every_step(client: Client, engine:
     prev = None
     for e in evs:  # the hash chain holds
         assert e["prev_hash"] == prev
-        assert e["hash"] == event_hash(prev, run_id=run_id, seq=e["seq"], step=e["step"], kind=e["kind"],
-                                       payload=e["payload"])
+        assert e["hash"] == event_hash(
+            prev, run_id=run_id, seq=e["seq"], step=e["step"], kind=e["kind"], payload=e["payload"]
+        )
         prev = e["hash"]
 
     run = (await rows(engine, runs, run_id, runs.c.run_id))[0]
@@ -88,8 +91,11 @@ async def test_bad_tool_calls_are_told_to_the_model_and_the_run_goes_on(client, 
     run_id = await wp.start_run("try", agent="clumsy")
     result = await wp.result(run_id)
     assert result.status == "completed" and result.steps == 3
-    step1 = [e["payload"] for e in await rows(engine, events, run_id, events.c.seq)
-             if e["kind"] == "tool_result" and e["step"] == 1]
+    step1 = [
+        e["payload"]
+        for e in await rows(engine, events, run_id, events.c.seq)
+        if e["kind"] == "tool_result" and e["step"] == 1
+    ]
     assert all(p["is_error"] for p in step1)
     assert "no tool 'no_such_tool'" in step1[0]["output"]
     assert "invalid arguments for add" in step1[1]["output"] and "a:" in step1[1]["output"]
@@ -113,6 +119,9 @@ async def test_a_bug_in_a_script_fails_the_run_without_retrying(client: Client, 
     result = await wp.result(run_id, tenant_id=settings.tenant)
     assert result.status == "failed" and "scripted model failed: KeyError" in result.error
     history = await client.get_workflow_handle(run_id).fetch_history()
-    attempts = [e.activity_task_started_event_attributes.attempt for e in history.events
-                if e.HasField("activity_task_started_event_attributes")]
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
     assert max(attempts) == 1

@@ -38,8 +38,13 @@ def cli_env(settings: Settings) -> dict[str, str]:
 async def waypoint(settings: Settings, *args: str, env: dict[str, str] | None = None) -> Done:
     # Async subprocess: the test's worker runs on this event loop and must keep polling meanwhile.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "waypoint.cli", *args, env=env or cli_env(settings),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "waypoint.cli",
+        *args,
+        env=env or cli_env(settings),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     return Done(proc.returncode, out.decode(), err.decode())

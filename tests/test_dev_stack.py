@@ -1,4 +1,4 @@
-"""`waypoint dev` as a user runs it: start, serve a run, stop on SIGTERM with no process left, restart with the same data."""
+"""`waypoint dev` as a user runs it: serve a run, stop on SIGTERM leaving no process, restart on the same data."""
 
 from __future__ import annotations
 
@@ -10,27 +10,39 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 from waypoint.embedded import free_port
 
 
 def env_for(state: Path, temporal_port: int, ui_port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    return env | {"WAYPOINT_STATE_DIR": str(state), "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{temporal_port}",
-                  "WAYPOINT_TEMPORAL_UI_PORT": str(ui_port), "COLUMNS": "200"}
+    return env | {
+        "WAYPOINT_STATE_DIR": str(state),
+        "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{temporal_port}",
+        "WAYPOINT_TEMPORAL_UI_PORT": str(ui_port),
+        "COLUMNS": "200",
+    }
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "waypoint.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "waypoint.cli", *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def start_dev(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "waypoint.cli", "dev"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "waypoint.cli", "dev"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
@@ -59,11 +71,26 @@ def stop_dev(proc: subprocess.Popen[str], pids: list[int]) -> str:
     return out
 
 
-def test_dev_serves_runs_stops_cleanly_and_keeps_its_data(tmp_path: Path):
+@pytest.fixture
+def dev_processes() -> Iterator[list[subprocess.Popen[str]]]:
+    """Every `waypoint dev` a test starts; killed (with its servers) if the test fails half-way."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_dev_serves_runs_stops_cleanly_and_keeps_its_data(tmp_path: Path, dev_processes):
     state = tmp_path / "state"
     env = env_for(state, free_port(), free_port())
 
     proc = start_dev(env, state)
+    dev_processes.append(proc)
     pids = stack_pids(proc, state)
     info = json.loads((state / "stack.json").read_text())
     assert info["worker"] is True and info["database_url"].startswith("postgresql://")
@@ -78,11 +105,10 @@ def test_dev_serves_runs_stops_cleanly_and_keeps_its_data(tmp_path: Path):
     assert (state / "qdrant" / "edge_config.json").exists()  # the worker created, flushed and closed the shard
 
     proc = start_dev(env, state)  # a restart finds the same data
-    try:
-        rows = json.loads(cli(env, "runs", "--json").stdout)
-        assert [(r["run_id"], r["status"]) for r in rows] == [(run_id, "completed")]
-    finally:
-        stop_dev(proc, stack_pids(proc, state))
+    dev_processes.append(proc)
+    rows = json.loads(cli(env, "runs", "--json").stdout)
+    assert [(r["run_id"], r["status"]) for r in rows] == [(run_id, "completed")]
+    stop_dev(proc, stack_pids(proc, state))
 
 
 def test_a_taken_port_is_named_with_the_fix(tmp_path: Path):

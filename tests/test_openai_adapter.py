@@ -34,9 +34,17 @@ async def test_openai_run_with_tool_calls(client: Client, engine, settings, work
     tool_messages = [m for m in second.body["messages"] if m["role"] == "tool"]
     assert [(m["tool_call_id"], m["content"]) for m in tool_messages] == [("call_1_0", "42"), ("call_1_1", "2")]
     async with engine.connect() as conn:
-        kinds = (await conn.execute(select(events.c.kind).where(events.c.run_id == run_id).order_by(events.c.seq))).scalars()
-        assert list(kinds) == ["run_started", "model_response", "tool_result", "tool_result", "model_response",
-                               "run_finished"]
+        kinds = (
+            await conn.execute(select(events.c.kind).where(events.c.run_id == run_id).order_by(events.c.seq))
+        ).scalars()
+        assert list(kinds) == [
+            "run_started",
+            "model_response",
+            "tool_result",
+            "tool_result",
+            "model_response",
+            "run_finished",
+        ]
 
 
 async def test_503_is_retried_and_the_run_completes(client: Client, engine, settings, worker, fake_openai: FakeOpenAI):
@@ -49,7 +57,9 @@ async def test_503_is_retried_and_the_run_completes(client: Client, engine, sett
 
 
 async def test_401_fails_the_run_at_once_with_the_reason(client: Client, engine, settings, worker, fake_openai):
-    fake_openai.answer(Reply(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}))
+    fake_openai.answer(
+        Reply(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})
+    )
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("hi", agent="remote")
     result = await wp.result(run_id, tenant_id=settings.tenant)
@@ -65,7 +75,11 @@ async def test_model_override_sends_the_demo_tools_to_a_real_endpoint(client, en
     assert (await wp.result(run_id)).status == "completed"
     assert fake_openai.seen[0].body["model"] == "other-model"
     assert {t["function"]["name"] for t in fake_openai.seen[0].body["tools"]} == {
-        "list_files", "read_file", "word_stats", "write_file"}
+        "list_files",
+        "read_file",
+        "word_stats",
+        "write_file",
+    }
     # the ToolContext parameter stays hidden from the model
     assert "ctx" not in str(fake_openai.seen[0].body["tools"])
     assert (await wp.run(run_id))["model"] == "openai:other-model"

@@ -37,15 +37,18 @@ def test_quick_start_is_two_commands():
 
 
 @pytest.mark.postgres
-async def test_the_agent_example_runs(tmp_path: Path, client, engine, settings: Settings, fake_openai: FakeOpenAI,
-                                      monkeypatch: pytest.MonkeyPatch):
+async def test_the_agent_example_runs(
+    tmp_path: Path, client, engine, settings: Settings, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+):
     example = re.search(r"```python\n(from waypoint import Agent.*?)```", README, re.S).group(1)
     (tmp_path / "readme_agents.py").write_text(example)
     monkeypatch.syspath_prepend(str(tmp_path))
     agents = AgentRegistry.from_modules(["readme_agents"])
-    fake_openai.answer(Turn(tool_calls=[("convert", {"amount": 120, "rate": 0})]),
-                       Turn(tool_calls=[("convert", {"amount": 120, "rate": 1.08})]),
-                       Turn(content="120 EUR is 129.6 USD."))
+    fake_openai.answer(
+        Turn(tool_calls=[("convert", {"amount": 120, "rate": 0})]),
+        Turn(tool_calls=[("convert", {"amount": 120, "rate": 1.08})]),
+        Turn(content="120 EUR is 129.6 USD."),
+    )
     async with build_worker(client, engine, settings, agents):
         wp = Waypoint(client, engine, settings)
         result = await wp.result(await wp.start_run("Convert 120 EUR to USD at 1.08", agent="treasurer"))

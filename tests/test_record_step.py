@@ -27,18 +27,27 @@ async def counts(engine: AsyncEngine, run_id: str) -> tuple[int, int, int]:
 
 
 def step_one(run_id: str, tenant: str) -> StepRecord:
-    turn = ModelTurn(model="scripted", tool_calls=[ToolCall(id="c1", name="add", arguments='{"a":1,"b":2}')],
-                     usage=Usage(input_tokens=40, output_tokens=9))
-    return StepRecord(run_id=run_id, tenant_id=tenant, step=1, turn=turn,
-                      tool_results=[ToolResult(call_id="c1", name="add", output="3")])
+    turn = ModelTurn(
+        model="scripted",
+        tool_calls=[ToolCall(id="c1", name="add", arguments='{"a":1,"b":2}')],
+        usage=Usage(input_tokens=40, output_tokens=9),
+    )
+    return StepRecord(
+        run_id=run_id,
+        tenant_id=tenant,
+        step=1,
+        turn=turn,
+        tool_results=[ToolResult(call_id="c1", name="add", output="3")],
+    )
 
 
 async def test_record_step_twice_is_a_no_op(engine: AsyncEngine, agents: AgentRegistry, settings):
     acts = CheckpointActivities(engine, agents)
     env = ActivityEnvironment()
     run_id = f"run-{uuid.uuid4().hex[:8]}"
-    start = StartRunInput(run_id=run_id, tenant_id=settings.tenant, agent="calculator", task="t", model=None,
-                          max_steps=None)
+    start = StartRunInput(
+        run_id=run_id, tenant_id=settings.tenant, agent="calculator", task="t", model=None, max_steps=None
+    )
     plan = await env.run(acts.start_run, start)
     assert await env.run(acts.start_run, start) == plan  # a retried start creates nothing new
     assert await counts(engine, run_id) == (1, 1, 0)

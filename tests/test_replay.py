@@ -14,8 +14,8 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from waypoint.client import Waypoint
 from tests.changed_workflow import ChangedAgentRunWorkflow
+from waypoint.client import Waypoint
 from workflows.agent_run import AgentRunWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"

@@ -66,9 +66,7 @@ class AgentRegistry:
             return self._agents[name]
         except KeyError:
             known = ", ".join(sorted(self._agents)) or "none"
-            raise UnknownAgent(
-                f"unknown agent {name!r} (known: {known}); add its module to WAYPOINT_AGENTS"
-            ) from None
+            raise UnknownAgent(f"unknown agent {name!r} (known: {known}); add its module to WAYPOINT_AGENTS") from None
 
     def names(self) -> list[str]:
         return sorted(self._agents)

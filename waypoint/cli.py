@@ -22,8 +22,12 @@ from waypoint import console as out
 from waypoint.config import Settings
 from waypoint.errors import WaypointError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Durable, time-travelling LLM agent runs on Temporal.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Durable, time-travelling LLM agent runs on Temporal.",
+)
 
 T = TypeVar("T")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
@@ -123,7 +127,8 @@ async def worker() -> None:
 async def migrate() -> None:
     """Apply the database migrations (Alembic) to the configured Postgres."""
     from waypoint.client import database_url
-    from waypoint.store.db import create_engine, migrate as apply, schema_revision
+    from waypoint.store.db import create_engine, schema_revision
+    from waypoint.store.db import migrate as apply
 
     engine = create_engine(database_url(settings()))
     try:
@@ -188,10 +193,16 @@ async def runs(
     for col in ("run id", "agent", "status", "steps", "tokens", "created", "task"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["run_id"], r["agent"], out.status_text(r["status"]), str(r["steps"]),
-                      str(r["input_tokens"] + r["output_tokens"]), r["created_at"][:19].replace("T", " "),
-                      r["task"][:50])
-    out.console.print(table if rows else "no runs yet: start one with `waypoint run \"<task>\"`")
+        table.add_row(
+            r["run_id"],
+            r["agent"],
+            out.status_text(r["status"]),
+            str(r["steps"]),
+            str(r["input_tokens"] + r["output_tokens"]),
+            r["created_at"][:19].replace("T", " "),
+            r["task"][:50],
+        )
+    out.console.print(table if rows else 'no runs yet: start one with `waypoint run "<task>"`')
 
 
 @app.command()

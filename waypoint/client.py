@@ -1,10 +1,10 @@
 """The Python API: start runs on Temporal, read them from Postgres.
 
-    async with await Waypoint.connect(Settings()) as wp:
-        run_id = await wp.start_run("Summarize the notes", agent="demo")
-        result = await wp.result(run_id)
-        for line in await wp.timeline(run_id):
-            print(line.step, line.action, line.tools)
+async with await Waypoint.connect(Settings()) as wp:
+    run_id = await wp.start_run("Summarize the notes", agent="demo")
+    result = await wp.result(run_id)
+    for line in await wp.timeline(run_id):
+        print(line.step, line.action, line.tools)
 """
 
 from __future__ import annotations
@@ -80,20 +80,30 @@ class Waypoint:
             raise ConfigError("this Waypoint was connected without Temporal")
         return self._client
 
-    async def start_run(self, task: str, *, agent: str = "demo", tenant_id: str | None = None,
-                        model: str | None = None, max_steps: int | None = None) -> str:
+    async def start_run(
+        self,
+        task: str,
+        *,
+        agent: str = "demo",
+        tenant_id: str | None = None,
+        model: str | None = None,
+        max_steps: int | None = None,
+    ) -> str:
         """Start a run and return its id (the Temporal workflow id)."""
         if not task.strip():
             raise ConfigError("the task is empty: say what the agent should do")
         if max_steps is not None and max_steps < 1:
             raise ConfigError("max steps must be at least 1")
         run_id = f"run-{uuid.uuid4().hex[:12]}"
-        inp = RunInput(agent=agent, task=task, tenant_id=tenant_id or self.settings.tenant,
-                       model=model or self.settings.model, max_steps=max_steps)
+        inp = RunInput(
+            agent=agent,
+            task=task,
+            tenant_id=tenant_id or self.settings.tenant,
+            model=model or self.settings.model,
+            max_steps=max_steps,
+        )
         try:
-            await self.client.start_workflow(
-                AgentRunWorkflow.run, inp, id=run_id, task_queue=self.settings.task_queue
-            )
+            await self.client.start_workflow(AgentRunWorkflow.run, inp, id=run_id, task_queue=self.settings.task_queue)
         except RPCError as exc:
             raise ConfigError(f"Temporal refused the run: {exc}") from None
         return run_id
@@ -105,9 +115,15 @@ class Waypoint:
             return await handle.result()
         except WorkflowFailureError:
             row = await reads.get_run(self.engine, tenant_id or self.settings.tenant, run_id)
-            return RunResult(run_id=run_id, status=row["status"], steps=row["steps"], output=row["output"],
-                             error=row["error"], input_tokens=row["input_tokens"],
-                             output_tokens=row["output_tokens"])
+            return RunResult(
+                run_id=run_id,
+                status=row["status"],
+                steps=row["steps"],
+                output=row["output"],
+                error=row["error"],
+                input_tokens=row["input_tokens"],
+                output_tokens=row["output_tokens"],
+            )
 
     async def runs(self, *, tenant_id: str | None = None, limit: int = 20, status: str | None = None) -> list[dict]:
         return await reads.list_runs(self.engine, tenant_id or self.settings.tenant, limit=limit, status=status)

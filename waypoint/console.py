@@ -9,10 +9,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-
-from waypoint.client import Waypoint
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
+from waypoint.client import Waypoint
 from waypoint.errors import NotFound, WaypointError
 from waypoint.store.reads import StepLine
 from waypoint.types import RunStatus
@@ -28,9 +27,11 @@ def print_json(data: Any) -> None:
 def step_text(line: StepLine) -> str:
     what = f"tools: {', '.join(line.tools)}" if line.tools else "answer"
     errors = f"  [red]{line.tool_errors} tool error(s)[/red]" if line.tool_errors else ""
-    return (f"step {line.step:>3}  {line.at[11:19]}  {what}  "
-            f"[dim]{line.input_tokens}+{line.output_tokens} tok, model {line.model_ms} ms, tools {line.tools_ms} ms[/dim]"
-            f"{errors}")
+    return (
+        f"step {line.step:>3}  {line.at[11:19]}  {what}  "
+        f"[dim]{line.input_tokens}+{line.output_tokens} tok, model {line.model_ms} ms, tools {line.tools_ms} ms[/dim]"
+        f"{errors}"
+    )
 
 
 def timeline_table(lines: list[StepLine]) -> Table:
@@ -38,8 +39,15 @@ def timeline_table(lines: list[StepLine]) -> Table:
     for col in ("step", "time", "action", "tool calls", "tokens in/out", "model ms", "tools ms"):
         table.add_column(col, justify="right" if col in ("step", "model ms", "tools ms") else "left")
     for line in lines:
-        table.add_row(str(line.step), line.at[11:19], line.action, ", ".join(line.tools) or "-",
-                      f"{line.input_tokens}/{line.output_tokens}", str(line.model_ms), str(line.tools_ms))
+        table.add_row(
+            str(line.step),
+            line.at[11:19],
+            line.action,
+            ", ".join(line.tools) or "-",
+            f"{line.input_tokens}/{line.output_tokens}",
+            str(line.model_ms),
+            str(line.tools_ms),
+        )
     return table
 
 
@@ -51,8 +59,22 @@ def run_table(run: dict[str, Any]) -> Table:
     table = Table(show_header=False, box=None)
     table.add_column(style="bold")
     table.add_column()
-    for key in ("run_id", "tenant_id", "agent", "model", "status", "steps", "max_steps", "input_tokens",
-                "output_tokens", "created_at", "finished_at", "task", "output", "error"):
+    for key in (
+        "run_id",
+        "tenant_id",
+        "agent",
+        "model",
+        "status",
+        "steps",
+        "max_steps",
+        "input_tokens",
+        "output_tokens",
+        "created_at",
+        "finished_at",
+        "task",
+        "output",
+        "error",
+    ):
         value = run.get(key)
         if value is not None:
             table.add_row(key, status_text(value) if key == "status" else str(value))
@@ -71,8 +93,9 @@ async def _raise_if_ended(wp: Waypoint, run_id: str) -> None:
     raise WaypointError(f"run {run_id} ended without a record in Postgres: check the worker's database settings")
 
 
-async def follow(wp: Waypoint, run_id: str, tenant_id: str, *, as_json: bool = False,
-                 poll_seconds: float = 0.3) -> dict[str, Any]:
+async def follow(
+    wp: Waypoint, run_id: str, tenant_id: str, *, as_json: bool = False, poll_seconds: float = 0.3
+) -> dict[str, Any]:
     """Print steps as they land in Postgres until the run ends; returns the final run row."""
     shown = 0
     with console.status(f"waiting for a worker to start {run_id}...") as spinner:

@@ -104,8 +104,10 @@ def _latest_tool_outputs(messages: list[Message]) -> list[str]:
 def _calls_of(messages: list[Message], name: str) -> list[dict[str, Any]]:
     return [
         json.loads(call["function"]["arguments"])
-        for m in messages if m["role"] == "assistant"
-        for call in m.get("tool_calls") or [] if call["function"]["name"] == name
+        for m in messages
+        if m["role"] == "assistant"
+        for call in m.get("tool_calls") or []
+        if call["function"]["name"] == name
     ]
 
 
@@ -124,7 +126,10 @@ def _write_report(messages: list[Message]) -> ScriptedTurn:
     paths = [c["path"] for c in _calls_of(messages, "read_file")]
     stats = [json.loads(s) for s in _latest_tool_outputs(messages)]
     lines = ["# Notes report", "", "| file | words | lines | frequent words |", "|---|---|---|---|"]
-    lines += [f"| {p} | {s['words']} | {s['lines']} | {', '.join(s['top_words'])} |" for p, s in zip(paths, stats)]
+    lines += [
+        f"| {p} | {s['words']} | {s['lines']} | {', '.join(s['top_words'])} |"
+        for p, s in zip(paths, stats, strict=True)
+    ]
     lines += ["", f"Total: {sum(s['words'] for s in stats)} words in {len(stats)} notes."]
     return ScriptedTurn(tool_calls=[("write_file", {"path": "report.md", "content": "\n".join(lines) + "\n"})])
 
@@ -142,8 +147,13 @@ demo = Agent(
         "count words with word_stats, and write your report with write_file. Answer briefly when done."
     ),
     model=ScriptedModel(
-        [ScriptedTurn(tool_calls=[("list_files", {"folder": "notes"})]), _read_notes, _count_words,
-         _write_report, _answer],
+        [
+            ScriptedTurn(tool_calls=[("list_files", {"folder": "notes"})]),
+            _read_notes,
+            _count_words,
+            _write_report,
+            _answer,
+        ],
         name="scripted",
     ),
     tools=(list_files, read_file, word_stats, write_file),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 from pathlib import Path
 
@@ -22,15 +21,7 @@ from waypoint.demo import DEMO_TASK, seed_workspace
 from waypoint.embedded import EmbeddedStack, StackInfo, running_stack
 from waypoint.errors import WaypointError
 from waypoint.store.db import create_engine, ensure_database, migrate
-from waypoint.worker import run_worker
-
-
-def stop_event() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
+from waypoint.worker import run_worker, stop_event
 
 
 async def prepare_database(url: str) -> AsyncEngine:
@@ -58,10 +49,12 @@ def start_stack(settings: Settings, *, ui: bool, worker: bool) -> tuple[Embedded
 
 
 def _with_stack(settings: Settings, info: StackInfo) -> Settings:
-    return settings.model_copy(update={
-        "database_url": settings.database_url or info.database_url,
-        "temporal_address": info.temporal_address,
-    })
+    return settings.model_copy(
+        update={
+            "database_url": settings.database_url or info.database_url,
+            "temporal_address": info.temporal_address,
+        }
+    )
 
 
 def endpoints_table(settings: Settings, info: StackInfo | None, worker: str) -> Table:
@@ -94,7 +87,9 @@ async def _serve(settings: Settings, info: StackInfo | None, worker: bool) -> No
     engine = await prepare_database(settings.database_url or "")
     try:
         client = await connect_temporal(settings)
-        out.console.print(endpoints_table(settings, info, "running here" if worker else "none (start `waypoint worker`)"))
+        out.console.print(
+            endpoints_table(settings, info, "running here" if worker else "none (start `waypoint worker`)")
+        )
         out.console.print("Ctrl-C stops everything.")
         if worker:
             await run_worker(client, engine, settings, stop)
@@ -115,10 +110,13 @@ async def worker_main(settings: Settings) -> None:
 
 
 async def has_pollers(client: Client, task_queue: str) -> bool:
-    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-    ))
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
     return bool(response.pollers)
 
 

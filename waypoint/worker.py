@@ -25,8 +25,9 @@ from workflows.agent_run import AgentRunWorkflow
 WORKFLOWS = [AgentRunWorkflow]
 
 
-def build_worker(client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry,
-                 *, task_queue: str | None = None) -> Worker:
+def build_worker(
+    client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry, *, task_queue: str | None = None
+) -> Worker:
     checkpoints = CheckpointActivities(engine, agents)
     models = ModelActivities(engine, agents, settings)
     tools = ToolActivities(agents, settings)
@@ -34,8 +35,13 @@ def build_worker(client: Client, engine: AsyncEngine, settings: Settings, agents
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=WORKFLOWS,
-        activities=[checkpoints.start_run, checkpoints.record_step, checkpoints.finish_run,
-                    models.call_model, tools.run_tool],
+        activities=[
+            checkpoints.start_run,
+            checkpoints.record_step,
+            checkpoints.finish_run,
+            models.call_model,
+            tools.run_tool,
+        ],
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
         graceful_shutdown_timeout=timedelta(seconds=10),
@@ -63,19 +69,17 @@ async def open_memory(settings: Settings) -> AsyncIterator[EdgeMemory | None]:
         memory.close()
 
 
-async def run_worker(client: Client, engine: AsyncEngine, settings: Settings,
-                     stop: asyncio.Event | None = None) -> None:
-    """Run a worker until `stop` is set, or SIGINT/SIGTERM when no event is given."""
+async def run_worker(client: Client, engine: AsyncEngine, settings: Settings, stop: asyncio.Event) -> None:
+    """Run a worker until `stop` is set; in-flight activities get the graceful shutdown timeout."""
     await check_schema(engine)
     agents = AgentRegistry.from_modules(settings.agent_modules)
-    stop = stop or _stop_on_signals()
     async with open_memory(settings):
-        worker = build_worker(client, engine, settings, agents)
-        async with worker:
+        async with build_worker(client, engine, settings, agents):
             await stop.wait()
 
 
-def _stop_on_signals() -> asyncio.Event:
+def stop_event() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

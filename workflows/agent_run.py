@@ -58,15 +58,22 @@ class AgentRunWorkflow:
         try:
             plan: RunPlan = await workflow.execute_activity(
                 START_RUN,
-                StartRunInput(run_id=run_id, tenant_id=inp.tenant_id, agent=inp.agent, task=inp.task,
-                              model=inp.model, max_steps=inp.max_steps),
+                StartRunInput(
+                    run_id=run_id,
+                    tenant_id=inp.tenant_id,
+                    agent=inp.agent,
+                    task=inp.task,
+                    model=inp.model,
+                    max_steps=inp.max_steps,
+                ),
                 result_type=RunPlan,
                 start_to_close_timeout=retry.STORE_TIMEOUT,
                 retry_policy=retry.STORE_RETRY,
             )
         except ActivityError as exc:
-            raise ApplicationError(f"run {run_id} could not start: {_failure_message(exc)}",
-                                   non_retryable=True) from None
+            raise ApplicationError(
+                f"run {run_id} could not start: {_failure_message(exc)}", non_retryable=True
+            ) from None
         self._progress = RunProgress(step=0, status=RunStatus.RUNNING)
         status, output, error, recorded = RunStatus.MAX_STEPS, None, None, 0
         try:
@@ -77,8 +84,9 @@ class AgentRunWorkflow:
                 )
                 await workflow.execute_activity(
                     RECORD_STEP,
-                    StepRecord(run_id=run_id, tenant_id=inp.tenant_id, step=step, turn=turn,
-                               tool_results=list(results)),
+                    StepRecord(
+                        run_id=run_id, tenant_id=inp.tenant_id, step=step, turn=turn, tool_results=list(results)
+                    ),
                     start_to_close_timeout=retry.STORE_TIMEOUT,
                     retry_policy=retry.STORE_RETRY,
                 )
@@ -98,14 +106,20 @@ class AgentRunWorkflow:
 
         result: RunResult = await workflow.execute_activity(
             FINISH_RUN,
-            FinishRunInput(run_id=run_id, tenant_id=inp.tenant_id, status=status, steps=recorded,
-                           output=output, error=error),
+            FinishRunInput(
+                run_id=run_id, tenant_id=inp.tenant_id, status=status, steps=recorded, output=output, error=error
+            ),
             result_type=RunResult,
             start_to_close_timeout=retry.STORE_TIMEOUT,
             retry_policy=retry.STORE_RETRY,
         )
-        self._progress = RunProgress(step=recorded, status=status, last_action=self._progress.last_action,
-                                     input_tokens=result.input_tokens, output_tokens=result.output_tokens)
+        self._progress = RunProgress(
+            step=recorded,
+            status=status,
+            last_action=self._progress.last_action,
+            input_tokens=result.input_tokens,
+            output_tokens=result.output_tokens,
+        )
         if status == RunStatus.FAILED:
             raise ApplicationError(f"run {run_id} failed at step {recorded + 1}: {error}", non_retryable=True)
         return result
@@ -123,13 +137,18 @@ class AgentRunWorkflow:
         try:
             return await workflow.execute_activity(
                 RUN_TOOL,
-                RunToolInput(run_id=run_id, tenant_id=inp.tenant_id, agent=inp.agent, step=step,
-                             call_index=index, call=call),
+                RunToolInput(
+                    run_id=run_id, tenant_id=inp.tenant_id, agent=inp.agent, step=step, call_index=index, call=call
+                ),
                 result_type=ToolResult,
                 start_to_close_timeout=retry.TOOL_TIMEOUT,
                 retry_policy=retry.TOOL_RETRY,
             )
         except ActivityError as exc:
             # A tool that keeps failing is reported to the model, which can work around it.
-            return ToolResult(call_id=call.id, name=call.name, is_error=True,
-                              output=f"error: tool {call.name} failed: {_failure_message(exc)}")
+            return ToolResult(
+                call_id=call.id,
+                name=call.name,
+                is_error=True,
+                output=f"error: tool {call.name} failed: {_failure_message(exc)}",
+            )

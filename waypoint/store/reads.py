@@ -12,8 +12,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from waypoint.errors import NotFound
 from waypoint.store.schema import checkpoints, events, runs
 
-RUN_COLUMNS = [c for c in runs.c if c.name != "task"] + [runs.c.task]
-
 
 def _row(mapping: Any) -> dict[str, Any]:
     out = dict(mapping)
@@ -26,7 +24,7 @@ def _row(mapping: Any) -> dict[str, Any]:
 
 
 async def list_runs(engine: AsyncEngine, tenant_id: str, *, limit: int = 20, status: str | None = None) -> list[dict]:
-    query = select(*RUN_COLUMNS).where(runs.c.tenant_id == tenant_id)
+    query = select(runs).where(runs.c.tenant_id == tenant_id)
     if status:
         query = query.where(runs.c.status == status)
     query = query.order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
@@ -36,9 +34,11 @@ async def list_runs(engine: AsyncEngine, tenant_id: str, *, limit: int = 20, sta
 
 async def get_run(engine: AsyncEngine, tenant_id: str, run_id: str) -> dict:
     async with engine.connect() as conn:
-        row = (await conn.execute(
-            select(*RUN_COLUMNS).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id)
-        )).mappings().first()
+        row = (
+            (await conn.execute(select(runs).where(runs.c.run_id == run_id, runs.c.tenant_id == tenant_id)))
+            .mappings()
+            .first()
+        )
     if row is None:
         raise NotFound(f"no run {run_id!r} for tenant {tenant_id!r}: list runs with `waypoint runs`")
     return _row(row)
@@ -66,7 +66,9 @@ async def timeline(engine: AsyncEngine, tenant_id: str, run_id: str, *, after_st
     p = events.c.payload
     query = (
         select(
-            events.c.step, events.c.kind, checkpoints.c.created_at,
+            events.c.step,
+            events.c.kind,
+            checkpoints.c.created_at,
             p["tool_calls"].label("tool_calls"),
             p["usage"]["input_tokens"].astext.cast(Integer).label("input_tokens"),
             p["usage"]["output_tokens"].astext.cast(Integer).label("output_tokens"),
@@ -76,8 +78,9 @@ async def timeline(engine: AsyncEngine, tenant_id: str, run_id: str, *, after_st
             p["is_error"].astext.label("is_error"),
         )
         .join(checkpoints, (checkpoints.c.run_id == events.c.run_id) & (checkpoints.c.step == events.c.step))
-        .where(events.c.run_id == run_id, events.c.step > after_step,
-               events.c.kind.in_(("model_response", "tool_result")))
+        .where(
+            events.c.run_id == run_id, events.c.step > after_step, events.c.kind.in_(("model_response", "tool_result"))
+        )
         .order_by(events.c.seq)
     )
     lines: dict[int, StepLine] = {}
@@ -86,9 +89,14 @@ async def timeline(engine: AsyncEngine, tenant_id: str, run_id: str, *, after_st
             if r["kind"] == "model_response":
                 names = [c["name"] for c in r["tool_calls"] or []]
                 lines[r["step"]] = StepLine(
-                    step=r["step"], at=r["created_at"].isoformat(), action="tools" if names else "answer",
-                    tools=names, input_tokens=r["input_tokens"] or 0, output_tokens=r["output_tokens"] or 0,
-                    model_ms=r["latency_ms"] or 0, answer=None if names else r["content"],
+                    step=r["step"],
+                    at=r["created_at"].isoformat(),
+                    action="tools" if names else "answer",
+                    tools=names,
+                    input_tokens=r["input_tokens"] or 0,
+                    output_tokens=r["output_tokens"] or 0,
+                    model_ms=r["latency_ms"] or 0,
+                    answer=None if names else r["content"],
                 )
             elif r["step"] in lines:
                 line = lines[r["step"]]
