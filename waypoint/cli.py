@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich import box
 from rich.table import Table
 
 from waypoint import console as out
@@ -189,19 +190,17 @@ async def runs(
     if as_json:
         out.print_json(rows)
         return
-    table = Table(title=f"Runs of tenant {settings().tenant}", title_justify="left")
-    for col in ("run id", "agent", "status", "steps", "tokens", "created", "task"):
-        table.add_column(col)
+    table = Table(title=f"Runs of tenant {settings().tenant}", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("run id", no_wrap=True, min_width=16)  # people copy it: never wrap or cut it
+    for col in ("agent", "status", "steps", "created"):
+        table.add_column(col, no_wrap=True, justify="right" if col == "steps" else "left")
+    table.add_column("task", no_wrap=True)
+    # One line per run: the task gets what the fixed columns leave of the terminal's width.
+    room = max(12, out.console.width - 64)
     for r in rows:
-        table.add_row(
-            r["run_id"],
-            r["agent"],
-            out.status_text(r["status"]),
-            str(r["steps"]),
-            str(r["input_tokens"] + r["output_tokens"]),
-            r["created_at"][:19].replace("T", " "),
-            r["task"][:50],
-        )
+        task = r["task"] if len(r["task"]) <= room else r["task"][: room - 1] + "…"
+        created = r["created_at"][5:16].replace("T", " ")
+        table.add_row(r["run_id"], r["agent"], out.status_text(r["status"]), str(r["steps"]), created, task)
     out.console.print(table if rows else 'no runs yet: start one with `waypoint run "<task>"`')
 
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
@@ -24,8 +25,16 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
+def tool_summary(names: list[str]) -> str:
+    """`read_file x3, write_file` for the calls of one step."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
+
+
 def step_text(line: StepLine) -> str:
-    what = f"tools: {', '.join(line.tools)}" if line.tools else "answer"
+    what = f"tools: {tool_summary(line.tools)}" if line.tools else "answer"
     errors = f"  [red]{line.tool_errors} tool error(s)[/red]" if line.tool_errors else ""
     return (
         f"step {line.step:>3}  {line.at[11:19]}  {what}  "
@@ -35,15 +44,16 @@ def step_text(line: StepLine) -> str:
 
 
 def timeline_table(lines: list[StepLine]) -> Table:
-    table = Table(title="Step timeline", title_justify="left")
-    for col in ("step", "time", "action", "tool calls", "tokens in/out", "model ms", "tools ms"):
-        table.add_column(col, justify="right" if col in ("step", "model ms", "tools ms") else "left")
+    table = Table(title="Step timeline", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("step", "time", "action", "tool calls", "tokens", "model ms", "tools ms"):
+        numeric = col in ("step", "tokens", "model ms", "tools ms")
+        table.add_column(col, justify="right" if numeric else "left", no_wrap=col != "tool calls")
     for line in lines:
         table.add_row(
             str(line.step),
             line.at[11:19],
             line.action,
-            ", ".join(line.tools) or "-",
+            tool_summary(line.tools) or "-",
             f"{line.input_tokens}/{line.output_tokens}",
             str(line.model_ms),
             str(line.tools_ms),
