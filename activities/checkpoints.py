@@ -18,16 +18,19 @@ from temporalio.exceptions import ApplicationError
 
 from waypoint.agents import AgentRegistry
 from waypoint.errors import NotFound, WaypointError
+from waypoint.models import Message, estimate_tokens
 from waypoint.store.hashing import event_hash, state_hash
-from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, events, runs
+from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, events, runs, tool_effects
 from waypoint.types import (
     FINISH_RUN,
     RECORD_STEP,
+    SET_STATUS,
     START_RUN,
     FinishRunInput,
     RunPlan,
     RunResult,
     RunStatus,
+    SetStatusInput,
     StartRunInput,
     StepRecord,
 )
@@ -41,6 +44,9 @@ def _attempt() -> int:
 
 async def append_events(conn: AsyncConnection, run_id: str, new: list[Event]) -> int:
     """Append events to a run's hash chain; returns the last seq. Caller owns the transaction."""
+    # Serialize appends per run (parallel tool attempts may fail at once); the row lock
+    # lasts until the caller's transaction ends.
+    await conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id).with_for_update())
     last = (
         await conn.execute(
             select(events.c.seq, events.c.hash).where(events.c.run_id == run_id).order_by(events.c.seq.desc()).limit(1)
@@ -89,14 +95,33 @@ async def insert_checkpoint(
     return (await conn.execute(stmt)).first() is not None
 
 
-def assistant_message(record: StepRecord) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": record.turn.content}
+def assistant_message(record: StepRecord) -> Message:
+    message: Message = {"role": "assistant", "content": record.turn.content}
     if record.turn.tool_calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in record.turn.tool_calls
         ]
     return message
+
+
+def trim(messages: list[Message], budget_tokens: int) -> tuple[list[Message], int]:
+    """Drop the oldest turns (never the instructions and task, never the newest turn) until the
+    estimate fits the budget. Returns the kept messages and how many were dropped. The full
+    transcript stays in `events`."""
+    head, body = messages[:2], messages[2:]
+    dropped = 0
+    while body and estimate_tokens(head + body) > budget_tokens:
+        # The newest turn (an assistant message and what follows it) always stays.
+        last_assistant = max((i for i, m in enumerate(body) if m["role"] == "assistant"), default=0)
+        if last_assistant == 0:
+            break
+        body.pop(0)
+        dropped += 1
+        while body and body[0]["role"] == "tool":  # a tool answer without its call is invalid
+            body.pop(0)
+            dropped += 1
+    return head + body, dropped
 
 
 class CheckpointActivities:
@@ -111,8 +136,19 @@ class CheckpointActivities:
             agent = self.agents.get(inp.agent)
         except WaypointError as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
-        model = inp.model or agent.model_spec
-        max_steps = inp.max_steps or agent.max_steps
+        budget = inp.budget
+        plan = RunPlan(
+            model=inp.model or agent.model_spec,
+            max_steps=budget.max_steps or agent.max_steps,
+            tools=agent.tool_specs(),
+            retry=agent.model_retry,
+            max_tokens=budget.max_tokens or agent.max_tokens,
+            max_cost_usd=budget.max_cost_usd or agent.max_cost_usd,
+            deadline_seconds=budget.deadline_seconds or agent.deadline_seconds,
+            max_repairs=agent.max_repairs,
+            continue_as_new_every=agent.continue_as_new_every,
+            context_tokens=agent.context_tokens,
+        )
         async with self.engine.begin() as conn:
             created = (
                 await conn.execute(
@@ -122,37 +158,26 @@ class CheckpointActivities:
                         tenant_id=inp.tenant_id,
                         agent=agent.name,
                         task=inp.task,
-                        model=model,
+                        model=plan.model,
                         status=RunStatus.RUNNING,
-                        max_steps=max_steps,
+                        max_steps=plan.max_steps,
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)
                 )
             ).first()
-            if created is None:  # a retry after the first attempt committed
-                row = (
-                    await conn.execute(select(runs.c.model, runs.c.max_steps).where(runs.c.run_id == inp.run_id))
-                ).one()
-                model, max_steps = row.model, row.max_steps
-            else:
-                payload = {
-                    "agent": agent.name,
-                    "task": inp.task,
-                    "model": model,
-                    "max_steps": max_steps,
-                    "tenant_id": inp.tenant_id,
-                    "tools": [t.name for t in agent.tools],
-                }
+            if created is not None:  # else a retry after the first attempt committed
+                payload = {"agent": agent.name, "task": inp.task, "tenant_id": inp.tenant_id, "plan": asdict(plan)}
                 seq = await append_events(conn, inp.run_id, [(0, "run_started", payload)])
                 state = {
                     "messages": [
                         {"role": "system", "content": agent.instructions},
                         {"role": "user", "content": inp.task},
-                    ]
+                    ],
+                    "dropped_messages": 0,
                 }
                 await insert_checkpoint(conn, inp.run_id, 0, state, seq)
-        return RunPlan(model=model, max_steps=max_steps, tool_names=[t.name for t in agent.tools])
+        return plan
 
     @activity.defn(name=RECORD_STEP)
     async def record_step(self, record: StepRecord) -> int:
@@ -176,8 +201,11 @@ class CheckpointActivities:
                     type=NotFound.__name__,
                     non_retryable=True,
                 )
+            full = await self._full_outputs(conn, record)
             turn = record.turn
-            new: list[Event] = [
+            new: list[Event] = [(record.step, "user_message", {"content": m}) for m in record.user_messages]
+            new += [(record.step, "decision", d) for d in record.decisions]
+            new.append(
                 (
                     record.step,
                     "model_response",
@@ -187,25 +215,22 @@ class CheckpointActivities:
                         "finish_reason": turn.finish_reason,
                         "tool_calls": [asdict(c) for c in turn.tool_calls],
                         "usage": asdict(turn.usage),
+                        "cost_usd": turn.cost_usd,
                         "latency_ms": turn.latency_ms,
+                        "attempt": turn.attempt,
                     },
                 )
-            ]
-            messages = [assistant_message(record)]
+            )
+            messages: list[Message] = [{"role": "user", "content": m} for m in record.user_messages]
+            messages.append(assistant_message(record))
             for index, result in enumerate(record.tool_results):
-                new.append(
-                    (
-                        record.step,
-                        "tool_result",
-                        {
-                            **asdict(result),
-                            "idempotency_key": f"{record.run_id}:{record.step}:{index}",
-                        },
-                    )
-                )
-                messages.append({"role": "tool", "tool_call_id": result.call_id, "content": result.output})
+                output = full.get(index, result.output)
+                payload = {**asdict(result), "output": output, "idempotency_key": _key(record, index)}
+                new.append((record.step, "tool_result", payload))
+                messages.append({"role": "tool", "tool_call_id": result.call_id, "content": output})
             last_seq = await append_events(conn, record.run_id, new)
-            state = {**prev, "messages": [*prev["messages"], *messages]}
+            kept, dropped = trim([*prev["messages"], *messages], record.context_tokens)
+            state = {"messages": kept, "dropped_messages": prev.get("dropped_messages", 0) + dropped}
             await insert_checkpoint(conn, record.run_id, record.step, state, last_seq)
             await conn.execute(
                 update(runs)
@@ -214,10 +239,40 @@ class CheckpointActivities:
                     steps=record.step,
                     input_tokens=runs.c.input_tokens + turn.usage.input_tokens,
                     output_tokens=runs.c.output_tokens + turn.usage.output_tokens,
+                    cost_usd=runs.c.cost_usd + turn.cost_usd,
                     updated_at=func.now(),
                 )
             )
             return last_seq
+
+    async def _full_outputs(self, conn: AsyncConnection, record: StepRecord) -> dict[int, str]:
+        """Claim check: the whole output of every tool result that history only has a preview of."""
+        keys = {_key(record, i): i for i, r in enumerate(record.tool_results) if r.stored}
+        if not keys:
+            return {}
+        rows = await conn.execute(
+            select(tool_effects.c.idempotency_key, tool_effects.c.output).where(
+                tool_effects.c.idempotency_key.in_(keys)
+            )
+        )
+        return {keys[row.idempotency_key]: row.output for row in rows}
+
+    @activity.defn(name=SET_STATUS)
+    async def set_run_status(self, inp: SetStatusInput) -> None:
+        """Mirror a live status change (paused, waiting for approval, running again)."""
+        async with self.engine.begin() as conn:
+            changed = (
+                await conn.execute(
+                    update(runs)
+                    .where(runs.c.run_id == inp.run_id, runs.c.status.not_in(RunStatus.FINISHED))
+                    .where(runs.c.status != inp.status)
+                    .values(status=inp.status, updated_at=func.now())
+                    .returning(runs.c.steps)
+                )
+            ).first()
+            if changed is not None:
+                payload = {"status": inp.status, "detail": inp.detail}
+                await append_events(conn, inp.run_id, [(changed.steps, "status_changed", payload)])
 
     @activity.defn(name=FINISH_RUN)
     async def finish_run(self, inp: FinishRunInput) -> RunResult:
@@ -226,7 +281,7 @@ class CheckpointActivities:
             changed = (
                 await conn.execute(
                     update(runs)
-                    .where(runs.c.run_id == inp.run_id, runs.c.status == RunStatus.RUNNING)
+                    .where(runs.c.run_id == inp.run_id, runs.c.status.not_in(RunStatus.FINISHED))
                     .values(
                         status=inp.status,
                         output=inp.output,
@@ -238,21 +293,8 @@ class CheckpointActivities:
                 )
             ).first()
             if changed is not None:
-                await append_events(
-                    conn,
-                    inp.run_id,
-                    [
-                        (
-                            inp.steps,
-                            "run_finished",
-                            {
-                                "status": inp.status,
-                                "output": inp.output,
-                                "error": inp.error,
-                            },
-                        )
-                    ],
-                )
+                payload = {"status": inp.status, "output": inp.output, "error": inp.error}
+                await append_events(conn, inp.run_id, [(inp.steps, "run_finished", payload)])
             row = (await conn.execute(select(runs).where(runs.c.run_id == inp.run_id))).one()
         return RunResult(
             run_id=row.run_id,
@@ -262,4 +304,9 @@ class CheckpointActivities:
             error=row.error,
             input_tokens=row.input_tokens,
             output_tokens=row.output_tokens,
+            cost_usd=float(row.cost_usd),
         )
+
+
+def _key(record: StepRecord, index: int) -> str:
+    return f"{record.run_id}:{record.step}:{index}"

@@ -4,12 +4,18 @@ The context never travels through Temporal history (it grows with the run);
 only the model's answer does.
 
 Errors become ApplicationErrors the retry policy understands: 408/409/429/5xx,
-timeouts and connection errors are retryable (honouring Retry-After); other
-4xx answers are non-retryable, because sending the same request again cannot heal.
+timeouts and connection errors are retryable, after the provider's Retry-After
+or an exponential backoff with jitter; other 4xx answers are non-retryable,
+because the same request cannot succeed later. Every failed attempt is written
+to the event log, so a 503 storm is visible in Postgres, not only as an
+attempt counter in Temporal.
 """
 
 from __future__ import annotations
 
+import json
+import random
+from dataclasses import asdict, replace
 from datetime import timedelta
 
 import openai
@@ -18,14 +24,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.checkpoints import append_events
+from activities.heartbeat import heartbeating
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, WaypointError
 from waypoint.models import ModelAdapter, OpenAIChatModel, ScriptedModel
+from waypoint.pricing import cost_usd
+from waypoint.retry import backoff_seconds
 from waypoint.store.schema import checkpoints, runs
-from waypoint.types import CALL_MODEL, CallModelInput, ModelTurn
+from waypoint.types import CALL_MODEL, CallModelInput, ModelTurn, RetrySpec
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+# Temporal refuses payloads over 2 MB; stay well under it.
+MAX_TURN_BYTES = 1_000_000
 
 
 def retry_after(headers: object) -> timedelta | None:
@@ -43,23 +55,33 @@ def retry_after(headers: object) -> timedelta | None:
     return None
 
 
-def model_error(exc: Exception) -> ApplicationError:
+def model_error(exc: Exception, spec: RetrySpec, attempt: int) -> ApplicationError:
     """Translate an `openai` SDK error into a retryable or non-retryable ApplicationError."""
+    backoff = timedelta(seconds=backoff_seconds(spec, attempt, random.uniform(0.5, 1.0)))
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        retryable = status in RETRYABLE_STATUS or status >= 500
+        if status not in RETRYABLE_STATUS and status < 500:
+            return ApplicationError(
+                f"model endpoint answered HTTP {status}: {exc.message}",
+                {"status": status},
+                type="ModelRequestRejected",
+                non_retryable=True,
+            )
         return ApplicationError(
             f"model endpoint answered HTTP {status}: {exc.message}",
             {"status": status},
             type=f"ModelHTTP{status}",
-            non_retryable=not retryable,
-            next_retry_delay=retry_after(exc.response.headers) if retryable else None,
+            next_retry_delay=retry_after(exc.response.headers) or backoff,
         )
     if isinstance(exc, openai.APITimeoutError):
-        return ApplicationError(f"model call timed out: {exc}", type="ModelTimeout")
+        return ApplicationError(f"model call timed out: {exc}", type="ModelTimeout", next_retry_delay=backoff)
     if isinstance(exc, openai.APIConnectionError):
-        return ApplicationError(f"cannot reach the model endpoint: {exc}", type="ModelConnectionError")
-    return ApplicationError(f"model call failed: {type(exc).__name__}: {exc}", type="ModelError")
+        return ApplicationError(
+            f"cannot reach the model endpoint: {exc}", type="ModelConnectionError", next_retry_delay=backoff
+        )
+    return ApplicationError(
+        f"model call failed: {type(exc).__name__}: {exc}", type="ModelError", next_retry_delay=backoff
+    )
 
 
 class ModelActivities:
@@ -110,7 +132,20 @@ class ModelActivities:
             raise ApplicationError(
                 f"run {inp.run_id} has no checkpoint for step {inp.step - 1}", type="NotFound", non_retryable=True
             )
-        return state["messages"]
+        return [*state["messages"], *({"role": "user", "content": m} for m in inp.user_messages)]
+
+    async def record_failure(self, inp: CallModelInput, error: ApplicationError) -> None:
+        delay = error.next_retry_delay.total_seconds() if error.next_retry_delay else None
+        payload = {
+            "attempt": activity.info().attempt,
+            "error": error.message,
+            "type": error.type,
+            "retryable": not error.non_retryable,
+            "retry_in_seconds": delay,
+            "status": (error.details or [{}])[0].get("status") if error.details else None,
+        }
+        async with self.engine.begin() as conn:
+            await append_events(conn, inp.run_id, [(inp.step, "model_attempt_failed", payload)])
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
@@ -120,13 +155,27 @@ class ModelActivities:
         except WaypointError as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
         messages = await self.load_messages(inp)
+        attempt = activity.info().attempt
         try:
-            return await adapter.complete(messages, tools)
+            async with heartbeating(inp.step):
+                turn = await adapter.complete(messages, tools)
         except openai.OpenAIError as exc:
-            raise model_error(exc) from exc
+            error = model_error(exc, inp.retry, attempt)
+            await self.record_failure(inp, error)
+            raise error from exc
         except Exception as exc:
             if isinstance(adapter, ScriptedModel):  # a bug in a script: the same input fails the same way
                 raise ApplicationError(
                     f"scripted model failed: {type(exc).__name__}: {exc}", type="ScriptError", non_retryable=True
                 ) from exc
             raise
+        turn = replace(turn, cost_usd=cost_usd(turn.model, turn.usage, self.settings.prices), attempt=attempt)
+        size = len(json.dumps(asdict(turn)))
+        if size > MAX_TURN_BYTES:
+            raise ApplicationError(
+                f"the model's answer is {size} bytes, over the {MAX_TURN_BYTES}-byte limit for Temporal payloads: "
+                "ask for shorter answers, or have a tool store large content and return a reference",
+                type="PayloadTooLarge",
+                non_retryable=True,
+            )
+        return turn

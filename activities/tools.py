@@ -1,48 +1,122 @@
-"""The `run_tool` activity: run one tool call of one step.
+"""The `run_tool` activity: run one tool call of one step, exactly once.
 
-A bad call (unknown tool, invalid arguments, a `ToolError` raised by the tool)
-is not a failure of the run: it comes back as an error result the model can
-read and correct. Any other exception fails the attempt, and Temporal retries it.
+Every outcome is written to the `tool_effects` ledger under the call's
+idempotency key (`run_id:step:call_index`). A retried attempt whose key is in
+the ledger (the worker died after the tool ran but before Temporal heard of it)
+returns the recorded result instead of running the tool again. Long outputs
+stay in the ledger; the activity returns a preview (claim check), so Temporal
+history stays small.
+
+A bad call (unknown tool, invalid arguments) or a `ToolError` raised by the
+tool is not a failure: it comes back as an error result the model can read.
+Any other exception fails the attempt, and Temporal retries it.
 """
 
 from __future__ import annotations
 
 import time
 
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio import activity
 
+from activities.heartbeat import heartbeating
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ToolError, UnknownTool
+from waypoint.store.schema import tool_effects
 from waypoint.tools import ToolContext
 from waypoint.types import RUN_TOOL, RunToolInput, ToolResult
 
+# Outputs longer than this stay in the ledger; history gets the first INLINE_OUTPUT_CHARS.
+INLINE_OUTPUT_CHARS = 4_000
+
+
+def preview(output: str) -> tuple[str, bool]:
+    if len(output) <= INLINE_OUTPUT_CHARS:
+        return output, False
+    return output[:INLINE_OUTPUT_CHARS] + f"... [{len(output)} characters in the ledger]", True
+
 
 class ToolActivities:
-    def __init__(self, agents: AgentRegistry, settings: Settings):
+    def __init__(self, engine: AsyncEngine, agents: AgentRegistry, settings: Settings):
+        self.engine = engine
         self.agents = agents
         self.settings = settings
 
+    async def recorded(self, key: str, call_id: str) -> ToolResult | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(tool_effects).where(tool_effects.c.idempotency_key == key))).first()
+        if row is None:
+            return None
+        output, stored = preview(row.output)
+        return ToolResult(
+            call_id=call_id,
+            name=row.tool,
+            output=output,
+            is_error=row.outcome != "ok",
+            duration_ms=row.duration_ms,
+            stored=stored,
+            outcome=row.outcome,
+            from_ledger=True,
+        )
+
     @activity.defn(name=RUN_TOOL)
     async def run_tool(self, inp: RunToolInput) -> ToolResult:
-        started = time.monotonic()
+        key = inp.idempotency_key
         call = inp.call
+        done = await self.recorded(key, call.id)
+        if done is not None:
+            activity.logger.info("tool call %s already in the ledger: not running it again", key)
+            return done
+
+        started = time.monotonic()
         ctx = ToolContext(
             run_id=inp.run_id,
             tenant_id=inp.tenant_id,
             step=inp.step,
             call_index=inp.call_index,
             workspace=self.settings.resolved_workspace,
+            attempt=activity.info().attempt,
         )
         try:
-            output = await self.agents.get(inp.agent).tool(call.name).invoke(call.arguments, ctx)
-            is_error = False
+            tool = self.agents.get(inp.agent).tool(call.name)
+            kwargs = tool.parse_arguments(call.arguments)
         except (ToolError, UnknownTool) as exc:
-            output, is_error = f"error: {exc}", True
+            output, outcome = f"error: {exc}", "bad_call"
+        else:
+            try:
+                async with heartbeating(key):
+                    output, outcome = await tool.call(kwargs, ctx), "ok"
+            except ToolError as exc:
+                output, outcome = f"error: {exc}", "tool_error"
+        duration_ms = int((time.monotonic() - started) * 1000)
+
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                insert(tool_effects)
+                .values(
+                    idempotency_key=key,
+                    run_id=inp.run_id,
+                    step=inp.step,
+                    call_index=inp.call_index,
+                    tool=call.name,
+                    arguments=call.arguments,
+                    output=output,
+                    outcome=outcome,
+                    duration_ms=duration_ms,
+                    attempt=activity.info().attempt,
+                )
+                .on_conflict_do_nothing(index_elements=["idempotency_key"])
+            )
+        text, stored = preview(output)
         return ToolResult(
             call_id=call.id,
             name=call.name,
-            output=output,
-            is_error=is_error,
-            duration_ms=int((time.monotonic() - started) * 1000),
+            output=text,
+            is_error=outcome != "ok",
+            duration_ms=duration_ms,
+            stored=stored,
+            outcome=outcome,
         )

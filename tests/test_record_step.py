@@ -13,7 +13,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.checkpoints import CheckpointActivities
 from waypoint.agents import AgentRegistry
 from waypoint.store.schema import checkpoints, events, runs
-from waypoint.types import FinishRunInput, ModelTurn, StartRunInput, StepRecord, ToolCall, ToolResult, Usage
+from waypoint.types import Budget, FinishRunInput, ModelTurn, StartRunInput, StepRecord, ToolCall, ToolResult, Usage
 
 pytestmark = pytest.mark.postgres
 
@@ -46,7 +46,7 @@ async def test_record_step_twice_is_a_no_op(engine: AsyncEngine, agents: AgentRe
     env = ActivityEnvironment()
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     start = StartRunInput(
-        run_id=run_id, tenant_id=settings.tenant, agent="calculator", task="t", model=None, max_steps=None
+        run_id=run_id, tenant_id=settings.tenant, agent="calculator", task="t", model=None, budget=Budget()
     )
     plan = await env.run(acts.start_run, start)
     assert await env.run(acts.start_run, start) == plan  # a retried start creates nothing new

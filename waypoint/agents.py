@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from waypoint.errors import ConfigError, UnknownAgent, UnknownTool
 from waypoint.models import ScriptedModel
 from waypoint.tools import Tool
+from waypoint.types import RetrySpec, ToolSpec
 
 BUILTIN_AGENT_MODULES = ("waypoint.demo",)
 
@@ -30,6 +31,17 @@ class Agent:
     model: str | ScriptedModel = "openai:gpt-4o-mini"
     tools: Sequence[Tool] = field(default_factory=tuple)
     max_steps: int = 20
+    # Budgets: a run that reaches one ends with status `budget_exceeded`. None: no limit.
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    deadline_seconds: float | None = None
+    # Steps in a row with a bad tool call (unknown tool, invalid arguments) before the run fails.
+    max_repairs: int = 3
+    model_retry: RetrySpec = field(default_factory=RetrySpec)
+    # Working memory: the oldest turns leave the checkpoint once the messages pass this estimate.
+    context_tokens: int = 16_000
+    # The workflow continues as new after this many steps (or sooner, when Temporal suggests it).
+    continue_as_new_every: int = 500
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools]
@@ -37,6 +49,19 @@ class Agent:
             raise ConfigError(f"agent {self.name!r} has two tools with the same name: {names}")
         if self.max_steps < 1:
             raise ConfigError(f"agent {self.name!r}: max_steps must be at least 1")
+        if self.continue_as_new_every < 1:
+            raise ConfigError(f"agent {self.name!r}: continue_as_new_every must be at least 1")
+
+    def tool_specs(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(
+                name=t.name,
+                timeout_seconds=t.timeout,
+                requires_approval=t.requires_approval,
+                max_attempts=t.max_attempts,
+            )
+            for t in self.tools
+        ]
 
     @property
     def model_spec(self) -> str:

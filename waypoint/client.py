@@ -13,15 +13,15 @@ import uuid
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import Client, WorkflowFailureError
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from waypoint.config import Settings
 from waypoint.embedded import running_stack
-from waypoint.errors import ConfigError
+from waypoint.errors import ConfigError, NotFound, WaypointError
 from waypoint.store import reads
 from waypoint.store.db import create_engine
-from waypoint.types import RunInput, RunResult
+from waypoint.types import Budget, Decision, RunInput, RunProgress, RunResult
 from workflows.agent_run import AgentRunWorkflow
 
 
@@ -88,25 +88,78 @@ class Waypoint:
         tenant_id: str | None = None,
         model: str | None = None,
         max_steps: int | None = None,
+        budget: Budget | None = None,
     ) -> str:
         """Start a run and return its id (the Temporal workflow id)."""
         if not task.strip():
             raise ConfigError("the task is empty: say what the agent should do")
-        if max_steps is not None and max_steps < 1:
-            raise ConfigError("max steps must be at least 1")
+        budget = budget or Budget()
+        if max_steps is not None:
+            budget = Budget(**{**budget.__dict__, "max_steps": max_steps})
+        for name, value in budget.__dict__.items():
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name.replace('_', ' ')} must be positive, got {value}")
         run_id = f"run-{uuid.uuid4().hex[:12]}"
         inp = RunInput(
             agent=agent,
             task=task,
             tenant_id=tenant_id or self.settings.tenant,
             model=model or self.settings.model,
-            max_steps=max_steps,
+            budget=budget,
         )
         try:
             await self.client.start_workflow(AgentRunWorkflow.run, inp, id=run_id, task_queue=self.settings.task_queue)
         except RPCError as exc:
             raise ConfigError(f"Temporal refused the run: {exc}") from None
         return run_id
+
+    async def progress(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
+        """The live state of a running run: step, status, pending approvals."""
+        await self.run(run_id, tenant_id=tenant_id)  # tenant check
+        try:
+            return await self.client.get_workflow_handle(run_id).query(AgentRunWorkflow.progress)
+        except RPCError as exc:
+            raise NotFound(f"run {run_id} is not reachable in Temporal: {exc.message}") from None
+
+    async def _update(self, run_id: str, name: str, arg: object, tenant_id: str | None) -> RunProgress:
+        await self.run(run_id, tenant_id=tenant_id)  # tenant check: another tenant's run is "not found"
+        handle = self.client.get_workflow_handle(run_id)
+        try:
+            return await handle.execute_update(name, arg, result_type=RunProgress)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            raise WaypointError(getattr(cause, "message", None) or str(cause)) from None
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise WaypointError(f"run {run_id} has ended: it takes no more messages") from None
+            raise WaypointError(f"Temporal refused the message: {exc.message}") from None
+
+    async def pause(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
+        """Pause before the next step (the current one finishes)."""
+        return await self._update(run_id, "pause", None, tenant_id)
+
+    async def resume(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
+        return await self._update(run_id, "resume", None, tenant_id)
+
+    async def cancel(self, run_id: str, reason: str | None = None, *, tenant_id: str | None = None) -> RunProgress:
+        """End the run after its current step, with status `cancelled` and a final checkpoint."""
+        return await self._update(run_id, "cancel", reason, tenant_id)
+
+    async def send(self, run_id: str, text: str, *, tenant_id: str | None = None) -> RunProgress:
+        """Add a user message, read by the run's next model call."""
+        return await self._update(run_id, "send", text, tenant_id)
+
+    async def approve(
+        self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None
+    ) -> RunProgress:
+        """Let a tool call that waits for approval run."""
+        return await self._update(run_id, "approve", Decision(call_id=call_id, reason=reason), tenant_id)
+
+    async def deny(
+        self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None
+    ) -> RunProgress:
+        """Refuse a waiting tool call; the model is told, with the reason."""
+        return await self._update(run_id, "deny", Decision(call_id=call_id, reason=reason), tenant_id)
 
     async def result(self, run_id: str, *, tenant_id: str | None = None) -> RunResult:
         """Wait for a run to end. A failed run returns its result with status `failed` and the error."""
@@ -123,6 +176,7 @@ class Waypoint:
                 error=row["error"],
                 input_tokens=row["input_tokens"],
                 output_tokens=row["output_tokens"],
+                cost_usd=row["cost_usd"],
             )
 
     async def runs(self, *, tenant_id: str | None = None, limit: int = 20, status: str | None = None) -> list[dict]:

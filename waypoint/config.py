@@ -51,6 +51,10 @@ class Settings(BaseSettings):
         None, description="Model spec overriding every agent's own, e.g. `openai:gpt-4o-mini` or `scripted`."
     )
     model_timeout_seconds: float = Field(120.0, description="Timeout of one model call.")
+    prices: dict[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description='Model prices in USD per million input/output tokens, JSON: {"my-model": [0.5, 1.5]}.',
+    )
     openai_api_key: SecretStr | None = Field(
         None,
         validation_alias=AliasChoices("WAYPOINT_OPENAI_API_KEY", "OPENAI_API_KEY"),

@@ -1,7 +1,14 @@
-"""Retry rules of every activity, in one place.
+"""Retry and timeout rules of every activity, in one place.
 
 Imported by workflow code, so it may use only temporalio and the stdlib.
-Non-retryable error types are ApplicationError `type`s raised by activities.
+
+- Model calls: HTTP 408/409/429/5xx, timeouts and connection errors retry. The
+  activity computes the delay itself (exponential backoff with jitter, or the
+  provider's Retry-After) and hands it over as `next_retry_delay`, so the
+  policy's own interval only paces retries after a lost worker.
+- Tools: any exception but ToolError retries, up to the tool's `max_attempts`.
+- Postgres writes: retried until they succeed (they are idempotent).
+- Never retried: the error types in NON_RETRYABLE, whatever the activity.
 """
 
 from __future__ import annotations
@@ -10,26 +17,27 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-# Errors a retry cannot heal: a wrong setting, an unknown name, a request the provider refused.
-NON_RETRYABLE = ["ConfigError", "UnknownAgent", "UnknownTool", "NotFound"]
+from waypoint.types import RetrySpec, ToolSpec
 
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=10,
-    non_retryable_error_types=NON_RETRYABLE,
-)
+# Errors a retry cannot heal: a wrong setting, an unknown name, a request the provider refused,
+# a payload too large for Temporal, a bug in a scripted model.
+NON_RETRYABLE = [
+    "ConfigError",
+    "UnknownAgent",
+    "UnknownTool",
+    "NotFound",
+    "PayloadTooLarge",
+    "ModelRequestRejected",
+    "ScriptError",
+]
 
-TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=3,
-    non_retryable_error_types=NON_RETRYABLE,
-)
+# A worker killed mid-activity stops heartbeating; Temporal retries the attempt elsewhere after this.
+HEARTBEAT_TIMEOUT = timedelta(seconds=2)
+HEARTBEAT_EVERY = 0.5  # seconds between heartbeats of a running activity
+# Delay before re-running an attempt whose worker vanished (HTTP errors bring their own delay).
+RECOVERY_INTERVAL = timedelta(milliseconds=200)
 
-# Postgres writes: an outage heals, so keep trying (idempotent writes make this safe).
+STORE_TIMEOUT = timedelta(seconds=30)
 STORE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
@@ -38,6 +46,28 @@ STORE_RETRY = RetryPolicy(
     non_retryable_error_types=NON_RETRYABLE,
 )
 
-MODEL_TIMEOUT = timedelta(minutes=5)
-TOOL_TIMEOUT = timedelta(minutes=5)
-STORE_TIMEOUT = timedelta(seconds=30)
+
+def model_retry(spec: RetrySpec) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=RECOVERY_INTERVAL,
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=spec.max_interval_seconds),
+        maximum_attempts=spec.max_attempts,
+        non_retryable_error_types=NON_RETRYABLE,
+    )
+
+
+def tool_retry(spec: ToolSpec) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=RECOVERY_INTERVAL,
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=spec.max_attempts,
+        non_retryable_error_types=NON_RETRYABLE,
+    )
+
+
+def backoff_seconds(spec: RetrySpec, attempt: int, jitter: float) -> float:
+    """Exponential backoff for attempt `attempt` (1-based), scaled by `jitter` in [0.5, 1]."""
+    base = spec.initial_interval_seconds * 2 ** (attempt - 1)
+    return min(spec.max_interval_seconds, base) * jitter

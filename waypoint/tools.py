@@ -35,6 +35,7 @@ class ToolContext:
     step: int
     call_index: int
     workspace: Path
+    attempt: int = 1  # Temporal's attempt number of this call: above 1 after a retry
 
     @property
     def idempotency_key(self) -> str:
@@ -45,9 +46,21 @@ class ToolContext:
 class Tool:
     """A registered tool. Build one with the `@tool` decorator."""
 
-    def __init__(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None):
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float = 300.0,
+        requires_approval: bool = False,
+        max_attempts: int = 3,
+    ):
         self.fn = fn
         self.name = name or fn.__name__
+        self.timeout = timeout
+        self.requires_approval = requires_approval
+        self.max_attempts = max_attempts
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
         hints = get_type_hints(fn)
         fields: dict[str, Any] = {}
@@ -100,8 +113,12 @@ class Tool:
         return {name: getattr(parsed, name) for name in parsed.__class__.model_fields}
 
     async def invoke(self, raw_arguments: str, ctx: ToolContext) -> str:
-        """Run the tool; its result is returned as text (JSON for anything but a string)."""
-        kwargs = self.parse_arguments(raw_arguments)
+        """Validate the arguments and run the tool; its result is text (JSON for anything but a string)."""
+        return await self.call(self.parse_arguments(raw_arguments), ctx)
+
+    async def call(self, kwargs: dict[str, Any], ctx: ToolContext) -> str:
+        """Run the tool on arguments already validated by `parse_arguments`."""
+        kwargs = dict(kwargs)
         if self._context_param:
             kwargs[self._context_param] = ctx
         if inspect.iscoroutinefunction(self.fn):
@@ -114,10 +131,30 @@ class Tool:
         return json.dumps(result, ensure_ascii=False, default=str)
 
 
-def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None) -> Any:
-    """Register a function as a tool: `@tool` or `@tool(name="...", description="...")`."""
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = 300.0,
+    requires_approval: bool = False,
+    max_attempts: int = 3,
+) -> Any:
+    """Register a function as a tool: `@tool`, or `@tool(timeout=30, requires_approval=True, ...)`.
+
+    `timeout` bounds one attempt in seconds; a tool that fails (any exception but
+    ToolError) or times out is retried up to `max_attempts` times. A tool with
+    `requires_approval` waits, durably, for `waypoint approve` or `deny` before it runs.
+    """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description)
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            timeout=timeout,
+            requires_approval=requires_approval,
+            max_attempts=max_attempts,
+        )
 
     return wrap(fn) if fn is not None else wrap

@@ -1,11 +1,11 @@
-"""Messages exchanged between the workflow and its activities.
+"""Messages exchanged between the workflow, its activities and its clients.
 
 Everything here is a plain dataclass made of JSON-friendly fields, because it
 travels through Temporal history and must be importable inside the workflow
 sandbox: no IO, no third-party imports.
 
-Activity names are part of the contract too: a name is frozen once released,
-since renaming one breaks runs that are already in flight.
+Activity, update and query names are part of the contract too: a name is
+frozen once released, since renaming one breaks runs that are already in flight.
 """
 
 from __future__ import annotations
@@ -17,17 +17,22 @@ CALL_MODEL = "call_model"
 RUN_TOOL = "run_tool"
 RECORD_STEP = "record_step"
 FINISH_RUN = "finish_run"
+SET_STATUS = "set_run_status"
 
 
 class RunStatus:
     """Values of `runs.status`."""
 
     RUNNING = "running"
+    PAUSED = "paused"
+    WAITING_APPROVAL = "waiting_approval"
     COMPLETED = "completed"
     MAX_STEPS = "max_steps"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    CANCELLED = "cancelled"
     FAILED = "failed"
 
-    FINISHED = (COMPLETED, MAX_STEPS, FAILED)
+    FINISHED = (COMPLETED, MAX_STEPS, BUDGET_EXCEEDED, CANCELLED, FAILED)
 
 
 @dataclass(frozen=True)
@@ -55,15 +60,90 @@ class ModelTurn:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None
     latency_ms: int = 0
+    cost_usd: float = 0.0
+    attempt: int = 1
 
 
 @dataclass(frozen=True)
 class ToolResult:
+    """A tool call's outcome. Long outputs stay in the `tool_effects` ledger: `output` is then
+    a preview and `stored` is true (claim check), so history stays small."""
+
     call_id: str
     name: str
     output: str
     is_error: bool = False
     duration_ms: int = 0
+    stored: bool = False
+    # "ok", "bad_call" (unknown tool, invalid arguments: the model should repair it),
+    # "tool_error" (the tool raised ToolError), "denied" (by a human), "cancelled",
+    # "failed" (its attempts ran out).
+    outcome: str = "ok"
+    # True when a retried attempt found the call in the ledger and did not run the tool again.
+    from_ledger: bool = False
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the workflow needs to know about a tool to schedule it."""
+
+    name: str
+    timeout_seconds: float
+    requires_approval: bool = False
+    max_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class RetrySpec:
+    """Retry settings of model calls, per agent."""
+
+    max_attempts: int = 10
+    initial_interval_seconds: float = 1.0
+    max_interval_seconds: float = 60.0
+    timeout_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one run; None means no limit. Overrides the agent's own where set."""
+
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    deadline_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What `start_run` resolved from the agent definition; fixed for the run's life."""
+
+    model: str
+    max_steps: int
+    tools: list[ToolSpec] = field(default_factory=list)
+    retry: RetrySpec = field(default_factory=RetrySpec)
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    deadline_seconds: float | None = None
+    max_repairs: int = 3
+    continue_as_new_every: int = 500
+    context_tokens: int = 16_000
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Everything a continued-as-new execution carries over: counters and a checkpoint
+    reference (the last recorded step), never the transcript."""
+
+    plan: RunPlan
+    step: int
+    started_at: float  # epoch seconds, for the wall-clock deadline
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    repairs: int = 0
+    paused: bool = False
+    pending_messages: list[str] = field(default_factory=list)
+    executions: int = 1
 
 
 @dataclass(frozen=True)
@@ -76,6 +156,9 @@ class RunInput:
     # Model spec overriding the agent's own, e.g. "openai:gpt-4o-mini".
     model: str | None = None
     max_steps: int | None = None
+    budget: Budget | None = None
+    # Set when the run continues as new: where it was.
+    resume: RunState | None = None
 
 
 @dataclass(frozen=True)
@@ -85,27 +168,21 @@ class StartRunInput:
     agent: str
     task: str
     model: str | None
-    max_steps: int | None
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """What `start_run` resolved from the agent definition; fixed for the run's life."""
-
-    model: str
-    max_steps: int
-    tool_names: list[str] = field(default_factory=list)
+    budget: Budget
 
 
 @dataclass(frozen=True)
 class CallModelInput:
-    """The context is not carried here: the activity loads it from the checkpoint of `step - 1`."""
+    """The context is not carried here: the activity loads it from the checkpoint of `step - 1`,
+    plus the user messages injected since then."""
 
     run_id: str
     tenant_id: str
     agent: str
     step: int
     model: str
+    user_messages: list[str] = field(default_factory=list)
+    retry: RetrySpec = field(default_factory=RetrySpec)
 
 
 @dataclass(frozen=True)
@@ -129,6 +206,17 @@ class StepRecord:
     step: int
     turn: ModelTurn
     tool_results: list[ToolResult] = field(default_factory=list)
+    user_messages: list[str] = field(default_factory=list)
+    # Human decisions taken in this step (approvals, denials), recorded as events.
+    decisions: list[dict[str, str]] = field(default_factory=list)
+    context_tokens: int = 16_000
+
+
+@dataclass(frozen=True)
+class SetStatusInput:
+    run_id: str
+    status: str
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +227,7 @@ class FinishRunInput:
     steps: int
     output: str | None = None
     error: str | None = None
+    cost_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +239,23 @@ class RunResult:
     error: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    call_id: str
+    tool: str
+    arguments: str
+    step: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Input of the `approve` and `deny` updates; `call_id` may be omitted when one call waits."""
+
+    call_id: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,3 +267,7 @@ class RunProgress:
     last_action: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float = 0.0
+    pending_approvals: list[PendingApproval] = field(default_factory=list)
+    queued_messages: int = 0
+    execution: int = 1

@@ -30,7 +30,7 @@ def build_worker(
 ) -> Worker:
     checkpoints = CheckpointActivities(engine, agents)
     models = ModelActivities(engine, agents, settings)
-    tools = ToolActivities(agents, settings)
+    tools = ToolActivities(engine, agents, settings)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
@@ -38,12 +38,13 @@ def build_worker(
         activities=[
             checkpoints.start_run,
             checkpoints.record_step,
+            checkpoints.set_run_status,
             checkpoints.finish_run,
             models.call_model,
             tools.run_tool,
         ],
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
 

@@ -2,13 +2,21 @@
 
 Each step is `call_model`, one `run_tool` per tool call, then `record_step`,
 which mirrors the step into Postgres. The workflow carries only small values
-(step number, the model's answer); contexts are loaded from checkpoints by the
-activities, so history stays small however long the context grows.
+(counters, the model's answer, tool previews); contexts are loaded from
+checkpoints by the activities and long tool outputs stay in the ledger, so
+history stays small however long the context grows.
+
+Between steps the workflow checks, in this order: cancel, budgets (steps,
+tokens, cost, wall clock), pause, and whether to continue as new. Updates
+(pause, resume, cancel, send, approve, deny) are validated first, so a
+refused one answers the caller with the reason and changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -20,21 +28,30 @@ with workflow.unsafe.imports_passed_through():
         FINISH_RUN,
         RECORD_STEP,
         RUN_TOOL,
+        SET_STATUS,
         START_RUN,
+        Budget,
         CallModelInput,
+        Decision,
         FinishRunInput,
         ModelTurn,
+        PendingApproval,
         RunInput,
         RunPlan,
         RunProgress,
         RunResult,
+        RunState,
         RunStatus,
         RunToolInput,
+        SetStatusInput,
         StartRunInput,
         StepRecord,
         ToolCall,
         ToolResult,
+        ToolSpec,
     )
+
+DEFAULT_TOOL = ToolSpec(name="", timeout_seconds=60.0)
 
 
 def _failure_message(exc: BaseException) -> str:
@@ -46,25 +63,191 @@ def _failure_message(exc: BaseException) -> str:
 @workflow.defn(name="AgentRunWorkflow")
 class AgentRunWorkflow:
     def __init__(self) -> None:
-        self._progress = RunProgress(step=0, status="starting")
+        self._run_id = ""
+        self._state: RunState | None = None
+        self._status = "starting"
+        self._last_action: str | None = None
+        self._paused = False
+        self._cancel_reason: str | None = None
+        self._messages: list[str] = []
+        self._pending: dict[str, PendingApproval] = {}
+        self._decisions: dict[str, tuple[bool, str | None]] = {}
+
+    # --- queries and updates ---------------------------------------------------------------------
 
     @workflow.query(name="progress")
     def progress(self) -> RunProgress:
-        return self._progress
+        state = self._state
+        return RunProgress(
+            step=state.step if state else 0,
+            status=self._status,
+            last_action=self._last_action,
+            input_tokens=state.input_tokens if state else 0,
+            output_tokens=state.output_tokens if state else 0,
+            cost_usd=state.cost_usd if state else 0.0,
+            pending_approvals=list(self._pending.values()),
+            queued_messages=len(self._messages),
+            execution=state.executions if state else 1,
+        )
+
+    def _refuse_if_ending(self) -> None:
+        if self._status in RunStatus.FINISHED or self._cancel_reason is not None:
+            raise ApplicationError(f"run {self._run_id} is {self._status}: it takes no more messages")
+
+    @workflow.update(name="pause")
+    def pause(self) -> RunProgress:
+        self._paused = True
+        return self.progress()
+
+    @pause.validator
+    def _validate_pause(self) -> None:
+        self._refuse_if_ending()
+        if self._paused:
+            raise ApplicationError(f"run {self._run_id} is already paused")
+
+    @workflow.update(name="resume")
+    def resume(self) -> RunProgress:
+        self._paused = False
+        return self.progress()
+
+    @resume.validator
+    def _validate_resume(self) -> None:
+        self._refuse_if_ending()
+        if not self._paused:
+            raise ApplicationError(f"run {self._run_id} is not paused")
+
+    @workflow.update(name="cancel")
+    def cancel(self, reason: str | None) -> RunProgress:
+        self._cancel_reason = reason or "cancelled by a user"
+        return self.progress()
+
+    @cancel.validator
+    def _validate_cancel(self, reason: str | None) -> None:
+        self._refuse_if_ending()
+
+    @workflow.update(name="send")
+    def send(self, text: str) -> RunProgress:
+        self._messages.append(text)
+        return self.progress()
+
+    @send.validator
+    def _validate_send(self, text: str) -> None:
+        self._refuse_if_ending()
+        if not text.strip():
+            raise ApplicationError("the message is empty")
+
+    @workflow.update(name="approve")
+    def approve(self, decision: Decision) -> RunProgress:
+        self._decide(decision, approved=True)
+        return self.progress()
+
+    @approve.validator
+    def _validate_approve(self, decision: Decision) -> None:
+        self._pending_call(decision)
+
+    @workflow.update(name="deny")
+    def deny(self, decision: Decision) -> RunProgress:
+        self._decide(decision, approved=False)
+        return self.progress()
+
+    @deny.validator
+    def _validate_deny(self, decision: Decision) -> None:
+        self._pending_call(decision)
+
+    def _pending_call(self, decision: Decision) -> str:
+        if not self._pending:
+            raise ApplicationError(f"run {self._run_id} has no tool call waiting for approval")
+        if decision.call_id is None:
+            if len(self._pending) > 1:
+                waiting = ", ".join(f"{p.call_id} ({p.tool})" for p in self._pending.values())
+                raise ApplicationError(f"{len(self._pending)} tool calls wait: name one of {waiting}")
+            return next(iter(self._pending))
+        if decision.call_id not in self._pending:
+            raise ApplicationError(f"no tool call {decision.call_id!r} waits for approval in run {self._run_id}")
+        return decision.call_id
+
+    def _decide(self, decision: Decision, *, approved: bool) -> None:
+        call_id = self._pending_call(decision)
+        self._decisions[call_id] = (approved, decision.reason)
+        del self._pending[call_id]
+
+    # --- the run ---------------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, inp: RunInput) -> RunResult:
-        run_id = workflow.info().workflow_id
+        self._run_id = workflow.info().workflow_id
+        if inp.resume is not None:
+            state = replace(inp.resume, executions=inp.resume.executions + 1)
+            self._paused = state.paused
+            self._messages = list(state.pending_messages)
+        else:
+            state = RunState(plan=await self._start(inp), step=0, started_at=workflow.now().timestamp())
+        self._state = state
+        self._status = RunStatus.RUNNING
+        first_step = state.step
+
+        status, output, reason = RunStatus.MAX_STEPS, None, None
         try:
-            plan: RunPlan = await workflow.execute_activity(
+            while True:
+                reason = self._stop_reason()
+                if reason is None and self._paused:
+                    await self._wait_while_paused()
+                    continue  # look at cancel and budgets again
+                if reason is not None:
+                    status = RunStatus.CANCELLED if self._cancel_reason else RunStatus.BUDGET_EXCEEDED
+                    if reason.startswith("max_steps"):
+                        status = RunStatus.MAX_STEPS
+                    break
+                if self._should_continue_as_new(first_step):
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    self._continue_as_new(inp)
+                turn, results = await self._step(inp)
+                if not turn.tool_calls:
+                    status, output, reason = RunStatus.COMPLETED, turn.content, None
+                    break
+                if self._state.repairs > self._state.plan.max_repairs:
+                    bad = next(r.output for r in results if r.outcome == "bad_call")
+                    status = RunStatus.FAILED
+                    reason = f"the model made invalid tool calls {self._state.repairs} steps in a row; last: {bad}"
+                    break
+        except ActivityError as exc:
+            status, reason = RunStatus.FAILED, _failure_message(exc)
+
+        state = self._state
+        self._status = status
+        result: RunResult = await workflow.execute_activity(
+            FINISH_RUN,
+            FinishRunInput(
+                run_id=self._run_id,
+                tenant_id=inp.tenant_id,
+                status=status,
+                steps=state.step,
+                output=output,
+                error=reason,
+                cost_usd=state.cost_usd,
+            ),
+            result_type=RunResult,
+            start_to_close_timeout=retry.STORE_TIMEOUT,
+            retry_policy=retry.STORE_RETRY,
+        )
+        if status == RunStatus.FAILED:
+            raise ApplicationError(f"run {self._run_id} failed at step {state.step + 1}: {reason}", non_retryable=True)
+        return result
+
+    async def _start(self, inp: RunInput) -> RunPlan:
+        budget = inp.budget or Budget()
+        if inp.max_steps is not None:
+            budget = replace(budget, max_steps=inp.max_steps)
+        try:
+            return await workflow.execute_activity(
                 START_RUN,
                 StartRunInput(
-                    run_id=run_id,
+                    run_id=self._run_id,
                     tenant_id=inp.tenant_id,
                     agent=inp.agent,
                     task=inp.task,
                     model=inp.model,
-                    max_steps=inp.max_steps,
+                    budget=budget,
                 ),
                 result_type=RunPlan,
                 start_to_close_timeout=retry.STORE_TIMEOUT,
@@ -72,77 +255,189 @@ class AgentRunWorkflow:
             )
         except ActivityError as exc:
             raise ApplicationError(
-                f"run {run_id} could not start: {_failure_message(exc)}", non_retryable=True
+                f"run {self._run_id} could not start: {_failure_message(exc)}", non_retryable=True
             ) from None
-        self._progress = RunProgress(step=0, status=RunStatus.RUNNING)
-        status, output, error, recorded = RunStatus.MAX_STEPS, None, None, 0
-        try:
-            for step in range(1, plan.max_steps + 1):
-                turn = await self._call_model(run_id, inp, plan, step)
-                results = await asyncio.gather(
-                    *(self._run_tool(run_id, inp, step, i, call) for i, call in enumerate(turn.tool_calls))
-                )
-                await workflow.execute_activity(
-                    RECORD_STEP,
-                    StepRecord(
-                        run_id=run_id, tenant_id=inp.tenant_id, step=step, turn=turn, tool_results=list(results)
-                    ),
-                    start_to_close_timeout=retry.STORE_TIMEOUT,
-                    retry_policy=retry.STORE_RETRY,
-                )
-                recorded = step
-                self._progress = RunProgress(
-                    step=step,
-                    status=RunStatus.RUNNING,
-                    last_action=", ".join(c.name for c in turn.tool_calls) or "answer",
-                    input_tokens=self._progress.input_tokens + turn.usage.input_tokens,
-                    output_tokens=self._progress.output_tokens + turn.usage.output_tokens,
-                )
-                if not turn.tool_calls:
-                    status, output = RunStatus.COMPLETED, turn.content
-                    break
-        except ActivityError as exc:
-            status, error = RunStatus.FAILED, _failure_message(exc)
 
-        result: RunResult = await workflow.execute_activity(
-            FINISH_RUN,
-            FinishRunInput(
-                run_id=run_id, tenant_id=inp.tenant_id, status=status, steps=recorded, output=output, error=error
-            ),
-            result_type=RunResult,
+    def _stop_reason(self) -> str | None:
+        """Why the run must stop before its next step, or None."""
+        state = self._state
+        assert state is not None
+        plan = state.plan
+        if self._cancel_reason is not None:
+            return self._cancel_reason
+        if state.step >= plan.max_steps:
+            return f"max_steps: {plan.max_steps} steps done"
+        if plan.max_tokens is not None and state.input_tokens + state.output_tokens >= plan.max_tokens:
+            used = state.input_tokens + state.output_tokens
+            return f"token budget reached: {used} of {plan.max_tokens} tokens used"
+        if plan.max_cost_usd is not None and state.cost_usd >= plan.max_cost_usd:
+            return f"cost budget reached: ${state.cost_usd:.4f} of ${plan.max_cost_usd:.4f} spent"
+        remaining = self._deadline_remaining()
+        if remaining is not None and remaining <= 0:
+            return f"deadline reached: {plan.deadline_seconds:g} s of wall-clock time passed"
+        return None
+
+    def _deadline_remaining(self) -> float | None:
+        state = self._state
+        assert state is not None
+        if state.plan.deadline_seconds is None:
+            return None
+        return state.started_at + state.plan.deadline_seconds - workflow.now().timestamp()
+
+    async def _wait(self, condition: object) -> None:
+        """Wait for `condition`, or cancel, or the deadline (whichever comes first)."""
+        remaining = self._deadline_remaining()
+        try:
+            await workflow.wait_condition(
+                lambda: condition() or self._cancel_reason is not None,  # type: ignore[operator]
+                timeout=timedelta(seconds=max(remaining, 0.001)) if remaining is not None else None,
+            )
+        except TimeoutError:
+            pass  # the deadline check that follows ends the run
+
+    async def _set_status(self, status: str, detail: str | None = None) -> None:
+        self._status = status
+        await workflow.execute_activity(
+            SET_STATUS,
+            SetStatusInput(run_id=self._run_id, status=status, detail=detail),
             start_to_close_timeout=retry.STORE_TIMEOUT,
             retry_policy=retry.STORE_RETRY,
         )
-        self._progress = RunProgress(
-            step=recorded,
-            status=status,
-            last_action=self._progress.last_action,
-            input_tokens=result.input_tokens,
-            output_tokens=result.output_tokens,
-        )
-        if status == RunStatus.FAILED:
-            raise ApplicationError(f"run {run_id} failed at step {recorded + 1}: {error}", non_retryable=True)
-        return result
 
-    async def _call_model(self, run_id: str, inp: RunInput, plan: RunPlan, step: int) -> ModelTurn:
-        return await workflow.execute_activity(
+    async def _wait_while_paused(self) -> None:
+        await self._set_status(RunStatus.PAUSED)
+        await self._wait(lambda: not self._paused)
+        if not self._paused:
+            await self._set_status(RunStatus.RUNNING)
+
+    def _should_continue_as_new(self, first_step: int) -> bool:
+        state = self._state
+        assert state is not None
+        if state.step == first_step:
+            return False  # at least one step per execution
+        return (
+            workflow.info().is_continue_as_new_suggested()
+            or state.step - first_step >= state.plan.continue_as_new_every
+        )
+
+    def _continue_as_new(self, inp: RunInput) -> None:
+        state = self._state
+        assert state is not None
+        carried = replace(state, paused=self._paused, pending_messages=list(self._messages))
+        workflow.continue_as_new(replace(inp, resume=carried))
+
+    async def _step(self, inp: RunInput) -> tuple[ModelTurn, list[ToolResult]]:
+        state = self._state
+        assert state is not None
+        step = state.step + 1
+        user_messages, self._messages = self._messages, []
+        turn: ModelTurn = await workflow.execute_activity(
             CALL_MODEL,
-            CallModelInput(run_id=run_id, tenant_id=inp.tenant_id, agent=inp.agent, step=step, model=plan.model),
+            CallModelInput(
+                run_id=self._run_id,
+                tenant_id=inp.tenant_id,
+                agent=inp.agent,
+                step=step,
+                model=state.plan.model,
+                user_messages=user_messages,
+                retry=state.plan.retry,
+            ),
             result_type=ModelTurn,
-            start_to_close_timeout=retry.MODEL_TIMEOUT,
-            retry_policy=retry.MODEL_RETRY,
+            start_to_close_timeout=timedelta(seconds=state.plan.retry.timeout_seconds),
+            heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
+            retry_policy=retry.model_retry(state.plan.retry),
         )
+        decisions = await self._approvals(step, turn.tool_calls)
+        results = list(
+            await asyncio.gather(
+                *(self._run_tool(inp, step, i, call, decisions.get(call.id)) for i, call in enumerate(turn.tool_calls))
+            )
+        )
+        await workflow.execute_activity(
+            RECORD_STEP,
+            StepRecord(
+                run_id=self._run_id,
+                tenant_id=inp.tenant_id,
+                step=step,
+                turn=turn,
+                tool_results=results,
+                user_messages=user_messages,
+                decisions=[
+                    {"call_id": cid, "decision": "approved" if ok else "denied", "reason": why or ""}
+                    for cid, (ok, why) in decisions.items()
+                ],
+                context_tokens=state.plan.context_tokens,
+            ),
+            start_to_close_timeout=retry.STORE_TIMEOUT,
+            retry_policy=retry.STORE_RETRY,
+        )
+        bad_call = any(r.outcome == "bad_call" for r in results)
+        self._state = replace(
+            state,
+            step=step,
+            input_tokens=state.input_tokens + turn.usage.input_tokens,
+            output_tokens=state.output_tokens + turn.usage.output_tokens,
+            cost_usd=state.cost_usd + turn.cost_usd,
+            repairs=state.repairs + 1 if bad_call else 0,
+        )
+        self._last_action = ", ".join(c.name for c in turn.tool_calls) or "answer"
+        return turn, results
 
-    async def _run_tool(self, run_id: str, inp: RunInput, step: int, index: int, call: ToolCall) -> ToolResult:
+    async def _approvals(self, step: int, calls: list[ToolCall]) -> dict[str, tuple[bool, str | None]]:
+        """Wait, durably, for a human decision on every call whose tool requires approval."""
+        state = self._state
+        assert state is not None
+        needs = {s.name for s in state.plan.tools if s.requires_approval}
+        waiting = [c for c in calls if c.name in needs]
+        if not waiting:
+            return {}
+        self._decisions = {}
+        self._pending = {
+            c.id: PendingApproval(call_id=c.id, tool=c.name, arguments=c.arguments, step=step) for c in waiting
+        }
+        await self._set_status(RunStatus.WAITING_APPROVAL, ", ".join(f"{c.name} ({c.id})" for c in waiting))
+        await self._wait(lambda: not self._pending)
+        self._pending = {}
+        decisions, self._decisions = self._decisions, {}
+        if self._cancel_reason is None:
+            await self._set_status(RunStatus.PAUSED if self._paused else RunStatus.RUNNING)
+        return decisions
+
+    async def _run_tool(
+        self, inp: RunInput, step: int, index: int, call: ToolCall, decision: tuple[bool, str | None] | None
+    ) -> ToolResult:
+        state = self._state
+        assert state is not None
+        spec = next((s for s in state.plan.tools if s.name == call.name), DEFAULT_TOOL)
+        if spec.requires_approval and decision is None:
+            why = self._cancel_reason or "the deadline passed"
+            return ToolResult(
+                call_id=call.id, name=call.name, is_error=True, outcome="cancelled", output=f"error: not run: {why}"
+            )
+        if decision is not None and not decision[0]:
+            why = f": {decision[1]}" if decision[1] else ""
+            return ToolResult(
+                call_id=call.id,
+                name=call.name,
+                is_error=True,
+                outcome="denied",
+                output=f"error: a human denied this call{why}",
+            )
         try:
             return await workflow.execute_activity(
                 RUN_TOOL,
                 RunToolInput(
-                    run_id=run_id, tenant_id=inp.tenant_id, agent=inp.agent, step=step, call_index=index, call=call
+                    run_id=self._run_id,
+                    tenant_id=inp.tenant_id,
+                    agent=inp.agent,
+                    step=step,
+                    call_index=index,
+                    call=call,
                 ),
                 result_type=ToolResult,
-                start_to_close_timeout=retry.TOOL_TIMEOUT,
-                retry_policy=retry.TOOL_RETRY,
+                start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+                heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
+                retry_policy=retry.tool_retry(spec),
             )
         except ActivityError as exc:
             # A tool that keeps failing is reported to the model, which can work around it.
@@ -150,5 +445,6 @@ class AgentRunWorkflow:
                 call_id=call.id,
                 name=call.name,
                 is_error=True,
-                output=f"error: tool {call.name} failed: {_failure_message(exc)}",
+                outcome="failed",
+                output=f"error: tool {call.name} failed after {spec.max_attempts} attempt(s): {_failure_message(exc)}",
             )

@@ -80,3 +80,19 @@ checkpoints = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("run_id", "step", name="checkpoints_pkey"),
 )
+
+tool_effects = Table(
+    "tool_effects",
+    metadata,
+    Column("idempotency_key", Text, primary_key=True),
+    Column("run_id", Text, ForeignKey("runs.run_id"), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("call_index", Integer, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("arguments", Text, nullable=False),
+    Column("output", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("duration_ms", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)

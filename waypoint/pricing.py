@@ -1,0 +1,34 @@
+"""Model prices, for cost budgets: USD per million input and output tokens.
+
+The table is a default, not the truth: providers change prices. Override or
+extend it with WAYPOINT_PRICES, e.g. `{"my-model": [0.5, 1.5]}`.
+"""
+
+from __future__ import annotations
+
+from waypoint.types import Usage
+
+DEFAULT_PRICES: dict[str, tuple[float, float]] = {
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "o4-mini": (1.10, 4.40),
+    "scripted": (0.0, 0.0),
+}
+
+
+def model_name(spec_or_name: str) -> str:
+    """`openai:gpt-4o-mini` -> `gpt-4o-mini`."""
+    return spec_or_name.split(":", 1)[-1]
+
+
+def cost_usd(model: str, usage: Usage, overrides: dict[str, tuple[float, float]] | None = None) -> float:
+    """Cost of one call; an unknown model costs 0 (and a cost budget cannot see it)."""
+    prices = {**DEFAULT_PRICES, **(overrides or {})}
+    name = model_name(model)
+    # Providers answer with dated names (gpt-4o-mini-2024-07-18): the longest matching prefix wins.
+    matches = [key for key in prices if name == key or name.startswith(key + "-")]
+    per_input, per_output = prices[max(matches, key=len)] if matches else (0.0, 0.0)
+    return (usage.input_tokens * per_input + usage.output_tokens * per_output) / 1_000_000
