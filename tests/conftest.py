@@ -20,11 +20,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tests.agents import TEST_AGENTS
-from tests.fake_openai import FakeOpenAI
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
 from waypoint.embedded import EmbeddedStack, StackInfo, free_port
+from waypoint.fake_openai import FakeOpenAI
 from waypoint.store.db import async_url, create_engine, ensure_database, migrate, with_database
 from waypoint.worker import build_worker
 

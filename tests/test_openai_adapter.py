@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import select
 from temporalio.client import Client
 
-from tests.fake_openai import FakeOpenAI, Reply, Turn
 from waypoint.client import Waypoint
+from waypoint.fake_openai import FakeOpenAI, Reply, Turn
 from waypoint.store.schema import events
 
 pytestmark = pytest.mark.postgres

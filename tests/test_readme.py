@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from tests.fake_openai import FakeOpenAI, Turn
 from waypoint.agents import AgentRegistry
 from waypoint.cli import app
 from waypoint.client import Waypoint
 from waypoint.config import Settings
+from waypoint.fake_openai import FakeOpenAI, Turn
 from waypoint.worker import build_worker
 
 README = (Path(__file__).parent.parent / "README.md").read_text()

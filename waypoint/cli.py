@@ -152,15 +152,20 @@ async def run(
     agent: Annotated[str, typer.Option(help="Agent name.")] = "demo",
     model: Annotated[str | None, typer.Option(help="Model spec overriding the agent's.")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Step limit overriding the agent's.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Token budget (input + output).")] = None,
+    max_cost: Annotated[float | None, typer.Option(help="Cost budget in USD.")] = None,
+    deadline: Annotated[float | None, typer.Option(help="Wall-clock budget in seconds.")] = None,
     follow: Annotated[bool, typer.Option("--follow", help="Show steps as they land, until the run ends.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a run on the configured Temporal and print its id."""
     from waypoint.client import Waypoint
+    from waypoint.types import Budget
 
     cfg = settings()
     async with await Waypoint.connect(cfg) as wp:
-        run_id = await wp.start_run(task, agent=agent, model=model, max_steps=max_steps)
+        budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost, deadline_seconds=deadline)
+        run_id = await wp.start_run(task, agent=agent, model=model, budget=budget)
         if not follow:
             out.print_json({"run_id": run_id}) if as_json else print(run_id)
             return
@@ -171,7 +176,7 @@ async def run(
             out.print_json(row)
         else:
             out.console.print(out.run_table(row))
-        if row["status"] == "failed":
+        if row["status"] in ("failed", "cancelled", "budget_exceeded"):
             raise typer.Exit(1)
 
 
@@ -207,20 +212,99 @@ async def runs(
 @app.command()
 @command
 async def status(run_id: Annotated[str, typer.Argument(help="Run id.")], as_json: JsonOpt = False) -> None:
-    """Show one run and its step timeline."""
+    """Show one run, its step timeline and, while it runs, its live state (pending approvals)."""
     from dataclasses import asdict
 
     from waypoint.client import Waypoint
+    from waypoint.types import RunStatus
 
-    async with await Waypoint.connect(settings(), temporal=False) as wp:
+    cfg = settings()
+    async with await Waypoint.connect(cfg, temporal=False) as wp:
         row = await wp.run(run_id)
         lines = await wp.timeline(run_id)
+        live = None
+        if row["status"] not in RunStatus.FINISHED:
+            try:
+                await wp.connect_temporal()
+                live = asdict(await wp.progress(run_id))
+            except WaypointError:
+                live = None  # Temporal unreachable: Postgres still answers
     if as_json:
-        out.print_json({**row, "timeline": [asdict(line) for line in lines]})
+        out.print_json({**row, "timeline": [asdict(line) for line in lines], "live": live})
         return
     out.console.print(out.run_table(row))
     if lines:
         out.console.print(out.timeline_table(lines))
+    if live and live["pending_approvals"]:
+        for p in live["pending_approvals"]:
+            out.console.print(
+                f"[yellow]waiting for approval:[/yellow] {p['tool']}({p['arguments']}) call {p['call_id']}: "
+                f"`waypoint approve {run_id}` or `waypoint deny {run_id}`"
+            )
+
+
+# --- messages to a running run -------------------------------------------------------------------
+
+RunArg = Annotated[str, typer.Argument(help="Run id.")]
+CallOpt = Annotated[str | None, typer.Option("--call", help="Tool call id, when several wait.")]
+ReasonOpt = Annotated[str | None, typer.Option(help="Why; the model reads it.")]
+
+
+async def _message(run_id: str, verb: str, as_json: bool, *args: object) -> None:
+    from dataclasses import asdict
+
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings()) as wp:
+        progress = await getattr(wp, verb)(run_id, *args)
+    if as_json:
+        out.print_json(asdict(progress))
+    else:
+        out.console.print(f"{run_id}: {verb} accepted (step {progress.step}, {progress.status})")
+
+
+@app.command()
+@command
+async def pause(run_id: RunArg, as_json: JsonOpt = False) -> None:
+    """Pause a run before its next step."""
+    await _message(run_id, "pause", as_json)
+
+
+@app.command()
+@command
+async def resume(run_id: RunArg, as_json: JsonOpt = False) -> None:
+    """Resume a paused run."""
+    await _message(run_id, "resume", as_json)
+
+
+@app.command()
+@command
+async def cancel(run_id: RunArg, reason: ReasonOpt = None, as_json: JsonOpt = False) -> None:
+    """Cancel a run after its current step (status `cancelled`, final checkpoint kept)."""
+    await _message(run_id, "cancel", as_json, reason)
+
+
+@app.command()
+@command
+async def send(
+    run_id: RunArg, text: Annotated[str, typer.Argument(help="The message.")], as_json: JsonOpt = False
+) -> None:
+    """Send a user message to a run; its next model call reads it."""
+    await _message(run_id, "send", as_json, text)
+
+
+@app.command()
+@command
+async def approve(run_id: RunArg, call: CallOpt = None, reason: ReasonOpt = None, as_json: JsonOpt = False) -> None:
+    """Approve a tool call that waits for approval."""
+    await _message(run_id, "approve", as_json, call, reason)
+
+
+@app.command()
+@command
+async def deny(run_id: RunArg, call: CallOpt = None, reason: ReasonOpt = None, as_json: JsonOpt = False) -> None:
+    """Deny a tool call that waits for approval; the model is told why."""
+    await _message(run_id, "deny", as_json, call, reason)
 
 
 def main(argv: list[str] | None = None) -> None:

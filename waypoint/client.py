@@ -74,6 +74,12 @@ class Waypoint:
     async def close(self) -> None:
         await self.engine.dispose()
 
+    async def connect_temporal(self) -> Client:
+        """Connect to Temporal now if this Waypoint was opened read-only."""
+        if self._client is None:
+            self._client = await connect_temporal(self.settings)
+        return self._client
+
     @property
     def client(self) -> Client:
         if self._client is None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -103,8 +106,12 @@ async def worker_main(settings: Settings) -> None:
     engine = create_engine(database_url(settings))
     try:
         client = await connect_temporal(settings)
-        out.console.print(f"worker polling {settings.task_queue} on {settings.temporal_address}; Ctrl-C stops it")
-        await run_worker(client, engine, settings, stop_event())
+
+        def ready() -> None:
+            # spawn_worker() waits for this line.
+            print(f"{READY_LINE}: polling {settings.task_queue} on {settings.temporal_address}", flush=True)
+
+        await run_worker(client, engine, settings, stop_event(), ready)
     finally:
         await engine.dispose()
 
@@ -175,3 +182,31 @@ async def _follow_or_fail(wp: Waypoint, run_id: str, tenant: str, worker_task: a
         worker_task.result()
         raise WaypointError("the worker stopped before the run ended")
     return follow.result()
+
+
+READY_LINE = "worker ready"
+
+
+def spawn_worker(env: dict[str, str], *, timeout: float = 60.0) -> subprocess.Popen[str]:
+    """Start a worker process (`waypoint worker`) with `env`, and return once it polls."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "waypoint.cli", "worker"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    lines: list[str] = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:  # the process ended
+            break
+        lines.append(line)
+        if line.startswith(READY_LINE):
+            # Keep draining its output, so a chatty worker never blocks on a full pipe.
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            return proc
+    proc.kill()
+    raise WaypointError(f"the worker did not start: {''.join(lines[-5:]).strip() or 'no output'}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -70,12 +70,21 @@ async def open_memory(settings: Settings) -> AsyncIterator[EdgeMemory | None]:
         memory.close()
 
 
-async def run_worker(client: Client, engine: AsyncEngine, settings: Settings, stop: asyncio.Event) -> None:
-    """Run a worker until `stop` is set; in-flight activities get the graceful shutdown timeout."""
+async def run_worker(
+    client: Client,
+    engine: AsyncEngine,
+    settings: Settings,
+    stop: asyncio.Event,
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Run a worker until `stop` is set; in-flight activities get the graceful shutdown timeout.
+    `ready` is called once the worker polls."""
     await check_schema(engine)
     agents = AgentRegistry.from_modules(settings.agent_modules)
     async with open_memory(settings):
         async with build_worker(client, engine, settings, agents):
+            if ready is not None:
+                ready()
             await stop.wait()
 
 

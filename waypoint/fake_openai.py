@@ -1,8 +1,10 @@
-"""A real HTTP server that speaks the chat-completions API with scripted answers.
+"""A real local HTTP server that speaks the chat-completions API, for tests and the chaos demo.
 
-Each request takes the next scripted item: a `Turn` (a normal completion, with
-optional tool calls) or a `Reply` (any status, headers, raw body, delay), so
-503s, 429s, slow answers and broken JSON all go over a real socket.
+What it answers is up to a responder: by default, the next item queued with
+`answer()`: a `Turn` (a normal completion, with optional tool calls) or a
+`Reply` (any status, headers, raw body, delay). So 503s, 429s, slow answers and
+broken JSON all go over a real socket, and the `openai` SDK sees them as it
+would from a provider.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -60,18 +63,28 @@ def completion(turn: Turn, model: str, index: int) -> dict[str, Any]:
     }
 
 
+Responder = Callable[[dict[str, Any], int], "Turn | Reply | None"]
+
+
 class FakeOpenAI:
-    def __init__(self) -> None:
+    """`FakeOpenAI().start()`; point `OPENAI_BASE_URL` at `.base_url`; `.stop()` when done.
+
+    `responder(body, n)` chooses the answer to the n-th request (1-based); without
+    one, queued items are answered in order, and an empty queue answers HTTP 500.
+    """
+
+    def __init__(self, responder: Responder | None = None) -> None:
         self.script: list[Turn | Reply] = []
         self.seen: list[Seen] = []
+        self.responder = responder
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}/v1"
 
     def start(self) -> FakeOpenAI:
         self._thread.start()
@@ -88,13 +101,16 @@ class FakeOpenAI:
     def _next(self, body: dict[str, Any], path: str, headers: dict[str, str]) -> tuple[Turn | Reply | None, int]:
         with self._lock:
             self.seen.append(Seen(path=path, headers=headers, body=body))
-            return (self.script.pop(0) if self.script else None), len(self.seen)
+            index = len(self.seen)
+            if self.responder is None:
+                return (self.script.pop(0) if self.script else None), index
+        return self.responder(body, index), index
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # keep test output clean
+            def log_message(self, *args: Any) -> None:  # keep output clean
                 pass
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
