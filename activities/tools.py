@@ -30,7 +30,7 @@ from waypoint.tools import ToolContext
 from waypoint.types import RUN_TOOL, RunToolInput, ToolResult
 
 # Outputs longer than this stay in the ledger; history gets the first INLINE_OUTPUT_CHARS.
-INLINE_OUTPUT_CHARS = 4_000
+INLINE_OUTPUT_CHARS = 1_000
 
 
 def preview(output: str) -> tuple[str, bool]:

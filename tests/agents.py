@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+from pathlib import Path
+
 from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
 
 EFFECTS: list[str] = []  # every call of `note` appends here, to count real side effects
@@ -71,3 +75,145 @@ def _crash(messages: list) -> ScriptedTurn:
 broken = Agent(name="broken", instructions="Its script has a bug.", model=ScriptedModel([_crash]))
 
 TEST_AGENTS.append(broken)
+
+
+# --- durability -------------------------------------------------------------------------------------
+
+
+def _marker(ctx_workspace: Path, name: str) -> None:
+    ctx_workspace.mkdir(parents=True, exist_ok=True)
+    (ctx_workspace / name).touch()
+
+
+@tool(timeout=30)
+async def slow_effect(ctx: ToolContext, text: str) -> str:
+    """Append a line to effects.log, keyed by the call, then work for a while."""
+    log = ctx.workspace / "effects.log"
+    _marker(ctx.workspace, f"tool-started-{ctx.step}-attempt-{ctx.attempt}")
+    lines = log.read_text().splitlines() if log.exists() else []
+    if not any(line.startswith(ctx.idempotency_key + " ") for line in lines):  # the effect, once per call
+        with log.open("a") as fh:
+            fh.write(f"{ctx.idempotency_key} {text}\n")
+    await asyncio.sleep(3)
+    return f"appended {text!r}"
+
+
+def _slow_model_turn(step: int, turn: ScriptedTurn):
+    async def source(messages: list) -> ScriptedTurn:
+        workspace = Path(os.environ.get("WAYPOINT_WORKSPACE", "."))
+        _marker(workspace, f"model-started-{step}")
+        await asyncio.sleep(3)
+        return turn
+
+    return source
+
+
+crashy = Agent(
+    name="crashy",
+    instructions="Appends lines, slowly.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("slow_effect", {"text": "one"})]),
+            ScriptedTurn(tool_calls=[("add", {"a": 1, "b": 1}), ("slow_effect", {"text": "two"})]),
+            _slow_model_turn(3, ScriptedTurn(tool_calls=[("slow_effect", {"text": "three"})])),
+            ScriptedTurn(content="three lines appended"),
+        ]
+    ),
+    tools=(slow_effect, add),
+)
+
+
+@tool(timeout=1, max_attempts=2)
+async def hang(seconds: float) -> str:
+    """Wait for a long time."""
+    await asyncio.sleep(seconds)
+    return "woke up"
+
+
+hanger = Agent(
+    name="hanger",
+    instructions="Calls a tool that hangs.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("hang", {"seconds": 30})]),
+            lambda messages: ScriptedTurn(content=f"the tool said: {messages[-1]['content']}"),
+        ]
+    ),
+    tools=(hang,),
+)
+
+stubborn = Agent(
+    name="stubborn",
+    instructions="Keeps calling a tool that does not exist.",
+    model=ScriptedModel([ScriptedTurn(tool_calls=[("teleport", {})]) for _ in range(10)]),
+    tools=(add,),
+    max_repairs=2,
+)
+
+
+@tool(requires_approval=True)
+def delete_file(ctx: ToolContext, path: str) -> str:
+    """Delete a file of the workspace (a human must approve)."""
+    EFFECTS.append(f"deleted {path}")
+    return f"deleted {path}"
+
+
+careful = Agent(
+    name="careful",
+    instructions="Deletes files, with permission.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("delete_file", {"path": "a.txt"})]),
+            ScriptedTurn(tool_calls=[("delete_file", {"path": "b.txt"})]),
+            lambda messages: ScriptedTurn(content=f"last tool answer: {messages[-1]['content']}"),
+        ]
+    ),
+    tools=(delete_file,),
+)
+
+
+async def _wait_then_add(messages: list) -> ScriptedTurn:
+    await asyncio.sleep(0.3)
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if len(users) > 1 and users[-1] == "stop now":
+        return ScriptedTurn(content=f"heard: {users[-1]}")
+    return ScriptedTurn(tool_calls=[("add", {"a": 1, "b": 2})])
+
+
+listener = Agent(
+    name="listener",
+    instructions="Adds slowly until told to stop.",
+    model=ScriptedModel([_wait_then_add] * 200),
+    tools=(add,),
+    max_steps=200,
+)
+
+marathon = Agent(
+    name="marathon",
+    instructions="Runs for a very long time.",
+    model=ScriptedModel(
+        [*(ScriptedTurn(tool_calls=[("add", {"a": i, "b": 1})]) for i in range(1499)), ScriptedTurn(content="done")]
+    ),
+    tools=(add,),
+    max_steps=1500,
+    continue_as_new_every=300,
+    context_tokens=2_000,
+)
+
+
+@tool
+def big_output(size: int) -> str:
+    """Return `size` characters of text."""
+    return ("0123456789abcdef" * (size // 16 + 1))[:size]
+
+
+hoarder = Agent(
+    name="hoarder",
+    instructions="Reads huge outputs.",
+    model=ScriptedModel([ScriptedTurn(tool_calls=[("big_output", {"size": 100_000})]) for _ in range(10)]),
+    tools=(big_output,),
+    max_steps=10,
+    context_tokens=60_000,
+)
+
+TEST_AGENTS += [crashy, hanger, stubborn, careful, listener, marathon, hoarder]

@@ -39,6 +39,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
 
 
 def completion(turn: Turn, model: str, index: int) -> dict[str, Any]:

@@ -8,10 +8,11 @@ tool_call_id), which is also how checkpoints store them.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,7 +40,7 @@ class ScriptedTurn:
     tool_calls: Sequence[tuple[str, dict[str, Any]]] = field(default_factory=tuple)
 
 
-TurnSource = ScriptedTurn | Callable[[list[Message]], ScriptedTurn]
+TurnSource = ScriptedTurn | Callable[[list[Message]], ScriptedTurn | Awaitable[ScriptedTurn]]
 
 
 class ScriptedModel:
@@ -59,6 +60,8 @@ class ScriptedModel:
         if index < len(self.turns):
             source = self.turns[index]
             turn = source(messages) if callable(source) else source
+            if inspect.isawaitable(turn):  # an async source may wait, as a slow model would
+                turn = await turn
         else:
             turn = ScriptedTurn(content="The script has no more turns.")
         calls = [

@@ -52,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 DEFAULT_TOOL = ToolSpec(name="", timeout_seconds=60.0)
+# Outcomes that `run_tool` wrote to the tool_effects ledger (the others are decided by the workflow).
+LEDGER_OUTCOMES = ("ok", "bad_call", "tool_error")
 
 
 def _failure_message(exc: BaseException) -> str:
@@ -360,7 +362,10 @@ class AgentRunWorkflow:
                 tenant_id=inp.tenant_id,
                 step=step,
                 turn=turn,
-                tool_results=results,
+                # Outputs the ledger holds are read there: history gets no second copy.
+                tool_results=[
+                    replace(r, output="", stored=True) if r.outcome in LEDGER_OUTCOMES else r for r in results
+                ],
                 user_messages=user_messages,
                 decisions=[
                     {"call_id": cid, "decision": "approved" if ok else "denied", "reason": why or ""}
