@@ -114,21 +114,44 @@ class Waypoint:
             budget=budget,
         )
         try:
-            await self.client.start_workflow(AgentRunWorkflow.run, inp, id=run_id, task_queue=self.settings.task_queue)
+            await self.client.start_workflow(
+                AgentRunWorkflow.run,
+                inp,
+                id=run_id,
+                task_queue=self.settings.task_queue,
+                # Lets a message reach a run before its row exists, with the tenant still checked.
+                memo={"tenant_id": inp.tenant_id},
+            )
         except RPCError as exc:
             raise ConfigError(f"Temporal refused the run: {exc}") from None
         return run_id
 
+    async def _check_tenant(self, run_id: str, tenant_id: str | None) -> None:
+        """Another tenant's run is "not found". A run so new that its row is not written yet
+        is checked against the tenant Temporal holds for it."""
+        try:
+            await self.run(run_id, tenant_id=tenant_id)
+            return
+        except NotFound:
+            try:
+                memo_tenant = await (await self.client.get_workflow_handle(run_id).describe()).memo_value(
+                    "tenant_id", None
+                )
+            except RPCError:
+                memo_tenant = None
+            if memo_tenant is None or memo_tenant != (tenant_id or self.settings.tenant):
+                raise
+
     async def progress(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
         """The live state of a running run: step, status, pending approvals."""
-        await self.run(run_id, tenant_id=tenant_id)  # tenant check
+        await self._check_tenant(run_id, tenant_id)
         try:
             return await self.client.get_workflow_handle(run_id).query(AgentRunWorkflow.progress)
         except RPCError as exc:
             raise NotFound(f"run {run_id} is not reachable in Temporal: {exc.message}") from None
 
     async def _update(self, run_id: str, name: str, arg: object, tenant_id: str | None) -> RunProgress:
-        await self.run(run_id, tenant_id=tenant_id)  # tenant check: another tenant's run is "not found"
+        await self._check_tenant(run_id, tenant_id)
         handle = self.client.get_workflow_handle(run_id)
         try:
             return await handle.execute_update(name, arg, result_type=RunProgress)
