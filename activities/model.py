@@ -158,7 +158,7 @@ class ModelActivities:
         attempt = activity.info().attempt
         try:
             async with heartbeating(inp.step):
-                turn = await adapter.complete(messages, tools)
+                turn = await adapter.complete(messages, tools, step=inp.step)
         except openai.OpenAIError as exc:
             error = model_error(exc, inp.retry, attempt)
             await self.record_failure(inp, error)

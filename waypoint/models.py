@@ -24,7 +24,7 @@ Message = dict[str, Any]
 class ModelAdapter(Protocol):
     name: str
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> ModelTurn: ...
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]], *, step: int | None = None) -> ModelTurn: ...
 
 
 def estimate_tokens(messages: list[Message]) -> int:
@@ -44,19 +44,17 @@ TurnSource = ScriptedTurn | Callable[[list[Message]], ScriptedTurn | Awaitable[S
 
 
 class ScriptedModel:
-    """Plays canned turns in order; a turn may be a function of the conversation so far.
-
-    The turn index is the number of assistant messages already in the context,
-    so a retried call gets the same answer.
-    """
+    """Plays canned turns in order, turn N at step N; a turn may be a function of the
+    conversation so far. A retried call gets the same answer."""
 
     def __init__(self, turns: Sequence[TurnSource], *, name: str = "scripted"):
         self.turns = list(turns)
         self.name = name
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> ModelTurn:
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]], *, step: int | None = None) -> ModelTurn:
         started = time.monotonic()
-        index = sum(1 for m in messages if m.get("role") == "assistant")
+        # By step, not by counting assistant messages: old turns leave a bounded context.
+        index = step - 1 if step is not None else sum(1 for m in messages if m.get("role") == "assistant")
         if index < len(self.turns):
             source = self.turns[index]
             turn = source(messages) if callable(source) else source
@@ -88,7 +86,7 @@ class OpenAIChatModel:
         self.model = model
         self.name = f"openai:{model}"
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> ModelTurn:
+    async def complete(self, messages: list[Message], tools: list[dict[str, Any]], *, step: int | None = None) -> ModelTurn:
         started = time.monotonic()
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
