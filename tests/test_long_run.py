@@ -38,8 +38,9 @@ async def test_1500_steps_across_continue_as_new(client: Client, engine: AsyncEn
     assert size_by_step[1500] < 2 * size_by_step[100]
 
     executions = [e async for e in client.list_workflows(f"WorkflowId = '{run_id}'")]
-    assert len(executions) == 5  # continue_as_new_every=300
+    # continue_as_new_every=300 gives at least 5; Temporal suggests it sooner (at 4,096 events here)
+    assert len(executions) >= 5
     for execution in executions:
         history = await client.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
-        assert len(history.events) < 10_000
+        assert len(history.events) < 6_000
         assert sum(e.ByteSize() for e in history.events) < 2_000_000  # far below Temporal's 50 MB
