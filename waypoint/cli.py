@@ -101,13 +101,18 @@ def dev(no_worker: Annotated[bool, typer.Option("--no-worker", help="Start no wo
 @app.command()
 def demo(
     model: Annotated[str | None, typer.Option(help="Model spec, e.g. openai:gpt-4o-mini (default: scripted).")] = None,
+    chaos: Annotated[
+        bool, typer.Option("--chaos", help="Fail model calls, kill the worker mid-tool, resume, check the result.")
+    ] = False,
 ) -> None:
     """Run the demo agent to completion on the embedded stack (started, or reused if running)."""
     from waypoint.devstack import run_demo
 
+    if chaos and model:
+        raise fail("--chaos plays its own model (a local server that fails some calls): drop --model")
     _raise_on_sigterm()
     try:
-        run_demo(settings(), model=model)
+        run_demo(settings(), model=model, chaos=chaos)
     except WaypointError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:

@@ -2,20 +2,24 @@
 
 It is defined like any user's agent. Its model is scripted, so it runs offline
 with no API key; `waypoint demo --model openai:<name>` gives the same tools to
-a real model instead.
+a real model instead. `chaos_variant()` adds a slow, external effect for
+`waypoint demo --chaos` to crash a worker in.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from waypoint.agents import Agent
 from waypoint.errors import ToolError
-from waypoint.models import Message, ScriptedModel, ScriptedTurn
+from waypoint.models import Message, ScriptedModel, ScriptedTurn, TurnSource
 from waypoint.tools import ToolContext, tool
 
 DEMO_TASK = "Read every note in the notes/ folder, count the words of each, and write report.md with the totals."
@@ -134,11 +138,22 @@ def _write_report(messages: list[Message]) -> ScriptedTurn:
     return ScriptedTurn(tool_calls=[("write_file", {"path": "report.md", "content": "\n".join(lines) + "\n"})])
 
 
-def _answer(messages: list[Message]) -> ScriptedTurn:
+def _report_total(messages: list[Message]) -> str:
     report = _calls_of(messages, "write_file")[-1]["content"]
-    total = report.strip().splitlines()[-1]
-    return ScriptedTurn(content=f"I read the notes and wrote report.md. {total}")
+    return report.strip().splitlines()[-1]
 
+
+def _answer(messages: list[Message]) -> ScriptedTurn:
+    return ScriptedTurn(content=f"I read the notes and wrote report.md. {_report_total(messages)}")
+
+
+DEMO_TURNS: list[TurnSource] = [
+    ScriptedTurn(tool_calls=[("list_files", {"folder": "notes"})]),
+    _read_notes,
+    _count_words,
+    _write_report,
+    _answer,
+]
 
 demo = Agent(
     name="demo",
@@ -146,16 +161,62 @@ demo = Agent(
         "You are a careful assistant working in a folder of files. Use the tools to list and read files, "
         "count words with word_stats, and write your report with write_file. Answer briefly when done."
     ),
-    model=ScriptedModel(
-        [
-            ScriptedTurn(tool_calls=[("list_files", {"folder": "notes"})]),
-            _read_notes,
-            _count_words,
-            _write_report,
-            _answer,
-        ],
-        name="scripted",
-    ),
+    model=ScriptedModel(DEMO_TURNS, name="scripted"),
     tools=(list_files, read_file, word_stats, write_file),
     max_steps=10,
 )
+
+# --- the chaos variant -----------------------------------------------------------------------------
+
+CHAOS_AGENT = "demo-chaos"
+ARCHIVE_LOG = Path("archive") / "log.txt"  # the effect: one line per archived report, "<key> <path> <digest>"
+ARCHIVE_ATTEMPTS = Path("archive") / "attempts.txt"  # one line per attempt, "<key> attempt <n> pid <pid>"
+ARCHIVE_SECONDS = 3.0
+
+
+@tool(timeout=30)
+def archive_report(ctx: ToolContext, path: str) -> str:
+    """Copy a file of the workspace into the archive (slow, as an upload would be)."""
+    source = _inside(ctx, path)
+    if not source.is_file():
+        raise ToolError(f"no file {path!r} in the workspace")
+    log, attempts = ctx.workspace / ARCHIVE_LOG, ctx.workspace / ARCHIVE_ATTEMPTS
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # Every attempt says where it runs, so `waypoint demo --chaos` can kill that worker mid-call.
+    with attempts.open("a") as fh:
+        fh.write(f"{ctx.idempotency_key} attempt {ctx.attempt} pid {os.getpid()}\n")
+    time.sleep(ARCHIVE_SECONDS)  # a sync tool runs in a thread; run_tool heartbeats meanwhile
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    # The effect is keyed by the call, not the attempt: a worker may die after appending but before
+    # the ledger records the call, and the attempt that re-runs it must not append a second line.
+    done = log.read_text().splitlines() if log.exists() else []
+    if any(line.split(" ", 1)[0] == ctx.idempotency_key for line in done):
+        return f"{path} was already archived by this call"
+    with log.open("a") as fh:
+        fh.write(f"{ctx.idempotency_key} {path} sha256:{digest}\n")
+    return f"archived {path} (sha256:{digest})"
+
+
+def _archive(messages: list[Message]) -> ScriptedTurn:
+    return ScriptedTurn(tool_calls=[("archive_report", {"path": "report.md"})])
+
+
+def _answer_archived(messages: list[Message]) -> ScriptedTurn:
+    archived = _latest_tool_outputs(messages)[0]
+    return ScriptedTurn(content=f"I read the notes, wrote report.md and {archived}. {_report_total(messages)}")
+
+
+def chaos_variant() -> Agent:
+    """The demo agent plus one slow `archive_report` call after the report.
+
+    Built on request rather than at module level: every worker registers each
+    Agent of this module, and only the chaos demo's own workers need this one
+    (they load it through `waypoint.chaos`).
+    """
+    return Agent(
+        name=CHAOS_AGENT,
+        instructions=demo.instructions + " Then archive the report with archive_report.",
+        model=ScriptedModel([*DEMO_TURNS[:-1], _archive, _answer_archived], name="scripted"),
+        tools=(*demo.tools, archive_report),
+        max_steps=10,
+    )

@@ -8,7 +8,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -127,16 +129,25 @@ async def has_pollers(client: Client, task_queue: str) -> bool:
     return bool(response.pollers)
 
 
-def run_demo(settings: Settings, *, model: str | None) -> None:
+def run_demo(settings: Settings, *, model: str | None, chaos: bool = False) -> None:
     started = time.monotonic()
     info = running_stack(Path(settings.state_dir))
+
+    def play(cfg: Settings) -> Coroutine[Any, Any, None]:
+        if chaos:
+            from waypoint.chaos import chaos_demo
+
+            return chaos_demo(cfg, started, shared_stack=info is not None)
+        return _demo(cfg, model, started)
+
     if info is not None:
         out.console.print(f"reusing the embedded stack of process {info.pid}")
-        asyncio.run(_demo(_with_stack(settings, info), model, started))
+        asyncio.run(play(_with_stack(settings, info)))
         return
-    stack, cfg = start_stack(settings, ui=False, worker=True)
+    # The chaos demo runs no worker in this process: its workers are processes it can kill.
+    stack, cfg = start_stack(settings, ui=False, worker=not chaos)
     try:
-        asyncio.run(_demo(cfg, model, started))
+        asyncio.run(play(cfg))
     finally:
         stack.stop()
 

@@ -24,7 +24,9 @@ Message = dict[str, Any]
 class ModelAdapter(Protocol):
     name: str
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]], *, step: int | None = None) -> ModelTurn: ...
+    async def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, step: int | None = None
+    ) -> ModelTurn: ...
 
 
 def estimate_tokens(messages: list[Message]) -> int:
@@ -51,7 +53,9 @@ class ScriptedModel:
         self.turns = list(turns)
         self.name = name
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]], *, step: int | None = None) -> ModelTurn:
+    async def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, step: int | None = None
+    ) -> ModelTurn:
         started = time.monotonic()
         # By step, not by counting assistant messages: old turns leave a bounded context.
         index = step - 1 if step is not None else sum(1 for m in messages if m.get("role") == "assistant")
@@ -86,7 +90,9 @@ class OpenAIChatModel:
         self.model = model
         self.name = f"openai:{model}"
 
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]], *, step: int | None = None) -> ModelTurn:
+    async def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, step: int | None = None
+    ) -> ModelTurn:
         started = time.monotonic()
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:

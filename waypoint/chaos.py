@@ -1,0 +1,369 @@
+"""`waypoint demo --chaos`: the demo run meets the failures of production, and Postgres shows it survived.
+
+- The model is the chaos agent's script played over HTTP by a local
+  OpenAI-compatible server, which fails the first attempt of two steps: a 503
+  with a short `retry-after-ms`, then a 429 with `Retry-After: 1`.
+- The worker is a separate process. While the slow `archive_report` tool runs,
+  the demo SIGKILLs it and starts another, which takes the call over once the
+  dead worker's heartbeats stop.
+- At the end, checks read from Postgres: a checkpoint for every step, one
+  ledger row per tool call, and the archive appended exactly once.
+
+The workers poll a task queue of their own, so a `waypoint dev` running in the
+same state folder keeps its worker and never sees the chaos run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.table import Table
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from waypoint import console as out
+from waypoint.client import Waypoint, connect_temporal
+from waypoint.config import Settings
+from waypoint.demo import ARCHIVE_ATTEMPTS, ARCHIVE_LOG, CHAOS_AGENT, DEMO_TASK, chaos_variant, seed_workspace
+from waypoint.devstack import prepare_database, spawn_worker
+from waypoint.errors import WaypointError
+from waypoint.fake_openai import FakeOpenAI, Reply, Turn
+from waypoint.models import ScriptedModel
+from waypoint.retry import HEARTBEAT_TIMEOUT
+from waypoint.store.reads import StepLine
+from waypoint.store.schema import checkpoints, events, tool_effects
+
+# Module level, so the chaos workers (WAYPOINT_AGENTS=waypoint.chaos) register it.
+demo_chaos = chaos_variant()
+
+CHAOS_MODEL = "openai:waypoint-chaos"
+# Only the first attempt of these steps fails, so the retry succeeds and every run prints the same story.
+FAILURES: dict[int, Reply] = {
+    2: Reply(503, {"error": {"message": "overloaded, try again", "type": "server_error"}}, {"retry-after-ms": "100"}),
+    4: Reply(429, {"error": {"message": "rate limit reached", "type": "rate_limit_error"}}, {"retry-after": "1"}),
+}
+RUN_TIMEOUT = 120.0  # seconds; the run takes about 15
+KILL_AFTER = 1.0  # seconds into the archive_report call
+
+
+class FlakyProvider:
+    """A FakeOpenAI responder: a scripted model's turns over HTTP, with the first attempt of some steps failing."""
+
+    def __init__(self, model: ScriptedModel, failures: dict[int, Reply]):
+        self.model = model
+        self.failures = failures
+        self.attempts: Counter[int] = Counter()
+        self._lock = threading.Lock()  # the server answers every request on its own thread
+
+    def __call__(self, body: dict[str, Any], n: int) -> Turn | Reply:
+        messages = body.get("messages") or []
+        # Every step adds one assistant message to the context.
+        step = 1 + sum(1 for m in messages if m.get("role") == "assistant")
+        with self._lock:
+            self.attempts[step] += 1
+            attempt = self.attempts[step]
+        if attempt == 1 and step in self.failures:
+            return self.failures[step]
+        try:
+            # The server thread has no event loop, and a script may be async.
+            turn = asyncio.run(self.model.complete(messages, body.get("tools") or [], step=step))
+        except Exception as exc:  # a 4xx is not retried, so a bug in the script fails the run with its message
+            return Reply(400, {"error": {"message": f"the chaos script failed: {exc!r}", "type": "invalid_request"}})
+        return Turn(
+            content=turn.content,
+            tool_calls=[(c.name, json.loads(c.arguments)) for c in turn.tool_calls],
+            prompt_tokens=turn.usage.input_tokens,
+            completion_tokens=turn.usage.output_tokens,
+        )
+
+
+def worker_env(settings: Settings, *, task_queue: str, qdrant_path: Path, base_url: str) -> dict[str, str]:
+    """The environment of a chaos worker: the user's, minus any Waypoint or OpenAI setting of theirs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
+    return env | {
+        "WAYPOINT_STATE_DIR": str(Path(settings.state_dir).resolve()),
+        "WAYPOINT_TEMPORAL_ADDRESS": settings.temporal_address,
+        "WAYPOINT_TEMPORAL_NAMESPACE": settings.temporal_namespace,
+        "WAYPOINT_DATABASE_URL": settings.database_url or "",
+        "WAYPOINT_TASK_QUEUE": task_queue,
+        "WAYPOINT_WORKSPACE": str(settings.resolved_workspace),
+        "WAYPOINT_QDRANT_PATH": str(qdrant_path),
+        "WAYPOINT_AGENTS": __name__,
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "chaos-demo-key",  # the local server checks none; the SDK wants one
+    }
+
+
+@dataclass
+class Workers:
+    """The chaos worker processes: the one that gets killed, then its replacement."""
+
+    env: dict[str, str]
+    procs: list[subprocess.Popen[str]] = field(default_factory=list)
+    killed: set[int] = field(default_factory=set)
+
+    @property
+    def current(self) -> subprocess.Popen[str]:
+        return self.procs[-1]
+
+    async def spawn(self) -> subprocess.Popen[str]:
+        proc = await asyncio.to_thread(spawn_worker, self.env)
+        self.procs.append(proc)
+        return proc
+
+    async def kill(self) -> int:
+        proc = self.current
+        self.killed.add(proc.pid)
+        proc.kill()  # SIGKILL: no graceful shutdown, no last heartbeat, as when a machine dies
+        await asyncio.to_thread(proc.wait)
+        return proc.pid
+
+    def check_alive(self) -> None:
+        proc = self.current
+        if proc.poll() is not None and proc.pid not in self.killed:
+            raise WaypointError(
+                f"chaos worker {proc.pid} exited by itself (code {proc.returncode}): run `waypoint worker` to see why"
+            )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@dataclass
+class Crash:
+    """What the demo did to the run, on the demo's clock."""
+
+    step: int = 0
+    killed_pid: int = 0
+    killed_at: datetime | None = None
+    resumed_pid: int = 0
+    resumed_at: datetime | None = None
+
+
+def archive_attempts(workspace: Path, run_id: str) -> list[tuple[str, int, int]]:
+    """(idempotency key, attempt, worker pid) of each archive_report attempt of the run, as the tool logged it."""
+    path = workspace / ARCHIVE_ATTEMPTS
+    found = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        parts = line.split()
+        if len(parts) == 5 and parts[0].startswith(f"{run_id}:"):  # a line still being written has fewer
+            found.append((parts[0], int(parts[2]), int(parts[4])))
+    return found
+
+
+def archived_keys(workspace: Path, run_id: str) -> list[str]:
+    path = workspace / ARCHIVE_LOG
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [line.split(" ", 1)[0] for line in lines if line.startswith(f"{run_id}:")]
+
+
+async def crash_during_archive(run_id: str, workspace: Path, workers: Workers, crash: Crash) -> None:
+    """Kill the worker once archive_report runs, start another, and watch it take the call over."""
+    while not (seen := archive_attempts(workspace, run_id)):
+        workers.check_alive()
+        await asyncio.sleep(0.05)
+    crash.step = int(seen[0][0].split(":")[-2])
+    # Well inside the 3-second call, and late enough for the follower to have shown the previous step.
+    await asyncio.sleep(KILL_AFTER)
+    crash.killed_pid = await workers.kill()
+    crash.killed_at = datetime.now().astimezone()
+    out.console.print(f"[red]worker {crash.killed_pid} killed (SIGKILL) during archive_report[/red], step {crash.step}")
+    new = await workers.spawn()
+    out.console.print(
+        f"new worker {new.pid} polls the same task queue and opened the same Qdrant shard; Temporal hands it "
+        f"archive_report once the dead worker's heartbeats stop ({HEARTBEAT_TIMEOUT.total_seconds():g} s)"
+    )
+    while len(seen := archive_attempts(workspace, run_id)) < 2:
+        workers.check_alive()
+        await asyncio.sleep(0.05)
+    _, attempt, crash.resumed_pid = seen[-1]
+    crash.resumed_at = datetime.now().astimezone()
+    out.console.print(f"[green]resumed: archive_report attempt {attempt} runs on worker {crash.resumed_pid}[/green]")
+    while True:  # until the run ends, so a worker that dies by itself does not leave the demo waiting
+        workers.check_alive()
+        await asyncio.sleep(0.2)
+
+
+async def follow_with(wp: Waypoint, run_id: str, tenant: str, meddle: Coroutine[Any, Any, None]) -> dict:
+    """Follow the run to its end while `meddle` runs beside it; returns the final run row."""
+    follow = asyncio.create_task(out.follow(wp, run_id, tenant))
+    chaos = asyncio.create_task(meddle)
+    try:
+        async with asyncio.timeout(RUN_TIMEOUT):
+            await asyncio.wait({follow, chaos}, return_when=asyncio.FIRST_COMPLETED)
+    except TimeoutError:
+        raise WaypointError(f"the chaos run did not end within {RUN_TIMEOUT:g} s") from None
+    finally:
+        for task in (follow, chaos):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    if not follow.cancelled():
+        return follow.result()
+    chaos.result()  # a worker died by itself: raise why
+    raise WaypointError("the chaos demo stopped before the run ended")
+
+
+@dataclass
+class Evidence:
+    """What Postgres holds about the run."""
+
+    steps: list[int]  # of its checkpoints
+    calls: dict[str, str]  # idempotency key -> tool, from the model's answers
+    ledger: list[dict[str, Any]]  # its tool_effects rows
+    failures: list[tuple[int, datetime, dict[str, Any]]]  # model_attempt_failed events
+
+
+async def gather_evidence(engine: AsyncEngine, run_id: str) -> Evidence:
+    async with engine.connect() as conn:
+        steps = list(
+            await conn.scalars(
+                select(checkpoints.c.step).where(checkpoints.c.run_id == run_id).order_by(checkpoints.c.step)
+            )
+        )
+        logged = (
+            await conn.execute(
+                select(events.c.step, events.c.kind, events.c.created_at, events.c.payload)
+                .where(events.c.run_id == run_id, events.c.kind.in_(("model_response", "model_attempt_failed")))
+                .order_by(events.c.seq)
+            )
+        ).all()
+        ledger = (await conn.execute(select(tool_effects).where(tool_effects.c.run_id == run_id))).mappings().all()
+    calls = {
+        f"{run_id}:{r.step}:{i}": call["name"]
+        for r in logged
+        if r.kind == "model_response"
+        for i, call in enumerate(r.payload["tool_calls"])
+    }
+    failures = [(r.step, r.created_at, r.payload) for r in logged if r.kind == "model_attempt_failed"]
+    return Evidence(steps=steps, calls=calls, ledger=[dict(r) for r in ledger], failures=failures)
+
+
+def _clock(at: datetime) -> str:
+    return at.astimezone().strftime("%H:%M:%S")
+
+
+def timeline(lines: list[StepLine], evidence: Evidence, crash: Crash) -> Table:
+    """The steps, with each model retry, the crash and the resume where they happened."""
+    rows: list[tuple[int, int, str, str]] = []  # (step, order within the step, time, event)
+    for step, at, failure in evidence.failures:
+        delay = failure.get("retry_in_seconds")
+        after = f" after {delay:g} s" if delay is not None else ""
+        rows.append((step, 0, _clock(at), f"[yellow]model answered {failure['status']}, retried{after}[/yellow]"))
+    if crash.killed_at is not None:
+        text = f"[red]worker killed during archive_report[/red] (pid {crash.killed_pid}, SIGKILL)"
+        rows.append((crash.step, 1, _clock(crash.killed_at), text))
+    if crash.resumed_at is not None:
+        attempt = next((r["attempt"] for r in evidence.ledger if r["tool"] == "archive_report"), "?")
+        text = f"[green]resumed on a new worker ({crash.resumed_pid}): archive_report attempt {attempt}[/green]"
+        rows.append((crash.step, 2, _clock(crash.resumed_at), text))
+    for line in lines:
+        what = f"tools: {out.tool_summary(line.tools)}" if line.tools else f"answer: {line.answer}"
+        rows.append((line.step, 3, _clock(datetime.fromisoformat(line.at)), what))
+    table = Table(title="What happened", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("step", justify="right")
+    table.add_column("time")
+    table.add_column("event")
+    for step, _, clock, what in sorted(rows, key=lambda r: r[:2]):  # stable: retries keep their order
+        table.add_row(str(step), clock, what)
+    return table
+
+
+def checks(row: dict, evidence: Evidence, crash: Crash, workspace: Path) -> list[tuple[bool, str]]:
+    """Durability, as (passed, what) pairs read from Postgres and the archive."""
+    run_id, steps = row["run_id"], row["steps"]
+    keys = [r["idempotency_key"] for r in evidence.ledger]
+    archive_calls = sorted(k for k, tool in evidence.calls.items() if tool == "archive_report")
+    archived = archived_keys(workspace, run_id)
+    finished = [r["attempt"] for r in evidence.ledger if r["tool"] == "archive_report"]
+    failed = {step: failure["status"] for step, _, failure in evidence.failures}
+    expected = {step: reply.status for step, reply in FAILURES.items()}
+    return [
+        (row["status"] == "completed", f"run {row['status']} after {steps} steps"),
+        (
+            evidence.steps == list(range(steps + 1)),
+            f"checkpoints: steps {', '.join(map(str, evidence.steps))} (contiguous from 0 to {steps})",
+        ),
+        (
+            failed == expected and len(evidence.failures) == len(expected),
+            "model failures recorded, each retried once: "
+            + (", ".join(f"{status} at step {step}" for step, status in failed.items()) or "none"),
+        ),
+        (
+            crash.killed_pid != 0 and bool(finished) and finished[0] > 1,
+            f"worker killed during archive_report; the call finished on attempt {finished[0] if finished else '-'}",
+        ),
+        (
+            sorted(keys) == sorted(evidence.calls) and len(set(keys)) == len(keys),
+            f"tool ledger: {len(keys)} rows for {len(evidence.calls)} tool calls, one per idempotency key",
+        ),
+        (
+            bool(archive_calls) and sorted(archived) == archive_calls,
+            f"archive_report effect applied exactly once: {len(archive_calls)} call(s), "
+            f"{len(archive_attempts(workspace, run_id))} attempts, {len(archived)} line(s) in {ARCHIVE_LOG}",
+        ),
+    ]
+
+
+async def chaos_demo(settings: Settings, started: float, *, shared_stack: bool) -> None:
+    workspace = settings.resolved_workspace
+    seed_workspace(workspace)
+    engine = await prepare_database(settings.database_url or "")
+    queue = f"waypoint-chaos-{uuid.uuid4().hex[:8]}"
+    # An embedded Qdrant shard admits one process. A `waypoint dev` worker holds the state folder's,
+    # so ours get another; otherwise the replacement reopens the killed worker's (its lock died with it).
+    qdrant = Path(settings.state_dir).resolve() / "qdrant-chaos" if shared_stack else settings.resolved_qdrant_path
+    assert isinstance(demo_chaos.model, ScriptedModel)
+    provider = FakeOpenAI(FlakyProvider(demo_chaos.model, FAILURES)).start()
+    workers = Workers(worker_env(settings, task_queue=queue, qdrant_path=qdrant, base_url=provider.base_url))
+    try:
+        with out.console.status("starting a worker process..."):
+            first = await workers.spawn()
+        out.console.print(f"worker {first.pid} polls task queue {queue} (Qdrant shard {qdrant})")
+        out.console.print(
+            f"model {CHAOS_MODEL} at {provider.base_url}: "
+            + ", ".join(f"HTTP {r.status} on the first call of step {s}" for s, r in FAILURES.items())
+        )
+        client = await connect_temporal(settings)
+        wp = Waypoint(client, engine, settings.model_copy(update={"task_queue": queue}))
+        run_id = await wp.start_run(DEMO_TASK, agent=CHAOS_AGENT, model=CHAOS_MODEL)
+        out.console.print(f"started [bold]{run_id}[/bold]: {DEMO_TASK}")
+        crash = Crash()
+        row = await follow_with(wp, run_id, settings.tenant, crash_during_archive(run_id, workspace, workers, crash))
+        evidence = await gather_evidence(engine, run_id)
+        out.console.print(timeline(await wp.timeline(run_id), evidence, crash))
+        results = checks(row, evidence, crash, workspace)
+        out.console.print("[bold]Checks[/bold] (read from Postgres and the archive log)")
+        for passed, what in results:
+            out.console.print(f"  {'[green]PASS[/green]' if passed else '[red]FAIL[/red]'}  {what}")
+        out.console.print(f"[dim]chaos demo took {time.monotonic() - started:.1f} s[/dim]")
+        failed = sum(not passed for passed, _ in results)
+        if failed:
+            raise WaypointError(f"{failed} of {len(results)} chaos checks failed")
+    finally:
+        workers.stop()
+        provider.stop()
+        await engine.dispose()
