@@ -96,3 +96,32 @@ async def test_sigkill_during_a_tool_and_during_a_model_call(client: Client, eng
     ]
     attempts = {(r.step, r.call_index): r.attempt for r in ledger}
     assert attempts[(1, 0)] == 2  # the ledger row came from the attempt that finished
+
+
+async def test_sigterm_lets_the_running_tool_finish(client: Client, engine: AsyncEngine, settings: Settings):
+    workspace = settings.resolved_workspace
+    env = worker_env(settings)
+    first = await asyncio.to_thread(spawn_worker, env)
+    second = None
+    try:
+        wp = Waypoint(client, engine, settings)
+        run_id = await wp.start_run("append three lines", agent="crashy")
+        await wait_for(workspace / "tool-started-1-attempt-1")
+        first.send_signal(signal.SIGTERM)  # graceful: the 3 s tool call is finished, not abandoned
+        # The draining worker still holds its Qdrant shard: the newcomer gets its own.
+        other = env | {"WAYPOINT_QDRANT_PATH": str(settings.state_dir / "qdrant-2")}
+        second = await asyncio.to_thread(spawn_worker, other)
+        assert await asyncio.to_thread(first.wait, 30) == 0
+        result = await asyncio.wait_for(wp.result(run_id), 120)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(15)
+    assert result.status == "completed"
+    assert not (workspace / "tool-started-1-attempt-2").exists()  # never retried
+    async with engine.connect() as conn:
+        attempt = await conn.scalar(
+            select(tool_effects.c.attempt).where(tool_effects.c.idempotency_key == f"{run_id}:1:0")
+        )
+    assert attempt == 1
