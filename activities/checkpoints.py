@@ -261,40 +261,17 @@ class CheckpointActivities:
     async def set_run_status(self, inp: SetStatusInput) -> None:
         """Mirror a live status change (paused, waiting for approval, running again)."""
         async with self.engine.begin() as conn:
-            changed = (
-                await conn.execute(
-                    update(runs)
-                    .where(runs.c.run_id == inp.run_id, runs.c.status.not_in(RunStatus.FINISHED))
-                    .where(runs.c.status != inp.status)
-                    .values(status=inp.status, updated_at=func.now())
-                    .returning(runs.c.steps)
-                )
-            ).first()
-            if changed is not None:
-                payload = {"status": inp.status, "detail": inp.detail}
-                await append_events(conn, inp.run_id, [(changed.steps, "status_changed", payload)])
+            payload = {"status": inp.status, "detail": inp.detail}
+            await _transition(conn, inp.run_id, "status_changed", payload, runs.c.status != inp.status)
 
     @activity.defn(name=FINISH_RUN)
     async def finish_run(self, inp: FinishRunInput) -> RunResult:
         """Set the final status once, with a `run_finished` event; a retry changes nothing."""
         async with self.engine.begin() as conn:
-            changed = (
-                await conn.execute(
-                    update(runs)
-                    .where(runs.c.run_id == inp.run_id, runs.c.status.not_in(RunStatus.FINISHED))
-                    .values(
-                        status=inp.status,
-                        output=inp.output,
-                        error=inp.error,
-                        finished_at=func.now(),
-                        updated_at=func.now(),
-                    )
-                    .returning(runs.c.run_id)
-                )
-            ).first()
-            if changed is not None:
-                payload = {"status": inp.status, "output": inp.output, "error": inp.error}
-                await append_events(conn, inp.run_id, [(inp.steps, "run_finished", payload)])
+            payload = {"status": inp.status, "output": inp.output, "error": inp.error}
+            await _transition(
+                conn, inp.run_id, "run_finished", payload, output=inp.output, error=inp.error, finished_at=func.now()
+            )
             row = (await conn.execute(select(runs).where(runs.c.run_id == inp.run_id))).one()
         return RunResult(
             run_id=row.run_id,
@@ -306,6 +283,22 @@ class CheckpointActivities:
             output_tokens=row.output_tokens,
             cost_usd=float(row.cost_usd),
         )
+
+
+async def _transition(
+    conn: AsyncConnection, run_id: str, kind: str, payload: dict[str, Any], *where: Any, **values: Any
+) -> None:
+    """Move an unfinished run to `payload["status"]` and log it; a finished run (or a retry) is left as it is."""
+    changed = (
+        await conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run_id, runs.c.status.not_in(RunStatus.FINISHED), *where)
+            .values(status=payload["status"], updated_at=func.now(), **values)
+            .returning(runs.c.steps)
+        )
+    ).first()
+    if changed is not None:
+        await append_events(conn, run_id, [(changed.steps, kind, payload)])
 
 
 def _key(record: StepRecord, index: int) -> str:
