@@ -248,6 +248,43 @@ async def status(run_id: Annotated[str, typer.Argument(help="Run id.")], as_json
             )
 
 
+@app.command()
+@command
+async def verify(run_id: Annotated[str, typer.Argument(help="Run id.")], as_json: JsonOpt = False) -> None:
+    """Recompute a run's event hash chain and checkpoint hashes; name the first broken link."""
+    from dataclasses import asdict
+
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        verdict = await wp.verify(run_id)
+    if as_json:
+        out.print_json({**asdict(verdict), "ok": verdict.ok})
+    elif verdict.ok:
+        out.console.print(f"[green]ok[/green]: {verdict.events} events and {verdict.checkpoints} checkpoints verified")
+    if not verdict.ok:
+        if not as_json:
+            more = f" ({len(verdict.problems) - 1} more: see --json)" if len(verdict.problems) > 1 else ""
+            print(f"error: run {run_id} was changed: {verdict.problems[0]}{more}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+@app.command()
+@command
+async def delete(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
+) -> None:
+    """Delete a finished run and everything it wrote (the retention path of the append-only log)."""
+    from waypoint.client import Waypoint
+
+    if not yes and not typer.confirm(f"Delete run {run_id} and all its events, checkpoints and tool effects?"):
+        raise typer.Exit(1)
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        await wp.delete(run_id)
+    out.console.print(f"deleted {run_id}")
+
+
 # --- messages to a running run -------------------------------------------------------------------
 
 RunArg = Annotated[str, typer.Argument(help="Run id.")]

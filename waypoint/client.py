@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from waypoint.config import Settings
 from waypoint.embedded import running_stack
 from waypoint.errors import ConfigError, NotFound, WaypointError
-from waypoint.store import reads
+from waypoint.store import integrity, reads
 from waypoint.store.db import create_engine
 from waypoint.types import Budget, Decision, RunInput, RunProgress, RunResult
 from workflows.agent_run import AgentRunWorkflow
@@ -213,6 +213,14 @@ class Waypoint:
 
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> dict:
         return await reads.get_run(self.engine, tenant_id or self.settings.tenant, run_id)
+
+    async def verify(self, run_id: str, *, tenant_id: str | None = None) -> integrity.Verdict:
+        """Recompute the run's hash chain and checkpoint hashes."""
+        return await integrity.verify(self.engine, tenant_id or self.settings.tenant, run_id)
+
+    async def delete(self, run_id: str, *, tenant_id: str | None = None) -> None:
+        """Remove a finished run and all it wrote (the only way rows leave the append-only log)."""
+        await integrity.delete_run(self.engine, tenant_id or self.settings.tenant, run_id)
 
     async def timeline(self, run_id: str, *, tenant_id: str | None = None, after_step: int = 0) -> list[reads.StepLine]:
         return await reads.timeline(self.engine, tenant_id or self.settings.tenant, run_id, after_step=after_step)
