@@ -22,4 +22,4 @@ async def test_migrated_database_matches_the_table_definitions(engine: AsyncEngi
     # server-side index differences are reported as ("add_index"/"remove_index", ...): indexes live in the migration
     assert [c for c in changes if not (isinstance(c, tuple) and c[0] in ("add_index", "remove_index"))] == []
     current, head = await schema_revision(engine)
-    assert current == head == "0003"
+    assert current == head == "0004"

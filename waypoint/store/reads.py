@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, select
+from sqlalchemy import column, select, table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.errors import NotFound
-from waypoint.store.schema import checkpoints, events, runs
+from waypoint.store.schema import runs
 
 
 def _row(mapping: Any) -> dict[str, Any]:
@@ -44,9 +44,35 @@ async def get_run(engine: AsyncEngine, tenant_id: str, run_id: str) -> dict:
     return _row(row)
 
 
+# The `run_steps` view (migration 0004): one row per recorded step.
+run_steps = table(
+    "run_steps",
+    *(
+        column(name)
+        for name in (
+            "run_id",
+            "tenant_id",
+            "step",
+            "recorded_at",
+            "action",
+            "tools",
+            "input_tokens",
+            "output_tokens",
+            "cost_usd",
+            "model_ms",
+            "tools_ms",
+            "duration_ms",
+            "model_retries",
+            "tool_errors",
+            "answer",
+        )
+    ),
+)
+
+
 @dataclass
 class StepLine:
-    """One line of a run's timeline."""
+    """One line of a run's history."""
 
     step: int
     at: str
@@ -54,52 +80,44 @@ class StepLine:
     tools: list[str] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float = 0.0
     model_ms: int = 0
     tools_ms: int = 0
+    duration_ms: int | None = None
+    model_retries: int = 0
     tool_errors: int = 0
     answer: str | None = None
 
 
-async def timeline(engine: AsyncEngine, tenant_id: str, run_id: str, *, after_step: int = 0) -> list[StepLine]:
-    """One line per recorded step after `after_step`, built from small JSON fields of the events."""
+async def timeline(
+    engine: AsyncEngine, tenant_id: str, run_id: str, *, after_step: int = 0, limit: int | None = None
+) -> list[StepLine]:
+    """Steps after `after_step` in order (keyset pagination: pass the last step seen), from the
+    `run_steps` view: small columns only, never a state blob."""
     await get_run(engine, tenant_id, run_id)  # tenant check and a clear "not found"
-    p = events.c.payload
     query = (
-        select(
-            events.c.step,
-            events.c.kind,
-            checkpoints.c.created_at,
-            p["tool_calls"].label("tool_calls"),
-            p["usage"]["input_tokens"].astext.cast(Integer).label("input_tokens"),
-            p["usage"]["output_tokens"].astext.cast(Integer).label("output_tokens"),
-            p["latency_ms"].astext.cast(Integer).label("latency_ms"),
-            p["content"].astext.label("content"),
-            p["duration_ms"].astext.cast(Integer).label("duration_ms"),
-            p["is_error"].astext.label("is_error"),
-        )
-        .join(checkpoints, (checkpoints.c.run_id == events.c.run_id) & (checkpoints.c.step == events.c.step))
-        .where(
-            events.c.run_id == run_id, events.c.step > after_step, events.c.kind.in_(("model_response", "tool_result"))
-        )
-        .order_by(events.c.seq)
+        select(run_steps)
+        .where(run_steps.c.run_id == run_id, run_steps.c.step > after_step)
+        .order_by(run_steps.c.step)
+        .limit(limit)
     )
-    lines: dict[int, StepLine] = {}
     async with engine.connect() as conn:
-        for r in (await conn.execute(query)).mappings():
-            if r["kind"] == "model_response":
-                names = [c["name"] for c in r["tool_calls"] or []]
-                lines[r["step"]] = StepLine(
-                    step=r["step"],
-                    at=r["created_at"].isoformat(),
-                    action="tools" if names else "answer",
-                    tools=names,
-                    input_tokens=r["input_tokens"] or 0,
-                    output_tokens=r["output_tokens"] or 0,
-                    model_ms=r["latency_ms"] or 0,
-                    answer=None if names else r["content"],
-                )
-            elif r["step"] in lines:
-                line = lines[r["step"]]
-                line.tools_ms += r["duration_ms"] or 0
-                line.tool_errors += r["is_error"] == "true"
-    return [lines[s] for s in sorted(lines)]
+        rows = (await conn.execute(query)).mappings().all()
+    return [
+        StepLine(
+            step=r["step"],
+            at=r["recorded_at"].isoformat(),
+            action=r["action"],
+            tools=list(r["tools"] or []),
+            input_tokens=r["input_tokens"] or 0,
+            output_tokens=r["output_tokens"] or 0,
+            cost_usd=float(r["cost_usd"] or 0),
+            model_ms=r["model_ms"] or 0,
+            tools_ms=r["tools_ms"] or 0,
+            duration_ms=r["duration_ms"],
+            model_retries=r["model_retries"],
+            tool_errors=r["tool_errors"],
+            answer=r["answer"],
+        )
+        for r in rows
+    ]
