@@ -7,7 +7,7 @@ checkpoint changes nothing.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from waypoint.agents import AgentRegistry
 from waypoint.errors import NotFound, WaypointError
 from waypoint.models import Message, estimate_tokens
+from waypoint.store import travel
 from waypoint.store.hashing import event_hash, state_hash
 from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, events, runs, tool_effects
 from waypoint.types import (
@@ -27,6 +28,7 @@ from waypoint.types import (
     SET_STATUS,
     START_RUN,
     FinishRunInput,
+    ForkOrigin,
     RunPlan,
     RunResult,
     RunStatus,
@@ -149,6 +151,17 @@ class CheckpointActivities:
             continue_as_new_every=agent.continue_as_new_every,
             context_tokens=agent.context_tokens,
         )
+        state: dict[str, Any] = {
+            "messages": [
+                {"role": "system", "content": agent.instructions},
+                {"role": "user", "content": inp.task},
+            ],
+            "dropped_messages": 0,
+        }
+        fork = inp.fork
+        if fork is not None:
+            state = await self._fork_state(inp.tenant_id, fork)
+            plan = replace(plan, start_step=fork.step)
         async with self.engine.begin() as conn:
             created = (
                 await conn.execute(
@@ -161,23 +174,36 @@ class CheckpointActivities:
                         model=plan.model,
                         status=RunStatus.RUNNING,
                         max_steps=plan.max_steps,
+                        parent_run_id=fork.run_id if fork else None,
+                        fork_step=fork.step if fork else None,
+                        steps=plan.start_step,
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)
                 )
             ).first()
             if created is not None:  # else a retry after the first attempt committed
-                payload = {"agent": agent.name, "task": inp.task, "tenant_id": inp.tenant_id, "plan": asdict(plan)}
-                seq = await append_events(conn, inp.run_id, [(0, "run_started", payload)])
-                state = {
-                    "messages": [
-                        {"role": "system", "content": agent.instructions},
-                        {"role": "user", "content": inp.task},
-                    ],
-                    "dropped_messages": 0,
+                payload = {
+                    "agent": agent.name,
+                    "task": inp.task,
+                    "tenant_id": inp.tenant_id,
+                    "plan": asdict(plan),
+                    "fork": asdict(fork) if fork else None,
                 }
-                await insert_checkpoint(conn, inp.run_id, 0, state, seq)
+                seq = await append_events(conn, inp.run_id, [(plan.start_step, "run_started", payload)])
+                await insert_checkpoint(conn, inp.run_id, plan.start_step, state, seq)
         return plan
+
+    async def _fork_state(self, tenant_id: str, fork: ForkOrigin) -> dict[str, Any]:
+        """The parent's state at the fork step, plus the injected message; the parent is not touched."""
+        try:
+            found = await travel.state_at(self.engine, tenant_id, fork.run_id, fork.step)
+        except WaypointError as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
+        state = dict(found["state"])
+        if fork.message:
+            state["messages"] = [*state["messages"], {"role": "user", "content": fork.message}]
+        return state
 
     @activity.defn(name=RECORD_STEP)
     async def record_step(self, record: StepRecord) -> int:

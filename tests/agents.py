@@ -217,3 +217,18 @@ hoarder = Agent(
 )
 
 TEST_AGENTS += [crashy, hanger, stubborn, careful, listener, marathon, hoarder]
+
+
+def _tell(messages: list) -> ScriptedTurn:
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    return ScriptedTurn(content=f"last user message: {users[-1]}")
+
+
+teller = Agent(
+    name="teller",
+    instructions="Adds five times, then repeats the last user message.",
+    model=ScriptedModel([*(ScriptedTurn(tool_calls=[("add", {"a": i, "b": i})]) for i in range(5)), _tell]),
+    tools=(add,),
+)
+
+TEST_AGENTS.append(teller)

@@ -285,6 +285,196 @@ async def delete(
     out.console.print(f"deleted {run_id}")
 
 
+# --- time travel ---------------------------------------------------------------------------------
+
+StepArg = Annotated[str, typer.Argument(help="Step number.", show_default=False)]
+
+
+@app.command()
+@command
+async def history(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    after_step: Annotated[int, typer.Option(help="Start after this step (keyset pagination).")] = 0,
+    limit: Annotated[int, typer.Option(help="Steps per page.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """One line per step: time, action, tools, tokens, duration, status; and the run's lineage."""
+    from dataclasses import asdict
+
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        row = await wp.run(run_id)
+        lines = await wp.timeline(run_id, after_step=after_step, limit=limit)
+        family = await wp.lineage(run_id)
+    nxt = lines[-1].step if len(lines) == limit else None
+    if as_json:
+        page = {"run_id": run_id, "status": row["status"], "lineage": family, "next_after_step": nxt}
+        out.print_json({**page, "steps": [asdict(line) for line in lines]})
+        return
+    out.console.print(f"[bold]{run_id}[/bold] ({row['agent']}, {out.status_text(row['status'])}, {row['steps']} steps)")
+    for link in family:
+        verb = "forked from" if link["relation"] == "ancestor" else "fork"
+        out.console.print(f"  {verb} {link['run_id']} at step {link['forked_at']}")
+    out.console.print(out.timeline_table(lines))
+    if nxt is not None:
+        out.console.print(f"more: waypoint history {run_id} --after-step {nxt}")
+
+
+@app.command()
+@command
+async def show(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    step: Annotated[str, typer.Option("--step", help="Step number (0 is the task).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """The state at a step: the working memory, and the step's messages, tool calls and results."""
+    from waypoint.client import Waypoint
+    from waypoint.store.travel import parse_step
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        found = await wp.state(run_id, parse_step(step))
+    if as_json:
+        out.print_json(found)
+        return
+    state = found["state"]
+    where = f" (held by ancestor {found['run_id']})" if found["run_id"] != run_id else ""
+    out.console.print(f"[bold]{run_id} at step {found['step']}[/bold]{where}, recorded {found['at']}")
+    dropped = state.get("dropped_messages", 0)
+    out.console.print(f"working memory: {len(state['messages'])} messages ({dropped} older ones dropped)")
+    for message in state["messages"]:
+        out.console.print(out.message_text(message), soft_wrap=True)
+    if found["events"]:
+        out.console.print("[bold]events of this step[/bold]")
+        for event in found["events"]:
+            out.console.print(f"  #{event['seq']} {event['kind']}: {out.short(event['payload'])}", soft_wrap=True)
+
+
+@app.command()
+@command
+async def diff(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    a: StepArg,
+    b: StepArg,
+    as_json: JsonOpt = False,
+) -> None:
+    """What changed in the state between steps A and B: messages added or dropped, fields, tokens."""
+    from dataclasses import asdict
+
+    from waypoint.client import Waypoint
+    from waypoint.store.travel import parse_step
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        d = await wp.diff(run_id, parse_step(a), parse_step(b))
+    if as_json:
+        out.print_json(asdict(d))
+        return
+    out.console.print(f"[bold]{run_id}: step {d.a} -> step {d.b}[/bold]  context ~{d.tokens_a} -> ~{d.tokens_b} tokens")
+    for message in d.dropped:
+        out.console.print("[red]- [/red]" + out.message_text(message), soft_wrap=True)
+    for message in d.added:
+        out.console.print("[green]+ [/green]" + out.message_text(message), soft_wrap=True)
+    for name, (before, after) in d.changed.items():
+        out.console.print(f"[yellow]~ {name}[/yellow]: {before} -> {after}")
+    if not (d.added or d.dropped or d.changed):
+        out.console.print("no change")
+
+
+@app.command(name="events")
+@command
+async def events_(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    kind: Annotated[list[str] | None, typer.Option(help="Only this kind (repeatable).")] = None,
+    since_step: Annotated[int, typer.Option(help="From this step on.")] = 0,
+    limit: Annotated[int | None, typer.Option(help="At most this many.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The run's append-only event log."""
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        rows = await wp.events(run_id, kinds=kind, since_step=since_step, limit=limit)
+    if as_json:
+        out.print_json(rows)
+        return
+    for e in rows:
+        out.console.print(
+            f"#{e['seq']:<4} step {e['step']:<4} {e['created_at'][11:23]}  {e['kind']:<20} {out.short(e['payload'])}",
+            soft_wrap=True,
+        )
+
+
+@app.command()
+@command
+async def export(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    fmt: Annotated[str, typer.Option("--format", help="Only jsonl for now.")] = "jsonl",
+    output: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """The full transcript (run row, then every event in order) as JSON lines."""
+    from waypoint.client import Waypoint
+
+    if fmt != "jsonl":
+        raise WaypointError(f"unknown format {fmt!r}: use --format jsonl")
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        sink = output.open("w") if output else sys.stdout
+        try:
+            count = 0
+            async for line in wp.export(run_id):
+                sink.write(line + "\n")
+                count += 1
+        finally:
+            if output:
+                sink.close()
+    if output:
+        out.console.print(f"wrote {count} lines to {output}")
+
+
+@app.command()
+@command
+async def replay(run_id: Annotated[str, typer.Argument(help="Run id.")], as_json: JsonOpt = False) -> None:
+    """Replay the run's Temporal history (every execution) against the current workflow code."""
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings()) as wp:
+        outcomes = await wp.replay(run_id)
+    failed = [(execution, error) for execution, error in outcomes if error]
+    if as_json:
+        out.print_json([{"execution": execution, "error": error} for execution, error in outcomes])
+    elif not failed:
+        out.console.print(f"[green]ok[/green]: {len(outcomes)} execution(s) replay against the current code")
+    if failed:
+        if not as_json:
+            execution, error = failed[0]
+            print(f"error: execution {execution} of {run_id} does not replay: {error}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+@app.command()
+@command
+async def fork(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    step: Annotated[str, typer.Option("--step", help="Fork from the state at this step.")],
+    message: Annotated[str | None, typer.Option(help="A user message added to that state.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model spec for the new run.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Show steps as they land.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a new run from the state of RUN at a step; the parent is untouched."""
+    from waypoint.client import Waypoint
+    from waypoint.store.travel import parse_step
+
+    cfg = settings()
+    async with await Waypoint.connect(cfg) as wp:
+        new_id = await wp.fork(run_id, parse_step(step), message=message, model=model)
+        if not follow:
+            out.print_json({"run_id": new_id, "parent": run_id}) if as_json else print(new_id)
+            return
+        out.console.print(f"started [bold]{new_id}[/bold], forked from {run_id} at step {step}")
+        row = await out.follow(wp, new_id, cfg.tenant, as_json=as_json)
+        out.print_json(row) if as_json else out.console.print(out.run_table(row))
+
+
 # --- messages to a running run -------------------------------------------------------------------
 
 RunArg = Annotated[str, typer.Argument(help="Run id.")]

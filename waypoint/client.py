@@ -10,18 +10,20 @@ async with await Waypoint.connect(Settings()) as wp:
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Replayer
 
 from waypoint.config import Settings
 from waypoint.embedded import running_stack
 from waypoint.errors import ConfigError, NotFound, WaypointError
-from waypoint.store import integrity, reads
+from waypoint.store import integrity, reads, travel
 from waypoint.store.db import create_engine
-from waypoint.types import Budget, Decision, RunInput, RunProgress, RunResult
+from waypoint.types import Budget, Decision, ForkOrigin, RunInput, RunProgress, RunResult
 from workflows.agent_run import AgentRunWorkflow
 
 
@@ -214,6 +216,80 @@ class Waypoint:
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> dict:
         return await reads.get_run(self.engine, tenant_id or self.settings.tenant, run_id)
 
+    async def fork(
+        self,
+        run_id: str,
+        step: int,
+        *,
+        message: str | None = None,
+        model: str | None = None,
+        tenant_id: str | None = None,
+    ) -> str:
+        """Start a new run from the state of `run_id` at `step` (plus an optional user message).
+        The parent is untouched; the new run records it and the fork step."""
+        tenant = tenant_id or self.settings.tenant
+        await travel.owner_of_step(self.engine, tenant, run_id, step)  # the run and the step exist
+        parent = await self.run(run_id, tenant_id=tenant)
+        new_id = f"run-{uuid.uuid4().hex[:12]}"
+        inp = RunInput(
+            agent=parent["agent"],
+            task=parent["task"],
+            tenant_id=tenant,
+            model=model,
+            fork=ForkOrigin(run_id=run_id, step=step, message=message),
+        )
+        await self.client.start_workflow(
+            AgentRunWorkflow.run, inp, id=new_id, task_queue=self.settings.task_queue, memo={"tenant_id": tenant}
+        )
+        return new_id
+
+    async def state(self, run_id: str, step: int, *, tenant_id: str | None = None) -> dict:
+        """The state (working memory) at `step`, with the step's events."""
+        tenant = tenant_id or self.settings.tenant
+        found = await travel.state_at(self.engine, tenant, run_id, step)
+        found["events"] = await travel.step_events(self.engine, tenant, found["run_id"], step=step)
+        return found
+
+    async def diff(self, run_id: str, a: int, b: int, *, tenant_id: str | None = None) -> travel.StateDiff:
+        return await travel.diff(self.engine, tenant_id or self.settings.tenant, run_id, a, b)
+
+    async def events(
+        self,
+        run_id: str,
+        *,
+        kinds: list[str] | None = None,
+        since_step: int = 0,
+        limit: int | None = None,
+        tenant_id: str | None = None,
+    ) -> list[dict]:
+        return await travel.step_events(
+            self.engine, tenant_id or self.settings.tenant, run_id, kinds=kinds, since_step=since_step, limit=limit
+        )
+
+    def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
+        """The full transcript as JSON lines (streamed)."""
+        return travel.export(self.engine, tenant_id or self.settings.tenant, run_id)
+
+    async def lineage(self, run_id: str, *, tenant_id: str | None = None) -> list[dict]:
+        return await travel.lineage(self.engine, tenant_id or self.settings.tenant, run_id)
+
+    async def replay(
+        self, run_id: str, *, tenant_id: str | None = None, workflows: Sequence[type] = (AgentRunWorkflow,)
+    ) -> list[tuple[str, str | None]]:
+        """Replay every execution of the run (continue-as-new included) against the current workflow
+        code; returns (execution run id, determinism error or None) for each."""
+        await self._check_tenant(run_id, tenant_id)
+        replayer = Replayer(workflows=list(workflows))
+        outcomes: list[tuple[str, str | None]] = []
+        async for execution in self.client.list_workflows(f"WorkflowId = '{run_id}'"):
+            history = await self.client.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
+            result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            failure = result.replay_failure
+            outcomes.append((execution.run_id, None if failure is None else f"{type(failure).__name__}: {failure}"))
+        if not outcomes:
+            raise NotFound(f"Temporal has no history for run {run_id} (its retention may have passed)")
+        return outcomes
+
     async def verify(self, run_id: str, *, tenant_id: str | None = None) -> integrity.Verdict:
         """Recompute the run's hash chain and checkpoint hashes."""
         return await integrity.verify(self.engine, tenant_id or self.settings.tenant, run_id)
@@ -222,5 +298,10 @@ class Waypoint:
         """Remove a finished run and all it wrote (the only way rows leave the append-only log)."""
         await integrity.delete_run(self.engine, tenant_id or self.settings.tenant, run_id)
 
-    async def timeline(self, run_id: str, *, tenant_id: str | None = None, after_step: int = 0) -> list[reads.StepLine]:
-        return await reads.timeline(self.engine, tenant_id or self.settings.tenant, run_id, after_step=after_step)
+    async def timeline(
+        self, run_id: str, *, tenant_id: str | None = None, after_step: int = 0, limit: int | None = None
+    ) -> list[reads.StepLine]:
+        """Steps after `after_step` (keyset pagination), from the `run_steps` view."""
+        return await reads.timeline(
+            self.engine, tenant_id or self.settings.tenant, run_id, after_step=after_step, limit=limit
+        )

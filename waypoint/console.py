@@ -9,6 +9,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
@@ -31,6 +32,23 @@ def tool_summary(names: list[str]) -> str:
     for name in names:
         counts[name] = counts.get(name, 0) + 1
     return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
+
+
+def short(value: Any, width: int = 160) -> str:
+    """One line of JSON, cut to `width` characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def message_text(message: dict[str, Any], width: int = 400) -> str:
+    role = message.get("role", "?")
+    content = message.get("content") or ""
+    if len(content) > width:
+        content = content[: width - 1] + f"… ({len(message['content'])} characters)"
+    calls = message.get("tool_calls") or []
+    called = " ".join(f"-> {c['function']['name']}({c['function']['arguments']})" for c in calls)
+    ref = f" [{message['tool_call_id']}]" if message.get("tool_call_id") else ""
+    return f"[bold]{role}[/bold]{escape(ref)}: {escape(content)} {escape(called)}".rstrip()
 
 
 def step_text(line: StepLine) -> str:

@@ -114,6 +114,15 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class ForkOrigin:
+    """Where a forked run starts: the state of `run_id` at `step`, plus an optional user message."""
+
+    run_id: str
+    step: int
+    message: str | None = None
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """What `start_run` resolved from the agent definition; fixed for the run's life."""
 
@@ -127,6 +136,7 @@ class RunPlan:
     max_repairs: int = 3
     continue_as_new_every: int = 500
     context_tokens: int = 16_000
+    start_step: int = 0  # a fork starts at its fork step
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,7 @@ class RunInput:
     budget: Budget | None = None
     # Set when the run continues as new: where it was.
     resume: RunState | None = None
+    fork: ForkOrigin | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,7 @@ class StartRunInput:
     task: str
     model: str | None
     budget: Budget
+    fork: ForkOrigin | None = None
 
 
 @dataclass(frozen=True)

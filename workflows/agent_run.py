@@ -183,7 +183,8 @@ class AgentRunWorkflow:
             self._paused = state.paused
             self._messages = list(state.pending_messages)
         else:
-            state = RunState(plan=await self._start(inp), step=0, started_at=workflow.now().timestamp())
+            plan = await self._start(inp)
+            state = RunState(plan=plan, step=plan.start_step, started_at=workflow.now().timestamp())
         self._state = state
         self._status = RunStatus.RUNNING
         first_step = state.step
@@ -250,6 +251,7 @@ class AgentRunWorkflow:
                     task=inp.task,
                     model=inp.model,
                     budget=budget,
+                    fork=inp.fork,
                 ),
                 result_type=RunPlan,
                 start_to_close_timeout=retry.STORE_TIMEOUT,

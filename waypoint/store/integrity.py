@@ -32,8 +32,9 @@ class Verdict:
 
 async def verify(engine: AsyncEngine, tenant_id: str, run_id: str) -> Verdict:
     """Recompute the run's event chain and checkpoint hashes, streaming rows (no full load)."""
-    await get_run(engine, tenant_id, run_id)
+    run = await get_run(engine, tenant_id, run_id)
     verdict = Verdict(run_id)
+    first_step = run["fork_step"] or 0  # a fork's checkpoints start at its fork step
     prev: str | None = None
     expected_seq = 1
     async with engine.connect() as conn:
@@ -56,10 +57,12 @@ async def verify(engine: AsyncEngine, tenant_id: str, run_id: str) -> Verdict:
             .where(checkpoints.c.run_id == run_id)
             .order_by(checkpoints.c.step)
         )
+        expected_step = first_step
         async for c in cps:
-            if c.step != verdict.checkpoints:
-                verdict.problems.append(f"checkpoint of step {verdict.checkpoints} is missing")
-            verdict.checkpoints = c.step + 1
+            verdict.checkpoints += 1
+            if c.step != expected_step:
+                verdict.problems.append(f"checkpoint of step {expected_step} is missing")
+            expected_step = c.step + 1
             if state_hash(c.state) != c.state_hash:
                 verdict.problems.append(f"checkpoint of step {c.step}: state does not match its hash")
     return verdict
