@@ -56,3 +56,20 @@ async def test_the_agent_example_runs(
     tool_messages = [m["content"] for m in fake_openai.seen[2].body["messages"] if m["role"] == "tool"]
     assert tool_messages == ["error: rate must be positive", "129.6"]
     sys.modules.pop("readme_agents", None)
+
+
+@pytest.mark.postgres
+async def test_the_sql_examples_run(client, engine, settings: Settings, worker):
+    from sqlalchemy import text
+
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("add", agent="calculator")
+    await wp.result(run_id)
+    sql = "\n".join(re.findall(r"```sql\n(.*?)```", README, re.S))
+    statements = [s.strip() for s in sql.replace("run-…", run_id).split(";") if s.strip()]
+    assert len(statements) >= 6
+    async with engine.connect() as conn:
+        for statement in statements:
+            rows = (await conn.execute(text(statement))).all()
+            if "WHERE run_id" in statement:
+                assert rows, statement  # the run's own rows are found
