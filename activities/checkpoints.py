@@ -18,8 +18,9 @@ from temporalio.exceptions import ApplicationError
 
 from waypoint.agents import AgentRegistry
 from waypoint.errors import NotFound, WaypointError
-from waypoint.models import Message, estimate_tokens
-from waypoint.store import travel
+from waypoint.models import Message
+from waypoint.store import context, travel
+from waypoint.store.context import Segment
 from waypoint.store.hashing import event_hash, state_hash
 from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, events, runs, tool_effects
 from waypoint.types import (
@@ -97,35 +98,6 @@ async def insert_checkpoint(
     return (await conn.execute(stmt)).first() is not None
 
 
-def assistant_message(record: StepRecord) -> Message:
-    message: Message = {"role": "assistant", "content": record.turn.content}
-    if record.turn.tool_calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in record.turn.tool_calls
-        ]
-    return message
-
-
-def trim(messages: list[Message], budget_tokens: int) -> tuple[list[Message], int]:
-    """Drop the oldest turns (never the instructions and task, never the newest turn) until the
-    estimate fits the budget. Returns the kept messages and how many were dropped. The full
-    transcript stays in `events`."""
-    head, body = messages[:2], messages[2:]
-    dropped = 0
-    while body and estimate_tokens(head + body) > budget_tokens:
-        # The newest turn (an assistant message and what follows it) always stays.
-        last_assistant = max((i for i, m in enumerate(body) if m["role"] == "assistant"), default=0)
-        if last_assistant == 0:
-            break
-        body.pop(0)
-        dropped += 1
-        while body and body[0]["role"] == "tool":  # a tool answer without its call is invalid
-            body.pop(0)
-            dropped += 1
-    return head + body, dropped
-
-
 class CheckpointActivities:
     def __init__(self, engine: AsyncEngine, agents: AgentRegistry):
         self.engine = engine
@@ -151,16 +123,10 @@ class CheckpointActivities:
             continue_as_new_every=agent.continue_as_new_every,
             context_tokens=agent.context_tokens,
         )
-        state: dict[str, Any] = {
-            "messages": [
-                {"role": "system", "content": agent.instructions},
-                {"role": "user", "content": inp.task},
-            ],
-            "dropped_messages": 0,
-        }
         fork = inp.fork
+        inherited: list[Segment] = []
         if fork is not None:
-            state = await self._fork_state(inp.tenant_id, fork)
+            inherited = await self._fork_segments(inp.tenant_id, fork)
             plan = replace(plan, start_step=fork.step)
         async with self.engine.begin() as conn:
             created = (
@@ -185,25 +151,33 @@ class CheckpointActivities:
             if created is not None:  # else a retry after the first attempt committed
                 payload = {
                     "agent": agent.name,
+                    "instructions": agent.instructions,
                     "task": inp.task,
                     "tenant_id": inp.tenant_id,
                     "plan": asdict(plan),
                     "fork": asdict(fork) if fork else None,
                 }
                 seq = await append_events(conn, inp.run_id, [(plan.start_step, "run_started", payload)])
+                if fork is None:
+                    segments = [context.segment(inp.run_id, seq, seq, context.event_messages("run_started", payload))]
+                else:  # the parent's window, then the injected message
+                    segments = inherited
+                    if fork.message:
+                        note = {"content": fork.message}
+                        seq = await append_events(conn, inp.run_id, [(fork.step, "user_message", note)])
+                        messages = context.event_messages("user_message", note)
+                        segments = [*segments, context.segment(inp.run_id, seq, seq, messages)]
+                state = {"schema": STATE_SCHEMA_VERSION, "segments": segments, "dropped_steps": 0}
                 await insert_checkpoint(conn, inp.run_id, plan.start_step, state, seq)
         return plan
 
-    async def _fork_state(self, tenant_id: str, fork: ForkOrigin) -> dict[str, Any]:
-        """The parent's state at the fork step, plus the injected message; the parent is not touched."""
+    async def _fork_segments(self, tenant_id: str, fork: ForkOrigin) -> list[Segment]:
+        """The parent's window at the fork step (references: nothing is copied, the parent is untouched)."""
         try:
-            found = await travel.state_at(self.engine, tenant_id, fork.run_id, fork.step)
+            found = await travel.checkpoint_at(self.engine, tenant_id, fork.run_id, fork.step)
         except WaypointError as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
-        state = dict(found["state"])
-        if fork.message:
-            state["messages"] = [*state["messages"], {"role": "user", "content": fork.message}]
-        return state
+        return list(found["state"]["segments"])
 
     @activity.defn(name=RECORD_STEP)
     async def record_step(self, record: StepRecord) -> int:
@@ -247,16 +221,19 @@ class CheckpointActivities:
                     },
                 )
             )
-            messages: list[Message] = [{"role": "user", "content": m} for m in record.user_messages]
-            messages.append(assistant_message(record))
             for index, result in enumerate(record.tool_results):
                 output = full.get(index, result.output)
                 payload = {**asdict(result), "output": output, "idempotency_key": _key(record, index)}
                 new.append((record.step, "tool_result", payload))
-                messages.append({"role": "tool", "tool_call_id": result.call_id, "content": output})
             last_seq = await append_events(conn, record.run_id, new)
-            kept, dropped = trim([*prev["messages"], *messages], record.context_tokens)
-            state = {"messages": kept, "dropped_messages": prev.get("dropped_messages", 0) + dropped}
+            messages: list[Message] = [m for _, kind, p in new for m in context.event_messages(kind, p)]
+            step_segment = context.segment(record.run_id, last_seq - len(new) + 1, last_seq, messages)
+            kept, dropped = context.trim([*prev["segments"], step_segment], record.context_tokens)
+            state = {
+                "schema": STATE_SCHEMA_VERSION,
+                "segments": kept,
+                "dropped_steps": prev.get("dropped_steps", 0) + dropped,
+            }
             await insert_checkpoint(conn, record.run_id, record.step, state, last_seq)
             await conn.execute(
                 update(runs)

@@ -32,6 +32,7 @@ from waypoint.errors import ConfigError, WaypointError
 from waypoint.models import ModelAdapter, OpenAIChatModel, ScriptedModel
 from waypoint.pricing import cost_usd
 from waypoint.retry import backoff_seconds
+from waypoint.store import context
 from waypoint.store.schema import checkpoints, runs
 from waypoint.types import CALL_MODEL, CallModelInput, ModelTurn, RetrySpec
 
@@ -118,6 +119,8 @@ class ModelActivities:
         raise ConfigError(f"unknown model spec {spec!r}: use openai:<model> or scripted")
 
     async def load_messages(self, inp: CallModelInput) -> list[dict]:
+        """The context: the previous checkpoint's window, rendered from the events it references,
+        then the user messages sent since."""
         async with self.engine.connect() as conn:
             state = await conn.scalar(
                 select(checkpoints.c.state)
@@ -128,11 +131,12 @@ class ModelActivities:
                     runs.c.tenant_id == inp.tenant_id,
                 )
             )
-        if state is None:
-            raise ApplicationError(
-                f"run {inp.run_id} has no checkpoint for step {inp.step - 1}", type="NotFound", non_retryable=True
-            )
-        return [*state["messages"], *({"role": "user", "content": m} for m in inp.user_messages)]
+            if state is None:
+                raise ApplicationError(
+                    f"run {inp.run_id} has no checkpoint for step {inp.step - 1}", type="NotFound", non_retryable=True
+                )
+            messages = await context.render(conn, state["segments"])
+        return [*messages, *({"role": "user", "content": m} for m in inp.user_messages)]
 
     async def record_failure(self, inp: CallModelInput, error: ApplicationError) -> None:
         delay = error.next_retry_delay.total_seconds() if error.next_retry_delay else None

@@ -11,6 +11,7 @@ from tests.agents import EFFECTS
 from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
+from waypoint.store import travel
 from waypoint.store.hashing import event_hash
 from waypoint.store.schema import checkpoints, events, runs
 
@@ -39,8 +40,13 @@ async def test_demo_run_completes_and_mirrors_every_step(
     cps = await rows(engine, checkpoints, run_id, checkpoints.c.step)
     assert [c["step"] for c in cps] == [0, 1, 2, 3, 4, 5]
     # each checkpoint extends the previous one by exactly its step's messages
+    # each checkpoint is the previous window plus one segment (references to the step's events)
     for before, after in zip(cps, cps[1:], strict=False):
-        assert after["state"]["messages"][: len(before["state"]["messages"])] == before["state"]["messages"]
+        assert after["state"]["segments"][:-1] == before["state"]["segments"]
+        assert after["state"]["segments"][-1][:3] == [run_id, before["last_event_seq"] + 1, after["last_event_seq"]]
+    messages = (await travel.state_at(engine, settings.tenant, run_id, 5))["state"]["messages"]
+    assert [m["role"] for m in messages[:4]] == ["system", "user", "assistant", "tool"]
+    assert messages[1]["content"] == DEMO_TASK and messages[-1] == {"role": "assistant", "content": result.output}
 
     evs = await rows(engine, events, run_id, events.c.seq)
     assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
@@ -99,7 +105,7 @@ async def test_bad_tool_calls_are_told_to_the_model_and_the_run_goes_on(client, 
     assert all(p["is_error"] for p in step1)
     assert "no tool 'no_such_tool'" in step1[0]["output"]
     assert "invalid arguments for add" in step1[1]["output"] and "a:" in step1[1]["output"]
-    messages = (await rows(engine, checkpoints, run_id, checkpoints.c.step))[1]["state"]["messages"]
+    messages = (await travel.state_at(engine, settings.tenant, run_id, 1))["state"]["messages"]
     assert messages[-1]["role"] == "tool" and messages[-1]["content"].startswith("error:")
 
 

@@ -340,8 +340,8 @@ async def show(
     state = found["state"]
     where = f" (held by ancestor {found['run_id']})" if found["run_id"] != run_id else ""
     out.console.print(f"[bold]{run_id} at step {found['step']}[/bold]{where}, recorded {found['at']}")
-    dropped = state.get("dropped_messages", 0)
-    out.console.print(f"working memory: {len(state['messages'])} messages ({dropped} older ones dropped)")
+    dropped = state.get("dropped_steps", 0)
+    out.console.print(f"working memory: {len(state['messages'])} messages ({dropped} older steps left the window)")
     for message in state["messages"]:
         out.console.print(out.message_text(message), soft_wrap=True)
     if found["events"]:

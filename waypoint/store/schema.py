@@ -26,7 +26,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = MetaData()
 
-STATE_SCHEMA_VERSION = 1
+STATE_SCHEMA_VERSION = 2  # 2: the state lists event segments (waypoint/store/context.py)
 
 runs = Table(
     "runs",

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.errors import NotFound
 from waypoint.models import estimate_tokens
+from waypoint.store import context
 from waypoint.store.reads import get_run
 from waypoint.store.schema import checkpoints, events, runs
 
@@ -37,12 +38,13 @@ async def owner_of_step(engine: AsyncEngine, tenant_id: str, run_id: str, step: 
     return run["run_id"]
 
 
-async def state_at(engine: AsyncEngine, tenant_id: str, run_id: str, step: int) -> dict[str, Any]:
+async def checkpoint_at(engine: AsyncEngine, tenant_id: str, run_id: str, step: int) -> dict[str, Any]:
+    """The stored checkpoint of `step` (segments, not messages), found through the run's ancestors."""
     owner = await owner_of_step(engine, tenant_id, run_id, step)
     async with engine.connect() as conn:
         row = (
             await conn.execute(
-                select(checkpoints.c.state, checkpoints.c.created_at, checkpoints.c.last_event_seq).where(
+                select(checkpoints.c.state, checkpoints.c.created_at).where(
                     checkpoints.c.run_id == owner, checkpoints.c.step == step
                 )
             )
@@ -50,6 +52,15 @@ async def state_at(engine: AsyncEngine, tenant_id: str, run_id: str, step: int) 
     if row is None:
         raise NotFound(f"run {run_id} has no checkpoint for step {step}")
     return {"run_id": owner, "step": step, "at": row.created_at.isoformat(), "state": row.state}
+
+
+async def state_at(engine: AsyncEngine, tenant_id: str, run_id: str, step: int) -> dict[str, Any]:
+    """The checkpoint of `step` with its working memory rendered: `state["messages"]`."""
+    found = await checkpoint_at(engine, tenant_id, run_id, step)
+    async with engine.connect() as conn:
+        messages = await context.render(conn, found["state"]["segments"])
+    found["state"] = {**found["state"], "messages": messages}
+    return found
 
 
 async def step_events(
@@ -101,7 +112,7 @@ async def diff(engine: AsyncEngine, tenant_id: str, run_id: str, a: int, b: int)
     result = StateDiff(run_id=run_id, a=a, b=b)
     result.added = [m for m in sb["messages"] if _key(m) not in in_a]
     result.dropped = [m for m in sa["messages"] if _key(m) not in in_b]
-    for name in sorted((set(sa) | set(sb)) - {"messages"}):
+    for name in sorted((set(sa) | set(sb)) - {"messages", "segments"}):
         if sa.get(name) != sb.get(name):
             result.changed[name] = (sa.get(name), sb.get(name))
     result.tokens_a, result.tokens_b = estimate_tokens(sa["messages"]), estimate_tokens(sb["messages"])

@@ -1,0 +1,77 @@
+"""Working memory by reference: a checkpoint lists event ranges, never message copies.
+
+Every message a model sees is stored once, as an event (`run_started` holds the
+instructions and the task, then `user_message`, `model_response` and
+`tool_result`). A checkpoint's state is a list of segments
+`[run_id, first_seq, last_seq, tokens]`: the head (instructions and task) and
+one segment per step still in the window, with its estimated size. So a
+checkpoint costs tens of bytes per step in the window, whatever the messages
+hold, and storage grows linearly with run length. A fork's segments point into
+its ancestors' events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from waypoint.models import Message, estimate_tokens
+from waypoint.store.schema import events
+
+MESSAGE_KINDS = ("run_started", "user_message", "model_response", "tool_result")
+Segment = list[Any]  # [run_id, first_seq, last_seq, tokens]
+
+
+def event_messages(kind: str, payload: dict[str, Any]) -> list[Message]:
+    """The chat messages an event stands for (none for bookkeeping events)."""
+    if kind == "run_started":
+        return [{"role": "system", "content": payload["instructions"]}, {"role": "user", "content": payload["task"]}]
+    if kind == "user_message":
+        return [{"role": "user", "content": payload["content"]}]
+    if kind == "model_response":
+        message: Message = {"role": "assistant", "content": payload["content"]}
+        if payload["tool_calls"]:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in payload["tool_calls"]
+            ]
+        return [message]
+    if kind == "tool_result":
+        return [{"role": "tool", "tool_call_id": payload["call_id"], "content": payload["output"]}]
+    return []
+
+
+def segment(run_id: str, first_seq: int, last_seq: int, messages: Iterable[Message]) -> Segment:
+    return [run_id, first_seq, last_seq, estimate_tokens(list(messages))]
+
+
+def trim(segments: list[Segment], budget_tokens: int) -> tuple[list[Segment], int]:
+    """Drop the oldest steps (never the head, never the newest step) until the window fits the
+    budget; returns the kept segments and how many were dropped."""
+    kept = list(segments)
+    dropped = 0
+    while len(kept) > 2 and sum(s[3] for s in kept) > budget_tokens:
+        del kept[1]
+        dropped += 1
+    return kept, dropped
+
+
+async def render(conn: AsyncConnection, segments: list[Segment]) -> list[Message]:
+    """The messages of a window, in order, loaded in one query."""
+    if not segments:
+        return []
+    ranges = or_(*(and_(events.c.run_id == r, events.c.seq.between(a, b)) for r, a, b, _ in segments))
+    query = select(events.c.run_id, events.c.seq, events.c.kind, events.c.payload).where(
+        ranges, events.c.kind.in_(MESSAGE_KINDS)
+    )
+    found = {(row.run_id, row.seq): row for row in await conn.execute(query)}
+    messages: list[Message] = []
+    for run_id, first, last, _ in segments:
+        for seq in range(first, last + 1):
+            row = found.get((run_id, seq))
+            if row is not None:
+                messages += event_messages(row.kind, row.payload)
+    return messages
