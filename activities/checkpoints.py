@@ -183,6 +183,9 @@ class CheckpointActivities:
     async def record_step(self, record: StepRecord) -> int:
         """Append the step's events and write its checkpoint in one transaction; returns the step's last seq."""
         async with self.engine.begin() as conn:
+            # Two attempts of the same step can overlap (the first one's worker stalled past the
+            # timeout): the run-row lock makes the second wait, then find the step recorded.
+            await conn.execute(select(runs.c.run_id).where(runs.c.run_id == record.run_id).with_for_update())
             existing = await conn.scalar(
                 select(checkpoints.c.last_event_seq).where(
                     checkpoints.c.run_id == record.run_id, checkpoints.c.step == record.step

@@ -73,3 +73,20 @@ async def test_record_step_refuses_a_step_without_its_predecessor(engine: AsyncE
     with pytest.raises(ApplicationError, match="no checkpoint for step 0") as info:
         await ActivityEnvironment().run(acts.record_step, record)
     assert info.value.non_retryable
+
+
+async def test_overlapping_attempts_of_one_step_record_it_once(engine: AsyncEngine, agents: AgentRegistry, settings):
+    import asyncio
+
+    acts = CheckpointActivities(engine, agents)
+    env = ActivityEnvironment()
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    start = StartRunInput(
+        run_id=run_id, tenant_id=settings.tenant, agent="calculator", task="t", model=None, budget=Budget()
+    )
+    await env.run(acts.start_run, start)
+    record = step_one(run_id, settings.tenant)
+    # A retry can start while a stalled first attempt is still writing.
+    seqs = await asyncio.gather(*(ActivityEnvironment().run(acts.record_step, record) for _ in range(4)))
+    assert len(set(seqs)) == 1
+    assert await counts(engine, run_id) == (3, 2, 40)

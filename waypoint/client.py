@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
+from waypoint import retry
 from waypoint.config import Settings
 from waypoint.embedded import running_stack
 from waypoint.errors import ConfigError, NotFound, WaypointError
@@ -123,6 +124,7 @@ class Waypoint:
                 task_queue=self.settings.task_queue,
                 # Lets a message reach a run before its row exists, with the tenant still checked.
                 memo={"tenant_id": inp.tenant_id},
+                task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
             )
         except RPCError as exc:
             raise ConfigError(f"Temporal refused the run: {exc}") from None
@@ -239,7 +241,12 @@ class Waypoint:
             fork=ForkOrigin(run_id=run_id, step=step, message=message),
         )
         await self.client.start_workflow(
-            AgentRunWorkflow.run, inp, id=new_id, task_queue=self.settings.task_queue, memo={"tenant_id": tenant}
+            AgentRunWorkflow.run,
+            inp,
+            id=new_id,
+            task_queue=self.settings.task_queue,
+            memo={"tenant_id": tenant},
+            task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
         )
         return new_id
 

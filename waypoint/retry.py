@@ -33,11 +33,17 @@ NON_RETRYABLE = [
 
 # A worker killed mid-activity stops heartbeating; Temporal retries the attempt elsewhere after this.
 HEARTBEAT_TIMEOUT = timedelta(seconds=2)
-HEARTBEAT_EVERY = 0.5  # seconds between heartbeats of a running activity
+# Seconds between heartbeat calls; the SDK sends at most one per 0.8 x HEARTBEAT_TIMEOUT anyway.
+HEARTBEAT_EVERY = 0.5
 # Delay before re-running an attempt whose worker vanished (HTTP errors bring their own delay).
 RECOVERY_INTERVAL = timedelta(milliseconds=200)
 
-STORE_TIMEOUT = timedelta(seconds=30)
+# Postgres writes are single short transactions: a short timeout means a worker killed mid-write
+# costs seconds, not half a minute (record_step serializes concurrent attempts, so a retry
+# overlapping a slow first attempt is safe).
+STORE_TIMEOUT = timedelta(seconds=5)
+# A workflow task on a worker that died is handed to another after this (Temporal's default is 10 s).
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 STORE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
