@@ -45,11 +45,16 @@ def _attempt() -> int:
     return activity.info().attempt if activity.in_activity() else 1
 
 
-async def append_events(conn: AsyncConnection, run_id: str, new: list[Event]) -> int:
-    """Append events to a run's hash chain; returns the last seq. Caller owns the transaction."""
-    # Serialize appends per run (parallel tool attempts may fail at once); the row lock
-    # lasts until the caller's transaction ends.
+async def lock_run(conn: AsyncConnection, run_id: str) -> None:
+    """Serialize writers of one run until the caller's transaction ends."""
     await conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id).with_for_update())
+
+
+async def append_events(conn: AsyncConnection, run_id: str, new: list[Event], *, locked: bool = False) -> int:
+    """Append events to a run's hash chain; returns the last seq. Caller owns the transaction.
+    `locked`: the caller already holds the run lock (`lock_run`)."""
+    if not locked:  # parallel tool attempts may fail, and append, at once
+        await lock_run(conn, run_id)
     last = (
         await conn.execute(
             select(events.c.seq, events.c.hash).where(events.c.run_id == run_id).order_by(events.c.seq.desc()).limit(1)
@@ -185,7 +190,7 @@ class CheckpointActivities:
         async with self.engine.begin() as conn:
             # Two attempts of the same step can overlap (the first one's worker stalled past the
             # timeout): the run-row lock makes the second wait, then find the step recorded.
-            await conn.execute(select(runs.c.run_id).where(runs.c.run_id == record.run_id).with_for_update())
+            await lock_run(conn, record.run_id)
             existing = await conn.scalar(
                 select(checkpoints.c.last_event_seq).where(
                     checkpoints.c.run_id == record.run_id, checkpoints.c.step == record.step
@@ -228,7 +233,7 @@ class CheckpointActivities:
                 output = full.get(index, result.output)
                 payload = {**asdict(result), "output": output, "idempotency_key": _key(record, index)}
                 new.append((record.step, "tool_result", payload))
-            last_seq = await append_events(conn, record.run_id, new)
+            last_seq = await append_events(conn, record.run_id, new, locked=True)
             messages: list[Message] = [m for _, kind, p in new for m in context.event_messages(kind, p)]
             step_segment = context.segment(record.run_id, last_seq - len(new) + 1, last_seq, messages)
             kept, dropped = context.trim([*prev["segments"], step_segment], record.context_tokens)
