@@ -22,6 +22,7 @@ from waypoint.models import Message
 from waypoint.store import context, travel
 from waypoint.store.context import Segment
 from waypoint.store.hashing import event_hash, state_hash
+from waypoint.store.reads import run_result
 from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, events, runs, tool_effects
 from waypoint.types import (
     FINISH_RUN,
@@ -283,17 +284,8 @@ class CheckpointActivities:
             await _transition(
                 conn, inp.run_id, "run_finished", payload, output=inp.output, error=inp.error, finished_at=func.now()
             )
-            row = (await conn.execute(select(runs).where(runs.c.run_id == inp.run_id))).one()
-        return RunResult(
-            run_id=row.run_id,
-            status=row.status,
-            steps=row.steps,
-            output=row.output,
-            error=row.error,
-            input_tokens=row.input_tokens,
-            output_tokens=row.output_tokens,
-            cost_usd=float(row.cost_usd),
-        )
+            row = (await conn.execute(select(runs).where(runs.c.run_id == inp.run_id))).mappings().one()
+        return run_result(row)
 
 
 async def _transition(

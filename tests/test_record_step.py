@@ -41,13 +41,18 @@ def step_one(run_id: str, tenant: str) -> StepRecord:
     )
 
 
+def new_run(settings) -> StartRunInput:
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    return StartRunInput(
+        run_id=run_id, tenant_id=settings.tenant, agent="calculator", task="t", model=None, budget=Budget()
+    )
+
+
 async def test_record_step_twice_is_a_no_op(engine: AsyncEngine, agents: AgentRegistry, settings):
     acts = CheckpointActivities(engine, agents)
     env = ActivityEnvironment()
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
-    start = StartRunInput(
-        run_id=run_id, tenant_id=settings.tenant, agent="calculator", task="t", model=None, budget=Budget()
-    )
+    start = new_run(settings)
+    run_id = start.run_id
     plan = await env.run(acts.start_run, start)
     assert await env.run(acts.start_run, start) == plan  # a retried start creates nothing new
     assert await counts(engine, run_id) == (1, 1, 0)
@@ -80,10 +85,8 @@ async def test_overlapping_attempts_of_one_step_record_it_once(engine: AsyncEngi
 
     acts = CheckpointActivities(engine, agents)
     env = ActivityEnvironment()
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
-    start = StartRunInput(
-        run_id=run_id, tenant_id=settings.tenant, agent="calculator", task="t", model=None, budget=Budget()
-    )
+    start = new_run(settings)
+    run_id = start.run_id
     await env.run(acts.start_run, start)
     record = step_one(run_id, settings.tenant)
     # A retry can start while a stalled first attempt is still writing.

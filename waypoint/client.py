@@ -201,16 +201,7 @@ class Waypoint:
             return await handle.result()
         except WorkflowFailureError:
             row = await reads.get_run(self.engine, tenant_id or self.settings.tenant, run_id)
-            return RunResult(
-                run_id=run_id,
-                status=row["status"],
-                steps=row["steps"],
-                output=row["output"],
-                error=row["error"],
-                input_tokens=row["input_tokens"],
-                output_tokens=row["output_tokens"],
-                cost_usd=row["cost_usd"],
-            )
+            return reads.run_result(row)
 
     async def runs(self, *, tenant_id: str | None = None, limit: int = 20, status: str | None = None) -> list[dict]:
         return await reads.list_runs(self.engine, tenant_id or self.settings.tenant, limit=limit, status=status)

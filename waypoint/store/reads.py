@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.errors import NotFound
 from waypoint.store.schema import runs
+from waypoint.types import RunResult
 
 
 def _row(mapping: Any) -> dict[str, Any]:
@@ -21,6 +23,20 @@ def _row(mapping: Any) -> dict[str, Any]:
         elif key == "cost_usd" and value is not None:
             out[key] = float(value)
     return out
+
+
+def run_result(row: Mapping[Any, Any]) -> RunResult:
+    """A `runs` row as the result of the run."""
+    return RunResult(
+        run_id=row["run_id"],
+        status=row["status"],
+        steps=row["steps"],
+        output=row["output"],
+        error=row["error"],
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        cost_usd=float(row["cost_usd"]),
+    )
 
 
 async def list_runs(engine: AsyncEngine, tenant_id: str, *, limit: int = 20, status: str | None = None) -> list[dict]:
