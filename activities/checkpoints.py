@@ -37,6 +37,7 @@ from waypoint.types import (
     SetStatusInput,
     StartRunInput,
     StepRecord,
+    idempotency_key,
 )
 
 Event = tuple[int, str, dict[str, Any]]  # (step, kind, payload)
@@ -305,4 +306,4 @@ async def _transition(
 
 
 def _key(record: StepRecord, index: int) -> str:
-    return f"{record.run_id}:{record.step}:{index}"
+    return idempotency_key(record.run_id, record.step, index)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from waypoint.config import Settings
 from waypoint.embedded import free_port
 
 
@@ -28,8 +28,7 @@ def chaos_workers(state: Path) -> list[int]:
 
 @pytest.mark.postgres
 def test_chaos_demo_survives_model_failures_and_a_killed_worker(tmp_path: Path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    env |= {"WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}", "COLUMNS": "200"}
+    env = Settings(temporal_address=f"localhost:{free_port()}").child_environment(COLUMNS="200")
     done = subprocess.run(
         [sys.executable, "-m", "waypoint.cli", "--state-dir", str(tmp_path), "demo", "--chaos"],
         env=env,

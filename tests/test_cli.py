@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from dataclasses import dataclass
 
@@ -23,16 +22,7 @@ class Done:
 
 
 def cli_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    env.update(
-        WAYPOINT_TEMPORAL_ADDRESS=settings.temporal_address,
-        WAYPOINT_DATABASE_URL=settings.database_url or "",
-        WAYPOINT_TASK_QUEUE=settings.task_queue,
-        WAYPOINT_TENANT=settings.tenant,
-        WAYPOINT_STATE_DIR=str(settings.state_dir),
-        COLUMNS="200",
-    )
-    return env
+    return settings.child_environment(COLUMNS="200")
 
 
 async def waypoint(settings: Settings, *args: str, env: dict[str, str] | None = None) -> Done:

@@ -27,3 +27,19 @@ def test_database_urls_get_the_asyncpg_driver():
         async_url("mysql://u@h/db")
     with pytest.raises(ConfigError, match="not a database URL"):
         async_url("::nonsense::")
+
+
+def test_child_environment_reproduces_the_settings(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("WAYPOINT_TENANT", "from-the-shell")  # the caller's own: must not win
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-from-the-shell")  # nor leak into the child
+    original = Settings(
+        task_queue="q1",
+        tenant="acme",
+        database_url="postgresql://u@h/db",
+        openai_api_key="sk-child",
+        prices={"m": (1.0, 2.0)},
+    )
+    env = original.child_environment(EXTRA="1")
+    assert env["EXTRA"] == "1" and env["WAYPOINT_TENANT"] == "acme" and "OPENAI_ORG_ID" not in env
+    monkeypatch.setattr("os.environ", env)
+    assert Settings() == original

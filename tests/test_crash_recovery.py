@@ -4,7 +4,6 @@ its steps are contiguous, and each tool call's side effect happened exactly once
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import time
@@ -24,17 +23,8 @@ pytestmark = pytest.mark.postgres
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    return env | {
-        "WAYPOINT_TEMPORAL_ADDRESS": settings.temporal_address,
-        "WAYPOINT_DATABASE_URL": settings.database_url or "",
-        "WAYPOINT_TASK_QUEUE": settings.task_queue,
-        "WAYPOINT_AGENTS": "tests.agents",
-        "WAYPOINT_WORKSPACE": str(settings.resolved_workspace),
-        "WAYPOINT_STATE_DIR": str(settings.state_dir),
-        # The same Qdrant shard for every worker: a killed process releases its lock.
-        "WAYPOINT_QDRANT_PATH": str(settings.resolved_qdrant_path),
-    }
+    # Every worker opens the same Qdrant shard: a killed process releases its lock.
+    return settings.child_environment(WAYPOINT_AGENTS="tests.agents")
 
 
 async def wait_for(path: Path, timeout: float = 60.0) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -16,17 +15,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from waypoint.config import Settings
 from waypoint.embedded import free_port
 
 
 def env_for(state: Path, temporal_port: int, ui_port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    return env | {
-        "WAYPOINT_STATE_DIR": str(state),
-        "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{temporal_port}",
-        "WAYPOINT_TEMPORAL_UI_PORT": str(ui_port),
-        "COLUMNS": "200",
-    }
+    settings = Settings(state_dir=state, temporal_address=f"localhost:{temporal_port}", temporal_ui_port=ui_port)
+    return settings.child_environment(COLUMNS="200")
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import threading
 import time
@@ -30,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
 from rich import box
 from rich.table import Table
 from sqlalchemy import select
@@ -46,6 +46,7 @@ from waypoint.models import ScriptedModel
 from waypoint.retry import HEARTBEAT_TIMEOUT
 from waypoint.store.reads import StepLine
 from waypoint.store.schema import checkpoints, events, tool_effects
+from waypoint.types import idempotency_key
 
 # Module level, so the chaos workers (WAYPOINT_AGENTS=waypoint.chaos) register it.
 demo_chaos = chaos_variant()
@@ -92,20 +93,19 @@ class FlakyProvider:
 
 
 def worker_env(settings: Settings, *, task_queue: str, qdrant_path: Path, base_url: str) -> dict[str, str]:
-    """The environment of a chaos worker: the user's, minus any Waypoint or OpenAI setting of theirs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    return env | {
-        "WAYPOINT_STATE_DIR": str(Path(settings.state_dir).resolve()),
-        "WAYPOINT_TEMPORAL_ADDRESS": settings.temporal_address,
-        "WAYPOINT_TEMPORAL_NAMESPACE": settings.temporal_namespace,
-        "WAYPOINT_DATABASE_URL": settings.database_url or "",
-        "WAYPOINT_TASK_QUEUE": task_queue,
-        "WAYPOINT_WORKSPACE": str(settings.resolved_workspace),
-        "WAYPOINT_QDRANT_PATH": str(qdrant_path),
-        "WAYPOINT_AGENTS": __name__,
-        "OPENAI_BASE_URL": base_url,
-        "OPENAI_API_KEY": "chaos-demo-key",  # the local server checks none; the SDK wants one
-    }
+    """The environment of a chaos worker: these settings, none of the user's Waypoint or OpenAI variables."""
+    chaos = settings.model_copy(
+        update={
+            "state_dir": Path(settings.state_dir).resolve(),
+            "task_queue": task_queue,
+            "workspace": settings.resolved_workspace,
+            "qdrant_path": qdrant_path,
+            "agents": __name__,
+            "openai_base_url": base_url,
+            "openai_api_key": SecretStr("chaos-demo-key"),  # the local server checks none; the SDK wants one
+        }
+    )
+    return chaos.child_environment()
 
 
 @dataclass
@@ -253,7 +253,7 @@ async def gather_evidence(engine: AsyncEngine, run_id: str) -> Evidence:
         ).all()
         ledger = (await conn.execute(select(tool_effects).where(tool_effects.c.run_id == run_id))).mappings().all()
     calls = {
-        f"{run_id}:{r.step}:{i}": call["name"]
+        idempotency_key(run_id, r.step, i): call["name"]
         for r in logged
         if r.kind == "model_response"
         for i, call in enumerate(r.payload["tool_calls"])

@@ -6,6 +6,8 @@ the CLI build a `Settings` and hand the pieces down.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, SecretStr
@@ -65,6 +67,22 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("WAYPOINT_OPENAI_BASE_URL", "OPENAI_BASE_URL"),
         description="Base URL of an OpenAI-compatible endpoint. Unset: the SDK's default.",
     )
+
+    def child_environment(self, **extra: str) -> dict[str, str]:
+        """The environment of a Waypoint subprocess (a worker, the CLI) that sees exactly these
+        settings: this process's environment minus every WAYPOINT_/OPENAI_ variable, then each
+        setting that has a value, then `extra`."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, dict):
+                value = json.dumps(value)
+            env[f"WAYPOINT_{name.upper()}"] = str(value)
+        return env | extra
 
     @property
     def resolved_qdrant_path(self) -> Path:

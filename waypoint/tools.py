@@ -24,6 +24,7 @@ from typing import Any, get_type_hints
 import pydantic
 
 from waypoint.errors import ToolError
+from waypoint.types import idempotency_key
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class ToolContext:
     @property
     def idempotency_key(self) -> str:
         """Stable across retries of the same call: `run_id:step:call_index`."""
-        return f"{self.run_id}:{self.step}:{self.call_index}"
+        return idempotency_key(self.run_id, self.step, self.call_index)
 
 
 class Tool:

@@ -20,6 +20,11 @@ FINISH_RUN = "finish_run"
 SET_STATUS = "set_run_status"
 
 
+def idempotency_key(run_id: str, step: int, call_index: int) -> str:
+    """The key of one tool call, stable across retries: `run_id:step:call_index`."""
+    return f"{run_id}:{step}:{call_index}"
+
+
 class RunStatus:
     """Values of `runs.status`."""
 
@@ -208,7 +213,7 @@ class RunToolInput:
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.run_id}:{self.step}:{self.call_index}"
+        return idempotency_key(self.run_id, self.step, self.call_index)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ refused one answers the caller with the reason and changes nothing.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
@@ -288,12 +289,12 @@ class AgentRunWorkflow:
             return None
         return state.started_at + state.plan.deadline_seconds - workflow.now().timestamp()
 
-    async def _wait(self, condition: object) -> None:
+    async def _wait(self, condition: Callable[[], bool]) -> None:
         """Wait for `condition`, or cancel, or the deadline (whichever comes first)."""
         remaining = self._deadline_remaining()
         try:
             await workflow.wait_condition(
-                lambda: condition() or self._cancel_reason is not None,  # type: ignore[operator]
+                lambda: condition() or self._cancel_reason is not None,
                 timeout=timedelta(seconds=max(remaining, 0.001)) if remaining is not None else None,
             )
         except TimeoutError:
