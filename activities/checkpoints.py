@@ -7,15 +7,18 @@ checkpoint changes nothing.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, replace
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import func, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from waypoint import telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.errors import NotFound, WaypointError
 from waypoint.models import Message
@@ -23,7 +26,7 @@ from waypoint.store import context, travel
 from waypoint.store.context import Segment
 from waypoint.store.hashing import event_hash, state_hash
 from waypoint.store.reads import run_result
-from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, events, runs, tool_effects
+from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, events, runs
 from waypoint.types import (
     FINISH_RUN,
     RECORD_STEP,
@@ -41,6 +44,7 @@ from waypoint.types import (
 )
 
 Event = tuple[int, str, dict[str, Any]]  # (step, kind, payload)
+WRITE_CONFLICT_RETRIES = 5
 
 
 def _attempt() -> int:
@@ -52,17 +56,9 @@ async def lock_run(conn: AsyncConnection, run_id: str) -> None:
     await conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id).with_for_update())
 
 
-async def append_events(conn: AsyncConnection, run_id: str, new: list[Event], *, locked: bool = False) -> int:
-    """Append events to a run's hash chain; returns the last seq. Caller owns the transaction.
-    `locked`: the caller already holds the run lock (`lock_run`)."""
-    if not locked:  # parallel tool attempts may fail, and append, at once
-        await lock_run(conn, run_id)
-    last = (
-        await conn.execute(
-            select(events.c.seq, events.c.hash).where(events.c.run_id == run_id).order_by(events.c.seq.desc()).limit(1)
-        )
-    ).first()
-    seq, prev = (last.seq, last.hash) if last else (0, None)
+def hash_chain(run_id: str, last_seq: int, last_hash: str | None, new: list[Event]) -> list[dict[str, Any]]:
+    """The rows that extend a run's hash chain, which ends at (`last_seq`, `last_hash`), by `new`."""
+    seq, prev = last_seq, last_hash
     rows = []
     for step, kind, payload in new:
         seq += 1
@@ -80,9 +76,64 @@ async def append_events(conn: AsyncConnection, run_id: str, new: list[Event], *,
             }
         )
         prev = digest
+    return rows
+
+
+async def append_events(conn: AsyncConnection, run_id: str, new: list[Event], *, locked: bool = False) -> int:
+    """Append events to a run's hash chain; returns the last seq. Caller owns the transaction.
+    `locked`: the caller already holds the run lock (`lock_run`)."""
+    if not locked:  # parallel tool attempts may fail, and append, at once
+        await lock_run(conn, run_id)
+    last = (
+        await conn.execute(
+            select(events.c.seq, events.c.hash).where(events.c.run_id == run_id).order_by(events.c.seq.desc()).limit(1)
+        )
+    ).first()
+    rows = hash_chain(run_id, last.seq if last else 0, last.hash if last else None, new)
     if rows:
         await conn.execute(insert(events), rows)
-    return seq
+    return rows[-1]["seq"] if rows else (last.seq if last else 0)
+
+
+# record_step's two statements. Plain SQL with one text whatever the number of events, so the
+# driver prepares each once per connection.
+_READ_FOR_STEP = text(
+    """
+    SELECT
+        (SELECT last_event_seq FROM checkpoints WHERE run_id = r.run_id AND step = :step) AS existing,
+        (SELECT state FROM checkpoints WHERE run_id = r.run_id AND step = :prev_step) AS prev,
+        (SELECT jsonb_object_agg(idempotency_key, output) FROM tool_effects
+          WHERE idempotency_key = ANY(CAST(:keys AS text[]))) AS outputs,
+        last.seq AS last_seq,
+        last.hash AS last_hash
+    FROM runs AS r
+    LEFT JOIN LATERAL (
+        SELECT seq, hash FROM events WHERE run_id = r.run_id ORDER BY seq DESC LIMIT 1
+    ) AS last ON true
+    WHERE r.run_id = :run_id
+    """
+).columns(prev=JSONB, outputs=JSONB)
+
+_WRITE_STEP = text(
+    """
+    WITH new_events AS (
+        INSERT INTO events (run_id, seq, step, kind, payload, attempt, prev_hash, hash)
+        SELECT :run_id, e.seq, :step, e.kind, CAST(e.payload AS jsonb), :attempt, e.prev_hash, e.hash
+        FROM unnest(CAST(:seqs AS int[]), CAST(:kinds AS text[]), CAST(:payloads AS text[]),
+                    CAST(:prev_hashes AS text[]), CAST(:hashes AS text[])) AS e(seq, kind, payload, prev_hash, hash)
+    ), new_checkpoint AS (
+        INSERT INTO checkpoints (run_id, step, state, last_event_seq, state_hash, schema_version)
+        VALUES (:run_id, :step, CAST(:state AS jsonb), :last_seq, :state_hash, :schema_version)
+    )
+    UPDATE runs
+    SET steps = :step,
+        input_tokens = input_tokens + :input_tokens,
+        output_tokens = output_tokens + :output_tokens,
+        cost_usd = cost_usd + :cost,
+        updated_at = now()
+    WHERE run_id = :run_id
+    """
+)
 
 
 async def insert_checkpoint(
@@ -150,6 +201,7 @@ class CheckpointActivities:
                         parent_run_id=fork.run_id if fork else None,
                         fork_step=fork.step if fork else None,
                         steps=plan.start_step,
+                        trace_id=telemetry.trace_id(),  # the run's trace, for `waypoint trace`
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)
@@ -188,87 +240,94 @@ class CheckpointActivities:
 
     @activity.defn(name=RECORD_STEP)
     async def record_step(self, record: StepRecord) -> int:
-        """Append the step's events and write its checkpoint in one transaction; returns the step's last seq."""
-        async with self.engine.begin() as conn:
-            # Two attempts of the same step can overlap (the first one's worker stalled past the
-            # timeout): the run-row lock makes the second wait, then find the step recorded.
-            await lock_run(conn, record.run_id)
-            existing = await conn.scalar(
-                select(checkpoints.c.last_event_seq).where(
-                    checkpoints.c.run_id == record.run_id, checkpoints.c.step == record.step
-                )
-            )
-            if existing is not None:
-                return existing  # recorded by an earlier attempt: nothing to do
-            prev = await conn.scalar(
-                select(checkpoints.c.state).where(
-                    checkpoints.c.run_id == record.run_id, checkpoints.c.step == record.step - 1
-                )
-            )
-            if prev is None:
-                raise ApplicationError(
-                    f"run {record.run_id} has no checkpoint for step {record.step - 1}",
-                    type=NotFound.__name__,
-                    non_retryable=True,
-                )
-            full = await self._full_outputs(conn, record)
-            turn = record.turn
-            new: list[Event] = [(record.step, "user_message", {"content": m}) for m in record.user_messages]
-            new += [(record.step, "decision", d) for d in record.decisions]
-            new.append(
-                (
-                    record.step,
-                    "model_response",
-                    {
-                        "model": turn.model,
-                        "content": turn.content,
-                        "finish_reason": turn.finish_reason,
-                        "tool_calls": [asdict(c) for c in turn.tool_calls],
-                        "usage": asdict(turn.usage),
-                        "cost_usd": turn.cost_usd,
-                        "latency_ms": turn.latency_ms,
-                        "attempt": turn.attempt,
-                    },
-                )
-            )
-            for index, result in enumerate(record.tool_results):
-                output = full.get(index, result.output)
-                payload = {**asdict(result), "output": output, "idempotency_key": _key(record, index)}
-                new.append((record.step, "tool_result", payload))
-            last_seq = await append_events(conn, record.run_id, new, locked=True)
-            messages: list[Message] = [m for _, kind, p in new for m in context.event_messages(kind, p)]
-            step_segment = context.segment(record.run_id, last_seq - len(new) + 1, last_seq, messages)
-            kept, dropped = context.trim([*prev["segments"], step_segment], record.context_tokens)
-            state = {
-                "schema": STATE_SCHEMA_VERSION,
-                "segments": kept,
-                "dropped_steps": prev.get("dropped_steps", 0) + dropped,
-            }
-            await insert_checkpoint(conn, record.run_id, record.step, state, last_seq)
-            await conn.execute(
-                update(runs)
-                .where(runs.c.run_id == record.run_id)
-                .values(
-                    steps=record.step,
-                    input_tokens=runs.c.input_tokens + turn.usage.input_tokens,
-                    output_tokens=runs.c.output_tokens + turn.usage.output_tokens,
-                    cost_usd=runs.c.cost_usd + turn.cost_usd,
-                    updated_at=func.now(),
-                )
-            )
-            return last_seq
+        """Append the step's events and write its checkpoint atomically; returns the step's last seq.
 
-    async def _full_outputs(self, conn: AsyncConnection, record: StepRecord) -> dict[int, str]:
-        """Claim check: the whole output of every tool result that history only has a preview of."""
+        Optimistic, in two statements and no explicit transaction: one reads everything the step
+        needs, one writes everything (events, checkpoint, run totals) as a single statement. Two
+        attempts of the same step can overlap (the first one's worker stalled past the timeout):
+        the unique (run, seq) and (run, step) keys let only one write land, and the other reads
+        again and finds the step recorded. Steps of many runs share a worker's event loop, so
+        round trips saved here are what lets concurrent runs scale."""
         keys = {_key(record, i): i for i, r in enumerate(record.tool_results) if r.stored}
-        if not keys:
-            return {}
-        rows = await conn.execute(
-            select(tool_effects.c.idempotency_key, tool_effects.c.output).where(
-                tool_effects.c.idempotency_key.in_(keys)
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            for _ in range(WRITE_CONFLICT_RETRIES):
+                last_seq = await self._record_once(conn, record, keys)
+                if last_seq is not None:
+                    return last_seq
+        raise ApplicationError(f"run {record.run_id}: step {record.step} kept conflicting with other writers")
+
+    async def _record_once(self, conn: AsyncConnection, record: StepRecord, keys: dict[str, int]) -> int | None:
+        """One read-then-write try; None when a concurrent writer won the race."""
+        params = {"run_id": record.run_id, "step": record.step, "prev_step": record.step - 1, "keys": list(keys)}
+        found = (await conn.execute(_READ_FOR_STEP, params)).first()
+        if found is not None and found.existing is not None:
+            return int(found.existing)  # recorded by an earlier attempt: nothing to do
+        if found is None or found.prev is None:
+            raise ApplicationError(
+                f"run {record.run_id} has no checkpoint for step {record.step - 1}",
+                type=NotFound.__name__,
+                non_retryable=True,
+            )
+        full = {keys[k]: v for k, v in (found.outputs or {}).items()}
+        turn = record.turn
+        new: list[Event] = [(record.step, "user_message", {"content": m}) for m in record.user_messages]
+        new += [(record.step, "decision", d) for d in record.decisions]
+        new.append(
+            (
+                record.step,
+                "model_response",
+                {
+                    "model": turn.model,
+                    "content": turn.content,
+                    "finish_reason": turn.finish_reason,
+                    "tool_calls": [asdict(c) for c in turn.tool_calls],
+                    "usage": asdict(turn.usage),
+                    "cost_usd": turn.cost_usd,
+                    "latency_ms": turn.latency_ms,
+                    "attempt": turn.attempt,
+                },
             )
         )
-        return {keys[row.idempotency_key]: row.output for row in rows}
+        for index, result in enumerate(record.tool_results):
+            output = full.get(index, result.output)
+            payload = {**asdict(result), "output": output, "idempotency_key": _key(record, index)}
+            new.append((record.step, "tool_result", payload))
+        chain = hash_chain(record.run_id, found.last_seq or 0, found.last_hash, new)
+        last_seq = chain[-1]["seq"]
+        messages: list[Message] = [m for _, kind, p in new for m in context.event_messages(kind, p)]
+        step_segment = context.segment(record.run_id, last_seq - len(new) + 1, last_seq, messages)
+        prev = found.prev
+        kept, dropped = context.trim([*prev["segments"], step_segment], record.context_tokens)
+        state = {
+            "schema": STATE_SCHEMA_VERSION,
+            "segments": kept,
+            "dropped_steps": prev.get("dropped_steps", 0) + dropped,
+        }
+        try:
+            await conn.execute(
+                _WRITE_STEP,
+                {
+                    "run_id": record.run_id,
+                    "step": record.step,
+                    "attempt": _attempt(),
+                    "seqs": [row["seq"] for row in chain],
+                    "kinds": [row["kind"] for row in chain],
+                    "payloads": [json.dumps(row["payload"], ensure_ascii=False) for row in chain],
+                    "prev_hashes": [row["prev_hash"] for row in chain],
+                    "hashes": [row["hash"] for row in chain],
+                    "state": json.dumps(state),
+                    "last_seq": last_seq,
+                    "state_hash": state_hash(state),
+                    "schema_version": STATE_SCHEMA_VERSION,
+                    "input_tokens": turn.usage.input_tokens,
+                    "output_tokens": turn.usage.output_tokens,
+                    "cost": turn.cost_usd,
+                },
+            )
+        except IntegrityError:
+            return None  # another writer took these seqs first
+        return last_seq
 
     @activity.defn(name=SET_STATUS)
     async def set_run_status(self, inp: SetStatusInput) -> None:
