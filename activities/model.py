@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.checkpoints import append_events
 from activities.heartbeat import heartbeating
+from waypoint import working_memory
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, WaypointError
@@ -33,7 +34,9 @@ from waypoint.models import ModelAdapter, OpenAIChatModel, ScriptedModel
 from waypoint.pricing import cost_usd
 from waypoint.retry import backoff_seconds
 from waypoint.store import context
+from waypoint.store.compactions import latest_compaction
 from waypoint.store.schema import checkpoints, runs
+from waypoint.telemetry import chat_span
 from waypoint.types import CALL_MODEL, CallModelInput, ModelTurn, RetrySpec
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -119,8 +122,10 @@ class ModelActivities:
         raise ConfigError(f"unknown model spec {spec!r}: use openai:<model> or scripted")
 
     async def load_messages(self, inp: CallModelInput) -> list[dict]:
-        """The context: the previous checkpoint's window, rendered from the events it references,
-        then the user messages sent since."""
+        """Working memory for this step (see waypoint.working_memory): the previous checkpoint's
+        window and pinned decisions, rendered from the events they reference, the run's latest
+        compaction summary in place of the turns it covers, the recalled episodes, and the user
+        messages sent since, within the agent's token budget."""
         async with self.engine.connect() as conn:
             state = await conn.scalar(
                 select(checkpoints.c.state)
@@ -135,8 +140,21 @@ class ModelActivities:
                 raise ApplicationError(
                     f"run {inp.run_id} has no checkpoint for step {inp.step - 1}", type="NotFound", non_retryable=True
                 )
-            messages = await context.render(conn, state["segments"])
-        return [*messages, *({"role": "user", "content": m} for m in inp.user_messages)]
+            segments = state["segments"]
+            groups, pinned = await context.render_parts(conn, segments, state.get("pinned", []))
+            compaction = await latest_compaction(conn, inp.run_id)
+        turns = list(zip(segments[1:], groups[1:], strict=True))
+        if compaction is not None:  # the summary stands for the turns it covers
+            turns = [(seg, g) for seg, g in turns if seg[0] != inp.run_id or seg[2] > compaction["last_seq"]]
+        parts = working_memory.Parts(
+            head=groups[0] if groups else [],
+            pinned=pinned,
+            summary=compaction["summary"] if compaction else None,
+            recalled=list(inp.recalled),
+            turns=[g for _, g in turns],
+            user_messages=list(inp.user_messages),
+        )
+        return working_memory.assemble(parts, self.agents.get(inp.agent).context_tokens).messages
 
     async def record_failure(self, inp: CallModelInput, error: ApplicationError) -> None:
         delay = error.next_retry_delay.total_seconds() if error.next_retry_delay else None
@@ -162,7 +180,11 @@ class ModelActivities:
         attempt = activity.info().attempt
         try:
             async with heartbeating(inp.step):
-                turn = await adapter.complete(messages, tools, step=inp.step)
+                with chat_span(
+                    inp.model, messages, run_id=inp.run_id, step=inp.step, tenant=inp.tenant_id, attempt=attempt
+                ) as chat:
+                    turn = await adapter.complete(messages, tools, step=inp.step)
+                    chat.record(turn)
         except openai.OpenAIError as exc:
             error = model_error(exc, inp.retry, attempt)
             await self.record_failure(inp, error)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
 from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
+from waypoint.memory_tools import MEMORY_TOOLS
+from waypoint.models import Message
 
 EFFECTS: list[str] = []  # every call of `note` appends here, to count real side effects
 
@@ -232,3 +235,65 @@ teller = Agent(
 )
 
 TEST_AGENTS.append(teller)
+
+# --- tracing (tests/test_telemetry.py) --------------------------------------------------------------
+
+traced = Agent(
+    name="traced",
+    instructions="Add numbers, note the result, then answer.",
+    model="openai:fake-model",
+    tools=(add, note),
+)
+
+TEST_AGENTS.append(traced)
+
+# --- episodic memory (tests/test_memory_runs.py) --------------------------------------------------------
+
+PIN = "Deploy to the blue cluster only."
+
+
+def system_text(messages: list[Message]) -> str:
+    return "\n".join(m["content"] or "" for m in messages if m["role"] == "system")
+
+
+def _check_memories(messages: list[Message]) -> ScriptedTurn:
+    tool_outputs = [m["content"] for m in messages if m["role"] == "tool"]
+    return ScriptedTurn(content=json.dumps({"pinned": PIN in system_text(messages), "found": tool_outputs[-1]}))
+
+
+rememberer = Agent(
+    name="rememberer",
+    instructions="Keep what matters.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("memory_save", {"text": "The vault code is 4412.", "importance": 0.9})]),
+            ScriptedTurn(tool_calls=[("pin_decision", {"text": PIN})]),
+            ScriptedTurn(tool_calls=[("memory_search", {"query": "what is the vault code", "k": 3})]),
+            _check_memories,
+        ]
+    ),
+    tools=MEMORY_TOOLS,
+)
+
+
+@tool
+def lookup(topic: str) -> str:
+    """Look a topic up."""
+    return f"The {topic} code is ZEBRA-7."
+
+
+def _scout_first(messages: list[Message]) -> ScriptedTurn:
+    if "ZEBRA-7" in system_text(messages):
+        return ScriptedTurn(content="I remember: ZEBRA-7")
+    return ScriptedTurn(tool_calls=[("lookup", {"topic": "launch"})])
+
+
+scout = Agent(
+    name="scout",
+    instructions="Find the launch code.",
+    model=ScriptedModel([_scout_first, ScriptedTurn(content="looked it up")]),
+    tools=[lookup],
+)
+
+
+TEST_AGENTS += [rememberer, scout]

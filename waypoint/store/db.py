@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -12,6 +13,7 @@ from sqlalchemy import make_url, text
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from waypoint.config import Settings
 from waypoint.errors import ConfigError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -28,8 +30,36 @@ def async_url(url: str) -> URL:
     return parsed.set(drivername="postgresql+asyncpg")
 
 
-def create_engine(url: str, **kwargs: object) -> AsyncEngine:
-    return create_async_engine(async_url(url), pool_pre_ping=True, **kwargs)
+def create_engine(
+    url: str, *, pool_size: int = 5, max_overflow: int = 10, statement_timeout_ms: int = 0, **kwargs: Any
+) -> AsyncEngine:
+    """An engine that survives a Postgres restart: `pool_pre_ping` replaces connections the server
+    dropped before they are handed out (a query already in flight fails, and the activity's retry
+    policy runs it again)."""
+    connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))
+    if statement_timeout_ms:
+        # Sent in the startup packet, so it also holds behind pgbouncer (no SET per transaction).
+        settings = dict(connect_args.get("server_settings", {}))
+        settings["statement_timeout"] = str(statement_timeout_ms)
+        connect_args["server_settings"] = settings
+    return create_async_engine(
+        async_url(url),
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        connect_args=connect_args,
+        **kwargs,
+    )
+
+
+def engine_for(settings: Settings, url: str) -> AsyncEngine:
+    """The engine of a long-lived process (worker, CLI), sized and bounded by the settings."""
+    return create_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        statement_timeout_ms=settings.db_statement_timeout_ms,
+    )
 
 
 def with_database(url: str, database: str) -> str:
@@ -62,8 +92,11 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
     def upgrade(connection: Connection) -> None:
         command.upgrade(_alembic_config(connection), revision)
 
-    async with engine.begin() as conn:
+    # No transaction around the run: each migration gets its own (transaction_per_migration), and
+    # one that needs autocommit (CREATE INDEX CONCURRENTLY) can step out of it with autocommit_block().
+    async with engine.connect() as conn:
         await conn.run_sync(upgrade)
+        await conn.commit()
 
 
 async def schema_revision(engine: AsyncEngine) -> tuple[str | None, str]:

@@ -1,0 +1,441 @@
+"""One OpenTelemetry setup per process: tracer and meter providers, exporters, Temporal interceptors.
+
+`setup(settings)` is idempotent: the same settings give back the same
+`Telemetry`. Tests inject an exporter (`setup(settings, exporter=...)`) and get
+a fresh provider, without touching OpenTelemetry's global provider, which can
+be set only once per process. Everything Waypoint traces asks `current()` at
+call time, so a long-lived engine or module never holds a stale provider.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
+
+from waypoint.config import Settings
+from waypoint.telemetry.spanfile import JsonLinesSpanExporter, span_file
+
+SCOPE = "waypoint"
+# Our own attributes live under `waypoint.`; these short names map onto them.
+WAYPOINT_ATTRIBUTES = {"run_id", "step", "tenant", "attempt", "agent"}
+
+
+class Metrics:
+    """The instruments Waypoint records (all no-ops when metrics are off)."""
+
+    def __init__(self, meter: otel_metrics.Meter):
+        self.steps = meter.create_counter("waypoint.steps", unit="{step}", description="Steps recorded.")
+        self.step_duration = meter.create_histogram(
+            "waypoint.step.duration", unit="s", description="Model time + tool time + checkpoint write of a step."
+        )
+        self.model_attempts = meter.create_counter(
+            "waypoint.model.attempts", unit="{attempt}", description="Model calls by outcome."
+        )
+        self.retries = meter.create_counter(
+            "waypoint.activity.retries", unit="{attempt}", description="Activity attempts after the first."
+        )
+        self.tokens = meter.create_counter("waypoint.tokens", unit="{token}", description="Tokens by direction.")
+        self.cost = meter.create_counter("waypoint.cost", unit="USD", description="Model cost.")
+        self.checkpoint_write = meter.create_histogram(
+            "waypoint.checkpoint.write.duration", unit="s", description="record_step: events + checkpoint."
+        )
+        self.memory_recall = meter.create_histogram(
+            "waypoint.memory.recall.duration", unit="s", description="Episodic memory recall."
+        )
+        self.runs = meter.create_counter("waypoint.runs", unit="{run}", description="Finished runs by status.")
+
+
+@dataclass(eq=False)
+class Telemetry:
+    key: tuple[Any, ...]
+    enabled: bool
+    capture_content: bool
+    prices: dict[str, tuple[float, float]]
+    tracer_provider: TracerProvider | None
+    meter_provider: MeterProvider | None
+    span_path: Path | None
+    exporter: SpanExporter | None = None
+
+    def __post_init__(self) -> None:
+        provider = self.tracer_provider
+        self.tracer: trace.Tracer = provider.get_tracer(SCOPE) if provider else trace.NoOpTracer()
+        meter = self.meter_provider.get_meter(SCOPE) if self.meter_provider else otel_metrics.NoOpMeter(SCOPE)
+        self.metrics = Metrics(meter)
+        self._interceptor: TracingInterceptor | None = None
+
+    def tracing_interceptor(self) -> TracingInterceptor | None:
+        """Temporal's interceptor (client start -> workflow -> activities), on this provider's tracer.
+        Workflow spans are created even without a client span, so Schedule-started runs are traced."""
+        if not self.enabled:
+            return None
+        if self._interceptor is None:
+            self._interceptor = TracingInterceptor(self.tracer, always_create_workflow_spans=True)
+        return self._interceptor
+
+    def force_flush(self) -> None:
+        if self.tracer_provider is not None:
+            self.tracer_provider.force_flush()
+        if self.meter_provider is not None:
+            self.meter_provider.force_flush()
+
+    def shutdown(self) -> None:
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
+
+
+_lock = threading.Lock()
+_current: Telemetry | None = None
+_DISABLED = Telemetry((), False, False, {}, None, None, None)
+
+
+def _settings_key(settings: Settings) -> tuple[Any, ...]:
+    return (
+        settings.tracing,
+        settings.otlp_endpoint,
+        settings.otlp_protocol,
+        str(span_file(settings.state_dir).resolve()),
+        settings.trace_content,
+    )
+
+
+def _otlp_url(endpoint: str, signal: str) -> str:
+    # Like the SDK does for OTEL_EXPORTER_OTLP_ENDPOINT: the base URL plus the signal's path.
+    return endpoint if endpoint.rstrip("/").endswith(f"/v1/{signal}") else endpoint.rstrip("/") + f"/v1/{signal}"
+
+
+def _otlp_exporters(settings: Settings) -> tuple[SpanExporter, Any]:
+    endpoint = settings.otlp_endpoint
+    assert endpoint
+    if settings.otlp_protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+
+        insecure = endpoint.startswith("http://")
+        return GrpcSpans(endpoint=endpoint, insecure=insecure), GrpcMetrics(endpoint=endpoint, insecure=insecure)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+
+    return HttpSpans(endpoint=_otlp_url(endpoint, "traces")), HttpMetrics(endpoint=_otlp_url(endpoint, "metrics"))
+
+
+def setup(
+    settings: Settings, *, exporter: SpanExporter | None = None, metric_reader: MetricReader | None = None
+) -> Telemetry:
+    """The process's telemetry for these settings, built once.
+
+    Spans go to `exporter` if given (tests), else to OTLP when an endpoint is set,
+    else to `<state_dir>/traces/spans.jsonl`. Metrics go to `metric_reader` if
+    given, else to OTLP when an endpoint is set, else nowhere. The sampler and
+    service name come from the standard OTEL_TRACES_SAMPLER and OTEL_SERVICE_NAME.
+    """
+    global _current
+    key = _settings_key(settings)
+    with _lock:
+        current = _current
+        if current is not None and current.key == key and (exporter is None or exporter is current.exporter):
+            if metric_reader is None:
+                return current
+        if not settings.tracing and exporter is None:
+            built = Telemetry(key, False, False, dict(settings.prices), None, None, None)
+        else:
+            resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "waypoint"})
+            provider = TracerProvider(resource=resource, shutdown_on_exit=True)
+            readers: list[MetricReader] = []
+            path: Path | None = None
+            if exporter is not None:
+                provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
+            elif settings.otlp_endpoint:
+                spans, metric_exporter = _otlp_exporters(settings)
+                provider.add_span_processor(BatchSpanProcessor(spans))
+                readers.append(PeriodicExportingMetricReader(metric_exporter))
+            else:
+                path = span_file(settings.state_dir).resolve()
+                # A short delay: `waypoint trace` right after a run should find its spans.
+                provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(path), schedule_delay_millis=500))
+            if metric_reader is not None:
+                readers.append(metric_reader)
+            meters = MeterProvider(resource=resource, metric_readers=readers) if readers else None
+            built = Telemetry(
+                key, True, settings.trace_content, dict(settings.prices), provider, meters, path, exporter
+            )
+        if current is not None:
+            current.shutdown()
+        _install_log_filter()
+        _current = built
+        return built
+
+
+def reset() -> None:
+    """Flush and drop this process's telemetry (tests, benchmarks); the next `setup` builds anew."""
+    global _current
+    with _lock:
+        if _current is not None:
+            _current.shutdown()
+        _current = None
+
+
+def current() -> Telemetry:
+    """The telemetry set up in this process (disabled until `setup` runs)."""
+    return _current or _DISABLED
+
+
+def tracer() -> trace.Tracer:
+    return current().tracer
+
+
+def metrics() -> Metrics:
+    return current().metrics
+
+
+def _attributes(attributes: Mapping[str, AttributeValue] | None, extra: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = dict(attributes or {})
+    for name, value in extra.items():
+        if value is not None:
+            out[f"waypoint.{name}"] = value
+    return out
+
+
+@contextlib.contextmanager
+def span(
+    name: str,
+    attributes: Mapping[str, AttributeValue] | None = None,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    **waypoint_attributes: Any,
+) -> Iterator[Span]:
+    """A span on the current trace: `with span("qdrant search", {"db.system": "qdrant"}, run_id=..., step=...)`.
+
+    `attributes` are set as given (semantic conventions); keyword arguments become
+    `waypoint.<name>`. An exception marks the span as an error and goes on.
+    """
+    with tracer().start_as_current_span(
+        name,
+        kind=kind,
+        attributes=_attributes(attributes, waypoint_attributes),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as current_span:
+        try:
+            yield current_span
+        except BaseException as exc:
+            mark_error(current_span, exc)
+            raise
+
+
+def mark_error(target: Span, exc: BaseException) -> None:
+    from waypoint.telemetry.redact import redact_text
+
+    # The message may quote a request (an API key echoed by a provider): redact it like content.
+    message = redact_text(f"{type(exc).__name__}: {exc}")[:2000]
+    target.set_status(Status(StatusCode.ERROR, message))
+    target.set_attribute("error.type", type(exc).__name__)
+    target.add_event("exception", {"exception.type": type(exc).__name__, "exception.message": message})
+
+
+def trace_id(target: Span | None = None) -> str | None:
+    """The hex trace id of `target` (default: the current span), or None outside a trace."""
+    ctx = (target or trace.get_current_span()).get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else None
+
+
+def record_recall_latency(seconds: float, **attributes: Any) -> None:
+    """For the memory activities: one episodic-memory recall took `seconds`."""
+    metrics().memory_recall.record(seconds, _attributes(None, attributes))
+
+
+# --- Postgres spans -----------------------------------------------------------------------------
+
+
+class _CurrentTracer(trace.Tracer):
+    """Delegates to the current provider's tracer at call time, and only inside a trace:
+    pool pings and startup queries would otherwise each open a trace of their own."""
+
+    def start_span(self, name: str, context: otel_context.Context | None = None, *args: Any, **kwargs: Any) -> Span:
+        parent = trace.get_current_span(context)
+        if not parent.get_span_context().is_valid:
+            return trace.INVALID_SPAN
+        return tracer().start_span(name, context, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Iterator[Span]:  # type: ignore[override]
+        if not trace.get_current_span().get_span_context().is_valid:
+            yield trace.INVALID_SPAN
+            return
+        with tracer().start_as_current_span(name, *args, **kwargs) as inner:
+            yield inner
+
+
+_instrumented: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def instrument_engine(engine: Any) -> None:
+    """Postgres spans for every statement of this AsyncEngine (once per engine), as children of
+    the span that runs it (the activity's)."""
+    sync_engine = engine.sync_engine
+    if sync_engine in _instrumented:
+        return
+    from opentelemetry.instrumentation.sqlalchemy.engine import EngineTracer
+
+    usage = otel_metrics.NoOpMeter(SCOPE).create_up_down_counter("db.client.connections.usage")
+    EngineTracer(_CurrentTracer(), sync_engine, usage)
+    _instrumented.add(sync_engine)
+
+
+# --- Temporal -----------------------------------------------------------------------------------
+
+
+def client_interceptors(settings: Settings) -> list[Any]:
+    interceptor = setup(settings).tracing_interceptor()
+    return [interceptor] if interceptor else []
+
+
+def worker_interceptors(client: Client, settings: Settings) -> list[Interceptor]:
+    """Tracing (unless the client carries it already: it would trace twice), then step metrics and log context."""
+    telemetry = setup(settings)
+    chain: list[Interceptor] = []
+    interceptor = telemetry.tracing_interceptor()
+    if interceptor is not None and not any(
+        isinstance(i, TracingInterceptor) for i in client.config().get("interceptors", [])
+    ):
+        chain.append(interceptor)
+    chain.append(StepInterceptor())
+    return chain
+
+
+_runtime: Any = None
+
+
+def temporal_runtime(settings: Settings) -> Any:
+    """A Temporal runtime that exports the SDK's own metrics over OTLP (WAYPOINT_TEMPORAL_METRICS), else None."""
+    global _runtime
+    if not (settings.temporal_metrics and settings.otlp_endpoint):
+        return None
+    if _runtime is None:
+        from temporalio.runtime import OpenTelemetryConfig, Runtime, TelemetryConfig
+
+        http = settings.otlp_protocol != "grpc"
+        url = _otlp_url(settings.otlp_endpoint, "metrics") if http else settings.otlp_endpoint
+        _runtime = Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(url=url, http=http)))
+    return _runtime
+
+
+@dataclass(frozen=True)
+class _LogContext:
+    run_id: str
+    step: int | None
+
+
+_log_context: contextvars.ContextVar[_LogContext | None] = contextvars.ContextVar("waypoint_log", default=None)
+
+
+class StepInterceptor(Interceptor):
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _StepActivityInterceptor(next)
+
+
+class _StepActivityInterceptor(ActivityInboundInterceptor):
+    """Puts `waypoint.*` on each attempt's RunActivity span, the run and step into log records,
+    and records step, checkpoint, retry and run metrics."""
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        arg: Any = input.args[0] if input.args else None
+        step = getattr(arg, "step", None)
+        attempt_span = trace.get_current_span()
+        if attempt_span.is_recording():
+            attempt_span.set_attributes(
+                _attributes(
+                    None,
+                    {"run_id": info.workflow_id, "step": step, "attempt": info.attempt, "tenant": _tenant(arg)},
+                )
+            )
+        found = metrics()
+        if info.attempt > 1:
+            found.retries.add(1, {"activity": info.activity_type})
+        token = _log_context.set(_LogContext(info.workflow_id or "", step))
+        started = time.perf_counter()
+        try:
+            result = await super().execute_activity(input)
+        finally:
+            _log_context.reset(token)
+        elapsed = time.perf_counter() - started
+        if info.activity_type == "record_step" and arg is not None:
+            tools_ms = sum(r.duration_ms for r in getattr(arg, "tool_results", []))
+            attrs = {"waypoint.tenant": _tenant(arg) or ""}
+            found.steps.add(1, attrs)
+            found.checkpoint_write.record(elapsed, attrs)
+            found.step_duration.record(elapsed + (arg.turn.latency_ms + tools_ms) / 1000, attrs)
+        elif info.activity_type == "finish_run" and arg is not None:
+            found.runs.add(1, {"status": getattr(arg, "status", "unknown")})
+        return result
+
+
+def _tenant(arg: Any) -> str | None:
+    return getattr(arg, "tenant_id", None)
+
+
+# --- logs ---------------------------------------------------------------------------------------
+
+
+class RunContextFilter(logging.Filter):
+    """Adds the run id, step and trace id to `workflow.logger` and `activity.logger` records:
+    as attributes (`waypoint_run_id`, `waypoint_step`, `trace_id`) and at the end of the message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        run_id: str | None = None
+        step: int | None = None
+        if activity.in_activity():
+            found = _log_context.get()
+            run_id = found.run_id if found else activity.info().workflow_id
+            step = found.step if found else None
+        elif workflow.in_workflow():
+            run_id = workflow.info().workflow_id
+            with contextlib.suppress(Exception):  # the run's live step, as the `progress` query answers it
+                step = workflow.instance().progress().step
+        if run_id is None or getattr(record, "waypoint_run_id", None):
+            return True
+        trace = trace_id()
+        record.waypoint_run_id, record.waypoint_step, record.trace_id = run_id, step, trace
+        suffix = f" [run_id={run_id} step={step} trace_id={trace}]"
+        record.msg = f"{record.msg}{suffix.replace('%', '%%') if record.args else suffix}"
+        return True
+
+
+_filter = RunContextFilter()
+
+
+def _install_log_filter() -> None:
+    for name in ("temporalio.activity", "temporalio.workflow"):
+        logger = logging.getLogger(name)
+        if _filter not in logger.filters:
+            logger.addFilter(_filter)

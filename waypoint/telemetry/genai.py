@@ -1,0 +1,98 @@
+"""Spans for model and tool calls, after the OpenTelemetry GenAI semantic conventions.
+
+A model call is `chat {model}` (CLIENT) with `gen_ai.*` request, response and
+usage attributes; a tool call is `execute_tool {name}`. Each activity attempt
+has its own RunActivity span, so a failed attempt's chat span (error status,
+`http.response.status_code`) and the retry's are siblings under the same
+StartActivity span. Prompts and completions are recorded only with
+`WAYPOINT_TRACE_CONTENT=true`, and then redacted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from opentelemetry.trace import Span, SpanKind
+
+from waypoint.pricing import cost_usd
+from waypoint.telemetry.core import current, mark_error, metrics, span
+from waypoint.telemetry.redact import redact
+from waypoint.types import ModelTurn
+
+
+def provider_and_model(spec: str) -> tuple[str, str]:
+    """`openai:gpt-4o-mini` -> ("openai", "gpt-4o-mini"); `scripted` -> ("scripted", "scripted")."""
+    provider, _, name = spec.partition(":")
+    return provider, name or provider
+
+
+class ChatSpan:
+    def __init__(self, target: Span, model: str):
+        self.span = target
+        self.model = model
+
+    def record(self, turn: ModelTurn) -> None:
+        """The answer: response model, finish reason, token usage (and the completion, if captured)."""
+        s = self.span
+        s.set_attribute("gen_ai.response.model", turn.model)
+        if turn.finish_reason:
+            s.set_attribute("gen_ai.response.finish_reasons", [turn.finish_reason])
+        s.set_attribute("gen_ai.usage.input_tokens", turn.usage.input_tokens)
+        s.set_attribute("gen_ai.usage.output_tokens", turn.usage.output_tokens)
+        telemetry = current()
+        if telemetry.capture_content:
+            output = {"role": "assistant", "content": turn.content, "tool_calls": [c.__dict__ for c in turn.tool_calls]}
+            s.set_attribute("gen_ai.output.messages", json.dumps([redact(output)], default=str))
+        found = metrics()
+        found.model_attempts.add(1, {"outcome": "ok", "gen_ai.request.model": self.model})
+        found.tokens.add(turn.usage.input_tokens, {"direction": "input", "gen_ai.request.model": self.model})
+        found.tokens.add(turn.usage.output_tokens, {"direction": "output", "gen_ai.request.model": self.model})
+        found.cost.add(cost_usd(turn.model, turn.usage, telemetry.prices), {"gen_ai.request.model": self.model})
+
+
+@contextlib.contextmanager
+def chat_span(
+    spec: str,
+    messages: list[dict[str, Any]],
+    *,
+    run_id: str,
+    step: int,
+    tenant: str,
+    attempt: int,
+) -> Iterator[ChatSpan]:
+    """`with chat_span(inp.model, messages, ...) as chat: turn = ...; chat.record(turn)`."""
+    provider, model = provider_and_model(spec)
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.system": provider,  # the older name, still what many backends group by
+        "gen_ai.request.model": model,
+    }
+    if current().capture_content:
+        attributes["gen_ai.input.messages"] = json.dumps(redact(messages), default=str)
+    with span(
+        f"chat {model}", attributes, kind=SpanKind.CLIENT, run_id=run_id, step=step, tenant=tenant, attempt=attempt
+    ) as target:
+        try:
+            yield ChatSpan(target, model)
+        except BaseException as exc:
+            status = getattr(exc, "status_code", None)
+            if isinstance(status, int):
+                target.set_attribute("http.response.status_code", status)
+            outcome = f"http_{status}" if isinstance(status, int) else type(exc).__name__
+            metrics().model_attempts.add(1, {"outcome": outcome, "gen_ai.request.model": model})
+            raise
+
+
+@contextlib.contextmanager
+def tool_span(name: str, call_id: str, *, run_id: str, step: int, tenant: str, attempt: int) -> Iterator[Span]:
+    """`execute_tool {name}` around one tool invocation; a raised ToolError marks it as an error."""
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id}
+    with span(f"execute_tool {name}", attributes, run_id=run_id, step=step, tenant=tenant, attempt=attempt) as target:
+        yield target
+
+
+__all__ = ["ChatSpan", "chat_span", "mark_error", "provider_and_model", "tool_span"]
