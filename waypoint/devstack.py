@@ -25,7 +25,7 @@ from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
 from waypoint.embedded import EmbeddedStack, StackInfo, running_stack
 from waypoint.errors import WaypointError
-from waypoint.store.db import create_engine, ensure_database, migrate
+from waypoint.store.db import create_engine, engine_for, ensure_database, migrate
 from waypoint.worker import run_worker, stop_event
 
 
@@ -95,6 +95,13 @@ async def _serve(settings: Settings, info: StackInfo | None, worker: bool) -> No
         out.console.print(
             endpoints_table(settings, info, "running here" if worker else "none (start `waypoint worker`)")
         )
+        from waypoint.compaction_schedule import apply_schedule
+
+        outcome = await apply_schedule(client, settings)
+        out.console.print(
+            f"compaction schedule {settings.compaction_schedule_id} {outcome} "
+            f"(every {settings.compaction_interval_seconds:g} s; `waypoint schedule show`)"
+        )
         out.console.print("Ctrl-C stops everything.")
         if worker:
             await run_worker(client, engine, settings, stop)
@@ -105,7 +112,7 @@ async def _serve(settings: Settings, info: StackInfo | None, worker: bool) -> No
 
 
 async def worker_main(settings: Settings) -> None:
-    engine = create_engine(database_url(settings))
+    engine = engine_for(settings, database_url(settings))
     try:
         client = await connect_temporal(settings)
 

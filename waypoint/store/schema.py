@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    CheckConstraint,
     Column,
     DateTime,
     ForeignKey,
@@ -95,4 +96,28 @@ tool_effects = Table(
     Column("duration_ms", Integer, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+compactions = Table(
+    "compactions",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("run_id", Text, ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("first_seq", Integer, nullable=False),
+    Column("last_seq", Integer, nullable=False),
+    Column("first_step", Integer, nullable=False),
+    Column("last_step", Integer, nullable=False),
+    Column("tokens_before", Integer, nullable=False),
+    Column("tokens_after", Integer, nullable=False),
+    Column("summary", Text, nullable=False),  # the block working memory shows instead of the range
+    Column("structured", JSONB, nullable=False),  # key_facts, open_threads, decisions (with their steps)
+    Column("pinned", JSONB, nullable=False),  # decisions, verbatim: [{step, seq, text, source}]
+    Column("pruned", JSONB, nullable=False),  # [{seq, step, tool, reason, tokens, replacement}]
+    Column("method", Text, nullable=False),  # "model" or "extractive"
+    Column("model", Text, nullable=True),
+    Column("fallback_reason", Text, nullable=True),  # why the model was not used
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("run_id", "first_seq", "last_seq", name="compactions_run_range_key"),
+    CheckConstraint("first_seq <= last_seq", name="compactions_range_check"),
 )

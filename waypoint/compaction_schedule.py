@@ -1,0 +1,184 @@
+"""The compaction Schedule on Temporal: apply it idempotently, describe it, run a pass now.
+
+The Schedule starts CompactionWorkflow every `compaction_interval_seconds` with
+the overlap policy SKIP (a pass still running makes the next one skip). Applying
+it twice changes nothing: the settings it was built from are fingerprinted in
+the Schedule's note, and an update happens only when they differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from waypoint import retry
+from waypoint.compaction_types import CompactionInput, CompactionReport
+from waypoint.config import Settings
+from waypoint.errors import NotFound, WaypointError
+from workflows.compaction import CompactionWorkflow
+
+NOTE_PREFIX = "waypoint compaction, config "
+
+
+def compaction_input(settings: Settings, *, run_id: str | None = None, tenant_id: str | None = None) -> CompactionInput:
+    return CompactionInput(
+        threshold_tokens=settings.compaction_threshold_tokens,
+        concurrency=settings.compaction_concurrency,
+        max_runs=settings.compaction_max_runs,
+        tenant_id=tenant_id,
+        run_id=run_id,
+        keep_steps=settings.compaction_keep_steps,
+    )
+
+
+def desired_schedule(settings: Settings) -> Schedule:
+    inp = compaction_input(settings)
+    config = {
+        "input": asdict(inp),
+        "every": settings.compaction_interval_seconds,
+        "task_queue": settings.task_queue,
+        "overlap": "skip",
+    }
+    fingerprint = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            CompactionWorkflow.run,
+            inp,
+            id=f"{settings.compaction_schedule_id}-pass",
+            task_queue=settings.task_queue,
+            task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
+        ),
+        spec=ScheduleSpec(
+            intervals=[ScheduleIntervalSpec(every=timedelta(seconds=settings.compaction_interval_seconds))]
+        ),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+        state=ScheduleState(note=NOTE_PREFIX + fingerprint),
+    )
+
+
+async def apply_schedule(client: Client, settings: Settings) -> str:
+    """Create the Schedule, or update it if its settings changed; "created", "updated" or "unchanged"."""
+    schedule = desired_schedule(settings)
+    try:
+        await client.create_schedule(settings.compaction_schedule_id, schedule)
+        return "created"
+    except ScheduleAlreadyRunningError:
+        pass
+    handle = client.get_schedule_handle(settings.compaction_schedule_id)
+    current = await handle.describe()
+    if current.schedule.state.note == schedule.state.note:
+        return "unchanged"
+
+    def update(_: ScheduleUpdateInput) -> ScheduleUpdate:
+        return ScheduleUpdate(schedule=schedule)
+
+    await handle.update(update)
+    return "updated"
+
+
+async def describe_schedule(client: Client, settings: Settings, *, results: int = 5) -> dict[str, Any]:
+    """The Schedule (interval, overlap policy, next runs) and the outcome of its last passes."""
+    handle = client.get_schedule_handle(settings.compaction_schedule_id)
+    try:
+        desc = await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise NotFound(
+                f"no compaction Schedule {settings.compaction_schedule_id!r}: create it with `waypoint schedule apply`"
+            ) from None
+        raise WaypointError(f"Temporal refused to describe the Schedule: {exc.message}") from None
+    sched = desc.schedule
+    action = sched.action
+    passes = []
+    for recent in list(desc.info.recent_actions)[-results:][::-1]:
+        started = recent.action
+        workflow_id = getattr(started, "workflow_id", None)
+        run_id = getattr(started, "first_execution_run_id", None)
+        passes.append(
+            {
+                "at": recent.started_at.isoformat(),
+                "workflow_id": workflow_id,
+                **await _outcome(client, workflow_id, run_id),
+            }
+        )
+    return {
+        "id": settings.compaction_schedule_id,
+        "every_seconds": [i.every.total_seconds() for i in sched.spec.intervals],
+        "overlap": sched.policy.overlap.name,
+        "paused": sched.state.paused,
+        "note": sched.state.note,
+        "workflow": getattr(action, "workflow", None),
+        "task_queue": getattr(action, "task_queue", None),
+        "actions_taken": desc.info.num_actions,
+        "skipped_overlaps": desc.info.num_actions_skipped_overlap,
+        "next_runs": [t.isoformat() for t in desc.info.next_action_times[:3]],
+        "last_passes": passes,
+    }
+
+
+async def _outcome(client: Client, workflow_id: str | None, run_id: str | None) -> dict[str, Any]:
+    if workflow_id is None:
+        return {"status": "unknown"}
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=CompactionReport)
+    try:
+        status = (await handle.describe()).status
+    except RPCError:
+        return {"status": "unknown (history gone)"}
+    if status != WorkflowExecutionStatus.COMPLETED:
+        return {"status": status.name.lower() if status else "unknown"}
+    report = await handle.result()
+    return {"status": "completed", **report_counts(report)}
+
+
+def report_counts(report: CompactionReport) -> dict[str, Any]:
+    return {
+        "selected": report.selected,
+        "compacted": sum(1 for r in report.results if r.created),
+        "failed": [f"{r.run_id}: {r.error}" for r in report.results if r.error],
+        "tokens_before": sum(r.tokens_before for r in report.results if r.created),
+        "tokens_after": sum(r.tokens_after for r in report.results if r.created),
+        "episodes_saved": report.episodes_saved,
+        "memory_error": report.memory_error,
+    }
+
+
+async def compact_now(
+    client: Client, settings: Settings, *, run_id: str | None = None, tenant_id: str | None = None
+) -> CompactionReport:
+    """One compaction pass now, awaited: of `run_id` whatever its size, else of every run of the
+    tenant past the threshold."""
+    inp = compaction_input(settings, run_id=run_id, tenant_id=tenant_id or settings.tenant)
+    try:
+        return await client.execute_workflow(
+            CompactionWorkflow.run,
+            inp,
+            id=f"compaction-{uuid.uuid4().hex[:12]}",
+            task_queue=settings.task_queue,
+            task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
+        )
+    except WorkflowFailureError as exc:
+        cause: BaseException = exc
+        while cause.__cause__ is not None:  # the innermost failure says what went wrong
+            cause = cause.__cause__
+        raise WaypointError(f"the compaction pass failed: {getattr(cause, 'message', None) or cause}") from None

@@ -1,0 +1,94 @@
+"""Messages of compaction: activity inputs and results, the workflow's input and report.
+
+Plain dataclasses with JSON-friendly fields, importable inside the workflow sandbox
+(no IO, no third-party imports). The activity names are frozen once released.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+COMPACT_RUN = "compact_run"
+SELECT_RUNS = "select_runs_to_compact"
+# Implemented by the memory worker (task queue `<task_queue>-memory`), which owns the Qdrant shard.
+SAVE_EPISODES = "save_episodes"
+COMPACTION_WORKFLOW = "CompactionWorkflow"
+
+
+def memory_task_queue(task_queue: str) -> str:
+    """The queue of the worker that owns episodic memory."""
+    return f"{task_queue}-memory"
+
+
+@dataclass(frozen=True)
+class CompactRunInput:
+    """Compact the run's history after its newest compaction, up to `upto_seq` (default: the newest
+    event when the activity starts), leaving the newest `keep_steps` steps (default: the setting)
+    outside the range. `model` overrides the run's model for the summary."""
+
+    run_id: str
+    tenant_id: str
+    upto_seq: int | None = None
+    model: str | None = None
+    keep_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class CompactionSummary:
+    """Result of `compact_run`. `created` is false when there was nothing to compact or the same
+    range was compacted before; `error` is set (and nothing written) when the run could not be
+    compacted. `summary` and `agent` feed the summary episode."""
+
+    run_id: str
+    compaction_id: int | None
+    first_seq: int
+    last_seq: int
+    tokens_before: int
+    tokens_after: int
+    created: bool
+    error: str | None = None
+    method: str = ""
+    agent: str = ""
+    tenant_id: str = ""
+    last_step: int = 0
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class SelectRunsInput:
+    threshold_tokens: int
+    limit: int
+    tenant_id: str | None = None  # None: every tenant (the scheduled pass)
+    run_id: str | None = None  # just this run, whatever its size (`waypoint compact RUN`)
+
+
+@dataclass(frozen=True)
+class RunRef:
+    run_id: str
+    tenant_id: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class CompactionInput:
+    """Input of CompactionWorkflow (the Schedule's action, or `waypoint compact [RUN]`)."""
+
+    threshold_tokens: int = 8_000
+    concurrency: int = 4
+    max_runs: int = 100
+    tenant_id: str | None = None
+    run_id: str | None = None
+    keep_steps: int | None = None
+    memory_timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    selected: int
+    results: list[CompactionSummary] = field(default_factory=list)
+    episodes_saved: int = 0
+    memory_error: str | None = None
+
+    @property
+    def failed(self) -> list[CompactionSummary]:
+        return [r for r in self.results if r.error]

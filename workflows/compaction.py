@@ -1,0 +1,138 @@
+"""CompactionWorkflow: one compaction pass, started by the Schedule or by `waypoint compact`.
+
+It selects the runs whose uncompacted history passed the threshold (or the one
+run asked for), compacts them in `compact_run` activities, at most
+`concurrency` at a time, and reports each outcome: one failing run is reported
+and the others go on. Each new compaction's summary is then written to
+episodic memory through `save_episodes` on the memory worker's queue; a
+missing memory worker is reported, not fatal (the compactions are already
+written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from waypoint import retry
+    from waypoint.compaction_types import (
+        COMPACT_RUN,
+        COMPACTION_WORKFLOW,
+        SAVE_EPISODES,
+        SELECT_RUNS,
+        CompactionInput,
+        CompactionReport,
+        CompactionSummary,
+        CompactRunInput,
+        RunRef,
+        SelectRunsInput,
+        memory_task_queue,
+    )
+
+SUMMARY_IMPORTANCE = 0.8
+# A pass is retried by the next scheduled one: a few attempts per activity are enough.
+PASS_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=3,
+    non_retryable_error_types=retry.NON_RETRYABLE,
+)
+# The summary call may take as long as a model call does.
+COMPACT_TIMEOUT = timedelta(minutes=10)
+
+
+def _failure_message(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc
+    message = getattr(cause, "message", None) or str(cause) or type(cause).__name__
+    kind = getattr(cause, "type", None)  # an unexpected exception's class name, e.g. KeyError
+    return f"{kind}: {message}" if kind else message
+
+
+@workflow.defn(name=COMPACTION_WORKFLOW)
+class CompactionWorkflow:
+    @workflow.run
+    async def run(self, inp: CompactionInput) -> CompactionReport:
+        refs: list[RunRef] = await workflow.execute_activity(
+            SELECT_RUNS,
+            SelectRunsInput(
+                threshold_tokens=inp.threshold_tokens, limit=inp.max_runs, tenant_id=inp.tenant_id, run_id=inp.run_id
+            ),
+            result_type=list[RunRef],
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=PASS_RETRY,
+        )
+        queue = list(refs)
+        done: dict[str, CompactionSummary] = {}
+
+        async def lane() -> None:
+            while queue:
+                ref = queue.pop(0)
+                done[ref.run_id] = await self._compact(ref, inp)
+
+        await asyncio.gather(*(lane() for _ in range(min(inp.concurrency, len(queue)))))
+        results = [done[r.run_id] for r in refs]
+        created = [r for r in results if r.created and r.summary]
+        saved, memory_error = await self._remember(created, inp.memory_timeout_seconds)
+        return CompactionReport(selected=len(refs), results=results, episodes_saved=saved, memory_error=memory_error)
+
+    async def _compact(self, ref: RunRef, inp: CompactionInput) -> CompactionSummary:
+        try:
+            return await workflow.execute_activity(
+                COMPACT_RUN,
+                CompactRunInput(run_id=ref.run_id, tenant_id=ref.tenant_id, keep_steps=inp.keep_steps),
+                result_type=CompactionSummary,
+                start_to_close_timeout=COMPACT_TIMEOUT,
+                heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
+                retry_policy=PASS_RETRY,
+            )
+        except ActivityError as exc:
+            workflow.logger.warning("compaction of %s failed: %s", ref.run_id, _failure_message(exc))
+            return CompactionSummary(
+                run_id=ref.run_id,
+                compaction_id=None,
+                first_seq=0,
+                last_seq=0,
+                tokens_before=0,
+                tokens_after=0,
+                created=False,
+                error=_failure_message(exc),
+                tenant_id=ref.tenant_id,
+            )
+
+    async def _remember(self, created: list[CompactionSummary], timeout_seconds: float) -> tuple[int, str | None]:
+        if not created:
+            return 0, None
+        episodes = [
+            {
+                "tenant": r.tenant_id,
+                "agent": r.agent,
+                "run_id": r.run_id,
+                "step": r.last_step,
+                "kind": "summary",
+                "text": r.summary,
+                "importance": SUMMARY_IMPORTANCE,
+                "index": 0,
+            }
+            for r in created
+        ]
+        task_queue = memory_task_queue(workflow.info().task_queue)
+        try:
+            await workflow.execute_activity(
+                SAVE_EPISODES,
+                episodes,
+                task_queue=task_queue,
+                # No memory worker polls: give up soon and say so, the compactions are written.
+                schedule_to_start_timeout=timedelta(seconds=timeout_seconds),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=PASS_RETRY,
+            )
+        except ActivityError as exc:
+            reason = f"summary episodes not saved (memory worker on {task_queue}): {_failure_message(exc)}"
+            workflow.logger.warning(reason)
+            return 0, reason
+        return len(episodes), None
