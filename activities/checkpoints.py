@@ -157,9 +157,11 @@ async def insert_checkpoint(
 
 
 class CheckpointActivities:
-    def __init__(self, engine: AsyncEngine, agents: AgentRegistry):
+    def __init__(self, engine: AsyncEngine, agents: AgentRegistry, *, memory_queue: str | None = None):
         self.engine = engine
         self.agents = agents
+        # The task queue of the worker that owns episodic memory; None when there is none.
+        self.memory_queue = memory_queue
 
     @activity.defn(name=START_RUN)
     async def start_run(self, inp: StartRunInput) -> RunPlan:
@@ -180,11 +182,15 @@ class CheckpointActivities:
             max_repairs=agent.max_repairs,
             continue_as_new_every=agent.continue_as_new_every,
             context_tokens=agent.context_tokens,
+            recall_k=agent.recall_k if agent.memory and self.memory_queue else 0,
+            memory_queue=self.memory_queue,
+            compact_at=agent.compact_at,
         )
         fork = inp.fork
         inherited: list[Segment] = []
+        pinned: list[context.Pin] = []
         if fork is not None:
-            inherited = await self._fork_segments(inp.tenant_id, fork)
+            inherited, pinned = await self._fork_segments(inp.tenant_id, fork)
             plan = replace(plan, start_step=fork.step)
         async with self.engine.begin() as conn:
             created = (
@@ -226,17 +232,17 @@ class CheckpointActivities:
                         seq = await append_events(conn, inp.run_id, [(fork.step, "user_message", note)])
                         messages = context.event_messages("user_message", note)
                         segments = [*segments, context.segment(inp.run_id, seq, seq, messages)]
-                state = {"schema": STATE_SCHEMA_VERSION, "segments": segments, "dropped_steps": 0}
+                state = {"schema": STATE_SCHEMA_VERSION, "segments": segments, "dropped_steps": 0, "pinned": pinned}
                 await insert_checkpoint(conn, inp.run_id, plan.start_step, state, seq)
         return plan
 
-    async def _fork_segments(self, tenant_id: str, fork: ForkOrigin) -> list[Segment]:
+    async def _fork_segments(self, tenant_id: str, fork: ForkOrigin) -> tuple[list[Segment], list[context.Pin]]:
         """The parent's window at the fork step (references: nothing is copied, the parent is untouched)."""
         try:
             found = await travel.checkpoint_at(self.engine, tenant_id, fork.run_id, fork.step)
         except WaypointError as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
-        return list(found["state"]["segments"])
+        return list(found["state"]["segments"]), list(found["state"].get("pinned", []))
 
     @activity.defn(name=RECORD_STEP)
     async def record_step(self, record: StepRecord) -> int:
@@ -303,6 +309,11 @@ class CheckpointActivities:
             "schema": STATE_SCHEMA_VERSION,
             "segments": kept,
             "dropped_steps": prev.get("dropped_steps", 0) + dropped,
+            # Decisions never leave working memory, however far the window moves.
+            "pinned": [
+                *prev.get("pinned", []),
+                *context.pins_of(record.run_id, ((r["seq"], r["step"], r["kind"], r["payload"]) for r in chain)),
+            ],
         }
         try:
             await conn.execute(

@@ -297,3 +297,27 @@ scout = Agent(
 
 
 TEST_AGENTS += [rememberer, scout]
+
+# --- inline compaction (tests/test_compaction_inline.py) ---------------------------------------------
+
+
+@tool
+def read_page(n: int) -> str:
+    """Read page n of the report."""
+    return f"Page {n} says the reading for sensor {n} was {n * 7} units. " + "Background detail. " * 80
+
+
+def _report_context(messages: list[Message]) -> ScriptedTurn:
+    return ScriptedTurn(content=json.dumps([m["content"] for m in messages if m["role"] == "system"]))
+
+
+compactor = Agent(
+    name="compactor",
+    instructions="Read the report page by page.",
+    model=ScriptedModel([*(ScriptedTurn(tool_calls=[("read_page", {"n": i})]) for i in range(1, 12)), _report_context]),
+    tools=(read_page,),
+    context_tokens=2_500,
+    compact_at=0.5,
+)
+
+TEST_AGENTS.append(compactor)

@@ -8,6 +8,7 @@ Every test gets its own task queue and tenant, which keeps tests apart.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,12 +22,14 @@ from temporalio.worker import Worker
 
 from tests.agents import TEST_AGENTS
 from waypoint.agents import AgentRegistry
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
 from waypoint.embedded import EmbeddedStack, StackInfo, free_port
 from waypoint.fake_openai import FakeOpenAI
+from waypoint.memory import EpisodicStore, open_store
 from waypoint.store.db import async_url, create_engine, ensure_database, migrate, with_database
-from waypoint.worker import build_worker
+from waypoint.worker import build_memory_worker, build_worker
 
 EXTERNAL_DATABASE = os.environ.get("WAYPOINT_TEST_DATABASE_URL")
 
@@ -78,6 +81,14 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 
 @pytest.fixture(scope="session")
 async def client(stack: StackInfo) -> Client:
+    # On a busy machine the frontend may accept connections before it reports healthy.
+    for _ in range(60):
+        try:
+            return await Client.connect(stack.temporal_address)
+        except RuntimeError as exc:
+            if "not healthy" not in str(exc):
+                raise
+            await asyncio.sleep(0.25)
     return await Client.connect(stack.temporal_address)
 
 
@@ -107,6 +118,22 @@ def settings(tmp_path: Path, stack: StackInfo, database_url: str, fake_openai: F
 @pytest.fixture
 def agents() -> AgentRegistry:
     return AgentRegistry([demo_agent, *TEST_AGENTS])
+
+
+@pytest.fixture
+async def memory_worker(
+    client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry
+) -> AsyncIterator[tuple[Waypoint, EpisodicStore]]:
+    """A worker whose runs use episodic memory, and the memory worker that owns the (edge) store."""
+    store = open_store(settings)
+    try:
+        async with (
+            build_worker(client, engine, settings, agents, memory=True),
+            build_memory_worker(client, engine, settings, agents, store),
+        ):
+            yield Waypoint(client, engine, settings), store
+    finally:
+        await store.close()
 
 
 @pytest.fixture

@@ -42,6 +42,13 @@ class Agent:
     context_tokens: int = 16_000
     # The workflow continues as new after this many steps (or sooner, when Temporal suggests it).
     continue_as_new_every: int = 500
+    # Long-term memory: recall this many episodes before each model call (when `memory` is on
+    # and the deployment has a memory worker); every step is remembered either way.
+    memory: bool = True
+    recall_k: int = 5
+    # Compact the run's history inline once the model reports more input tokens than this
+    # share of `context_tokens` (1.0 or more: never inline; the Schedule still compacts).
+    compact_at: float = 0.8
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools]
@@ -59,6 +66,7 @@ class Agent:
                 timeout_seconds=t.timeout,
                 requires_approval=t.requires_approval,
                 max_attempts=t.max_attempts,
+                memory=t.memory,
             )
             for t in self.tools
         ]

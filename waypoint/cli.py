@@ -147,6 +147,34 @@ async def migrate() -> None:
     out.console.print(f"database schema at revision {current}")
 
 
+@app.command(name="codec-server")
+@command
+async def codec_server(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8888,
+) -> None:
+    """Serve the payload codec (POST /decode, /encode) to the Temporal Web UI and CLI until Ctrl-C."""
+    from waypoint.codec import CodecServer, EncryptionCodec
+    from waypoint.worker import stop_event
+
+    cfg = settings()
+    codec = EncryptionCodec.from_settings(cfg)
+    if codec is None:
+        raise WaypointError("WAYPOINT_CODEC_KEYS is not set: the codec server needs the keys the workers use")
+    try:
+        server = CodecServer(codec, cfg.codec_ui_origin).start(host, port)
+    except OSError as exc:
+        raise WaypointError(f"cannot listen on {host}:{port} ({exc.strerror}): pick another --port") from None
+    out.console.print(
+        f"codec server on http://{host}:{port} for the UI at {cfg.codec_ui_origin} "
+        f"(encrypting with key {codec.current_key_id}); Ctrl-C stops it"
+    )
+    try:
+        await stop_event().wait()
+    finally:
+        server.stop()
+
+
 # --- runs ----------------------------------------------------------------------------------------
 
 
@@ -171,11 +199,14 @@ async def run(
     async with await Waypoint.connect(cfg) as wp:
         budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost, deadline_seconds=deadline)
         run_id = await wp.start_run(task, agent=agent, model=model, budget=budget)
+        trace = wp._trace_ids.get(run_id)  # known at once only when this process traced the start
         if not follow:
-            out.print_json({"run_id": run_id}) if as_json else print(run_id)
+            out.print_json({"run_id": run_id, "trace_id": trace}) if as_json else print(run_id)
+            if trace and not as_json:  # stdout stays the bare run id, for $(waypoint run ...)
+                print(f"trace {trace}", file=sys.stderr)
             return
         if not as_json:
-            out.console.print(f"started [bold]{run_id}[/bold]")
+            out.console.print(f"started [bold]{run_id}[/bold]" + (f" trace {trace}" if trace else ""))
         row = await out.follow(wp, run_id, cfg.tenant, as_json=as_json)
         if as_json:
             out.print_json(row)
@@ -475,6 +506,32 @@ async def fork(
         out.print_json(row) if as_json else out.console.print(out.run_table(row))
 
 
+@app.command()
+@command
+async def trace(run_id: Annotated[str, typer.Argument(help="Run id.")], as_json: JsonOpt = False) -> None:
+    """The run's trace: its span tree from the local span file, or with an OTLP endpoint its id and UI link."""
+    from waypoint.client import Waypoint
+    from waypoint.telemetry import render
+
+    cfg = settings()
+    async with await Waypoint.connect(cfg, temporal=False) as wp:
+        trace_id = await wp.trace_id(run_id)
+    if not trace_id:
+        raise WaypointError(f"run {run_id} has no trace id: it started with tracing off (WAYPOINT_TRACING=false)")
+    link = render.ui_link(cfg, trace_id)
+    if cfg.otlp_endpoint:
+        if as_json:
+            out.print_json({"run_id": run_id, "trace_id": trace_id, "url": link})
+            return
+        out.console.print(f"trace {trace_id}" + (f"  {link}" if link else "  (set WAYPOINT_TRACE_UI_URL for a link)"))
+        return
+    spans = render.trace_spans(cfg, run_id, trace_id)
+    if as_json:
+        print(render.as_json(spans))
+        return
+    out.console.print(render.tree(run_id, trace_id, spans))
+
+
 # --- messages to a running run -------------------------------------------------------------------
 
 RunArg = Annotated[str, typer.Argument(help="Run id.")]
@@ -537,6 +594,166 @@ async def approve(run_id: RunArg, call: CallOpt = None, reason: ReasonOpt = None
 async def deny(run_id: RunArg, call: CallOpt = None, reason: ReasonOpt = None, as_json: JsonOpt = False) -> None:
     """Deny a tool call that waits for approval; the model is told why."""
     await _message(run_id, "deny", as_json, call, reason)
+
+
+# --- compaction ----------------------------------------------------------------------------------
+
+schedule_app = typer.Typer(no_args_is_help=True, help="The compaction Schedule on Temporal.")
+app.add_typer(schedule_app, name="schedule")
+
+
+@schedule_app.command(name="apply")
+@command
+async def schedule_apply(as_json: JsonOpt = False) -> None:
+    """Create the compaction Schedule, or update it if its settings changed (idempotent)."""
+    from waypoint.client import Waypoint
+
+    cfg = settings()
+    async with await Waypoint.connect(cfg, temporal=False) as wp:
+        await wp.connect_temporal()
+        outcome = await wp.apply_compaction_schedule()
+    if as_json:
+        out.print_json({"schedule_id": cfg.compaction_schedule_id, "outcome": outcome})
+    else:
+        out.console.print(
+            f"schedule {cfg.compaction_schedule_id} {outcome}: a compaction pass every "
+            f"{cfg.compaction_interval_seconds:g} s, overlapping passes skipped"
+        )
+
+
+@schedule_app.command(name="show")
+@command
+async def schedule_show(as_json: JsonOpt = False) -> None:
+    """Show the compaction Schedule and the results of its last passes."""
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        await wp.connect_temporal()
+        found = await wp.compaction_schedule()
+    if as_json:
+        out.print_json(found)
+        return
+    every = ", ".join(f"{s:g} s" for s in found["every_seconds"])
+    state = "paused" if found["paused"] else "active"
+    out.console.print(
+        f"[bold]{found['id']}[/bold] ({state}): {found['workflow']} every {every} on {found['task_queue']}, "
+        f"overlap {found['overlap']}; {found['actions_taken']} passes started, "
+        f"{found['skipped_overlaps']} skipped; next: {', '.join(found['next_runs']) or '-'}"
+    )
+    table = Table(title="last passes", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("started", "status", "selected", "compacted", "tokens", "failed", "memory"):
+        table.add_column(col)
+    for p in found["last_passes"]:
+        tokens = f"{p['tokens_before']:,} -> {p['tokens_after']:,}" if "tokens_before" in p else ""
+        table.add_row(
+            p["at"][:19].replace("T", " "),
+            p["status"],
+            str(p.get("selected", "")),
+            str(p.get("compacted", "")),
+            tokens,
+            "; ".join(p.get("failed", [])),
+            p.get("memory_error") or (f"{p['episodes_saved']} saved" if "episodes_saved" in p else ""),
+        )
+    out.console.print(table if found["last_passes"] else "no pass has run yet")
+
+
+@app.command()
+@command
+async def compact(
+    run_id: Annotated[
+        str | None, typer.Argument(help="Run id; without it, every run of the tenant past the threshold.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a compaction pass now and print what it did (exit code 1 if a run could not be compacted)."""
+    from dataclasses import asdict
+
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        await wp.connect_temporal()
+        report = await wp.compact(run_id)
+    if as_json:
+        out.print_json({**asdict(report), "failed": len(report.failed)})
+    else:
+        title = f"compaction: {report.selected} run(s) selected"
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("run id", "range", "tokens", "method", "outcome"):
+            table.add_column(col, no_wrap=col == "run id")
+        for r in report.results:
+            outcome = f"[red]{r.error}[/red]" if r.error else ("compacted" if r.created else "nothing new")
+            tokens = f"{r.tokens_before:,} -> {r.tokens_after:,}" if r.created else ""
+            table.add_row(r.run_id, f"#{r.first_seq}-#{r.last_seq}" if r.created else "", tokens, r.method, outcome)
+        out.console.print(table)
+        if report.memory_error:
+            out.console.print(f"[yellow]{report.memory_error}[/yellow]")
+    if report.failed:
+        raise typer.Exit(1)
+
+
+memory_app = typer.Typer(no_args_is_help=True, help="Long-term (episodic) memory, through the memory worker.")
+app.add_typer(memory_app, name="memory")
+
+
+@memory_app.command(name="search")
+@command
+async def memory_search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    agent: Annotated[str | None, typer.Option(help="Only this agent's memories.")] = None,
+    run: Annotated[str | None, typer.Option(help="Only this run's memories.")] = None,
+    k: Annotated[int, typer.Option("-k", help="How many.")] = 5,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search the tenant's long-term memory by similarity (re-ranked by recency and importance)."""
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        await wp.connect_temporal()
+        found = await wp.memory_search(query, k=k, agent=agent, run_id=run)
+    if as_json:
+        out.print_json(found)
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in ("score", "run", "step", "kind", "text"):
+        table.add_column(col, no_wrap=col != "text")
+    for m in found:
+        table.add_row(f"{m['score']:.3f}", m["run_id"], str(m["step"]), m["kind"], m["text"])
+    out.console.print(table if found else "nothing found")
+
+
+@memory_app.command(name="show")
+@command
+async def memory_show(run_id: Annotated[str, typer.Argument(help="Run id.")], as_json: JsonOpt = False) -> None:
+    """Every episode a run left in long-term memory."""
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        await wp.connect_temporal()
+        found = await wp.memory_show(run_id)
+    if as_json:
+        out.print_json(found)
+        return
+    table = Table(title=f"memories of {run_id}", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("step", "kind", "importance", "text"):
+        table.add_column(col, no_wrap=col != "text")
+    for m in found:
+        table.add_row(str(m["step"]), m["kind"], f"{m['importance']:.2f}", m["text"])
+    out.console.print(table if found else f"run {run_id} has no memories")
+
+
+@memory_app.command(name="forget")
+@command
+async def memory_forget(run_id: Annotated[str, typer.Argument(help="Run id.")], as_json: JsonOpt = False) -> None:
+    """Delete a run's memories (this tenant's only). The run's event log is kept."""
+    from waypoint.client import Waypoint
+
+    async with await Waypoint.connect(settings(), temporal=False) as wp:
+        await wp.connect_temporal()
+        deleted = await wp.memory_forget(run_id)
+    if as_json:
+        out.print_json({"run_id": run_id, "deleted": deleted})
+    else:
+        out.console.print(f"forgot {deleted} memories of {run_id}")
 
 
 def main(argv: list[str] | None = None) -> None:

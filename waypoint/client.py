@@ -9,22 +9,30 @@ async with await Waypoint.connect(Settings()) as wp:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
-from waypoint import retry
+from waypoint import retry, telemetry
+from waypoint.codec import data_converter, header_codec_behavior
+from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
 from waypoint.embedded import running_stack
 from waypoint.errors import ConfigError, NotFound, WaypointError
 from waypoint.store import integrity, reads, travel
-from waypoint.store.db import create_engine
-from waypoint.types import Budget, Decision, ForkOrigin, RunInput, RunProgress, RunResult
+from waypoint.store.db import engine_for
+from waypoint.types import Budget, Decision, ForkOrigin, MemoryRequest, RunInput, RunProgress, RunResult
 from workflows.agent_run import AgentRunWorkflow
 
 
@@ -41,9 +49,31 @@ def database_url(settings: Settings) -> str:
     return stack.database_url
 
 
-async def connect_temporal(settings: Settings) -> Client:
+async def connect_temporal(settings: Settings, *, wait_seconds: float = 15.0) -> Client:
+    """A client of the configured Temporal. A server that is still starting ("Frontend is not
+    healthy yet") is waited for, up to `wait_seconds`."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            return await _connect_once(settings)
+        except ConfigError as exc:
+            if "not healthy" not in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.25)
+
+
+async def _connect_once(settings: Settings) -> Client:
     try:
-        return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+        return await Client.connect(
+            settings.temporal_address,
+            namespace=settings.temporal_namespace,
+            # Workers built from this client use its converter too: with codec keys, both sides encrypt.
+            data_converter=data_converter(settings),
+            header_codec_behavior=header_codec_behavior(settings),
+            # One trace per run from here on (worker spans join it); Temporal SDK metrics if asked for.
+            interceptors=telemetry.client_interceptors(settings),
+            runtime=telemetry.temporal_runtime(settings),
+        )
     except RuntimeError as exc:
         raise ConfigError(
             f"cannot reach Temporal at {settings.temporal_address} ({str(exc).splitlines()[0]}): "
@@ -56,11 +86,12 @@ class Waypoint:
         self._client = client
         self.engine = engine
         self.settings = settings
+        self._trace_ids: dict[str, str] = {}
 
     @classmethod
     async def connect(cls, settings: Settings, *, temporal: bool = True) -> Waypoint:
         """Connect to Postgres and, unless `temporal=False` (read-only use), to Temporal."""
-        engine = create_engine(database_url(settings))
+        engine = engine_for(settings, database_url(settings))
         try:
             client = await connect_temporal(settings) if temporal else None
         except BaseException:
@@ -117,18 +148,36 @@ class Waypoint:
             budget=budget,
         )
         try:
-            await self.client.start_workflow(
-                AgentRunWorkflow.run,
-                inp,
-                id=run_id,
-                task_queue=self.settings.task_queue,
-                # Lets a message reach a run before its row exists, with the tenant still checked.
-                memo={"tenant_id": inp.tenant_id},
-                task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
-            )
+            with self._traced_start(run_id, inp):
+                await self.client.start_workflow(
+                    AgentRunWorkflow.run,
+                    inp,
+                    id=run_id,
+                    task_queue=self.settings.task_queue,
+                    # Lets a message reach a run before its row exists, with the tenant still checked.
+                    memo={"tenant_id": inp.tenant_id},
+                    task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
+                )
         except RPCError as exc:
             raise ConfigError(f"Temporal refused the run: {exc}") from None
         return run_id
+
+    @contextlib.contextmanager
+    def _traced_start(self, run_id: str, inp: RunInput) -> Iterator[None]:
+        """The root span of the run's trace, when this client propagates traces to the worker."""
+        if not any(isinstance(i, TracingInterceptor) for i in self.client.config().get("interceptors", [])):
+            yield
+            return
+        with telemetry.span("start_run", run_id=run_id, tenant=inp.tenant_id, agent=inp.agent) as root:
+            self._trace_ids[run_id] = telemetry.trace_id(root) or ""
+            yield
+
+    async def trace_id(self, run_id: str, *, tenant_id: str | None = None) -> str | None:
+        """The run's trace id: known at start when this client traced it, else stored on the run row."""
+        await self._check_tenant(run_id, tenant_id)
+        if self._trace_ids.get(run_id):
+            return self._trace_ids[run_id]
+        return (await self.run(run_id, tenant_id=tenant_id)).get("trace_id")
 
     async def _check_tenant(self, run_id: str, tenant_id: str | None) -> None:
         """Another tenant's run is "not found". A run so new that its row is not written yet
@@ -137,6 +186,8 @@ class Waypoint:
             await self.run(run_id, tenant_id=tenant_id)
             return
         except NotFound:
+            if self._client is None:  # read-only: the database is the only witness
+                raise
             try:
                 memo_tenant = await (await self.client.get_workflow_handle(run_id).describe()).memo_value(
                     "tenant_id", None
@@ -196,6 +247,7 @@ class Waypoint:
 
     async def result(self, run_id: str, *, tenant_id: str | None = None) -> RunResult:
         """Wait for a run to end. A failed run returns its result with status `failed` and the error."""
+        await self._check_tenant(run_id, tenant_id)
         handle = self.client.get_workflow_handle(run_id, result_type=RunResult)
         try:
             return await handle.result()
@@ -277,7 +329,12 @@ class Waypoint:
         """Replay every execution of the run (continue-as-new included) against the current workflow
         code; returns (execution run id, determinism error or None) for each."""
         await self._check_tenant(run_id, tenant_id)
-        replayer = Replayer(workflows=list(workflows))
+        # The client's converter: histories written through the payload codec replay through it.
+        replayer = Replayer(
+            workflows=list(workflows),
+            data_converter=self.client.data_converter,
+            header_codec_behavior=self.client.config()["header_codec_behavior"],
+        )
         outcomes: list[tuple[str, str | None]] = []
         async for execution in self.client.list_workflows(f"WorkflowId = '{run_id}'"):
             history = await self.client.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
@@ -303,3 +360,90 @@ class Waypoint:
         return await reads.timeline(
             self.engine, tenant_id or self.settings.tenant, run_id, after_step=after_step, limit=limit
         )
+
+    # --- compaction (waypoint/compaction_schedule.py) ------------------------------------------------
+
+    async def apply_compaction_schedule(self) -> str:
+        """Create or update the compaction Schedule; "created", "updated" or "unchanged"."""
+        from waypoint.compaction_schedule import apply_schedule
+
+        return await apply_schedule(self.client, self.settings)
+
+    async def compaction_schedule(self) -> dict:
+        """The compaction Schedule and the outcome of its last passes."""
+        from waypoint.compaction_schedule import describe_schedule
+
+        return await describe_schedule(self.client, self.settings)
+
+    async def compact(self, run_id: str | None = None, *, tenant_id: str | None = None) -> CompactionReport:
+        """Run a compaction pass now (of one run, or of the tenant's runs past the threshold) and wait."""
+        from waypoint.compaction_schedule import compact_now
+
+        tenant = tenant_id or self.settings.tenant
+        if run_id is not None:
+            await self.run(run_id, tenant_id=tenant)  # an unknown run is named before Temporal is asked
+        return await compact_now(self.client, self.settings, run_id=run_id, tenant_id=tenant)
+
+    async def compactions(self, run_id: str | None = None, *, tenant_id: str | None = None, limit: int = 20) -> list:
+        from waypoint.store.compactions import list_compactions
+
+        return await list_compactions(self.engine, tenant_id or self.settings.tenant, run_id=run_id, limit=limit)
+
+    # --- episodic memory (served by the memory worker, reached through Temporal) ------------------
+
+    async def _memory(self, req: MemoryRequest) -> Any:
+        from datetime import timedelta
+
+        from waypoint.compaction_types import memory_task_queue
+        from workflows.memory import MemoryRequestWorkflow
+
+        queue = memory_task_queue(self.settings.task_queue)
+        try:
+            answer = await self.client.execute_workflow(
+                MemoryRequestWorkflow.run,
+                req,
+                id=f"memory-{uuid.uuid4().hex[:12]}",
+                task_queue=queue,
+                # No memory worker: say so instead of waiting forever.
+                execution_timeout=timedelta(seconds=self.settings.memory_request_timeout_seconds),
+            )
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            if isinstance(cause, TimeoutError) or "timed out" in str(cause).lower():
+                raise WaypointError(
+                    f"no memory worker answered on task queue {queue}: start one with `waypoint worker` "
+                    "(or `waypoint dev`)"
+                ) from None
+            raise WaypointError(f"memory request failed: {cause}") from None
+        return json.loads(answer)
+
+    async def memory_search(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        agent: str | None = None,
+        run_id: str | None = None,
+        tenant_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Episodes of this tenant most relevant to `query` (optionally of one agent or run)."""
+        if not query.strip():
+            raise WaypointError("the query is empty: say what to search for")
+        tenant = tenant_id or self.settings.tenant
+        req = MemoryRequest(op="search", tenant_id=tenant, query=query, k=k, agent=agent, run_id=run_id)
+        found: list[dict[str, Any]] = await self._memory(req)
+        return found
+
+    async def memory_show(self, run_id: str, *, tenant_id: str | None = None) -> list[dict[str, Any]]:
+        """Every episode a run left in long-term memory."""
+        tenant = tenant_id or self.settings.tenant
+        await self.run(run_id, tenant_id=tenant)  # another tenant's run is "not found"
+        found: list[dict[str, Any]] = await self._memory(MemoryRequest(op="show", tenant_id=tenant, run_id=run_id))
+        return found
+
+    async def memory_forget(self, run_id: str, *, tenant_id: str | None = None) -> int:
+        """Delete a run's episodes (this tenant's only); returns how many went."""
+        tenant = tenant_id or self.settings.tenant
+        await self.run(run_id, tenant_id=tenant)
+        answer = await self._memory(MemoryRequest(op="forget", tenant_id=tenant, run_id=run_id))
+        return int(answer["deleted"])

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +43,23 @@ class Settings(BaseSettings):
     qdrant_path: Path | None = Field(
         None, description="Folder of the embedded Qdrant shard. Default: <state_dir>/qdrant."
     )
+    qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server (with `qdrant_url`).")
+    qdrant_collection: str = Field(
+        "waypoint_episodes", description="Collection of episodic memory on a Qdrant server (with `qdrant_url`)."
+    )
+    embedder: str = Field(
+        "hashing",
+        description="Embedder of episodic memory: `hashing` (offline, lexical), `minilm` (the `embed` extra) "
+        "or `openai:<model>` (an embeddings endpoint). A store keeps the embedder it was created with.",
+    )
+    memory: bool = Field(
+        True,
+        description="Episodic memory for runs. The worker that can open the store serves it on the "
+        "`<task_queue>-memory` task queue; with the embedded shard that is one worker process.",
+    )
+    memory_request_timeout_seconds: float = Field(
+        30.0, description="How long `waypoint memory ...` waits for the memory worker to answer."
+    )
     agents: str = Field(
         "",
         description="Comma-separated module paths the worker imports agent definitions from "
@@ -67,6 +87,59 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("WAYPOINT_OPENAI_BASE_URL", "OPENAI_BASE_URL"),
         description="Base URL of an OpenAI-compatible endpoint. Unset: the SDK's default.",
     )
+    # Tracing and metrics (waypoint/telemetry/).
+    tracing: bool = Field(True, description="Trace runs with OpenTelemetry; false turns spans off.")
+    otlp_endpoint: str | None = Field(
+        None,
+        validation_alias=AliasChoices("WAYPOINT_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="OTLP collector URL for spans and metrics. Unset: spans go to <state_dir>/traces/spans.jsonl.",
+    )
+    otlp_protocol: str = Field(
+        "http/protobuf",
+        pattern=r"^(grpc|http/protobuf)$",
+        validation_alias=AliasChoices("WAYPOINT_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        description="OTLP protocol: grpc or http/protobuf.",
+    )
+    trace_content: bool = Field(
+        False, description="Record prompts and completions on model spans (secrets redacted). Off by default."
+    )
+    trace_ui_url: str | None = Field(
+        None, description="Trace UI link template with {trace_id}, e.g. http://localhost:16686/trace/{trace_id}."
+    )
+    temporal_metrics: bool = Field(
+        False, description="Export the Temporal SDK's own worker metrics to the OTLP endpoint as well."
+    )
+    # Compaction (waypoint/compaction.py, workflows/compaction.py).
+    compaction_schedule_id: str = Field("waypoint-compaction", description="Id of the compaction Schedule.")
+    compaction_interval_seconds: float = Field(
+        900.0, gt=0, description="Seconds between scheduled compaction passes (overlapping passes are skipped)."
+    )
+    compaction_threshold_tokens: int = Field(
+        8_000, gt=0, description="A run is compacted once its history after its last compaction passes this."
+    )
+    compaction_concurrency: int = Field(4, gt=0, description="Runs compacted at once by one pass.")
+    compaction_max_runs: int = Field(100, gt=0, description="Runs compacted at most by one pass (largest first).")
+    compaction_keep_steps: int = Field(
+        2, ge=0, description="Newest steps a compaction leaves verbatim (outside its range)."
+    )
+    compaction_oversize_tokens: int = Field(
+        2_000, gt=0, description="Tool outputs over this are replaced by their summary and a reference."
+    )
+    compaction_summary_tokens: int = Field(1_200, gt=0, description="Size budget of a compaction summary.")
+    codec_keys: SecretStr | None = Field(
+        None,
+        description="AES-GCM keys that encrypt Temporal payloads, `id:base64key,...`, newest last "
+        "(it encrypts; every key decrypts). Unset: payloads are not encrypted.",
+    )
+    codec_ui_origin: str = Field(
+        "http://localhost:8233",
+        description="Origin of the Temporal Web UI that `waypoint codec-server` answers (CORS).",
+    )
+    db_pool_size: int = Field(5, ge=1, description="Postgres connections each process keeps open.")
+    db_max_overflow: int = Field(10, ge=0, description="Extra Postgres connections a process may open under load.")
+    db_statement_timeout_ms: int = Field(
+        60_000, ge=0, description="Postgres statement_timeout of Waypoint's connections, in ms (0: none)."
+    )
 
     def child_environment(self, **extra: str) -> dict[str, str]:
         """The environment of a Waypoint subprocess (a worker, the CLI) that sees exactly these
@@ -83,6 +156,13 @@ class Settings(BaseSettings):
                 value = json.dumps(value)
             env[f"WAYPOINT_{name.upper()}"] = str(value)
         return env | extra
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # SecretStr fields mask themselves; a password inside the database URL needs help.
+        for name, value in super().__repr_args__():
+            if name == "database_url" and isinstance(value, str):
+                value = re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", value)
+            yield name, value
 
     @property
     def resolved_qdrant_path(self) -> Path:

@@ -77,3 +77,13 @@ def backoff_seconds(spec: RetrySpec, attempt: int, jitter: float) -> float:
     """Exponential backoff for attempt `attempt` (1-based), scaled by `jitter` in [0.5, 1]."""
     base = spec.initial_interval_seconds * 2 ** (attempt - 1)
     return min(spec.max_interval_seconds, base) * jitter
+
+
+# Memory and inline compaction help a run but must not hold it up: a few attempts, then go on.
+MEMORY_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=3,
+    non_retryable_error_types=NON_RETRYABLE,
+)

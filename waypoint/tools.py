@@ -37,6 +37,9 @@ class ToolContext:
     call_index: int
     workspace: Path
     attempt: int = 1  # Temporal's attempt number of this call: above 1 after a retry
+    agent: str = ""
+    # The episodic store, for memory tools (`@tool(memory=True)`), which run on the memory worker.
+    memory: Any = None
 
     @property
     def idempotency_key(self) -> str:
@@ -56,12 +59,14 @@ class Tool:
         timeout: float = 300.0,
         requires_approval: bool = False,
         max_attempts: int = 3,
+        memory: bool = False,
     ):
         self.fn = fn
         self.name = name or fn.__name__
         self.timeout = timeout
         self.requires_approval = requires_approval
         self.max_attempts = max_attempts
+        self.memory = memory
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
         hints = get_type_hints(fn)
         fields: dict[str, Any] = {}
@@ -140,12 +145,15 @@ def tool(
     timeout: float = 300.0,
     requires_approval: bool = False,
     max_attempts: int = 3,
+    memory: bool = False,
 ) -> Any:
     """Register a function as a tool: `@tool`, or `@tool(timeout=30, requires_approval=True, ...)`.
 
     `timeout` bounds one attempt in seconds; a tool that fails (any exception but
     ToolError) or times out is retried up to `max_attempts` times. A tool with
     `requires_approval` waits, durably, for `waypoint approve` or `deny` before it runs.
+    A `memory` tool runs on the worker that owns episodic memory and finds the store in
+    `ToolContext.memory`.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
@@ -156,6 +164,7 @@ def tool(
             timeout=timeout,
             requires_approval=requires_approval,
             max_attempts=max_attempts,
+            memory=memory,
         )
 
     return wrap(fn) if fn is not None else wrap

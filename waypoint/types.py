@@ -18,6 +18,8 @@ RUN_TOOL = "run_tool"
 RECORD_STEP = "record_step"
 FINISH_RUN = "finish_run"
 SET_STATUS = "set_run_status"
+MEMORY_STEP = "memory_step"
+MEMORY_ADMIN = "memory_admin"
 
 
 def idempotency_key(run_id: str, step: int, call_index: int) -> str:
@@ -96,6 +98,8 @@ class ToolSpec:
     timeout_seconds: float
     requires_approval: bool = False
     max_attempts: int = 3
+    # Memory tools run on the memory worker's task queue (the process that owns the Qdrant shard).
+    memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,12 @@ class RunPlan:
     continue_as_new_every: int = 500
     context_tokens: int = 16_000
     start_step: int = 0  # a fork starts at its fork step
+    # Episodic memory: episodes recalled before each model call (0: recall off), and the task
+    # queue of the worker that owns memory (None: this deployment has no memory worker).
+    recall_k: int = 0
+    memory_queue: str | None = None
+    # Compact inline once the model reports more input tokens than this share of context_tokens.
+    compact_at: float = 0.8
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,7 @@ class RunState:
     paused: bool = False
     pending_messages: list[str] = field(default_factory=list)
     executions: int = 1
+    compacted_at_step: int = 0  # the step after which the run last compacted inline
 
 
 @dataclass(frozen=True)
@@ -189,6 +200,48 @@ class StartRunInput:
 
 
 @dataclass(frozen=True)
+class Memory:
+    """One recalled episode, as working memory shows it: with its source run and step."""
+
+    text: str
+    run_id: str
+    step: int
+    kind: str
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class MemoryStepInput:
+    """Input of `memory_step`: store the episodes of `remember_step` (if set), then recall for
+    `recall_step` (if set, and k > 0)."""
+
+    run_id: str
+    tenant_id: str
+    agent: str
+    remember_step: int | None = None
+    recall_step: int | None = None
+    k: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryStepResult:
+    stored: int = 0
+    recalled: list[Memory] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """Input of `memory_admin` (CLI and API): `op` is search, show or forget; always one tenant."""
+
+    op: str
+    tenant_id: str
+    query: str = ""
+    k: int = 5
+    agent: str | None = None
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
 class CallModelInput:
     """The context is not carried here: the activity loads it from the checkpoint of `step - 1`,
     plus the user messages injected since then."""
@@ -200,6 +253,8 @@ class CallModelInput:
     model: str
     user_messages: list[str] = field(default_factory=list)
     retry: RetrySpec = field(default_factory=RetrySpec)
+    # Episodes recalled from long-term memory for this step (see MEMORY_STEP).
+    recalled: list[Memory] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

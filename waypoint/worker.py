@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -13,27 +14,46 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.checkpoints import CheckpointActivities
+from activities.compaction import CompactionActivities
+from activities.memory import MemoryActivities
 from activities.model import ModelActivities
 from activities.tools import ToolActivities
+from waypoint import telemetry
 from waypoint.agents import AgentRegistry
+from waypoint.compaction_types import memory_task_queue
 from waypoint.config import Settings
-from waypoint.errors import ConfigError
-from waypoint.memory import EdgeMemory
+from waypoint.errors import ConfigError, StackError
+from waypoint.memory import EpisodicStore, open_store
 from waypoint.store.db import schema_revision
 from workflows.agent_run import AgentRunWorkflow
+from workflows.compaction import CompactionWorkflow
+from workflows.memory import MemoryRequestWorkflow
 
-WORKFLOWS = [AgentRunWorkflow]
+log = logging.getLogger(__name__)
+
+WORKFLOWS = [AgentRunWorkflow, CompactionWorkflow]
 
 
 def build_worker(
-    client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry, *, task_queue: str | None = None
+    client: Client,
+    engine: AsyncEngine,
+    settings: Settings,
+    agents: AgentRegistry,
+    *,
+    task_queue: str | None = None,
+    memory: bool = False,
 ) -> Worker:
-    checkpoints = CheckpointActivities(engine, agents)
+    """The main worker. `memory`: runs use episodic memory, served on the memory task queue by
+    `build_memory_worker` (in this process or another)."""
+    queue = task_queue or settings.task_queue
+    checkpoints = CheckpointActivities(engine, agents, memory_queue=memory_task_queue(queue) if memory else None)
     models = ModelActivities(engine, agents, settings)
     tools = ToolActivities(engine, agents, settings)
+    telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
+    compaction = CompactionActivities(engine, settings)
     return Worker(
         client,
-        task_queue=task_queue or settings.task_queue,
+        task_queue=queue,
         workflows=WORKFLOWS,
         activities=[
             checkpoints.start_run,
@@ -42,9 +62,36 @@ def build_worker(
             checkpoints.finish_run,
             models.call_model,
             tools.run_tool,
+            compaction.select_runs,
+            compaction.compact_run,
         ],
+        # Tracing (one trace per run), step metrics and run/step/trace ids in activity logs.
+        interceptors=telemetry.worker_interceptors(client, settings),
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+def build_memory_worker(
+    client: Client,
+    engine: AsyncEngine,
+    settings: Settings,
+    agents: AgentRegistry,
+    store: EpisodicStore,
+    *,
+    task_queue: str | None = None,
+) -> Worker:
+    """The worker of the memory task queue: the one process that owns the store serves every
+    memory read and write (recall, episodes, memory tools, `waypoint memory ...`)."""
+    memory = MemoryActivities(engine, store)
+    tools = ToolActivities(engine, agents, settings, memory=store)
+    return Worker(
+        client,
+        task_queue=memory_task_queue(task_queue or settings.task_queue),
+        workflows=[MemoryRequestWorkflow],
+        activities=[memory.memory_step, memory.save_episodes, memory.memory_admin, tools.run_tool],
+        interceptors=telemetry.worker_interceptors(client, settings),
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
 
@@ -58,16 +105,14 @@ async def check_schema(engine: AsyncEngine) -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_memory(settings: Settings) -> AsyncIterator[EdgeMemory | None]:
-    """Open the embedded Qdrant shard for this worker's life (none when a Qdrant server is configured)."""
-    if settings.qdrant_url:
-        yield None
-        return
-    memory = EdgeMemory(settings.resolved_qdrant_path)
+async def open_memory(settings: Settings) -> AsyncIterator[EpisodicStore]:
+    """Open episodic memory for this worker's life: the embedded Qdrant shard (owned by this process),
+    or a Qdrant server's collection when `qdrant_url` is set."""
+    memory = open_store(settings)
     try:
         yield memory
     finally:
-        memory.close()
+        await memory.close()
 
 
 async def run_worker(
@@ -81,8 +126,21 @@ async def run_worker(
     `ready` is called once the worker polls."""
     await check_schema(engine)
     agents = AgentRegistry.from_modules(settings.agent_modules)
-    async with open_memory(settings):
+    if not settings.memory:
         async with build_worker(client, engine, settings, agents):
+            if ready is not None:
+                ready()
+            await stop.wait()
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            store = await stack.enter_async_context(open_memory(settings))
+        except StackError as exc:
+            # Another worker owns the embedded shard and serves memory for every run.
+            log.warning("this worker serves no memory: %s", exc)
+        else:
+            await stack.enter_async_context(build_memory_worker(client, engine, settings, agents, store))
+        async with build_worker(client, engine, settings, agents, memory=True):
             if ready is not None:
                 ready()
             await stop.wait()

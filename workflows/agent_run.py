@@ -24,9 +24,11 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry
+    from waypoint.compaction_types import COMPACT_RUN, SAVE_EPISODES, CompactionSummary, CompactRunInput
     from waypoint.types import (
         CALL_MODEL,
         FINISH_RUN,
+        MEMORY_STEP,
         RECORD_STEP,
         RUN_TOOL,
         SET_STATUS,
@@ -35,6 +37,9 @@ with workflow.unsafe.imports_passed_through():
         CallModelInput,
         Decision,
         FinishRunInput,
+        Memory,
+        MemoryStepInput,
+        MemoryStepResult,
         ModelTurn,
         PendingApproval,
         RunInput,
@@ -53,6 +58,12 @@ with workflow.unsafe.imports_passed_through():
     )
 
 DEFAULT_TOOL = ToolSpec(name="", timeout_seconds=60.0)
+# Memory is best-effort: without a memory worker polling, a step waits this long, then goes on.
+MEMORY_SCHEDULE_TIMEOUT = timedelta(seconds=10)
+MEMORY_TIMEOUT = timedelta(seconds=60)
+# Inline compaction at most once per this many steps, however large the newest turns are.
+COMPACT_EVERY_MIN_STEPS = 5
+SUMMARY_IMPORTANCE = 0.8
 # Outcomes that `run_tool` wrote to the tool_effects ledger (the others are decided by the workflow).
 LEDGER_OUTCOMES = ("ok", "bad_call", "tool_error")
 
@@ -218,6 +229,8 @@ class AgentRunWorkflow:
             status, reason = RunStatus.FAILED, _failure_message(exc)
 
         state = self._state
+        if state.step > state.plan.start_step and status != RunStatus.FAILED:
+            await self._memory(inp, remember=state.step, recall=None)
         self._status = status
         result: RunResult = await workflow.execute_activity(
             FINISH_RUN,
@@ -336,6 +349,8 @@ class AgentRunWorkflow:
         assert state is not None
         step = state.step + 1
         user_messages, self._messages = self._messages, []
+        remember = step - 1 if step - 1 > state.plan.start_step else None
+        recalled = await self._memory(inp, remember=remember, recall=step)
         turn: ModelTurn = await workflow.execute_activity(
             CALL_MODEL,
             CallModelInput(
@@ -346,6 +361,7 @@ class AgentRunWorkflow:
                 model=state.plan.model,
                 user_messages=user_messages,
                 retry=state.plan.retry,
+                recalled=recalled,
             ),
             result_type=ModelTurn,
             start_to_close_timeout=timedelta(seconds=state.plan.retry.timeout_seconds),
@@ -389,7 +405,92 @@ class AgentRunWorkflow:
             repairs=state.repairs + 1 if bad_call else 0,
         )
         self._last_action = ", ".join(c.name for c in turn.tool_calls) or "answer"
+        if turn.tool_calls and self._over_budget(turn):
+            await self._compact_inline(inp)
         return turn, results
+
+    async def _memory(self, inp: RunInput, *, remember: int | None, recall: int | None) -> list[Memory]:
+        """Store the episodes of step `remember` and recall memories for step `recall` on the
+        memory worker. Memory never stops a run: a failure is logged and the step goes on."""
+        state = self._state
+        assert state is not None
+        plan = state.plan
+        k = plan.recall_k if recall is not None else 0
+        if plan.memory_queue is None or (remember is None and k == 0):
+            return []
+        try:
+            result: MemoryStepResult = await workflow.execute_activity(
+                MEMORY_STEP,
+                MemoryStepInput(
+                    run_id=self._run_id,
+                    tenant_id=inp.tenant_id,
+                    agent=inp.agent,
+                    remember_step=remember,
+                    recall_step=recall if k else None,
+                    k=k,
+                ),
+                result_type=MemoryStepResult,
+                task_queue=plan.memory_queue,
+                schedule_to_start_timeout=MEMORY_SCHEDULE_TIMEOUT,
+                start_to_close_timeout=MEMORY_TIMEOUT,
+                retry_policy=retry.MEMORY_RETRY,
+            )
+        except ActivityError as exc:
+            workflow.logger.warning("memory unavailable at step %s: %s", recall or remember, _failure_message(exc))
+            return []
+        return result.recalled
+
+    def _over_budget(self, turn: ModelTurn) -> bool:
+        """Working memory passed its compaction threshold (by the model's own token count)."""
+        state = self._state
+        assert state is not None
+        plan = state.plan
+        if plan.compact_at >= 1.0 or turn.usage.input_tokens <= plan.compact_at * plan.context_tokens:
+            return False
+        if state.step - state.compacted_at_step < COMPACT_EVERY_MIN_STEPS:
+            return False
+        return workflow.patched("inline-compaction-1")
+
+    async def _compact_inline(self, inp: RunInput) -> None:
+        """Compact this run's older history now, with the same activity the Schedule uses."""
+        state = self._state
+        assert state is not None
+        self._state = replace(state, compacted_at_step=state.step)
+        try:
+            done: CompactionSummary = await workflow.execute_activity(
+                COMPACT_RUN,
+                CompactRunInput(run_id=self._run_id, tenant_id=inp.tenant_id),
+                result_type=CompactionSummary,
+                start_to_close_timeout=timedelta(seconds=state.plan.retry.timeout_seconds * 2),
+                heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
+                retry_policy=retry.MEMORY_RETRY,
+            )
+        except ActivityError as exc:
+            workflow.logger.warning("inline compaction failed: %s", _failure_message(exc))
+            return
+        if not (done.created and done.summary and state.plan.memory_queue):
+            return
+        episode = {
+            "tenant": inp.tenant_id,
+            "agent": inp.agent,
+            "run_id": self._run_id,
+            "step": done.last_step,
+            "kind": "summary",
+            "text": done.summary,
+            "importance": SUMMARY_IMPORTANCE,
+            "index": 0,
+        }
+        try:
+            await workflow.execute_activity(
+                SAVE_EPISODES,
+                [episode],
+                task_queue=state.plan.memory_queue,
+                schedule_to_start_timeout=MEMORY_SCHEDULE_TIMEOUT,
+                start_to_close_timeout=MEMORY_TIMEOUT,
+                retry_policy=retry.MEMORY_RETRY,
+            )
+        except ActivityError as exc:
+            workflow.logger.warning("summary episode not saved: %s", _failure_message(exc))
 
     async def _approvals(self, step: int, calls: list[ToolCall]) -> dict[str, tuple[bool, str | None]]:
         """Wait, durably, for a human decision on every call whose tool requires approval."""
@@ -431,6 +532,14 @@ class AgentRunWorkflow:
                 outcome="denied",
                 output=f"error: a human denied this call{why}",
             )
+        if spec.memory and state.plan.memory_queue is None:
+            return ToolResult(
+                call_id=call.id,
+                name=call.name,
+                is_error=True,
+                outcome="failed",
+                output=f"error: {call.name} needs long-term memory, and this deployment has no memory worker",
+            )
         try:
             return await workflow.execute_activity(
                 RUN_TOOL,
@@ -443,6 +552,7 @@ class AgentRunWorkflow:
                     call=call,
                 ),
                 result_type=ToolResult,
+                task_queue=state.plan.memory_queue if spec.memory else None,
                 start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
                 heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
                 retry_policy=retry.tool_retry(spec),

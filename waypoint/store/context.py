@@ -12,7 +12,7 @@ its ancestors' events.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import and_, or_, select
@@ -22,6 +22,7 @@ from waypoint.models import Message, estimate_tokens
 from waypoint.store.schema import events
 
 MESSAGE_KINDS = ("run_started", "user_message", "model_response", "tool_result")
+PIN_TOOL = "pin_decision"  # the memory tool whose calls are pinned decisions
 Segment = list[Any]  # [run_id, first_seq, last_seq, tokens]
 
 
@@ -59,19 +60,57 @@ def trim(segments: list[Segment], budget_tokens: int) -> tuple[list[Segment], in
     return kept, dropped
 
 
-async def render(conn: AsyncConnection, segments: list[Segment]) -> list[Message]:
-    """The messages of a window, in order, loaded in one query."""
-    if not segments:
-        return []
-    ranges = or_(*(and_(events.c.run_id == r, events.c.seq.between(a, b)) for r, a, b, _ in segments))
+Pin = list[Any]  # [run_id, seq, step]: a decision event, or the result of a pin_decision call
+
+
+def pin_text(kind: str, payload: dict[str, Any]) -> str:
+    """The verbatim text of a pinned decision."""
+    if kind == "decision":
+        why = f": {payload['reason']}" if payload.get("reason") else ""
+        return f"a human {payload['decision']} tool call {payload['call_id']}{why}"
+    return str(payload.get("output", ""))
+
+
+def pins_of(run_id: str, rows: Iterable[tuple[int, int, str, dict[str, Any]]]) -> list[Pin]:
+    """The pins among a step's new events, given as (seq, step, kind, payload)."""
+    return [
+        [run_id, seq, step]
+        for seq, step, kind, payload in rows
+        if kind == "decision"
+        or (kind == "tool_result" and payload.get("name") == PIN_TOOL and payload.get("outcome") == "ok")
+    ]
+
+
+async def render_parts(
+    conn: AsyncConnection, segments: list[Segment], pins: Sequence[Pin] = ()
+) -> tuple[list[list[Message]], list[tuple[int, str]]]:
+    """One query: the messages of each segment (a group per segment, in order) and the text of
+    each pin as (step, text)."""
+    refs = [*((r, a, b) for r, a, b, _ in segments), *((r, seq, seq) for r, seq, _ in pins)]
+    if not refs:
+        return [], []
+    ranges = or_(*(and_(events.c.run_id == r, events.c.seq.between(a, b)) for r, a, b in refs))
     query = select(events.c.run_id, events.c.seq, events.c.kind, events.c.payload).where(
-        ranges, events.c.kind.in_(MESSAGE_KINDS)
+        ranges, events.c.kind.in_((*MESSAGE_KINDS, "decision"))
     )
     found = {(row.run_id, row.seq): row for row in await conn.execute(query)}
-    messages: list[Message] = []
+    groups: list[list[Message]] = []
     for run_id, first, last, _ in segments:
+        group: list[Message] = []
         for seq in range(first, last + 1):
             row = found.get((run_id, seq))
             if row is not None:
-                messages += event_messages(row.kind, row.payload)
-    return messages
+                group += event_messages(row.kind, row.payload)
+        groups.append(group)
+    texts = [
+        (step, pin_text(row.kind, row.payload))
+        for run_id, seq, step in pins
+        if (row := found.get((run_id, seq))) is not None
+    ]
+    return groups, texts
+
+
+async def render(conn: AsyncConnection, segments: list[Segment]) -> list[Message]:
+    """The messages of a window, in order, loaded in one query."""
+    groups, _ = await render_parts(conn, segments)
+    return [m for group in groups for m in group]

