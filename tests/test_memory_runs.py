@@ -53,7 +53,8 @@ async def test_a_new_run_recalls_what_an_earlier_run_learned(memory_worker, sett
     assert (second.output, second.steps) == ("I remember: ZEBRA-7", 1)
 
     # another tenant shares the workers and the store, and recalls nothing of it
-    other = await wp.result(await wp.start_run("What is the launch code?", agent="scout", tenant_id="tenant-b"))
+    other_id = await wp.start_run("What is the launch code?", agent="scout", tenant_id="tenant-b")
+    other = await wp.result(other_id, tenant_id="tenant-b")
     assert (other.output, other.steps) == ("looked it up", 2)
     assert not await wp.memory_search("launch code ZEBRA", tenant_id="tenant-c")
 

@@ -42,6 +42,7 @@ from temporalio.worker import (
 
 from waypoint.config import Settings
 from waypoint.telemetry.spanfile import JsonLinesSpanExporter, span_file
+from waypoint.telemetry.workflow_root import WaypointTracingInterceptor, WorkflowIdGenerator
 
 SCOPE = "waypoint"
 # Our own attributes live under `waypoint.`; these short names map onto them.
@@ -93,11 +94,12 @@ class Telemetry:
 
     def tracing_interceptor(self) -> TracingInterceptor | None:
         """Temporal's interceptor (client start -> workflow -> activities), on this provider's tracer.
-        Workflow spans are created even without a client span, so Schedule-started runs are traced."""
+        Workflow spans are created even without a client span, so Schedule-started runs are traced,
+        each as one trace (see workflow_root.py)."""
         if not self.enabled:
             return None
         if self._interceptor is None:
-            self._interceptor = TracingInterceptor(self.tracer, always_create_workflow_spans=True)
+            self._interceptor = WaypointTracingInterceptor(self.tracer)
         return self._interceptor
 
     def force_flush(self) -> None:
@@ -169,7 +171,8 @@ def setup(
             built = Telemetry(key, False, False, dict(settings.prices), None, None, None)
         else:
             resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "waypoint"})
-            provider = TracerProvider(resource=resource, shutdown_on_exit=True)
+            # The id generator gives a parentless workflow's root span ids every worker can recompute.
+            provider = TracerProvider(resource=resource, shutdown_on_exit=True, id_generator=WorkflowIdGenerator())
             readers: list[MetricReader] = []
             path: Path | None = None
             if exporter is not None:
