@@ -44,10 +44,12 @@ def dump(spans: list[dict[str, Any]], *, skip_db: bool = True) -> str:
 
 
 async def traced_run(
-    stack: StackInfo, engine: AsyncEngine, settings: Settings, agents: AgentRegistry, task: str
+    stack: StackInfo, engine: AsyncEngine, settings: Settings, agents: AgentRegistry, task: str, *, memory: bool = False
 ) -> tuple[str, str]:
+    """`memory`: a memory worker serves this task queue too (the memory_worker fixture), so this
+    worker must plan runs with memory as well, whichever of the two takes the run."""
     client = await Client.connect(stack.temporal_address, interceptors=telemetry.client_interceptors(settings))
-    async with build_worker(client, engine, settings, agents):
+    async with build_worker(client, engine, settings, agents, memory=memory):
         wp = Waypoint(client, engine, settings)
         run_id = await wp.start_run(task, agent="traced")
         result = await wp.result(run_id)

@@ -68,7 +68,7 @@ async def test_a_run_records_its_metrics(
 ):
     (_, reader), _ = memory_traced
     script(fake_openai)  # a 503, then two tool calls (40 in / 9 out), then the answer (11 in / 7 out)
-    await traced_run(stack, engine, settings, agents, "Add 2 and 3.")
+    await traced_run(stack, engine, settings, agents, "Add 2 and 3.", memory=True)
     found = points(reader)
 
     assert sum(p.value for p in found["waypoint.steps"]) == 2
@@ -92,7 +92,7 @@ async def test_qdrant_spans_sit_under_the_memory_step(
 ):
     (spans, _), _ = memory_traced
     script(fake_openai)
-    run_id, trace_id = await traced_run(stack, engine, settings, agents, "Add 2 and 3.")
+    run_id, trace_id = await traced_run(stack, engine, settings, agents, "Add 2 and 3.", memory=True)
     found = [s for s in finished(spans) if s["trace_id"] == trace_id]
     by_id = {s["span_id"]: s for s in found}
     qdrant = [s for s in found if s["name"].startswith("qdrant ")]

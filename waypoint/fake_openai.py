@@ -9,7 +9,12 @@ would from a provider.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import math
+import re
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -64,6 +69,36 @@ def completion(turn: Turn, model: str, index: int) -> dict[str, Any]:
     }
 
 
+def fake_embedding(text: str, dim: int) -> list[float]:
+    """A deterministic unit vector per text: its lowercased words hashed into `dim` buckets, so texts
+    that share words are close, as with a real embedding model (which this is not)."""
+    vec = [0.0] * dim
+    for word in re.findall(r"\w+", text.lower()):
+        vec[int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "little") % dim] += 1.0
+    norm = math.sqrt(sum(x * x for x in vec))
+    return [x / norm for x in vec] if norm else [1.0] + [0.0] * (dim - 1)
+
+
+def embeddings_answer(body: dict[str, Any], dim: int) -> dict[str, Any]:
+    texts = body.get("input", [])
+    texts = [texts] if isinstance(texts, str) else texts
+    data = []
+    for i, text in enumerate(texts):
+        vector = fake_embedding(str(text), dim)
+        # The openai SDK asks for base64 (packed little-endian float32) unless told otherwise.
+        encoded: Any = vector
+        if body.get("encoding_format") == "base64":
+            encoded = base64.b64encode(struct.pack(f"<{dim}f", *vector)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": encoded})
+    tokens = sum(len(str(t).split()) for t in texts)
+    return {
+        "object": "list",
+        "data": data,
+        "model": body.get("model", "fake"),
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
 Responder = Callable[[dict[str, Any], int], "Turn | Reply | None"]
 
 
@@ -78,6 +113,10 @@ class FakeOpenAI:
         self.script: list[Turn | Reply] = []
         self.seen: list[Seen] = []
         self.responder = responder
+        # /v1/embeddings is answered apart from the chat script (deterministic vectors of this size),
+        # and its requests are kept apart from `seen`, so chat numbering is the same with or without it.
+        self.embedding_dim = 32
+        self.embedding_requests: list[Seen] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -120,6 +159,12 @@ class FakeOpenAI:
                     body = json.loads(raw or b"{}")
                 except json.JSONDecodeError:
                     body = {"unparsed": raw.decode(errors="replace")}
+                if self.path.endswith("/embeddings"):
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    with fake._lock:
+                        fake.embedding_requests.append(Seen(path=self.path, headers=headers, body=body))
+                    self._send(Reply(200, embeddings_answer(body, fake.embedding_dim)))
+                    return
                 item, index = fake._next(body, self.path, {k.lower(): v for k, v in self.headers.items()})
                 if not self.path.endswith("/chat/completions"):
                     item = Reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -129,6 +174,9 @@ class FakeOpenAI:
                     item = Reply(200, completion(item, body.get("model", "fake"), index))
                 if item.delay:
                     time.sleep(item.delay)
+                self._send(item)
+
+            def _send(self, item: Reply) -> None:
                 payload = item.body if isinstance(item.body, str) else json.dumps(item.body)
                 data = payload.encode()
                 self.send_response(item.status)

@@ -19,9 +19,9 @@ import numpy as np
 from waypoint.memory.episode import Embedder, Episode, Recalled
 from waypoint.memory.ranking import (
     MERGED_KINDS,
-    NEAR_DUPLICATE_COSINE,
     blend,
     candidates,
+    duplicate_cosine,
     is_near_duplicate,
     normalized_text,
 )
@@ -64,7 +64,8 @@ class _BatchIndex:
     inside the same call merges too. A growing matrix of unit vectors: one product per lookup, which
     keeps a bulk import of thousands of facts fast."""
 
-    def __init__(self) -> None:
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
         self._groups: dict[tuple[str, str, str], tuple[list[str], dict[str, str], list[np.ndarray]]] = {}
 
     def find(self, ep: Episode, ep_id: str, vec: list[float]) -> str | None:
@@ -76,7 +77,7 @@ class _BatchIndex:
         if same_text is not None and same_text != ep_id:
             return same_text
         sims = buffer[0][: len(ids)] @ _unit(vec)
-        for i in np.flatnonzero(sims >= NEAR_DUPLICATE_COSINE).tolist():
+        for i in np.flatnonzero(sims >= self.threshold).tolist():
             if ids[i] != ep_id:
                 return ids[i]
         return None
@@ -160,7 +161,7 @@ class QdrantStoreBase(ABC):
         async with self._write_lock:
             # pending: what this call will write, by id (a later copy of one id replaces the earlier).
             pending: dict[str, tuple[Episode, list[float]]] = {}
-            batch = _BatchIndex()
+            batch = _BatchIndex(duplicate_cosine(self.embedder))
             ids: list[str] = []
             for ep, vec in zip(stamped, vectors, strict=True):
                 ep_id = ep.id
@@ -188,7 +189,8 @@ class QdrantStoreBase(ABC):
         for hit in await self._nearest(vec, scope, DUPLICATE_CANDIDATES):
             if hit.id == ep_id:
                 return None  # the same episode written again (a retry): overwrite it in place
-            if is_near_duplicate(str(hit.payload.get("text", "")), ep.text, hit.similarity):
+            text = str(hit.payload.get("text", ""))
+            if is_near_duplicate(text, ep.text, hit.similarity, duplicate_cosine(self.embedder)):
                 await self._set_payload(
                     hit.id,
                     {

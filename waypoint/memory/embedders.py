@@ -28,6 +28,7 @@ import numpy as np
 
 from waypoint.errors import ConfigError
 from waypoint.memory.episode import Embedder
+from waypoint.memory.ranking import NEAR_DUPLICATE_COSINE
 
 if TYPE_CHECKING:
     from waypoint.config import Settings
@@ -65,6 +66,7 @@ class HashingEmbedder:
     """Feature hashing of lowercased words plus character 3-5-grams into `dim` signed buckets, L2-normalised."""
 
     name = "hashing"
+    duplicate_cosine = NEAR_DUPLICATE_COSINE  # see waypoint.memory.ranking
 
     def __init__(self, dim: int = HASHING_DIM) -> None:
         self.dim = dim

@@ -25,10 +25,15 @@ HALF_LIFE_SECONDS = 7 * 24 * 3600.0
 # Kinds whose repeats are merged instead of stored again: an agent that learns the same
 # fact in ten runs should recall it once, not crowd out everything else with it.
 MERGED_KINDS = frozenset({"fact", "decision"})
-# Cosine at or above which two texts of a merged kind are one memory. Measured with the
-# hashing embedder: case, punctuation and spacing changes stay above 0.97, while one
-# changed word in a short sentence (another number, another name) falls below 0.9.
+# Cosine at or above which two texts of a merged kind are one memory, for the hashing embedder.
+# Measured: case, punctuation and spacing changes stay at 1.0, while one changed word in a short
+# sentence (another day, another number) falls to 0.7-0.9.
 NEAR_DUPLICATE_COSINE = 0.95
+# The bar for semantic embedders (MiniLM, OpenAI), unless the embedder sets `duplicate_cosine`.
+# They put a fact and the same fact with another value close together: with MiniLM, "rotates
+# every Monday" against "every Friday" is 0.975, above a trivial rewording (0.971). So for them
+# only near-identical vectors merge; the normalized-text rule still catches case and punctuation.
+SEMANTIC_NEAR_DUPLICATE_COSINE = 0.99
 
 
 def candidates(k: int) -> int:
@@ -59,5 +64,9 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
-def is_near_duplicate(text_a: str, text_b: str, similarity: float) -> bool:
-    return similarity >= NEAR_DUPLICATE_COSINE or normalized_text(text_a) == normalized_text(text_b)
+def duplicate_cosine(embedder: object) -> float:
+    return float(getattr(embedder, "duplicate_cosine", SEMANTIC_NEAR_DUPLICATE_COSINE))
+
+
+def is_near_duplicate(text_a: str, text_b: str, similarity: float, threshold: float = NEAR_DUPLICATE_COSINE) -> bool:
+    return similarity >= threshold or normalized_text(text_a) == normalized_text(text_b)
