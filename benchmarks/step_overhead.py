@@ -14,11 +14,12 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import _baseline as baseline
 from rich.console import Console
@@ -228,13 +229,24 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.steps, args.runs, args.concurrency) < 1:
         parser.error("--steps, --runs and --concurrency must be at least 1")
+    on_stack(bench, args)
+
+
+def on_stack(
+    run: Callable[[argparse.Namespace, EmbeddedStack, Path], Coroutine[Any, Any, None]],
+    args: argparse.Namespace,
+    cleanup: Callable[[], None] | None = None,
+) -> None:
+    """Run a benchmark on a fresh embedded stack in a temporary folder, and stop it after."""
     with tempfile.TemporaryDirectory(prefix="waypoint-bench-") as tmp:
         stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
         try:
             with console.status("starting Temporal and Postgres..."):
                 stack.start()
-            asyncio.run(bench(args, stack, Path(tmp)))
+            asyncio.run(run(args, stack, Path(tmp)))
         finally:
+            if cleanup is not None:
+                cleanup()
             stack.stop()
 
 

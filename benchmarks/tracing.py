@@ -10,21 +10,28 @@ spans, batched into the JSON-lines span file); "off" is WAYPOINT_TRACING=false.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
-import tempfile
 from pathlib import Path
 
 from rich.progress import Progress
 from rich.table import Table
-from step_overhead import RUN_TIMEOUT, WAYPOINT_QUEUE, Sample, console, measure, scripted_agent, waypoint_starter
+from step_overhead import (
+    RUN_TIMEOUT,
+    WAYPOINT_QUEUE,
+    Sample,
+    console,
+    measure,
+    on_stack,
+    scripted_agent,
+    waypoint_starter,
+)
 from temporalio.client import Client
 
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.devstack import prepare_database
-from waypoint.embedded import EmbeddedStack, free_port
+from waypoint.embedded import EmbeddedStack
 from waypoint.types import CALL_MODEL
 from waypoint.worker import build_worker
 
@@ -94,15 +101,7 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.steps, args.runs) < 1:
         parser.error("--steps and --runs must be at least 1")
-    with tempfile.TemporaryDirectory(prefix="waypoint-bench-") as tmp:
-        stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
-            asyncio.run(bench(args, stack, Path(tmp)))
-        finally:
-            telemetry.reset()
-            stack.stop()
+    on_stack(bench, args, cleanup=telemetry.reset)
 
 
 if __name__ == "__main__":

@@ -92,3 +92,20 @@ class CompactionReport:
     @property
     def failed(self) -> list[CompactionSummary]:
         return [r for r in self.results if r.error]
+
+
+SUMMARY_IMPORTANCE = 0.8
+
+
+def summary_episode(done: CompactionSummary) -> dict[str, object]:
+    """The `save_episodes` item that carries a new compaction's summary into episodic memory."""
+    return {
+        "tenant": done.tenant_id,
+        "agent": done.agent,
+        "run_id": done.run_id,
+        "step": done.last_step,
+        "kind": "summary",
+        "text": done.summary,
+        "importance": SUMMARY_IMPORTANCE,
+        "index": 0,
+    }

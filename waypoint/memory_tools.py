@@ -14,6 +14,22 @@ SAVED_IMPORTANCE = 0.5
 DECISION_IMPORTANCE = 0.9
 
 
+async def _save(ctx: ToolContext, kind: str, text: str, importance: float) -> Episode:
+    """Store one episode of this call (its index is the call's, so a retry rewrites it)."""
+    episode = Episode(
+        tenant=ctx.tenant_id,
+        agent=ctx.agent,
+        run_id=ctx.run_id,
+        step=ctx.step,
+        kind=kind,
+        text=text.strip(),
+        importance=importance,
+        index=ctx.call_index,
+    )
+    await _store(ctx).upsert([episode])
+    return episode
+
+
 def _store(ctx: ToolContext) -> EpisodicStore:
     if ctx.memory is None:
         raise ToolError("long-term memory is not available on this worker")
@@ -41,17 +57,7 @@ async def memory_save(ctx: ToolContext, text: str, importance: float = SAVED_IMP
         raise ToolError("the text is empty")
     if not 0.0 <= importance <= 1.0:
         raise ToolError("importance must be between 0 and 1")
-    episode = Episode(
-        tenant=ctx.tenant_id,
-        agent=ctx.agent,
-        run_id=ctx.run_id,
-        step=ctx.step,
-        kind="fact",
-        text=text.strip(),
-        importance=importance,
-        index=ctx.call_index,
-    )
-    await _store(ctx).upsert([episode])
+    episode = await _save(ctx, "fact", text, importance)
     return f"saved: {episode.text}"
 
 
@@ -60,18 +66,7 @@ async def pin_decision(ctx: ToolContext, text: str) -> str:
     """Record a decision: it stays, verbatim, in your working memory for the rest of the run."""
     if not text.strip():
         raise ToolError("the decision is empty")
-    decision = text.strip()
-    episode = Episode(
-        tenant=ctx.tenant_id,
-        agent=ctx.agent,
-        run_id=ctx.run_id,
-        step=ctx.step,
-        kind="decision",
-        text=decision,
-        importance=DECISION_IMPORTANCE,
-        index=ctx.call_index,
-    )
-    await _store(ctx).upsert([episode])
+    decision = (await _save(ctx, "decision", text, DECISION_IMPORTANCE)).text
     return decision  # the pinned text is this output, verbatim
 
 

@@ -24,7 +24,13 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry
-    from waypoint.compaction_types import COMPACT_RUN, SAVE_EPISODES, CompactionSummary, CompactRunInput
+    from waypoint.compaction_types import (
+        COMPACT_RUN,
+        SAVE_EPISODES,
+        CompactionSummary,
+        CompactRunInput,
+        summary_episode,
+    )
     from waypoint.types import (
         CALL_MODEL,
         FINISH_RUN,
@@ -63,7 +69,6 @@ MEMORY_SCHEDULE_TIMEOUT = timedelta(seconds=10)
 MEMORY_TIMEOUT = timedelta(seconds=60)
 # Inline compaction at most once per this many steps, however large the newest turns are.
 COMPACT_EVERY_MIN_STEPS = 5
-SUMMARY_IMPORTANCE = 0.8
 # Outcomes that `run_tool` wrote to the tool_effects ledger (the others are decided by the workflow).
 LEDGER_OUTCOMES = ("ok", "bad_call", "tool_error")
 
@@ -470,20 +475,10 @@ class AgentRunWorkflow:
             return
         if not (done.created and done.summary and state.plan.memory_queue):
             return
-        episode = {
-            "tenant": inp.tenant_id,
-            "agent": inp.agent,
-            "run_id": self._run_id,
-            "step": done.last_step,
-            "kind": "summary",
-            "text": done.summary,
-            "importance": SUMMARY_IMPORTANCE,
-            "index": 0,
-        }
         try:
             await workflow.execute_activity(
                 SAVE_EPISODES,
-                [episode],
+                [summary_episode(done)],
                 task_queue=state.plan.memory_queue,
                 schedule_to_start_timeout=MEMORY_SCHEDULE_TIMEOUT,
                 start_to_close_timeout=MEMORY_TIMEOUT,

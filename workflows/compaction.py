@@ -32,9 +32,9 @@ with workflow.unsafe.imports_passed_through():
         RunRef,
         SelectRunsInput,
         memory_task_queue,
+        summary_episode,
     )
 
-SUMMARY_IMPORTANCE = 0.8
 # A pass is retried by the next scheduled one: a few attempts per activity are enough.
 PASS_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -107,19 +107,7 @@ class CompactionWorkflow:
     async def _remember(self, created: list[CompactionSummary], timeout_seconds: float) -> tuple[int, str | None]:
         if not created:
             return 0, None
-        episodes = [
-            {
-                "tenant": r.tenant_id,
-                "agent": r.agent,
-                "run_id": r.run_id,
-                "step": r.last_step,
-                "kind": "summary",
-                "text": r.summary,
-                "importance": SUMMARY_IMPORTANCE,
-                "index": 0,
-            }
-            for r in created
-        ]
+        episodes = [summary_episode(r) for r in created]
         task_queue = memory_task_queue(workflow.info().task_queue)
         try:
             await workflow.execute_activity(
