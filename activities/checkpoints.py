@@ -7,7 +7,6 @@ checkpoint changes nothing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -24,7 +23,7 @@ from waypoint.errors import NotFound, WaypointError
 from waypoint.models import Message
 from waypoint.store import context, travel
 from waypoint.store.context import Segment
-from waypoint.store.hashing import event_hash, state_hash
+from waypoint.store.hashing import chained_event, hashed_json, state_hash
 from waypoint.store.reads import run_result
 from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, events, runs
 from waypoint.types import (
@@ -62,7 +61,7 @@ def hash_chain(run_id: str, last_seq: int, last_hash: str | None, new: list[Even
     rows = []
     for step, kind, payload in new:
         seq += 1
-        digest = event_hash(prev, run_id=run_id, seq=seq, step=step, kind=kind, payload=payload)
+        digest, payload_json = chained_event(prev, run_id=run_id, seq=seq, step=step, kind=kind, payload=payload)
         rows.append(
             {
                 "run_id": run_id,
@@ -70,6 +69,7 @@ def hash_chain(run_id: str, last_seq: int, last_hash: str | None, new: list[Even
                 "step": step,
                 "kind": kind,
                 "payload": payload,
+                "payload_json": payload_json,
                 "attempt": _attempt(),
                 "prev_hash": prev,
                 "hash": digest,
@@ -91,7 +91,7 @@ async def append_events(conn: AsyncConnection, run_id: str, new: list[Event], *,
     ).first()
     rows = hash_chain(run_id, last.seq if last else 0, last.hash if last else None, new)
     if rows:
-        await conn.execute(insert(events), rows)
+        await conn.execute(insert(events), [{k: v for k, v in r.items() if k != "payload_json"} for r in rows])
     return rows[-1]["seq"] if rows else (last.seq if last else 0)
 
 
@@ -315,6 +315,7 @@ class CheckpointActivities:
                 *context.pins_of(record.run_id, ((r["seq"], r["step"], r["kind"], r["payload"]) for r in chain)),
             ],
         }
+        digest, state_json = hashed_json(state)
         try:
             await conn.execute(
                 _WRITE_STEP,
@@ -324,12 +325,12 @@ class CheckpointActivities:
                     "attempt": _attempt(),
                     "seqs": [row["seq"] for row in chain],
                     "kinds": [row["kind"] for row in chain],
-                    "payloads": [json.dumps(row["payload"], ensure_ascii=False) for row in chain],
+                    "payloads": [row["payload_json"] for row in chain],
                     "prev_hashes": [row["prev_hash"] for row in chain],
                     "hashes": [row["hash"] for row in chain],
-                    "state": json.dumps(state),
+                    "state": state_json,
                     "last_seq": last_seq,
-                    "state_hash": state_hash(state),
+                    "state_hash": digest,
                     "schema_version": STATE_SCHEMA_VERSION,
                     "input_tokens": turn.usage.input_tokens,
                     "output_tokens": turn.usage.output_tokens,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import make_url, text
+from sqlalchemy import event, make_url, text
 from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from waypoint.config import Settings
@@ -33,23 +35,50 @@ def async_url(url: str) -> URL:
 def create_engine(
     url: str, *, pool_size: int = 5, max_overflow: int = 10, statement_timeout_ms: int = 0, **kwargs: Any
 ) -> AsyncEngine:
-    """An engine that survives a Postgres restart: `pool_pre_ping` replaces connections the server
-    dropped before they are handed out (a query already in flight fails, and the activity's retry
-    policy runs it again)."""
+    """An engine that survives a Postgres restart: a connection that sat idle in the pool for
+    more than IDLE_PING_SECONDS is pinged before it is handed out, and replaced if the server
+    dropped it (a query already in flight fails, and the activity's retry policy runs it again).
+    A connection back within that half second is not pinged: under load (many steps a second) a ping
+    per checkout would be one more round trip on every step's hot path, about 15% of
+    record_step's client CPU in benchmarks/checkpoints.py."""
     connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))
     if statement_timeout_ms:
         # Sent in the startup packet, so it also holds behind pgbouncer (no SET per transaction).
         settings = dict(connect_args.get("server_settings", {}))
         settings["statement_timeout"] = str(statement_timeout_ms)
         connect_args["server_settings"] = settings
-    return create_async_engine(
+    engine = create_async_engine(
         async_url(url),
-        pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=max_overflow,
         connect_args=connect_args,
         **kwargs,
     )
+    _ping_when_idle(engine)
+    return engine
+
+
+# Like the "alive bypass window" of JDBC pools: a connection used this recently is taken as alive.
+IDLE_PING_SECONDS = 0.5
+
+
+def _ping_when_idle(engine: AsyncEngine) -> None:
+    pool = engine.sync_engine.pool
+
+    @event.listens_for(pool, "checkin")
+    def checkin(dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(pool, "checkout")
+    def checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since <= IDLE_PING_SECONDS:
+            return
+        try:
+            dbapi_connection.ping()
+        except Exception as exc:  # the pool discards it and checks out (or opens) another
+            raise DisconnectionError(f"pooled connection was dropped by the server: {exc}") from exc
 
 
 def engine_for(settings: Settings, url: str) -> AsyncEngine:
