@@ -195,11 +195,11 @@ marathon = Agent(
     name="marathon",
     instructions="Runs for a very long time.",
     model=ScriptedModel(
-        [*(ScriptedTurn(tool_calls=[("add", {"a": i, "b": 1})]) for i in range(1499)), ScriptedTurn(content="done")]
+        [*(ScriptedTurn(tool_calls=[("add", {"a": i, "b": 1})]) for i in range(999)), ScriptedTurn(content="done")]
     ),
     tools=(add,),
-    max_steps=1500,
-    continue_as_new_every=300,
+    max_steps=1000,
+    continue_as_new_every=200,
     context_tokens=2_000,
 )
 
