@@ -105,9 +105,12 @@ class MemoryActivities:
             found.append(episode("decision", text, DECISION_IMPORTANCE, APPROVAL_INDEX + i))
         return found
 
-    async def recall_query(self, run_id: str, step: int) -> tuple[str, int]:
+    async def recall_query(
+        self, run_id: str, step: int, last_rows: list[tuple[str, dict[str, Any]]] | None = None
+    ) -> tuple[str, int]:
         """The text to recall by (the task, then the newest step's account) and the first step of
-        this run still in the window, whose episodes would only repeat what the model sees."""
+        this run still in the window, whose episodes would only repeat what the model sees.
+        `last_rows`: the events of step - 1, when the caller has read them already."""
         async with self.engine.connect() as conn:
             task = await conn.scalar(
                 select(events.c.payload["task"].astext).where(events.c.run_id == run_id, events.c.kind == "run_started")
@@ -116,12 +119,16 @@ class MemoryActivities:
                 select(checkpoints.c.state).where(checkpoints.c.run_id == run_id, checkpoints.c.step == step - 1)
             )
         window = len(state["segments"]) - 1 if state else 0
-        recent = step_account(step - 1, await self.step_rows(run_id, step - 1)) if step > 1 else ""
+        recent = ""
+        if step > 1:
+            rows = last_rows if last_rows is not None else await self.step_rows(run_id, step - 1)
+            recent = step_account(step - 1, rows)
         return _clip(f"{task or ''}\n{recent}", QUERY_CHARS), step - window
 
     @activity.defn(name=MEMORY_STEP)
     async def memory_step(self, inp: MemoryStepInput) -> MemoryStepResult:
         stored = 0
+        rows: list[tuple[str, dict[str, Any]]] | None = None
         if inp.remember_step is not None:
             rows = await self.step_rows(inp.run_id, inp.remember_step)
             episodes = self.step_episodes(inp, inp.remember_step, rows)
@@ -132,7 +139,9 @@ class MemoryActivities:
                     stored = len(await self.store.upsert(episodes))
         recalled: list[Memory] = []
         if inp.recall_step is not None and inp.k > 0:
-            query, window_start = await self.recall_query(inp.run_id, inp.recall_step)
+            # The step just remembered is the newest one the query reads: no second read of it.
+            last_rows = rows if inp.remember_step == inp.recall_step - 1 else None
+            query, window_start = await self.recall_query(inp.run_id, inp.recall_step, last_rows)
             began = time.perf_counter()
             with telemetry.span(
                 "qdrant search", {"db.system": "qdrant"}, run_id=inp.run_id, step=inp.recall_step, tenant=inp.tenant_id

@@ -126,21 +126,16 @@ async def run_worker(
     `ready` is called once the worker polls."""
     await check_schema(engine)
     agents = AgentRegistry.from_modules(settings.agent_modules)
-    if not settings.memory:
-        async with build_worker(client, engine, settings, agents):
-            if ready is not None:
-                ready()
-            await stop.wait()
-        return
     async with contextlib.AsyncExitStack() as stack:
-        try:
-            store = await stack.enter_async_context(open_memory(settings))
-        except StackError as exc:
-            # Another worker owns the embedded shard and serves memory for every run.
-            log.warning("this worker serves no memory: %s", exc)
-        else:
-            await stack.enter_async_context(build_memory_worker(client, engine, settings, agents, store))
-        async with build_worker(client, engine, settings, agents, memory=True):
+        if settings.memory:
+            try:
+                store = await stack.enter_async_context(open_memory(settings))
+            except StackError as exc:
+                # Another worker owns the embedded shard and serves memory for every run.
+                log.warning("this worker serves no memory: %s", exc)
+            else:
+                await stack.enter_async_context(build_memory_worker(client, engine, settings, agents, store))
+        async with build_worker(client, engine, settings, agents, memory=settings.memory):
             if ready is not None:
                 ready()
             await stop.wait()
