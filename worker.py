@@ -3,7 +3,7 @@
 Configured by WAYPOINT_* variables; see the README.
 """
 
-from waypoint.cli import main
+from waypoint.app.cli import main
 
 if __name__ == "__main__":
     main(["worker"])

@@ -15,8 +15,9 @@ import re
 import time
 
 from waypoint.agents import Agent
-from waypoint.models import Message, ScriptedModel, ScriptedTurn
+from waypoint.models.scripted import ScriptedModel, ScriptedTurn
 from waypoint.tools import ToolContext, tool
+from waypoint.types import Message
 
 AGENT = "recovery-bench"
 EFFECTS_FILE = "effects.log"  # one line per effect: the call's idempotency key

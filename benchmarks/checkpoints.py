@@ -5,7 +5,7 @@
 Run it as a file, not with -m: the report module is imported from this folder.
 
 Both systems record the same transcript: per step, an assistant message with one
-tool call and the tool's answer. Waypoint is driven through CheckpointActivities,
+tool call and the tool's answer. Waypoint is driven through its RunStore,
 as the worker calls it but without Temporal. LangGraph gets one `aput` per step
 whose `messages` channel holds the whole conversation, as a graph with an
 `add_messages` state checkpoints it. Workloads: W1, 500-byte messages; W2, the
@@ -38,13 +38,13 @@ from rich.console import Console
 from rich.progress import Progress
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from activities.checkpoints import CheckpointActivities
-from waypoint.agents import Agent, AgentRegistry
-from waypoint.devstack import prepare_database
-from waypoint.models import Message, ScriptedModel, ScriptedTurn
-from waypoint.store import reads, travel
+from waypoint.agents import Agent
+from waypoint.app.devstack import prepare_database
+from waypoint.models.scripted import ScriptedModel, ScriptedTurn
+from waypoint.store import RunStore
+from waypoint.store.steps import NewRun
 from waypoint.tools import tool
-from waypoint.types import Budget, ModelTurn, StartRunInput, StepRecord, ToolCall, ToolResult, Usage
+from waypoint.types import Message, ModelTurn, RunPlan, StepRecord, ToolCall, ToolResult, Usage
 
 try:
     import psycopg
@@ -149,7 +149,7 @@ class WaypointSide:
 
     def __init__(self, engine: AsyncEngine):
         self.engine = engine
-        self.store = CheckpointActivities(engine, AgentRegistry([AGENT]))
+        self.store = RunStore(engine)
 
     @classmethod
     @asynccontextmanager
@@ -162,9 +162,8 @@ class WaypointSide:
             await engine.dispose()
 
     async def write(self, run_id: str, turns: list[Turn], tick: Callable[[], None]) -> list[float]:
-        await self.store.start_run(
-            StartRunInput(run_id=run_id, tenant_id=TENANT, agent=AGENT.name, task=TASK, model=None, budget=Budget())
-        )
+        plan = RunPlan(model="scripted", max_steps=AGENT.max_steps, context_tokens=AGENT.context_tokens)
+        await self.store.create_run(NewRun(run_id, TENANT, AGENT.name, TASK, AGENT.instructions, plan))
         took = []
         for step, turn in enumerate(turns, 1):
             record = step_record(run_id, step, turn)
@@ -175,17 +174,17 @@ class WaypointSide:
         return took
 
     async def latest(self, run_id: str) -> list[Message]:
-        run = await reads.get_run(self.engine, TENANT, run_id)
-        return (await travel.state_at(self.engine, TENANT, run_id, run["steps"]))["state"]["messages"]
+        run = await self.store.get_run(TENANT, run_id)
+        return (await self.store.state_at(TENANT, run_id, run.steps, with_events=False)).messages
 
     async def at_step(self, run_id: str, step: int) -> list[Message]:
-        return (await travel.state_at(self.engine, TENANT, run_id, step))["state"]["messages"]
+        return (await self.store.state_at(TENANT, run_id, step, with_events=False)).messages
 
     async def first_page(self, run_id: str) -> int:
-        return len(await reads.timeline(self.engine, TENANT, run_id, limit=50))
+        return len(await self.store.timeline(TENANT, run_id, limit=50))
 
     async def full_history(self, run_id: str) -> int:
-        return len(await reads.timeline(self.engine, TENANT, run_id))
+        return len(await self.store.timeline(TENANT, run_id))
 
 
 class LangGraphSide:

@@ -41,10 +41,12 @@ from rich.table import Table
 from activities.compaction import CompactionActivities
 from waypoint import compaction as logic
 from waypoint.config import Settings
-from waypoint.fake_openai import FakeOpenAI, Turn
 from waypoint.memory import Episode, HashingEmbedder
 from waypoint.memory.edge import EdgeStore
-from waypoint.store.context import event_messages
+from waypoint.testing.fake_openai import FakeOpenAI, Turn
+from waypoint.tokens import messages_tokens
+from waypoint.transcript import event_messages
+from waypoint.working_memory import Parts, assemble
 
 KEEP_STEPS = 2
 WORDS = (
@@ -190,8 +192,14 @@ async def compact(acts: CompactionActivities, t: Transcript, spec: str) -> tuple
         "pinned": [{"step": p.step, "text": p.text} for p in pins],
         "pruned": pruned,
     }
-    pairs = [(e.seq, m) for e in t.events for m in event_messages(e.kind, e.payload)]
-    return logic.compacted_view(pairs, row), row, elapsed
+    # The working memory the next model call would read, assembled as production assembles it.
+    head = [m for e in t.events if e.kind == "run_started" for m in event_messages(e.kind, e.payload)]
+    turns: dict[int, list[dict]] = {}
+    for e in t.events:
+        if e.seq > row["last_seq"]:
+            turns.setdefault(e.step, []).extend(event_messages(e.kind, e.payload))
+    parts = Parts(head=head, pinned=[(p.step, p.text) for p in pins], summary=block, turns=list(turns.values()))
+    return assemble(parts, budget=10**9).messages, row, elapsed
 
 
 async def measure(label: str, acts: CompactionActivities, spec: str, transcripts: list[Transcript], tmp: Path) -> dict:
@@ -202,7 +210,7 @@ async def measure(label: str, acts: CompactionActivities, spec: str, transcripts
         for i, t in enumerate(transcripts):
             view, row, elapsed = await compact(acts, t, spec)
             full = [m for e in t.events for m in event_messages(e.kind, e.payload)]
-            reductions.append(1 - logic.messages_tokens(view) / logic.messages_tokens(full))
+            reductions.append(1 - messages_tokens(view) / messages_tokens(full))
             times.append(elapsed / t.steps * 100)
             for p in row["pruned"]:
                 prune_counts[p.reason] = prune_counts.get(p.reason, 0) + 1

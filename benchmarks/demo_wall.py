@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from waypoint.embedded import free_port
+from waypoint.app.embedded import free_port
 
 # A hung demo should fail the benchmark, not stall it.
 RUN_TIMEOUT_S = 300
@@ -50,7 +50,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def run_demo(state_dir: Path, port: int, log: Path) -> float:
     """Run `waypoint demo` once; returns its wall time in seconds, or exits with one line on failure."""
-    cmd = [sys.executable, "-m", "waypoint.cli", "--state-dir", str(state_dir), "demo"]
+    cmd = [sys.executable, "-m", "waypoint", "--state-dir", str(state_dir), "demo"]
     with open(log, "wb") as out:
         began = time.perf_counter()
         proc = subprocess.Popen(

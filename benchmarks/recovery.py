@@ -46,10 +46,10 @@ from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from waypoint.client import Waypoint
+from waypoint.app.client import Waypoint
+from waypoint.app.devstack import prepare_database, spawn_worker
+from waypoint.app.embedded import EmbeddedStack, StackInfo, free_port
 from waypoint.config import Settings
-from waypoint.devstack import prepare_database, spawn_worker
-from waypoint.embedded import EmbeddedStack, StackInfo, free_port
 
 HERE = Path(__file__).resolve().parent
 QUEUE = "bench-recovery"

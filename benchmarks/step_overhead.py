@@ -32,13 +32,14 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Worker
 
 from waypoint.agents import Agent, AgentRegistry
+from waypoint.app.devstack import prepare_database
+from waypoint.app.embedded import EmbeddedStack, free_port
+from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.devstack import prepare_database
-from waypoint.embedded import EmbeddedStack, free_port
-from waypoint.models import ScriptedModel, ScriptedTurn
+from waypoint.models.scripted import ScriptedModel, ScriptedTurn
+from waypoint.names import Activity, RunStatus
 from waypoint.tools import tool
-from waypoint.types import CALL_MODEL, RunInput, RunStatus
-from waypoint.worker import build_worker
+from waypoint.types import Budget, RunInput
 from workflows.agent_run import AgentRunWorkflow
 
 AGENT = "bench-echo"
@@ -120,7 +121,7 @@ def waypoint_starter(client: Client, tool_steps: int) -> Starter:
     async def start() -> tuple[WorkflowHandle, int]:
         handle = await client.start_workflow(
             AgentRunWorkflow.run,
-            RunInput(agent=AGENT, task="echo benchmark", max_steps=tool_steps + 1),
+            RunInput(agent=AGENT, task="echo benchmark", budget=Budget(max_steps=tool_steps + 1)),
             id=f"bench-wp-{uuid.uuid4().hex[:12]}",
             task_queue=WAYPOINT_QUEUE,
             execution_timeout=RUN_TIMEOUT,
@@ -169,7 +170,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
         )
         async with waypoint_worker, baseline_worker:
             variants = {
-                "waypoint": (waypoint_starter(client, args.steps), CALL_MODEL),
+                "waypoint": (waypoint_starter(client, args.steps), Activity.CALL_MODEL),
                 "baseline": (baseline_starter(client, args.steps), baseline.MODEL_ACTIVITY),
             }
             with Progress(console=console, transient=True) as progress:

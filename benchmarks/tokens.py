@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from waypoint.working_memory import CharEstimate
+from waypoint.tokens import CharEstimate
 
 ROOT = Path(__file__).resolve().parent.parent
 CHUNK_CHARS = 2_000  # about one tool output or a long assistant turn

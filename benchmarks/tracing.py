@@ -29,11 +29,11 @@ from temporalio.client import Client
 
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
+from waypoint.app.devstack import prepare_database
+from waypoint.app.embedded import EmbeddedStack
+from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.devstack import prepare_database
-from waypoint.embedded import EmbeddedStack
-from waypoint.types import CALL_MODEL
-from waypoint.worker import build_worker
+from waypoint.names import Activity
 
 assert RUN_TIMEOUT  # the same run timeout as the step benchmark (used by waypoint_starter)
 
@@ -54,9 +54,9 @@ async def variant(
         async with worker:
             start = waypoint_starter(client, args.steps)
             warm = progress.add_task(f"{name}: warm-up", total=1)
-            await measure(start, CALL_MODEL, 1, 1, lambda: progress.advance(warm))
+            await measure(start, Activity.CALL_MODEL, 1, 1, lambda: progress.advance(warm))
             task = progress.add_task(name, total=args.runs)
-            samples, wall = await measure(start, CALL_MODEL, args.runs, 1, lambda: progress.advance(task))
+            samples, wall = await measure(start, Activity.CALL_MODEL, args.runs, 1, lambda: progress.advance(task))
         telemetry.current().force_flush()
         path = telemetry.span_file(settings.state_dir)
         spans = sum(1 for _ in path.open()) if path.exists() else 0

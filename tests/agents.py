@@ -9,7 +9,7 @@ from pathlib import Path
 
 from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
 from waypoint.memory_tools import MEMORY_TOOLS
-from waypoint.models import Message
+from waypoint.types import Message
 
 EFFECTS: list[str] = []  # every call of `note` appends here, to count real side effects
 

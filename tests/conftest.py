@@ -22,14 +22,15 @@ from temporalio.worker import Worker
 
 from tests.agents import TEST_AGENTS
 from waypoint.agents import AgentRegistry
-from waypoint.client import Waypoint
+from waypoint.app.client import Waypoint
+from waypoint.app.embedded import EmbeddedStack, StackInfo, free_port
+from waypoint.app.worker import build_memory_worker, build_worker
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
-from waypoint.embedded import EmbeddedStack, StackInfo, free_port
-from waypoint.fake_openai import FakeOpenAI
 from waypoint.memory import EpisodicStore, open_store
+from waypoint.store import RunStore
 from waypoint.store.db import async_url, create_engine, ensure_database, migrate, with_database
-from waypoint.worker import build_memory_worker, build_worker
+from waypoint.testing.fake_openai import FakeOpenAI
 
 EXTERNAL_DATABASE = os.environ.get("WAYPOINT_TEST_DATABASE_URL")
 
@@ -66,10 +67,7 @@ async def database_url(stack: StackInfo) -> AsyncIterator[str]:
     await engine.dispose()
     yield url
     if EXTERNAL_DATABASE is not None:
-        admin = create_async_engine(async_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{async_url(url).database}" WITH (FORCE)'))
-        await admin.dispose()
+        await drop_database(url)
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +75,30 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
     eng = create_engine(database_url)
     yield eng
     await eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def store(engine: AsyncEngine) -> RunStore:
+    return RunStore(engine)
+
+
+async def drop_database(url: str) -> None:
+    admin = create_async_engine(async_url(url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    async with admin.connect() as conn:
+        await conn.execute(text(f'DROP DATABASE IF EXISTS "{async_url(url).database}" WITH (FORCE)'))
+    await admin.dispose()
+
+
+@pytest.fixture
+async def fresh_database(database_url: str) -> AsyncIterator[str]:
+    """A database of this test's own (migrated), for tests whose outcome depends on every row."""
+    url = with_database(database_url, f"waypoint_own_{uuid.uuid4().hex[:10]}")
+    await ensure_database(url)
+    engine = create_engine(url)
+    await migrate(engine)
+    await engine.dispose()
+    yield url
+    await drop_database(url)
 
 
 @pytest.fixture(scope="session")

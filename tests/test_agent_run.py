@@ -8,19 +8,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowFailureError
 
 from tests.agents import EFFECTS
-from waypoint.client import Waypoint
+from tests.helpers import rows
+from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
-from waypoint.store import travel
 from waypoint.store.hashing import event_hash
 from waypoint.store.schema import checkpoints, events, runs
 
 pytestmark = pytest.mark.postgres
-
-
-async def rows(engine: AsyncEngine, table, run_id: str, order) -> list:
-    async with engine.connect() as conn:
-        return list((await conn.execute(select(table).where(table.c.run_id == run_id).order_by(order))).mappings())
 
 
 async def test_demo_run_completes_and_mirrors_every_step(
@@ -44,7 +39,7 @@ async def test_demo_run_completes_and_mirrors_every_step(
     for before, after in zip(cps, cps[1:], strict=False):
         assert after["state"]["segments"][:-1] == before["state"]["segments"]
         assert after["state"]["segments"][-1][:3] == [run_id, before["last_event_seq"] + 1, after["last_event_seq"]]
-    messages = (await travel.state_at(engine, settings.tenant, run_id, 5))["state"]["messages"]
+    messages = (await wp.state(run_id, 5)).messages
     assert [m["role"] for m in messages[:4]] == ["system", "user", "assistant", "tool"]
     assert messages[1]["content"] == DEMO_TASK and messages[-1] == {"role": "assistant", "content": result.output}
 
@@ -89,7 +84,7 @@ async def test_run_stops_at_max_steps(client: Client, engine: AsyncEngine, setti
     result = await wp.result(run_id)
     assert (result.status, result.steps) == ("max_steps", 3)
     assert [c["step"] for c in await rows(engine, checkpoints, run_id, checkpoints.c.step)] == [0, 1, 2, 3]
-    assert (await wp.run(run_id))["finished_at"] is not None
+    assert (await wp.run(run_id)).finished_at is not None
 
 
 async def test_bad_tool_calls_are_told_to_the_model_and_the_run_goes_on(client, engine, settings: Settings, worker):
@@ -105,7 +100,7 @@ async def test_bad_tool_calls_are_told_to_the_model_and_the_run_goes_on(client, 
     assert all(p["is_error"] for p in step1)
     assert "no tool 'no_such_tool'" in step1[0]["output"]
     assert "invalid arguments for add" in step1[1]["output"] and "a:" in step1[1]["output"]
-    messages = (await travel.state_at(engine, settings.tenant, run_id, 1))["state"]["messages"]
+    messages = (await wp.state(run_id, 1)).messages
     assert messages[-1]["role"] == "tool" and messages[-1]["content"].startswith("error:")
 
 

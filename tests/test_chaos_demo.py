@@ -9,8 +9,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from waypoint.app.embedded import free_port
 from waypoint.config import Settings
-from waypoint.embedded import free_port
 
 
 def chaos_workers(state: Path) -> list[int]:
@@ -30,7 +30,7 @@ def chaos_workers(state: Path) -> list[int]:
 def test_chaos_demo_survives_model_failures_and_a_killed_worker(tmp_path: Path):
     env = Settings(temporal_address=f"localhost:{free_port()}").child_environment(COLUMNS="200")
     done = subprocess.run(
-        [sys.executable, "-m", "waypoint.cli", "--state-dir", str(tmp_path), "demo", "--chaos"],
+        [sys.executable, "-m", "waypoint", "--state-dir", str(tmp_path), "demo", "--chaos"],
         env=env,
         capture_output=True,
         text=True,

@@ -2,42 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
-from dataclasses import dataclass
 
 import pytest
 
+from tests.helpers import cli_env, waypoint
 from waypoint.config import Settings
 
 pytestmark = pytest.mark.postgres
-
-
-@dataclass
-class Done:
-    code: int
-    out: str
-    err: str
-
-
-def cli_env(settings: Settings) -> dict[str, str]:
-    return settings.child_environment(COLUMNS="200")
-
-
-async def waypoint(settings: Settings, *args: str, env: dict[str, str] | None = None) -> Done:
-    # Async subprocess: the test's worker runs on this event loop and must keep polling meanwhile.
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "waypoint.cli",
-        *args,
-        env=env or cli_env(settings),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    return Done(proc.returncode, out.decode(), err.decode())
 
 
 async def test_run_follow_then_runs_and_status(settings: Settings, worker):

@@ -22,12 +22,13 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 
 from waypoint.agents import AgentRegistry
-from waypoint.client import Waypoint, connect_temporal
+from waypoint.app.client import Waypoint
+from waypoint.app.embedded import free_port
+from waypoint.app.temporal import connect as connect_temporal
+from waypoint.app.worker import build_worker
 from waypoint.codec import ENCODING, CodecServer, EncryptionCodec, parse_keys
 from waypoint.config import Settings
-from waypoint.embedded import free_port
 from waypoint.errors import ConfigError
-from waypoint.worker import build_worker
 from workflows.agent_run import AgentRunWorkflow
 
 
@@ -86,7 +87,7 @@ async def test_history_holds_only_ciphertext_and_the_run_replays(
     decoded = await codec.decode(payloads)
     assert any(secret.encode() in p.data for p in decoded)
     outcomes = await wp.replay(run_id)
-    assert outcomes and all(error is None for _, error in outcomes)
+    assert outcomes and all(o.error is None for o in outcomes)
     plain_replay = await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(raw, raise_on_replay_failure=False)
     assert plain_replay.replay_failure is not None  # without the key the history is unreadable
 
@@ -184,7 +185,7 @@ async def test_codec_server_decodes_for_the_web_ui_over_a_socket():
 def test_codec_server_command_without_keys_says_what_to_set(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
     proc = subprocess.run(
-        [sys.executable, "-m", "waypoint.cli", "codec-server", "--port", str(free_port())],
+        [sys.executable, "-m", "waypoint", "codec-server", "--port", str(free_port())],
         env=env | {"WAYPOINT_STATE_DIR": str(tmp_path)},
         capture_output=True,
         text=True,

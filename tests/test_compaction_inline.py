@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from waypoint.client import Waypoint
+from waypoint.app.client import Waypoint
 from waypoint.compaction import SUMMARY_HEADER
 from waypoint.store.compactions import latest_compaction
 from waypoint.store.schema import compactions, events
@@ -45,7 +45,7 @@ async def test_inline_compaction_is_off_at_compact_at_one(client, engine: AsyncE
     from dataclasses import replace
 
     from waypoint.agents import AgentRegistry
-    from waypoint.worker import build_worker
+    from waypoint.app.worker import build_worker
 
     lazy = replace(agents.get("compactor"), name="lazy-compactor", compact_at=1.0)
     settings = settings.model_copy(update={"task_queue": settings.task_queue + "-lazy"})

@@ -14,9 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from waypoint.client import Waypoint
+from waypoint.app.client import Waypoint
+from waypoint.app.devstack import spawn_worker
 from waypoint.config import Settings
-from waypoint.devstack import spawn_worker
 from waypoint.store.schema import checkpoints, events, tool_effects
 
 pytestmark = pytest.mark.postgres

@@ -4,6 +4,7 @@ statement timeout follow the settings, and a Postgres restart in the middle of a
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 import uuid
@@ -19,11 +20,11 @@ from temporalio.client import Client
 from tests.agents import add
 from waypoint import Agent, ScriptedModel, ScriptedTurn
 from waypoint.agents import AgentRegistry
-from waypoint.client import Waypoint
+from waypoint.app.client import Waypoint
+from waypoint.app.worker import build_worker
 from waypoint.config import Settings
 from waypoint.store.db import async_url, create_engine, engine_for, ensure_database, migrate
 from waypoint.store.schema import checkpoints, events, tool_effects
-from waypoint.worker import build_worker
 
 pytestmark = pytest.mark.postgres
 
@@ -236,10 +237,12 @@ async def test_a_postgres_outage_during_a_tool_call_does_not_fail_the_tool(
     agents: AgentRegistry,
     own_postgres: OwnPostgres,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ):
     engine = await _prepared(own_postgres, settings)
     workspace = settings.resolved_workspace
     monkeypatch.setenv("WAYPOINT_WORKSPACE", str(workspace))  # where the crashy agent's model leaves markers
+    caplog.set_level(logging.WARNING, logger="waypoint.store")
     try:
         async with build_worker(client, engine, settings, agents):
             wp = Waypoint(client, engine, settings)
@@ -249,11 +252,18 @@ async def test_a_postgres_outage_during_a_tool_call_does_not_fail_the_tool(
             result = await asyncio.wait_for(wp.result(run_id), 120)
         assert (result.status, result.steps) == ("completed", 4)
         await _assert_contiguous(engine, run_id, 4)
+        # The outage hit the tool call: its ledger read waited it out, and spent none of the tool's attempts.
+        waited = [r for r in caplog.records if r.name == "waypoint.store" and "tool ledger unavailable" in r.message]
+        assert waited, "the tool call never met the outage: the test did not test it"
         async with engine.connect() as conn:
-            outcome = await conn.scalar(
-                select(tool_effects.c.outcome).where(tool_effects.c.idempotency_key == f"{run_id}:3:0")
-            )
-        assert outcome == "ok"
+            effect = (
+                await conn.execute(
+                    select(tool_effects.c.outcome, tool_effects.c.attempt).where(
+                        tool_effects.c.idempotency_key == f"{run_id}:3:0"
+                    )
+                )
+            ).one()
+        assert (effect.outcome, effect.attempt) == ("ok", 1)
         lines = (workspace / "effects.log").read_text().splitlines()
         assert sorted(line.split()[1] for line in lines) == ["one", "three", "two"]
     finally:

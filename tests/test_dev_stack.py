@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from waypoint.app.embedded import free_port
 from waypoint.config import Settings
-from waypoint.embedded import free_port
 
 
 def env_for(state: Path, temporal_port: int, ui_port: int) -> dict[str, str]:
@@ -26,13 +26,13 @@ def env_for(state: Path, temporal_port: int, ui_port: int) -> dict[str, str]:
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "waypoint.cli", *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "waypoint", *args], env=env, capture_output=True, text=True, timeout=120
     )
 
 
 def start_dev(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "waypoint.cli", "dev"],
+        [sys.executable, "-m", "waypoint", "dev"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -11,12 +11,12 @@ from temporalio.testing import ActivityEnvironment
 from activities.tools import INLINE_OUTPUT_CHARS, ToolActivities
 from tests.agents import EFFECTS
 from waypoint.agents import AgentRegistry
-from waypoint.client import Waypoint
+from waypoint.app.client import Waypoint
 from waypoint.config import Settings
-from waypoint.errors import ConfigError, NotFound
-from waypoint.fake_openai import FakeOpenAI, Reply, Turn
-from waypoint.store import travel
+from waypoint.errors import InvalidInput, NotFound
+from waypoint.store import RunStore
 from waypoint.store.schema import checkpoints, events, runs, tool_effects
+from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 from waypoint.types import Budget, RunToolInput, ToolCall
 
 pytestmark = pytest.mark.postgres
@@ -107,7 +107,7 @@ async def test_a_hanging_tool_times_out_is_retried_and_fails_cleanly(client: Cli
 async def test_each_budget_stops_the_run_cleanly(
     client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry, budget, prices, reason
 ):
-    from waypoint.worker import build_worker
+    from waypoint.app.worker import build_worker
 
     settings = settings.model_copy(update={"prices": prices})
     async with build_worker(client, engine, settings, agents):
@@ -131,7 +131,7 @@ async def test_the_ledger_returns_a_recorded_call_without_running_the_tool_again
     await wp.result(run_id)
     assert len(EFFECTS) == 1  # step 1 ran `note` once
     # A retried attempt of the same call (same run, step, index) finds it in the ledger.
-    acts = ToolActivities(engine, agents, settings)
+    acts = ToolActivities(RunStore(engine), agents, settings)
     call = ToolCall(id="call_1_1", name="note", arguments='{"text": "adding"}')
     inp = RunToolInput(run_id=run_id, tenant_id=settings.tenant, agent="calculator", step=1, call_index=1, call=call)
     again = await ActivityEnvironment().run(acts.run_tool, inp)
@@ -153,8 +153,8 @@ async def test_large_outputs_stay_out_of_history(client: Client, engine: AsyncEn
     print(f"history bytes per step with 100 KB tool outputs: {per_step:.0f}")
     assert per_step <= 16_000, f"{per_step:.0f} history bytes per step"
     # ...but the model got every byte: the checkpoint references the event that holds the output
-    state = (await travel.state_at(engine, settings.tenant, run_id, 1))["state"]
-    assert len(state["messages"][-1]["content"]) == 100_000
+    state = await wp.state(run_id, 1)
+    assert len(state.messages[-1]["content"]) == 100_000
     outputs = await run_events(engine, run_id, "tool_result")
     assert all(len(o["output"]) == 100_000 and o["stored"] for o in outputs)
     assert INLINE_OUTPUT_CHARS < 100_000
@@ -173,5 +173,5 @@ async def test_unknown_run_messages_name_the_problem(client: Client, engine, set
     wp = Waypoint(client, engine, settings)
     with pytest.raises(NotFound, match="no run 'run-nope'"):
         await wp.pause("run-nope")
-    with pytest.raises(ConfigError, match="max tokens must be positive"):
+    with pytest.raises(InvalidInput, match="max tokens must be positive"):
         await wp.start_run("x", budget=Budget(max_tokens=0))

@@ -14,11 +14,11 @@ import pytest
 
 from waypoint.config import Settings
 from waypoint.errors import ConfigError
-from waypoint.fake_openai import FakeOpenAI
 from waypoint.memory import Embedder, Episode, HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder, make_embedder
 from waypoint.memory import embedders as embedders_module
 from waypoint.memory.edge import EdgeStore
 from waypoint.memory.ranking import NEAR_DUPLICATE_COSINE, cosine
+from waypoint.testing.fake_openai import FakeOpenAI
 
 
 def norm(v: list[float]) -> float:

@@ -8,8 +8,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from tests.test_cli import waypoint
-from waypoint.client import Waypoint
+from tests.helpers import waypoint
+from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 

@@ -8,11 +8,11 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from waypoint.client import Waypoint
+from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.store.schema import checkpoints
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 async def test_1000_steps_across_continue_as_new(client: Client, engine: AsyncEngine, settings: Settings, worker):

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import uuid
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import ActivityEnvironment
-from temporalio.worker import Replayer
 
 from activities.memory import MemoryActivities
-from waypoint.compaction_types import memory_task_queue
 from waypoint.config import Settings
 from waypoint.errors import NotFound
+from waypoint.store import RunStore
 from waypoint.store.schema import checkpoints
-from waypoint.types import MemoryRequest, MemoryStepInput
-from workflows.agent_run import AgentRunWorkflow
-from workflows.memory import MemoryRequestWorkflow
+from waypoint.types import MemoryStepInput
 
 pytestmark = pytest.mark.postgres
 
@@ -64,9 +56,9 @@ async def test_memory_show_and_forget_are_tenant_scoped(memory_worker):
     run_id = await wp.start_run("What is the launch code?", agent="scout")
     await wp.result(run_id)
     shown = await wp.memory_show(run_id)
-    assert any("ZEBRA-7" in m["text"] for m in shown)
+    assert any("ZEBRA-7" in m.text for m in shown)
     hits = await wp.memory_search("launch code", run_id=run_id)
-    assert hits and hits[0]["run_id"] == run_id
+    assert hits and hits[0].run_id == run_id
 
     with pytest.raises(NotFound):
         await wp.memory_forget(run_id, tenant_id="someone-else")
@@ -81,39 +73,8 @@ async def test_a_retried_memory_step_stores_each_episode_once(memory_worker, eng
     await wp.result(run_id)
     tenant = wp.settings.tenant
     before = await store.count(tenant)
-    acts = MemoryActivities(engine, store)
+    acts = MemoryActivities(RunStore(engine), store)
     inp = MemoryStepInput(run_id=run_id, tenant_id=tenant, agent="scout", remember_step=1)
     for _ in range(2):  # two attempts of the same activity
         await ActivityEnvironment().run(acts.memory_step, inp)
     assert await store.count(tenant) == before
-
-
-HISTORIES = Path(__file__).parent / "histories"
-RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
-
-
-async def test_memory_histories_replay(memory_worker, client: Client):
-    """A run with memory tools and recall, and a memory request: recorded once, replayed in CI."""
-    wp, _ = memory_worker
-    run_id = await wp.start_run("remember things", agent="rememberer")
-    await wp.result(run_id)
-    run_history = await client.get_workflow_handle(run_id).fetch_history()
-    request_id = f"memory-{uuid.uuid4().hex[:8]}"
-    await client.execute_workflow(
-        MemoryRequestWorkflow.run,
-        MemoryRequest(op="show", tenant_id=wp.settings.tenant, run_id=run_id),
-        id=request_id,
-        task_queue=memory_task_queue(wp.settings.task_queue),
-    )
-    request_history = await client.get_workflow_handle(request_id).fetch_history()
-    if RECORD:
-        (HISTORIES / "agent_run_memory.json").write_text(run_history.to_json())
-        (HISTORIES / "memory" / "memory_request.json").write_text(request_history.to_json())
-    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(run_history)
-    await Replayer(workflows=[MemoryRequestWorkflow]).replay_workflow(request_history)
-
-
-def test_recorded_memory_request_replays():
-    path = HISTORIES / "memory" / "memory_request.json"
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
-    assert asyncio.run(Replayer(workflows=[MemoryRequestWorkflow]).replay_workflow(history)).replay_failure is None

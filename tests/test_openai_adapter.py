@@ -6,9 +6,9 @@ import pytest
 from sqlalchemy import select
 from temporalio.client import Client
 
-from waypoint.client import Waypoint
-from waypoint.fake_openai import FakeOpenAI, Reply, Turn
+from waypoint.app.client import Waypoint
 from waypoint.store.schema import events
+from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 
 pytestmark = pytest.mark.postgres
 
@@ -82,4 +82,4 @@ async def test_model_override_sends_the_demo_tools_to_a_real_endpoint(client, en
     }
     # the ToolContext parameter stays hidden from the model
     assert "ctx" not in str(fake_openai.seen[0].body["tools"])
-    assert (await wp.run(run_id))["model"] == "openai:other-model"
+    assert (await wp.run(run_id)).model == "openai:other-model"

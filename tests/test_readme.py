@@ -10,11 +10,11 @@ import pytest
 import typer.main
 
 from waypoint.agents import AgentRegistry
-from waypoint.cli import app
-from waypoint.client import Waypoint
+from waypoint.app.cli import app
+from waypoint.app.client import Waypoint
+from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.fake_openai import FakeOpenAI, Turn
-from waypoint.worker import build_worker
+from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 

@@ -1,8 +1,9 @@
-"""The checkpoint activities are idempotent: a retried attempt changes nothing."""
+"""A run's writes are idempotent: a retried start, step or finish changes nothing, overlapping
+attempts of one step record it once, and writes are tenant-checked."""
 
 from __future__ import annotations
 
-import uuid
+import asyncio
 
 import pytest
 from sqlalchemy import func, select
@@ -11,9 +12,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.checkpoints import CheckpointActivities
+from tests.helpers import start
 from waypoint.agents import AgentRegistry
+from waypoint.errors import NotFound
+from waypoint.names import RunStatus
+from waypoint.store import RunStore
 from waypoint.store.schema import checkpoints, events, runs
-from waypoint.types import Budget, FinishRunInput, ModelTurn, StartRunInput, StepRecord, ToolCall, ToolResult, Usage
+from waypoint.store.steps import NewRun
+from waypoint.types import ModelTurn, RunPlan, StepRecord, ToolCall, ToolResult, Usage
 
 pytestmark = pytest.mark.postgres
 
@@ -41,55 +47,51 @@ def step_one(run_id: str, tenant: str) -> StepRecord:
     )
 
 
-def new_run(settings) -> StartRunInput:
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
-    return StartRunInput(
-        run_id=run_id, tenant_id=settings.tenant, agent="calculator", task="t", model=None, budget=Budget()
-    )
-
-
-async def test_record_step_twice_is_a_no_op(engine: AsyncEngine, agents: AgentRegistry, settings):
-    acts = CheckpointActivities(engine, agents)
-    env = ActivityEnvironment()
-    start = new_run(settings)
-    run_id = start.run_id
-    plan = await env.run(acts.start_run, start)
-    assert await env.run(acts.start_run, start) == plan  # a retried start creates nothing new
+async def test_every_write_of_a_run_twice_is_a_no_op(engine: AsyncEngine, store: RunStore, settings):
+    run_id = await start(store, settings)
+    new = NewRun(run_id, settings.tenant, "calculator", "t", "Add numbers.", RunPlan(model="scripted", max_steps=50))
+    await store.create_run(new)  # a retried start creates nothing new
     assert await counts(engine, run_id) == (1, 1, 0)
 
-    first = await env.run(acts.record_step, step_one(run_id, settings.tenant))
+    first = await store.record_step(step_one(run_id, settings.tenant))
     after_first = await counts(engine, run_id)
     assert after_first == (3, 2, 40)  # model_response + tool_result; checkpoint 1; tokens once
-
-    second = await env.run(acts.record_step, step_one(run_id, settings.tenant))
-    assert second == first
+    assert await store.record_step(step_one(run_id, settings.tenant), attempt=2) == first
     assert await counts(engine, run_id) == after_first
 
-    done = FinishRunInput(run_id=run_id, tenant_id=settings.tenant, status="completed", steps=1, output="3")
-    await env.run(acts.finish_run, done)
-    again = await env.run(acts.finish_run, FinishRunInput(**{**done.__dict__, "status": "failed"}))
-    assert again.status == "completed"  # the first final status sticks
+    await store.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "3", None)
+    again = await store.finish_run(settings.tenant, run_id, RunStatus.FAILED, None, "late")
+    assert again.status == RunStatus.COMPLETED  # the first final status sticks
     assert await counts(engine, run_id) == (4, 2, 40)
 
 
-async def test_record_step_refuses_a_step_without_its_predecessor(engine: AsyncEngine, agents, settings):
-    acts = CheckpointActivities(engine, agents)
-    record = step_one(f"run-{uuid.uuid4().hex[:8]}", settings.tenant)
-    with pytest.raises(ApplicationError, match="no checkpoint for step 0") as info:
-        await ActivityEnvironment().run(acts.record_step, record)
-    assert info.value.non_retryable
-
-
-async def test_overlapping_attempts_of_one_step_record_it_once(engine: AsyncEngine, agents: AgentRegistry, settings):
-    import asyncio
-
-    acts = CheckpointActivities(engine, agents)
-    env = ActivityEnvironment()
-    start = new_run(settings)
-    run_id = start.run_id
-    await env.run(acts.start_run, start)
+async def test_overlapping_attempts_of_one_step_record_it_once(engine: AsyncEngine, store: RunStore, settings):
+    run_id = await start(store, settings)
     record = step_one(run_id, settings.tenant)
     # A retry can start while a stalled first attempt is still writing.
-    seqs = await asyncio.gather(*(ActivityEnvironment().run(acts.record_step, record) for _ in range(4)))
+    seqs = await asyncio.gather(*(store.record_step(record, attempt=n) for n in range(1, 5)))
     assert len(set(seqs)) == 1
     assert await counts(engine, run_id) == (3, 2, 40)
+
+
+async def test_writes_name_their_tenant(engine: AsyncEngine, store: RunStore, settings):
+    run_id = await start(store, settings)
+    with pytest.raises(NotFound):
+        await store.record_step(step_one(run_id, "someone-else"))
+    with pytest.raises(NotFound):
+        await store.finish_run("someone-else", run_id, RunStatus.COMPLETED, "x", None)
+    await store.set_status("someone-else", run_id, RunStatus.PAUSED, None)  # matches no row: nothing changes
+    assert await counts(engine, run_id) == (1, 1, 0)
+    assert (await store.get_run(settings.tenant, run_id)).status == RunStatus.RUNNING
+
+
+async def test_the_activity_boundary_makes_a_missing_checkpoint_non_retryable(
+    store: RunStore, agents: AgentRegistry, settings
+):
+    acts = CheckpointActivities(store, agents)
+    run_id = await start(store, settings)
+    record = step_one(run_id, settings.tenant)
+    gap = StepRecord(**{**record.__dict__, "step": 3})
+    with pytest.raises(ApplicationError, match="no checkpoint for step 2") as info:
+        await ActivityEnvironment().run(acts.record_step, gap)
+    assert info.value.non_retryable and info.value.type == "NotFound"

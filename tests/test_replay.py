@@ -1,12 +1,14 @@
-"""Determinism: recorded histories must replay against the current workflow code.
+"""Determinism: every recorded history replays against the current workflow code, and fresh ones do.
 
-To re-record after an intended, versioned change to the workflow:
+The histories in tests/histories/ were recorded by earlier versions of the code: a change that
+breaks a run in flight fails here. To re-record after an intended, versioned change:
     WAYPOINT_RECORD_HISTORIES=1 pytest tests/test_replay.py
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,38 +17,39 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from tests.changed_workflow import ChangedAgentRunWorkflow
-from waypoint.client import Waypoint
+from tests.helpers import HISTORIES, recorded_histories, replays
+from tests.test_compaction_store import tool_heavy
+from waypoint.app.client import Waypoint
+from waypoint.compaction_types import CompactionInput, CompactionReport
+from waypoint.names import MemoryOp, Workflow, memory_task_queue
+from waypoint.store import RunStore
+from waypoint.types import MemoryRequest
 from workflows.agent_run import AgentRunWorkflow
+from workflows.compaction import CompactionWorkflow
+from workflows.memory import MemoryRequestWorkflow
 
-HISTORIES = Path(__file__).parent / "histories"
 RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
+WORKFLOWS = {"": [AgentRunWorkflow], "compaction": [CompactionWorkflow], "memory": [MemoryRequestWorkflow]}
 
 
-def recorded() -> list[Path]:
-    return sorted(HISTORIES.glob("*.json"))
-
-
-@pytest.mark.parametrize("path", recorded(), ids=lambda p: p.stem)
-async def test_recorded_history_replays(path: Path):
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
-    result = await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
-    assert result.replay_failure is None
+@pytest.mark.parametrize(
+    ("path", "workflows"),
+    [(path, workflows) for folder, workflows in WORKFLOWS.items() for path in recorded_histories(folder)],
+    ids=lambda v: v.stem if isinstance(v, Path) else "",
+)
+async def test_recorded_history_replays(path: Path, workflows: list[type]):
+    await replays(path, workflows)
 
 
 def test_histories_are_checked_in():
-    assert {p.stem for p in recorded()} >= {"agent_run_calculator", "agent_run_clumsy"}
-
-
-@pytest.mark.postgres
-@pytest.mark.parametrize("agent", ["calculator", "clumsy"])
-async def test_fresh_history_replays(client: Client, engine, settings, worker, agent: str):
-    wp = Waypoint(client, engine, settings)
-    run_id = await wp.start_run("replay me", agent=agent)
-    assert (await wp.result(run_id)).status == "completed"
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
-    if RECORD:
-        (HISTORIES / f"agent_run_{agent}.json").write_text(history.to_json())
+    names = {p.relative_to(HISTORIES).as_posix() for p in HISTORIES.rglob("*.json")}
+    assert names >= {
+        "agent_run_calculator.json",
+        "agent_run_clumsy.json",
+        "agent_run_memory.json",
+        "compaction/compaction_pass.json",
+        "memory/memory_request.json",
+    }
 
 
 async def test_replay_catches_a_nondeterministic_change():
@@ -54,3 +57,53 @@ async def test_replay_catches_a_nondeterministic_change():
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     with pytest.raises(NondeterminismError):
         await Replayer(workflows=[ChangedAgentRunWorkflow]).replay_workflow(history)
+
+
+async def _fresh(client: Client, workflow_id: str, workflows: list[type], record_as: str | None) -> None:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    await Replayer(workflows=workflows).replay_workflow(history)
+    if RECORD and record_as:
+        (HISTORIES / record_as).parent.mkdir(exist_ok=True)
+        (HISTORIES / record_as).write_text(history.to_json())
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("agent", ["calculator", "clumsy"])
+async def test_fresh_run_history_replays(client: Client, engine, settings, worker, agent: str):
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("replay me", agent=agent)
+    assert (await wp.result(run_id)).status == "completed"
+    await _fresh(client, run_id, [AgentRunWorkflow], f"agent_run_{agent}.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_memory_histories_replay(memory_worker, client: Client):
+    """A run with memory tools and recall, and a memory request."""
+    wp, _ = memory_worker
+    run_id = await wp.start_run("remember things", agent="rememberer")
+    await wp.result(run_id)
+    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_memory.json")
+    request_id = f"memory-{uuid.uuid4().hex[:8]}"
+    await client.execute_workflow(
+        Workflow.MEMORY_REQUEST,
+        MemoryRequest(op=MemoryOp.SHOW, tenant_id=wp.settings.tenant, run_id=run_id),
+        id=request_id,
+        task_queue=memory_task_queue(wp.settings.task_queue),
+    )
+    await _fresh(client, request_id, [MemoryRequestWorkflow], "memory/memory_request.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_compaction_pass_replays(client: Client, store: RunStore, settings, worker):
+    from tests.helpers import make_run
+
+    run_id = await make_run(store, settings, tool_heavy())
+    workflow_id = f"compaction-{uuid.uuid4().hex[:8]}"
+    await client.execute_workflow(
+        Workflow.COMPACTION,
+        CompactionInput(tenant_id=settings.tenant, run_id=run_id, memory_timeout_seconds=1),
+        id=workflow_id,
+        task_queue=settings.task_queue,
+        result_type=CompactionReport,
+    )
+    await _fresh(client, workflow_id, [CompactionWorkflow], "compaction/compaction_pass.json")

@@ -10,23 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.agents import EFFECTS
-from waypoint.client import Waypoint
+from tests.helpers import eventually
+from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import WaypointError
 from waypoint.store.schema import checkpoints, events, runs
 
 pytestmark = pytest.mark.postgres
-
-
-async def eventually(check, timeout: float = 20.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.1)
 
 
 async def db_status(engine: AsyncEngine, run_id: str) -> str | None:
@@ -45,9 +35,9 @@ async def test_pause_resume_send_and_cancel(client: Client, engine: AsyncEngine,
     with pytest.raises(WaypointError, match="already paused"):
         await wp.pause(run_id)
     await eventually(lambda: _is(engine, run_id, "paused"))
-    paused_at = (await wp.run(run_id))["steps"]
+    paused_at = (await wp.run(run_id)).steps
     await asyncio.sleep(1.0)
-    assert (await wp.run(run_id))["steps"] == paused_at  # nothing moves while paused
+    assert (await wp.run(run_id)).steps == paused_at  # nothing moves while paused
     assert (await wp.progress(run_id)).status == "paused"
 
     await wp.resume(run_id)
@@ -109,7 +99,7 @@ async def test_approve_then_deny(client: Client, engine: AsyncEngine, settings: 
 
 async def _steps_at_least(wp: Waypoint, run_id: str, n: int) -> bool:
     try:
-        return (await wp.run(run_id))["steps"] >= n
+        return (await wp.run(run_id)).steps >= n
     except WaypointError:
         return False
 

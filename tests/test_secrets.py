@@ -16,10 +16,10 @@ from temporalio.client import Client
 from tests.test_codec import payloads_in
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
-from waypoint.client import Waypoint
+from waypoint.app.client import Waypoint
+from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.fake_openai import FakeOpenAI, Turn
-from waypoint.worker import build_worker
+from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
 pytestmark = pytest.mark.postgres
 

@@ -19,13 +19,13 @@ from typer.testing import CliRunner
 
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
-from waypoint.cli import app
-from waypoint.client import Waypoint
+from waypoint.app.cli import app
+from waypoint.app.client import Waypoint
+from waypoint.app.embedded import StackInfo
+from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.embedded import StackInfo
-from waypoint.fake_openai import FakeOpenAI, Reply, Turn
 from waypoint.telemetry.spanfile import span_dict, span_tree, walk
-from waypoint.worker import build_worker
+from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.postgres
@@ -143,7 +143,7 @@ async def test_one_run_is_one_trace(
 
     # The run row has the trace id.
     row = await Waypoint(None, engine, settings).run(run_id)
-    assert row["trace_id"] == trace_id
+    assert row.trace_id == trace_id
 
 
 async def test_replay_adds_no_spans(

@@ -17,16 +17,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from tests.test_cli import waypoint
-from tests.test_compaction import make_run, tool_heavy
+from tests.helpers import make_run, waypoint
+from tests.test_compaction_store import tool_heavy
 from tests.test_telemetry import dump, finished, script, traced_run
 from waypoint import telemetry
-from waypoint.client import Waypoint
-from waypoint.compaction_schedule import apply_schedule
+from waypoint.app.client import Waypoint
+from waypoint.app.embedded import StackInfo
+from waypoint.app.schedule import apply_schedule
+from waypoint.app.worker import build_memory_worker, build_worker
 from waypoint.config import Settings
-from waypoint.embedded import StackInfo
-from waypoint.fake_openai import FakeOpenAI
+from waypoint.memory import open_store
+from waypoint.store import RunStore
 from waypoint.store.compactions import latest_compaction
+from waypoint.store.db import create_engine
+from waypoint.testing.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.postgres
 
@@ -106,32 +110,42 @@ async def test_qdrant_spans_sit_under_the_memory_step(
     assert "StartActivity:memory_step" in dump(found)
 
 
+@pytest.mark.timeout(120)
 async def test_a_schedule_started_pass_is_one_trace(
-    client: Client, engine: AsyncEngine, settings: Settings, agents, memory_traced
+    client: Client, settings: Settings, agents, observed, fresh_database
 ):
-    (spans, _), _ = memory_traced
+    (spans, _) = observed
+    # A database of its own: a scheduled pass compacts every tenant's runs, largest first.
     cfg = settings.model_copy(
         update={
+            "database_url": fresh_database,
             "compaction_schedule_id": f"traced-{uuid.uuid4().hex[:8]}",
             "compaction_interval_seconds": 2,
             "compaction_threshold_tokens": 2000,
         }
     )
-    run_id, _ = await make_run(agents, engine, settings, tool_heavy())
+    engine = create_engine(fresh_database)
+    run_id = await make_run(RunStore(engine), cfg, tool_heavy())
     handle = client.get_schedule_handle(cfg.compaction_schedule_id)
     trace: list[dict[str, Any]] = []
+    memory = open_store(cfg)
     try:
-        assert await apply_schedule(client, cfg) == "created"
-        for _ in range(300):  # a pass fires within ~2 s and takes a few; allow for a busy machine
-            await asyncio.sleep(0.1)
-            now = finished(spans)
-            done = {s["trace_id"] for s in now if s["name"] == "CompleteWorkflow:CompactionWorkflow"}
-            ids = done & {s["trace_id"] for s in now if s["name"] == "RunActivity:compact_run"}
-            if ids:  # the first pass compacts; later ones may find nothing to do
-                trace = [s for s in now if s["trace_id"] in ids]
-                break
+        async with (
+            build_worker(client, engine, cfg, agents, memory=True),
+            build_memory_worker(client, engine, cfg, agents, memory),
+        ):
+            assert await apply_schedule(client, cfg) == "created"
+            for _ in range(600):  # a pass fires within ~2 s and takes a few; allow for a busy machine
+                await asyncio.sleep(0.1)
+                now = finished(spans)
+                done = {s["trace_id"] for s in now if s["name"] == "CompleteWorkflow:CompactionWorkflow"}
+                ids = done & {s["trace_id"] for s in now if s["name"] == "RunActivity:compact_run"}
+                if ids:  # the first pass compacts; later ones may find nothing to do
+                    trace = [s for s in now if s["trace_id"] in ids]
+                    break
     finally:
         await handle.delete()
+        await memory.close()
     assert trace, "no traced compaction pass: " + dump(finished(spans))
     assert len({s["trace_id"] for s in trace}) == 1
     tree = dump(trace)
@@ -156,6 +170,7 @@ async def test_a_schedule_started_pass_is_one_trace(
     assert roots[0]["attributes"]["temporalWorkflowID"].startswith(f"{cfg.compaction_schedule_id}-pass-"), roots[0]
     async with engine.connect() as conn:
         assert await latest_compaction(conn, run_id) is not None  # the traced pass did compact our run
+    await engine.dispose()
 
 
 @pytest.fixture
@@ -176,7 +191,7 @@ async def test_run_prints_the_trace_id_and_trace_shows_its_tree(
     run_id, printed = started[0], started[2]
     assert started[1] == "trace" and len(printed) == 32
     row = await Waypoint(None, engine, settings).run(run_id)
-    assert row["trace_id"] == printed  # the CLI's root span and the worker's spans are one trace
+    assert row.trace_id == printed  # the CLI's root span and the worker's spans are one trace
 
     telemetry.current().force_flush()  # the worker's spans; the CLI flushed its own on exit
     shown = await waypoint(settings, "trace", run_id)

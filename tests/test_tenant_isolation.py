@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_cli import waypoint
-from waypoint.client import Waypoint
+from tests.helpers import waypoint
+from waypoint.app.client import Waypoint
 from waypoint.errors import NotFound
 from waypoint.types import Decision
 
@@ -48,7 +48,7 @@ async def test_tenant_b_reaches_nothing_of_tenant_a(memory_worker, settings):
             pytest.fail(f"{name} reached tenant A's run")
     with pytest.raises(NotFound):
         [line async for line in b.export(run_id)]
-    assert run_id not in {r["run_id"] for r in await b.runs()}
+    assert run_id not in {r.run_id for r in await b.runs()}
     assert await b.memory_search("launch code ZEBRA-7") == []
     assert await store.count("tenant-b") == 0
 

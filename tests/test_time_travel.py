@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.changed_workflow import ChangedAgentRunWorkflow
-from tests.test_cli import waypoint
-from waypoint.client import Waypoint
+from tests.helpers import waypoint
+from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 from waypoint.store.schema import checkpoints
@@ -36,14 +36,15 @@ async def test_fork_shares_the_past_and_diverges_after(client: Client, engine: A
     assert (result.status, result.steps, result.output) == ("completed", 6, "last user message: blue")
 
     for step in (0, 1, 2):  # before the fork the fork *is* its parent
-        assert (await wp.state(fork, step))["state"] == (await wp.state(parent, step))["state"]
-    at_fork = (await wp.state(fork, 3))["state"]["messages"]
-    assert at_fork[:-1] == (await wp.state(parent, 3))["state"]["messages"]
+        mine, theirs = await wp.state(fork, step), await wp.state(parent, step)
+        assert (mine.segments, mine.messages, mine.owner_run_id) == (theirs.segments, theirs.messages, parent)
+    at_fork = (await wp.state(fork, 3)).messages
+    assert at_fork[:-1] == (await wp.state(parent, 3)).messages
     assert at_fork[-1] == {"role": "user", "content": "blue"}
-    assert (await wp.state(fork, 4))["state"] != (await wp.state(parent, 4))["state"]
+    assert (await wp.state(fork, 4)).messages != (await wp.state(parent, 4)).messages
 
     row = await wp.run(fork)
-    assert (row["parent_run_id"], row["fork_step"]) == (parent, 3)
+    assert (row.parent_run_id, row.fork_step) == (parent, 3)
     async with engine.connect() as conn:  # the parent is untouched
         after = await conn.scalar(select(func.count()).select_from(checkpoints).where(checkpoints.c.run_id == parent))
     assert after == before == 7
@@ -51,8 +52,8 @@ async def test_fork_shares_the_past_and_diverges_after(client: Client, engine: A
 
     grandchild = await wp.fork(fork, 5, message="green")  # forks of forks
     assert (await wp.result(grandchild)).output == "last user message: green"
-    assert [(x["run_id"], x["forked_at"]) for x in await wp.lineage(grandchild)] == [(parent, 3), (fork, 5)]
-    assert (await wp.state(grandchild, 1))["run_id"] == parent
+    assert [(x.run_id, x.forked_at) for x in await wp.lineage(grandchild)] == [(parent, 3), (fork, 5)]
+    assert (await wp.state(grandchild, 1)).owner_run_id == parent
 
     page = json.loads((await waypoint(settings, "history", fork, "--json")).out)
     assert [s["step"] for s in page["steps"]] == [4, 5, 6]
@@ -72,7 +73,7 @@ async def test_history_show_diff_events_export(
     assert rest["steps"][-1]["action"] == "answer" and first["steps"][0]["tools"] == ["add"]
 
     shown = json.loads((await waypoint(settings, "show", run_id, "--step", "2", "--json")).out)
-    assert [m["role"] for m in shown["state"]["messages"]] == [
+    assert [m["role"] for m in shown["messages"]] == [
         "system",
         "user",
         "assistant",
@@ -139,8 +140,8 @@ async def test_another_tenant_sees_nothing(client: Client, engine: AsyncEngine, 
 async def test_replay_reports_an_incompatible_workflow_change(client: Client, engine, settings: Settings, worker):
     wp = Waypoint(client, engine, settings)
     run_id = await six_steps(wp)
-    assert [error for _, error in await wp.replay(run_id)] == [None]
+    assert [o.error for o in await wp.replay(run_id)] == [None]
     ok = await waypoint(settings, "replay", run_id)
     assert ok.code == 0 and "replay against the current code" in ok.out
     (outcome,) = await wp.replay(run_id, workflows=[ChangedAgentRunWorkflow])
-    assert outcome[1] is not None and "Nondeterminism" in outcome[1]
+    assert outcome.error is not None and "Nondeterminism" in outcome.error

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.testing import ActivityEnvironment
 
-from activities.checkpoints import CheckpointActivities
-from waypoint.agents import Agent, AgentRegistry
+from tests.helpers import start
+from waypoint.store import RunStore
 from waypoint.store.schema import checkpoints
-from waypoint.types import Budget, Memory, ModelTurn, StartRunInput, StepRecord, ToolCall, ToolResult, Usage
-from waypoint.working_memory import CharEstimate, Parts, assemble
+from waypoint.tokens import CharEstimate
+from waypoint.types import Memory, ModelTurn, StepRecord, ToolCall, ToolResult, Usage
+from waypoint.working_memory import Parts, assemble
 
 HEAD = [{"role": "system", "content": "You are careful."}, {"role": "user", "content": "Do the task."}]
 
@@ -87,16 +85,8 @@ def test_the_estimate_stays_near_a_real_tokenizer_on_prose():
 
 @pytest.mark.postgres
 async def test_checkpoints_stay_flat_over_1000_steps(engine: AsyncEngine, settings):
-    agent = Agent(name=f"flat-{uuid.uuid4().hex[:6]}", instructions="Go on.", model="openai:x", context_tokens=2_000)
-    acts = CheckpointActivities(engine, AgentRegistry([agent]))
-    env = ActivityEnvironment()
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
-    await env.run(
-        acts.start_run,
-        StartRunInput(
-            run_id=run_id, tenant_id=settings.tenant, agent=agent.name, task="loop", model=None, budget=Budget()
-        ),
-    )
+    store = RunStore(engine)
+    run_id = await start(store, settings, task="loop", context_tokens=2_000)
     for step in range(1, 1001):
         call = ToolCall(id=f"c{step}", name="search", arguments='{"q": "more"}')
         record = StepRecord(
@@ -105,9 +95,9 @@ async def test_checkpoints_stay_flat_over_1000_steps(engine: AsyncEngine, settin
             step=step,
             turn=ModelTurn(model="x", content=None, tool_calls=[call], usage=Usage(input_tokens=10, output_tokens=5)),
             tool_results=[ToolResult(call_id=call.id, name="search", output=f"page {step}: " + "y" * 300)],
-            context_tokens=agent.context_tokens,
+            context_tokens=2_000,
         )
-        await env.run(acts.record_step, record)
+        await store.record_step(record)
     async with engine.connect() as conn:
         sizes = dict(
             (

@@ -1,8 +1,57 @@
-"""Waypoint: durable, time-travelling LLM agent runs on Temporal."""
+"""Waypoint: durable, time-travelling LLM agent runs on Temporal.
 
-from waypoint.agents import Agent
-from waypoint.errors import ToolError, WaypointError
-from waypoint.models import ScriptedModel, ScriptedTurn
-from waypoint.tools import Tool, ToolContext, tool
+    from waypoint import Agent, tool, Waypoint, Settings
 
-__all__ = ["Agent", "ScriptedModel", "ScriptedTurn", "Tool", "ToolContext", "ToolError", "WaypointError", "tool"]
+Names are imported on first use, so `import waypoint` (and the `waypoint` command) stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Agent": "waypoint.agents",
+    "RetrySpec": "waypoint.types",
+    "ScriptedModel": "waypoint.models.scripted",
+    "ScriptedTurn": "waypoint.models.scripted",
+    "Settings": "waypoint.config",
+    "Tool": "waypoint.tools",
+    "ToolContext": "waypoint.tools",
+    "ToolError": "waypoint.errors",
+    "Waypoint": "waypoint.app.client",
+    "WaypointError": "waypoint.errors",
+    "tool": "waypoint.tools",
+}
+
+__all__ = [
+    "Agent",
+    "RetrySpec",
+    "ScriptedModel",
+    "ScriptedTurn",
+    "Settings",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "Waypoint",
+    "WaypointError",
+    "tool",
+]
+
+if TYPE_CHECKING:
+    from waypoint.agents import Agent
+    from waypoint.app.client import Waypoint
+    from waypoint.config import Settings
+    from waypoint.errors import ToolError, WaypointError
+    from waypoint.models.scripted import ScriptedModel, ScriptedTurn
+    from waypoint.tools import Tool, ToolContext, tool
+    from waypoint.types import RetrySpec
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'waypoint' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from waypoint.errors import ConfigError, UnknownAgent, UnknownTool
-from waypoint.models import ScriptedModel
+from waypoint.models.scripted import ScriptedModel
 from waypoint.tools import Tool
 from waypoint.types import RetrySpec, ToolSpec
 

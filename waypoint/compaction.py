@@ -14,9 +14,9 @@ It never changes the log; it produces a *view*:
   activities/compaction.py) or, offline or when the model fails, the extractive
   summary built here.
 
-Working memory after a compaction (assembled by the caller, see
-`compacted_view`): the head (instructions and task), the pinned decisions, the
-summary, then every message with seq > last_seq verbatim. Pruning happens
+Working memory after a compaction (`waypoint.store` loads it, `waypoint.working_memory`
+assembles it): the head (instructions and task), the pinned decisions, the summary, then
+every turn after last_seq verbatim. Pruning happens
 inside the range: it decides what the summarizer reads, and `pruned` records
 what was dropped and why; the original events stay readable with
 `waypoint show` / `waypoint export`.
@@ -25,15 +25,15 @@ what was dropped and why; the original events stay readable with
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from waypoint.models import Message, estimate_tokens
-from waypoint.store.context import event_messages
+from waypoint.names import PIN_TOOL, EventKind
+from waypoint.tokens import text_tokens
+from waypoint.transcript import decision_text, event_messages, pinned_call_text, tool_calls
+from waypoint.types import Message
 
-PIN_TOOL = "pin_decision"
 SUMMARY_HEADER = "Summary of earlier steps"
 
 
@@ -76,19 +76,9 @@ class Summary:
     method: str = "extractive"
 
 
-def text_tokens(text: str) -> int:
-    """Rough size of a text (4 characters a token, as `estimate_tokens`)."""
-    return math.ceil(len(text) / 4)
-
-
 def _calls(events: list[LogEvent]) -> dict[str, dict[str, Any]]:
-    """call_id -> {"name", "arguments", "step"} of every tool call the model made in the range."""
-    found: dict[str, dict[str, Any]] = {}
-    for e in events:
-        if e.kind == "model_response":
-            for c in e.payload.get("tool_calls") or []:
-                found[c["id"]] = {"name": c["name"], "arguments": c.get("arguments") or "", "step": e.step}
-    return found
+    """call_id -> the call ({"id", "name", "arguments"}) of every tool call the model made in the range."""
+    return tool_calls((e.kind, e.payload) for e in events)
 
 
 def _canonical(arguments: str) -> str:
@@ -103,25 +93,12 @@ def find_pins(events: list[LogEvent]) -> list[Pin]:
     pins: list[Pin] = []
     calls = _calls(events)
     for e in events:
-        if e.kind == "decision":
-            p = e.payload
-            if "text" in p:
-                text = str(p["text"])
-            else:  # an approval or denial recorded by the workflow
-                call = calls.get(p.get("call_id", ""), {})
-                what = f"{call['name']}({call['arguments']})" if call else f"call {p.get('call_id', '?')}"
-                reason = f": {p['reason']}" if p.get("reason") else ""
-                text = f"a human {p.get('decision', 'decided')} {what}{reason}"
-            pins.append(Pin(step=e.step, seq=e.seq, text=text, source="decision"))
-        elif e.kind == "model_response":
+        if e.kind == EventKind.DECISION:
+            text = decision_text(e.payload, calls.get(e.payload.get("call_id", "")))
+            pins.append(Pin(step=e.step, seq=e.seq, text=text, source=EventKind.DECISION))
+        elif e.kind == EventKind.MODEL_RESPONSE:
             for c in e.payload.get("tool_calls") or []:
-                if c["name"] != PIN_TOOL:
-                    continue
-                try:
-                    text = str(json.loads(c.get("arguments") or "{}").get("text", "")).strip()
-                except (json.JSONDecodeError, AttributeError):
-                    text = str(c.get("arguments") or "").strip()
-                if text:
+                if c["name"] == PIN_TOOL and (text := pinned_call_text(c)):
                     pins.append(Pin(step=e.step, seq=e.seq, text=text, source=PIN_TOOL))
     return pins
 
@@ -135,7 +112,7 @@ def plan_pruning(events: list[LogEvent], oversize_tokens: int) -> list[Pruned]:
     are never pruned as duplicates of successes (they differ in text anyway).
     """
     calls = _calls(events)
-    results = [e for e in events if e.kind == "tool_result"]
+    results = [e for e in events if e.kind == EventKind.TOOL_RESULT]
     latest_by_call: dict[tuple[str, str], LogEvent] = {}
     for e in results:
         call = calls.get(e.payload.get("call_id", ""))
@@ -199,16 +176,16 @@ def view_lines(events: list[LogEvent], pruned: list[Pruned], *, output_words: in
     lines: list[tuple[int, str]] = []
     for e in events:
         p = e.payload
-        if e.kind == "user_message":
+        if e.kind == EventKind.USER_MESSAGE:
             lines.append((e.step, f"user: {p.get('content', '')}"))
-        elif e.kind == "decision":
+        elif e.kind == EventKind.DECISION:
             continue  # pinned verbatim, outside the summary
-        elif e.kind == "model_response":
+        elif e.kind == EventKind.MODEL_RESPONSE:
             if p.get("content"):
                 lines.append((e.step, f"assistant: {p['content']}"))
             for c in p.get("tool_calls") or []:
                 lines.append((e.step, f"call {c['name']}({c.get('arguments') or ''})"))
-        elif e.kind == "tool_result":
+        elif e.kind == EventKind.TOOL_RESULT:
             if e.seq in replaced:
                 lines.append((e.step, replaced[e.seq].replacement))
             else:
@@ -243,13 +220,13 @@ def extractive_summary(
     for e in events:
         p = e.payload
         texts: list[str] = []
-        if e.kind == "user_message":
+        if e.kind == EventKind.USER_MESSAGE:
             users.append(f"step {e.step}: {extract(str(p.get('content', '')), 80)}")
             texts = [str(p.get("content", ""))]
-        elif e.kind == "model_response" and p.get("content"):
+        elif e.kind == EventKind.MODEL_RESPONSE and p.get("content"):
             last_text = str(p["content"])
             texts = [last_text]
-        elif e.kind == "tool_result":
+        elif e.kind == EventKind.TOOL_RESULT:
             call = calls.get(p.get("call_id", ""))
             key = f"{p.get('name')}({call['arguments'] if call else ''})"
             if p.get("is_error"):
@@ -326,28 +303,5 @@ def pins_text(pins: list[Pin] | list[dict[str, Any]]) -> str:
     return "Decisions (pinned, verbatim):\n" + "\n".join(f"- (step {r['step']}) {r['text']}" for r in rows)
 
 
-def messages_tokens(messages: list[Message]) -> int:
-    """Size of messages, message by message, so that sizes of consecutive ranges add up."""
-    return sum(estimate_tokens([m]) for m in messages)
-
-
 def range_messages(events: list[LogEvent]) -> list[Message]:
     return [m for e in events for m in event_messages(e.kind, e.payload)]
-
-
-def compacted_view(
-    messages: list[tuple[int, Message]], compaction: dict[str, Any] | None, *, role: str = "system"
-) -> list[Message]:
-    """Working memory from (seq, message) pairs in log order and a compaction (`latest_compaction`):
-    messages before the range stay (the head: instructions and task), the range becomes the pinned
-    decisions and the summary, messages after the range stay verbatim."""
-    if compaction is None:
-        return [m for _, m in messages]
-    first, last = compaction["first_seq"], compaction["last_seq"]
-    before = [m for seq, m in messages if seq < first]
-    after = [m for seq, m in messages if seq > last]
-    block: list[Message] = []
-    if compaction["pinned"]:
-        block.append({"role": role, "content": pins_text(compaction["pinned"])})
-    block.append({"role": role, "content": compaction["summary"]})
-    return before + block + after

@@ -1,23 +1,14 @@
 """Messages of compaction: activity inputs and results, the workflow's input and report.
 
 Plain dataclasses with JSON-friendly fields, importable inside the workflow sandbox
-(no IO, no third-party imports). The activity names are frozen once released.
+(no IO, no third-party imports). Their activity names are in `waypoint.names`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-COMPACT_RUN = "compact_run"
-SELECT_RUNS = "select_runs_to_compact"
-# Implemented by the memory worker (task queue `<task_queue>-memory`), which owns the Qdrant shard.
-SAVE_EPISODES = "save_episodes"
-COMPACTION_WORKFLOW = "CompactionWorkflow"
-
-
-def memory_task_queue(task_queue: str) -> str:
-    """The queue of the worker that owns episodic memory."""
-    return f"{task_queue}-memory"
+from waypoint.names import EpisodeKind
 
 
 @dataclass(frozen=True)
@@ -104,7 +95,7 @@ def summary_episode(done: CompactionSummary) -> dict[str, object]:
         "agent": done.agent,
         "run_id": done.run_id,
         "step": done.last_step,
-        "kind": "summary",
+        "kind": EpisodeKind.SUMMARY.value,
         "text": done.summary,
         "importance": SUMMARY_IMPORTANCE,
         "index": 0,

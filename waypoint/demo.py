@@ -19,8 +19,9 @@ from typing import Any
 
 from waypoint.agents import Agent
 from waypoint.errors import ToolError
-from waypoint.models import Message, ScriptedModel, ScriptedTurn, TurnSource
+from waypoint.models.scripted import ScriptedModel, ScriptedTurn, TurnSource
 from waypoint.tools import ToolContext, tool
+from waypoint.types import Message
 
 DEMO_TASK = "Read every note in the notes/ folder, count the words of each, and write report.md with the totals."
 
@@ -211,7 +212,7 @@ def chaos_variant() -> Agent:
 
     Built on request rather than at module level: every worker registers each
     Agent of this module, and only the chaos demo's own workers need this one
-    (they load it through `waypoint.chaos`).
+    (they load it through `waypoint.demo_chaos`).
     """
     return Agent(
         name=CHAOS_AGENT,

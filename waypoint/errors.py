@@ -1,27 +1,56 @@
-"""Waypoint's errors.
+"""Waypoint's errors: one small tree, each message naming the fix.
 
-    WaypointError                 anything a user can fix; the CLI prints its message in one line
-      ConfigError                 a setting is missing or wrong
-      StackError                  an embedded component failed to start (names which, and the fix)
-      NotFound                    unknown run, agent, tool or step
-      UnknownAgent
-      UnknownTool
-      ToolError                   raised by a tool: reported to the model, the run goes on
+    WaypointError              anything a user can fix; the CLI prints its message in one line
+      ConfigError              a setting is missing or wrong
+      InvalidInput             a request that cannot be served as given (an empty task, a bad budget,
+                               step or tenant id)
+      NotFound                 an unknown run, step or episode (another tenant's run is not found too)
+        UnknownAgent
+        UnknownTool
+      Conflict                 the request does not fit the run's state (a message to a finished run,
+                               deleting a running run)
+      StackError               an embedded component failed to start (names which, and the fix)
+      Unavailable              Temporal, Postgres or a memory worker cannot be reached: retryable
+      ToolError                raised by a tool: reported to the model, the run goes on
+      PayloadTooLarge          a value too large for Temporal: pass a reference instead
+      ScriptError              a scripted model's own code failed
+      ModelError               the model provider's failure
+        ModelRequestRejected   a 4xx answer: the same request cannot succeed later
+        ModelUnavailable       429, 5xx, a timeout or a dropped connection: retryable, after `retry_after`
+        MalformedAnswer        HTTP 200 with a body that is not a chat completion: retryable a few times
 
-At the activity boundary these become `temporalio.exceptions.ApplicationError`
-with `type` set to the class name, so retry policies can list them.
+At the activity boundary (`activities/boundary.py`) every one becomes a
+`temporalio.exceptions.ApplicationError` whose `type` is the class name, non-retryable unless
+the class is `retryable`; `waypoint.retry.NON_RETRYABLE` lists those names for the retry
+policies. Standard library only: workflow code imports this module.
 """
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
 
 
 class WaypointError(Exception):
-    """Base class: its message names the fix."""
+    """Base class: its message names the fix. `retryable`: a later attempt may succeed."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, retry_after: timedelta | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.details = details or {}
+
+    @property
+    def message(self) -> str:
+        return str(self)
 
 
 class ConfigError(WaypointError):
     pass
 
 
-class StackError(WaypointError):
+class InvalidInput(WaypointError):
     pass
 
 
@@ -37,5 +66,68 @@ class UnknownTool(NotFound):
     pass
 
 
+class Conflict(WaypointError):
+    pass
+
+
+class StackError(WaypointError):
+    pass
+
+
+class Unavailable(WaypointError):
+    retryable = True
+
+
 class ToolError(WaypointError):
     """Raise from a tool to report a failure to the model instead of failing the run."""
+
+
+class PayloadTooLarge(WaypointError):
+    pass
+
+
+class ScriptError(WaypointError):
+    pass
+
+
+class ModelError(WaypointError):
+    """A failed model call; `details["status"]` is the HTTP status when there was an answer."""
+
+    @property
+    def status(self) -> int | None:
+        status = self.details.get("status")
+        return status if isinstance(status, int) else None
+
+
+class ModelRequestRejected(ModelError):
+    pass
+
+
+class ModelUnavailable(ModelError):
+    retryable = True
+
+
+class MalformedAnswer(ModelError):
+    retryable = True
+
+
+def non_retryable_types() -> list[str]:
+    """Names of every error class a retry cannot heal, for `RetryPolicy.non_retryable_error_types`."""
+    found: list[str] = []
+    pending: list[type[WaypointError]] = [WaypointError]
+    while pending:
+        cls = pending.pop(0)
+        if not cls.retryable and cls is not WaypointError and cls is not ModelError:
+            found.append(cls.__name__)
+        pending += cls.__subclasses__()
+    return found
+
+
+def failure_message(exc: BaseException, *, with_type: bool = False) -> str:
+    """The plain message of a Temporal failure's cause (an ActivityError's ApplicationError, say),
+    without the error type that `str()` would prefix; `with_type`: prefixed by the cause's own
+    type name when it has one (an unexpected exception's class, such as KeyError)."""
+    cause = exc.__cause__ or exc
+    message = getattr(cause, "message", None) or str(cause) or type(cause).__name__
+    kind = getattr(cause, "type", None) if with_type else None
+    return f"{kind}: {message}" if kind else message

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from waypoint.errors import ToolError
 from waypoint.memory import Episode, EpisodicStore
+from waypoint.names import EpisodeKind
 from waypoint.tools import ToolContext, tool
 
 SAVED_IMPORTANCE = 0.5
@@ -57,7 +58,7 @@ async def memory_save(ctx: ToolContext, text: str, importance: float = SAVED_IMP
         raise ToolError("the text is empty")
     if not 0.0 <= importance <= 1.0:
         raise ToolError("importance must be between 0 and 1")
-    episode = await _save(ctx, "fact", text, importance)
+    episode = await _save(ctx, EpisodeKind.FACT, text, importance)
     return f"saved: {episode.text}"
 
 
@@ -66,7 +67,7 @@ async def pin_decision(ctx: ToolContext, text: str) -> str:
     """Record a decision: it stays, verbatim, in your working memory for the rest of the run."""
     if not text.strip():
         raise ToolError("the decision is empty")
-    decision = (await _save(ctx, "decision", text, DECISION_IMPORTANCE)).text
+    decision = (await _save(ctx, EpisodeKind.DECISION, text, DECISION_IMPORTANCE)).text
     return decision  # the pinned text is this output, verbatim
 
 

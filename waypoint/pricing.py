@@ -6,6 +6,7 @@ extend it with WAYPOINT_PRICES, e.g. `{"my-model": [0.5, 1.5]}`.
 
 from __future__ import annotations
 
+from waypoint.models.spec import model_label
 from waypoint.types import Usage
 
 DEFAULT_PRICES: dict[str, tuple[float, float]] = {
@@ -19,15 +20,10 @@ DEFAULT_PRICES: dict[str, tuple[float, float]] = {
 }
 
 
-def model_name(spec_or_name: str) -> str:
-    """`openai:gpt-4o-mini` -> `gpt-4o-mini`."""
-    return spec_or_name.split(":", 1)[-1]
-
-
 def cost_usd(model: str, usage: Usage, overrides: dict[str, tuple[float, float]] | None = None) -> float:
     """Cost of one call; an unknown model costs 0 (and a cost budget cannot see it)."""
     prices = {**DEFAULT_PRICES, **(overrides or {})}
-    name = model_name(model)
+    name = model_label(model)[1]
     # Providers answer with dated names (gpt-4o-mini-2024-07-18): the longest matching prefix wins.
     matches = [key for key in prices if name == key or name.startswith(key + "-")]
     per_input, per_output = prices[max(matches, key=len)] if matches else (0.0, 0.0)

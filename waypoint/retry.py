@@ -1,14 +1,17 @@
-"""Retry and timeout rules of every activity, in one place.
+"""Retry and timeout rules of every activity and workflow, in one place.
 
-Imported by workflow code, so it may use only temporalio and the stdlib.
+Imported by workflow code, so it may use only temporalio and the standard library.
 
-- Model calls: HTTP 408/409/429/5xx, timeouts and connection errors retry. The
-  activity computes the delay itself (exponential backoff with jitter, or the
-  provider's Retry-After) and hands it over as `next_retry_delay`, so the
-  policy's own interval only paces retries after a lost worker.
+- Model calls: HTTP 408/409/429/5xx, timeouts and dropped connections retry; so does an
+  HTTP 200 whose body is not a chat completion, up to MALFORMED_ATTEMPTS. The activity
+  computes the delay itself (the provider's Retry-After, or exponential backoff with
+  jitter) and hands it over as `next_retry_delay`, so the policy's own interval only paces
+  retries after a lost worker. Other 4xx answers never retry: the same request cannot
+  succeed later. `classify_model_failure` holds these rules.
 - Tools: any exception but ToolError retries, up to the tool's `max_attempts`.
 - Postgres writes: retried until they succeed (they are idempotent).
-- Never retried: the error types in NON_RETRYABLE, whatever the activity.
+- Memory and inline compaction: a few attempts, then the run goes on without them.
+- Never retried: the error types in NON_RETRYABLE (`waypoint.errors`), whatever the activity.
 """
 
 from __future__ import annotations
@@ -17,19 +20,18 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
+from waypoint.errors import (
+    MalformedAnswer,
+    ModelError,
+    ModelRequestRejected,
+    ModelUnavailable,
+    non_retryable_types,
+)
 from waypoint.types import RetrySpec, ToolSpec
 
-# Errors a retry cannot heal: a wrong setting, an unknown name, a request the provider refused,
-# a payload too large for Temporal, a bug in a scripted model.
-NON_RETRYABLE = [
-    "ConfigError",
-    "UnknownAgent",
-    "UnknownTool",
-    "NotFound",
-    "PayloadTooLarge",
-    "ModelRequestRejected",
-    "ScriptError",
-]
+NON_RETRYABLE = non_retryable_types()
+
+# --- timeouts ----------------------------------------------------------------------------------
 
 # A worker killed mid-activity stops heartbeating; Temporal retries the attempt elsewhere after this.
 HEARTBEAT_TIMEOUT = timedelta(seconds=2)
@@ -37,13 +39,32 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 HEARTBEAT_EVERY = 0.5
 # Delay before re-running an attempt whose worker vanished (HTTP errors bring their own delay).
 RECOVERY_INTERVAL = timedelta(milliseconds=200)
-
-# Postgres writes are single short transactions: a short timeout means a worker killed mid-write
-# costs seconds, not half a minute (record_step serializes concurrent attempts, so a retry
+# Postgres writes are single short statements: a short timeout means a worker killed mid-write
+# costs seconds, not half a minute (record_step settles overlapping attempts, so a retry
 # overlapping a slow first attempt is safe).
 STORE_TIMEOUT = timedelta(seconds=5)
 # A workflow task on a worker that died is handed to another after this (Temporal's default is 10 s).
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
+# A tool the plan does not know (it cannot happen unless an agent changed mid-run) gets this.
+DEFAULT_TOOL_TIMEOUT_SECONDS = 60.0
+# Memory is best-effort: without a memory worker polling, a step waits this long, then goes on.
+MEMORY_SCHEDULE_TIMEOUT = timedelta(seconds=10)
+MEMORY_TIMEOUT = timedelta(seconds=60)
+# A compaction pass: choosing runs, and one run's summary (which may take as long as a model call).
+SELECT_RUNS_TIMEOUT = timedelta(seconds=60)
+COMPACT_TIMEOUT = timedelta(minutes=10)
+# The tool ledger rides out a database outage this long (heartbeating), so an outage does not
+# spend the tool's own attempts and the model is never told a tool failed because Postgres blinked.
+LEDGER_PATIENCE_SECONDS = 60.0
+
+
+def inline_compaction_timeout(spec: RetrySpec) -> timedelta:
+    """An inline compaction may call the model once for the summary, and read and write a little."""
+    return timedelta(seconds=spec.timeout_seconds * 2)
+
+
+# --- retry policies ----------------------------------------------------------------------------
+
 STORE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
@@ -51,33 +72,6 @@ STORE_RETRY = RetryPolicy(
     maximum_attempts=0,
     non_retryable_error_types=NON_RETRYABLE,
 )
-
-
-def model_retry(spec: RetrySpec) -> RetryPolicy:
-    return RetryPolicy(
-        initial_interval=RECOVERY_INTERVAL,
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=spec.max_interval_seconds),
-        maximum_attempts=spec.max_attempts,
-        non_retryable_error_types=NON_RETRYABLE,
-    )
-
-
-def tool_retry(spec: ToolSpec) -> RetryPolicy:
-    return RetryPolicy(
-        initial_interval=RECOVERY_INTERVAL,
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=10),
-        maximum_attempts=spec.max_attempts,
-        non_retryable_error_types=NON_RETRYABLE,
-    )
-
-
-def backoff_seconds(spec: RetrySpec, attempt: int, jitter: float) -> float:
-    """Exponential backoff for attempt `attempt` (1-based), scaled by `jitter` in [0.5, 1]."""
-    base = spec.initial_interval_seconds * 2 ** (attempt - 1)
-    return min(spec.max_interval_seconds, base) * jitter
-
 
 # Memory and inline compaction help a run but must not hold it up: a few attempts, then go on.
 MEMORY_RETRY = RetryPolicy(
@@ -87,3 +81,87 @@ MEMORY_RETRY = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=NON_RETRYABLE,
 )
+
+# A compaction pass is retried by the next scheduled one: a few attempts per activity are enough.
+PASS_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=3,
+    non_retryable_error_types=NON_RETRYABLE,
+)
+
+
+def _recovering(max_interval: timedelta, max_attempts: int) -> RetryPolicy:
+    """A policy whose own interval only paces retries after a lost worker (errors bring their delay)."""
+    return RetryPolicy(
+        initial_interval=RECOVERY_INTERVAL,
+        backoff_coefficient=2.0,
+        maximum_interval=max_interval,
+        maximum_attempts=max_attempts,
+        non_retryable_error_types=NON_RETRYABLE,
+    )
+
+
+def model_retry(spec: RetrySpec) -> RetryPolicy:
+    return _recovering(timedelta(seconds=spec.max_interval_seconds), spec.max_attempts)
+
+
+def tool_retry(spec: ToolSpec) -> RetryPolicy:
+    return _recovering(timedelta(seconds=10), spec.max_attempts)
+
+
+def backoff_seconds(spec: RetrySpec, attempt: int, jitter: float) -> float:
+    """Exponential backoff for attempt `attempt` (1-based), scaled by `jitter` in [0.5, 1]."""
+    base = spec.initial_interval_seconds * 2 ** (attempt - 1)
+    return min(spec.max_interval_seconds, base) * jitter
+
+
+# --- what a failed model call means ------------------------------------------------------------
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+# A provider that answers 200 with something that is not a completion (an HTML error page from a
+# proxy, a truncated body) may recover, but not often: this many attempts, then the run fails.
+MALFORMED_ATTEMPTS = 3
+# How much of an unusable answer an error message quotes.
+QUOTE_CHARS = 200
+
+
+def classify_model_failure(
+    *,
+    endpoint: str,
+    attempt: int,
+    spec: RetrySpec,
+    jitter: float,
+    status: int | None = None,
+    message: str = "",
+    retry_after: timedelta | None = None,
+    timed_out: bool = False,
+    unreachable: bool = False,
+    malformed: str | None = None,
+) -> ModelError:
+    """The error a failed model call becomes, with the delay before the next attempt.
+
+    `status`: the HTTP status of an error answer; `timed_out` / `unreachable`: no answer;
+    `malformed`: the body of a 200 answer that is not a chat completion (quoted, truncated)."""
+    backoff = timedelta(seconds=backoff_seconds(spec, attempt, jitter))
+    if malformed is not None:
+        quoted = " ".join(malformed.split())[:QUOTE_CHARS] or "an empty body"
+        error: ModelError = MalformedAnswer(
+            f"the model endpoint {endpoint} answered HTTP 200 with something that is not a chat completion "
+            f"(attempt {attempt} of at most {MALFORMED_ATTEMPTS}): {quoted}",
+            retry_after=backoff,
+            details={"status": 200},
+        )
+        if attempt >= MALFORMED_ATTEMPTS:
+            error.retryable = False  # type: ignore[misc]  # this instance only
+        return error
+    if status is not None:
+        text = f"model endpoint {endpoint} answered HTTP {status}: {message}"
+        if status not in RETRYABLE_STATUS and status < 500:
+            return ModelRequestRejected(text, details={"status": status})
+        return ModelUnavailable(text, retry_after=retry_after or backoff, details={"status": status})
+    if timed_out:
+        return ModelUnavailable(f"model call to {endpoint} timed out: {message}", retry_after=backoff)
+    if unreachable:
+        return ModelUnavailable(f"cannot reach the model endpoint {endpoint}: {message}", retry_after=backoff)
+    return ModelUnavailable(f"model call to {endpoint} failed: {message}", retry_after=backoff)

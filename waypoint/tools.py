@@ -24,7 +24,7 @@ from typing import Any, get_type_hints
 import pydantic
 
 from waypoint.errors import ToolError
-from waypoint.types import idempotency_key
+from waypoint.names import idempotency_key
 
 
 @dataclass(frozen=True)

@@ -1,45 +1,20 @@
-"""Messages exchanged between the workflow, its activities and its clients.
+"""Messages exchanged between the workflows, their activities and their clients.
 
 Everything here is a plain dataclass made of JSON-friendly fields, because it
 travels through Temporal history and must be importable inside the workflow
-sandbox: no IO, no third-party imports.
-
-Activity, update and query names are part of the contract too: a name is
-frozen once released, since renaming one breaks runs that are already in flight.
+sandbox: no IO, no third-party imports. The names of closed sets (statuses, event
+kinds, tool outcomes) and of activities, updates and queries are in `waypoint.names`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-START_RUN = "start_run"
-CALL_MODEL = "call_model"
-RUN_TOOL = "run_tool"
-RECORD_STEP = "record_step"
-FINISH_RUN = "finish_run"
-SET_STATUS = "set_run_status"
-MEMORY_STEP = "memory_step"
-MEMORY_ADMIN = "memory_admin"
+from waypoint.names import ToolOutcome, idempotency_key
 
-
-def idempotency_key(run_id: str, step: int, call_index: int) -> str:
-    """The key of one tool call, stable across retries: `run_id:step:call_index`."""
-    return f"{run_id}:{step}:{call_index}"
-
-
-class RunStatus:
-    """Values of `runs.status`."""
-
-    RUNNING = "running"
-    PAUSED = "paused"
-    WAITING_APPROVAL = "waiting_approval"
-    COMPLETED = "completed"
-    MAX_STEPS = "max_steps"
-    BUDGET_EXCEEDED = "budget_exceeded"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-
-    FINISHED = (COMPLETED, MAX_STEPS, BUDGET_EXCEEDED, CANCELLED, FAILED)
+# A chat message in the chat-completions shape (role, content, tool_calls, tool_call_id).
+Message = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -82,10 +57,7 @@ class ToolResult:
     is_error: bool = False
     duration_ms: int = 0
     stored: bool = False
-    # "ok", "bad_call" (unknown tool, invalid arguments: the model should repair it),
-    # "tool_error" (the tool raised ToolError), "denied" (by a human), "cancelled",
-    # "failed" (its attempts ran out).
-    outcome: str = "ok"
+    outcome: str = ToolOutcome.OK  # a ToolOutcome
     # True when a retried attempt found the call in the ledger and did not run the tool again.
     from_ledger: bool = False
 
@@ -181,7 +153,6 @@ class RunInput:
     tenant_id: str = "default"
     # Model spec overriding the agent's own, e.g. "openai:gpt-4o-mini".
     model: str | None = None
-    max_steps: int | None = None
     budget: Budget | None = None
     # Set when the run continues as new: where it was.
     resume: RunState | None = None
@@ -208,6 +179,7 @@ class Memory:
     step: int
     kind: str
     score: float = 0.0
+    importance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -231,7 +203,7 @@ class MemoryStepResult:
 
 @dataclass(frozen=True)
 class MemoryRequest:
-    """Input of `memory_admin` (CLI and API): `op` is search, show or forget; always one tenant."""
+    """Input of `memory_admin` (CLI and API): `op` is a MemoryOp; always one tenant."""
 
     op: str
     tenant_id: str
@@ -239,6 +211,15 @@ class MemoryRequest:
     k: int = 5
     agent: str | None = None
     run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryAnswer:
+    """What the memory worker answers a MemoryRequest: the hits of a search, the episodes of a
+    run (`show`), or how many episodes were deleted (`forget`)."""
+
+    memories: list[Memory] = field(default_factory=list)
+    deleted: int = 0
 
 
 @dataclass(frozen=True)
@@ -287,19 +268,18 @@ class StepRecord:
 @dataclass(frozen=True)
 class SetStatusInput:
     run_id: str
-    status: str
+    status: str  # a RunStatus
     detail: str | None = None
+    tenant_id: str = ""  # empty in histories written before writes were tenant-checked
 
 
 @dataclass(frozen=True)
 class FinishRunInput:
     run_id: str
     tenant_id: str
-    status: str
-    steps: int
+    status: str  # a RunStatus
     output: str | None = None
     error: str | None = None
-    cost_usd: float = 0.0
 
 
 @dataclass(frozen=True)

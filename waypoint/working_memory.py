@@ -18,40 +18,11 @@ context on every worker and every retry.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-from waypoint.types import Memory
-
-Message = dict[str, Any]
-
-
-class TokenCounter(Protocol):
-    """Counts the tokens of messages. Exact counts come from the model's usage report; a counter
-    is what assembly uses before the call, so it only has to be close and fast."""
-
-    def count(self, messages: Sequence[Message]) -> int: ...
-
-
-class CharEstimate:
-    """About 4 characters per token over the JSON form of the messages (role and keys included).
-
-    benchmarks/tokens.py measures it against a real subword tokenizer (MiniLM's WordPiece, the
-    one offline): estimate / actual is about 0.9 on English prose and Python, 0.7 on dense JSON,
-    and 0.55 to 0.7 on the worst single messages. So the estimate runs low; assembly stays within
-    budget in practice because inline compaction triggers on the model's exact usage report
-    (`Agent.compact_at`, default 80% of the budget), not on this estimate."""
-
-    chars_per_token = 4.0
-
-    def count(self, messages: Sequence[Message]) -> int:
-        return math.ceil(len(json.dumps(list(messages), ensure_ascii=False)) / self.chars_per_token)
-
-
-DEFAULT_COUNTER: TokenCounter = CharEstimate()
+from waypoint.tokens import DEFAULT_COUNTER, TokenCounter
+from waypoint.types import Memory, Message
 
 
 @dataclass

@@ -7,9 +7,9 @@ checkpoints by the activities and long tool outputs stay in the ledger, so
 history stays small however long the context grows.
 
 Between steps the workflow checks, in this order: cancel, budgets (steps,
-tokens, cost, wall clock), pause, and whether to continue as new. Updates
-(pause, resume, cancel, send, approve, deny) are validated first, so a
-refused one answers the caller with the reason and changes nothing.
+tokens, cost, wall clock), pause, and whether to continue as new. The
+messages a run takes (pause, resume, cancel, send, approve, deny) and its
+`progress` query are in `run_messages.py`.
 """
 
 from __future__ import annotations
@@ -22,26 +22,16 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from workflows.run_messages import RunMessages
+
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry
-    from waypoint.compaction_types import (
-        COMPACT_RUN,
-        SAVE_EPISODES,
-        CompactionSummary,
-        CompactRunInput,
-        summary_episode,
-    )
+    from waypoint.compaction_types import CompactionSummary, CompactRunInput, summary_episode
+    from waypoint.errors import failure_message
+    from waypoint.names import Activity, RunStatus, ToolOutcome, Workflow
     from waypoint.types import (
-        CALL_MODEL,
-        FINISH_RUN,
-        MEMORY_STEP,
-        RECORD_STEP,
-        RUN_TOOL,
-        SET_STATUS,
-        START_RUN,
         Budget,
         CallModelInput,
-        Decision,
         FinishRunInput,
         Memory,
         MemoryStepInput,
@@ -50,10 +40,8 @@ with workflow.unsafe.imports_passed_through():
         PendingApproval,
         RunInput,
         RunPlan,
-        RunProgress,
         RunResult,
         RunState,
-        RunStatus,
         RunToolInput,
         SetStatusInput,
         StartRunInput,
@@ -63,138 +51,44 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
     )
 
-DEFAULT_TOOL = ToolSpec(name="", timeout_seconds=60.0)
-# Memory is best-effort: without a memory worker polling, a step waits this long, then goes on.
-MEMORY_SCHEDULE_TIMEOUT = timedelta(seconds=10)
-MEMORY_TIMEOUT = timedelta(seconds=60)
+DEFAULT_TOOL = ToolSpec(name="", timeout_seconds=retry.DEFAULT_TOOL_TIMEOUT_SECONDS)
 # Inline compaction at most once per this many steps, however large the newest turns are.
 COMPACT_EVERY_MIN_STEPS = 5
-# Outcomes that `run_tool` wrote to the tool_effects ledger (the others are decided by the workflow).
-LEDGER_OUTCOMES = ("ok", "bad_call", "tool_error")
 
 
-def _failure_message(exc: BaseException) -> str:
-    cause = exc.__cause__ or exc
-    # FailureError.message is the bare text; str() would prefix the error type.
-    return getattr(cause, "message", None) or str(cause) or type(cause).__name__
-
-
-@workflow.defn(name="AgentRunWorkflow")
-class AgentRunWorkflow:
-    def __init__(self) -> None:
-        self._run_id = ""
-        self._state: RunState | None = None
-        self._status = "starting"
-        self._last_action: str | None = None
-        self._paused = False
-        self._cancel_reason: str | None = None
-        self._messages: list[str] = []
-        self._pending: dict[str, PendingApproval] = {}
-        self._decisions: dict[str, tuple[bool, str | None]] = {}
-
-    # --- queries and updates ---------------------------------------------------------------------
-
-    @workflow.query(name="progress")
-    def progress(self) -> RunProgress:
-        state = self._state
-        return RunProgress(
-            step=state.step if state else 0,
-            status=self._status,
-            last_action=self._last_action,
-            input_tokens=state.input_tokens if state else 0,
-            output_tokens=state.output_tokens if state else 0,
-            cost_usd=state.cost_usd if state else 0.0,
-            pending_approvals=list(self._pending.values()),
-            queued_messages=len(self._messages),
-            execution=state.executions if state else 1,
+def stop_reason(
+    state: RunState, cancel_reason: str | None, deadline_remaining: float | None
+) -> tuple[RunStatus, str] | None:
+    """Why the run must stop before its next step, as (final status, reason), or None."""
+    plan = state.plan
+    if cancel_reason is not None:
+        return RunStatus.CANCELLED, cancel_reason
+    if state.step >= plan.max_steps:
+        return RunStatus.MAX_STEPS, f"max_steps: {plan.max_steps} steps done"
+    if plan.max_tokens is not None and state.input_tokens + state.output_tokens >= plan.max_tokens:
+        used = state.input_tokens + state.output_tokens
+        return RunStatus.BUDGET_EXCEEDED, f"token budget reached: {used} of {plan.max_tokens} tokens used"
+    if plan.max_cost_usd is not None and state.cost_usd >= plan.max_cost_usd:
+        return (
+            RunStatus.BUDGET_EXCEEDED,
+            f"cost budget reached: ${state.cost_usd:.4f} of ${plan.max_cost_usd:.4f} spent",
         )
+    if deadline_remaining is not None and deadline_remaining <= 0:
+        return RunStatus.BUDGET_EXCEEDED, f"deadline reached: {plan.deadline_seconds:g} s of wall-clock time passed"
+    return None
 
-    def _refuse_if_ending(self) -> None:
-        if self._status in RunStatus.FINISHED or self._cancel_reason is not None:
-            raise ApplicationError(f"run {self._run_id} is {self._status}: it takes no more messages")
 
-    @workflow.update(name="pause")
-    def pause(self) -> RunProgress:
-        self._paused = True
-        return self.progress()
+def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
+    """The result of a tool call the workflow decided not to run (the model reads `why`)."""
+    return ToolResult(call_id=call.id, name=call.name, is_error=True, outcome=outcome, output=f"error: {why}")
 
-    @pause.validator
-    def _validate_pause(self) -> None:
-        self._refuse_if_ending()
-        if self._paused:
-            raise ApplicationError(f"run {self._run_id} is already paused")
 
-    @workflow.update(name="resume")
-    def resume(self) -> RunProgress:
-        self._paused = False
-        return self.progress()
-
-    @resume.validator
-    def _validate_resume(self) -> None:
-        self._refuse_if_ending()
-        if not self._paused:
-            raise ApplicationError(f"run {self._run_id} is not paused")
-
-    @workflow.update(name="cancel")
-    def cancel(self, reason: str | None) -> RunProgress:
-        self._cancel_reason = reason or "cancelled by a user"
-        return self.progress()
-
-    @cancel.validator
-    def _validate_cancel(self, reason: str | None) -> None:
-        self._refuse_if_ending()
-
-    @workflow.update(name="send")
-    def send(self, text: str) -> RunProgress:
-        self._messages.append(text)
-        return self.progress()
-
-    @send.validator
-    def _validate_send(self, text: str) -> None:
-        self._refuse_if_ending()
-        if not text.strip():
-            raise ApplicationError("the message is empty")
-
-    @workflow.update(name="approve")
-    def approve(self, decision: Decision) -> RunProgress:
-        self._decide(decision, approved=True)
-        return self.progress()
-
-    @approve.validator
-    def _validate_approve(self, decision: Decision) -> None:
-        self._pending_call(decision)
-
-    @workflow.update(name="deny")
-    def deny(self, decision: Decision) -> RunProgress:
-        self._decide(decision, approved=False)
-        return self.progress()
-
-    @deny.validator
-    def _validate_deny(self, decision: Decision) -> None:
-        self._pending_call(decision)
-
-    def _pending_call(self, decision: Decision) -> str:
-        if not self._pending:
-            raise ApplicationError(f"run {self._run_id} has no tool call waiting for approval")
-        if decision.call_id is None:
-            if len(self._pending) > 1:
-                waiting = ", ".join(f"{p.call_id} ({p.tool})" for p in self._pending.values())
-                raise ApplicationError(f"{len(self._pending)} tool calls wait: name one of {waiting}")
-            return next(iter(self._pending))
-        if decision.call_id not in self._pending:
-            raise ApplicationError(f"no tool call {decision.call_id!r} waits for approval in run {self._run_id}")
-        return decision.call_id
-
-    def _decide(self, decision: Decision, *, approved: bool) -> None:
-        call_id = self._pending_call(decision)
-        self._decisions[call_id] = (approved, decision.reason)
-        del self._pending[call_id]
-
-    # --- the run ---------------------------------------------------------------------------------
-
+@workflow.defn(name=Workflow.AGENT_RUN)
+class AgentRunWorkflow(RunMessages):
     @workflow.run
     async def run(self, inp: RunInput) -> RunResult:
         self._run_id = workflow.info().workflow_id
+        self._tenant_id = inp.tenant_id
         if inp.resume is not None:
             state = replace(inp.resume, executions=inp.resume.executions + 1)
             self._paused = state.paused
@@ -209,14 +103,12 @@ class AgentRunWorkflow:
         status, output, reason = RunStatus.MAX_STEPS, None, None
         try:
             while True:
-                reason = self._stop_reason()
-                if reason is None and self._paused:
+                stop = stop_reason(self._state, self._cancel_reason, self._deadline_remaining())
+                if stop is None and self._paused:
                     await self._wait_while_paused()
                     continue  # look at cancel and budgets again
-                if reason is not None:
-                    status = RunStatus.CANCELLED if self._cancel_reason else RunStatus.BUDGET_EXCEEDED
-                    if reason.startswith("max_steps"):
-                        status = RunStatus.MAX_STEPS
+                if stop is not None:
+                    status, reason = stop
                     break
                 if self._should_continue_as_new(first_step):
                     await workflow.wait_condition(workflow.all_handlers_finished)
@@ -226,28 +118,20 @@ class AgentRunWorkflow:
                     status, output, reason = RunStatus.COMPLETED, turn.content, None
                     break
                 if self._state.repairs > self._state.plan.max_repairs:
-                    bad = next(r.output for r in results if r.outcome == "bad_call")
+                    bad = next(r.output for r in results if r.outcome == ToolOutcome.BAD_CALL)
                     status = RunStatus.FAILED
                     reason = f"the model made invalid tool calls {self._state.repairs} steps in a row; last: {bad}"
                     break
         except ActivityError as exc:
-            status, reason = RunStatus.FAILED, _failure_message(exc)
+            status, reason = RunStatus.FAILED, failure_message(exc)
 
         state = self._state
         if state.step > state.plan.start_step and status != RunStatus.FAILED:
             await self._memory(inp, remember=state.step, recall=None)
         self._status = status
         result: RunResult = await workflow.execute_activity(
-            FINISH_RUN,
-            FinishRunInput(
-                run_id=self._run_id,
-                tenant_id=inp.tenant_id,
-                status=status,
-                steps=state.step,
-                output=output,
-                error=reason,
-                cost_usd=state.cost_usd,
-            ),
+            Activity.FINISH_RUN,
+            FinishRunInput(run_id=self._run_id, tenant_id=inp.tenant_id, status=status, output=output, error=reason),
             result_type=RunResult,
             start_to_close_timeout=retry.STORE_TIMEOUT,
             retry_policy=retry.STORE_RETRY,
@@ -257,19 +141,16 @@ class AgentRunWorkflow:
         return result
 
     async def _start(self, inp: RunInput) -> RunPlan:
-        budget = inp.budget or Budget()
-        if inp.max_steps is not None:
-            budget = replace(budget, max_steps=inp.max_steps)
         try:
             return await workflow.execute_activity(
-                START_RUN,
+                Activity.START_RUN,
                 StartRunInput(
                     run_id=self._run_id,
                     tenant_id=inp.tenant_id,
                     agent=inp.agent,
                     task=inp.task,
                     model=inp.model,
-                    budget=budget,
+                    budget=inp.budget or Budget(),
                     fork=inp.fork,
                 ),
                 result_type=RunPlan,
@@ -278,27 +159,8 @@ class AgentRunWorkflow:
             )
         except ActivityError as exc:
             raise ApplicationError(
-                f"run {self._run_id} could not start: {_failure_message(exc)}", non_retryable=True
+                f"run {self._run_id} could not start: {failure_message(exc)}", non_retryable=True
             ) from None
-
-    def _stop_reason(self) -> str | None:
-        """Why the run must stop before its next step, or None."""
-        state = self._state
-        assert state is not None
-        plan = state.plan
-        if self._cancel_reason is not None:
-            return self._cancel_reason
-        if state.step >= plan.max_steps:
-            return f"max_steps: {plan.max_steps} steps done"
-        if plan.max_tokens is not None and state.input_tokens + state.output_tokens >= plan.max_tokens:
-            used = state.input_tokens + state.output_tokens
-            return f"token budget reached: {used} of {plan.max_tokens} tokens used"
-        if plan.max_cost_usd is not None and state.cost_usd >= plan.max_cost_usd:
-            return f"cost budget reached: ${state.cost_usd:.4f} of ${plan.max_cost_usd:.4f} spent"
-        remaining = self._deadline_remaining()
-        if remaining is not None and remaining <= 0:
-            return f"deadline reached: {plan.deadline_seconds:g} s of wall-clock time passed"
-        return None
 
     def _deadline_remaining(self) -> float | None:
         state = self._state
@@ -318,11 +180,11 @@ class AgentRunWorkflow:
         except TimeoutError:
             pass  # the deadline check that follows ends the run
 
-    async def _set_status(self, status: str, detail: str | None = None) -> None:
+    async def _set_status(self, status: RunStatus, detail: str | None = None) -> None:
         self._status = status
         await workflow.execute_activity(
-            SET_STATUS,
-            SetStatusInput(run_id=self._run_id, status=status, detail=detail),
+            Activity.SET_STATUS,
+            SetStatusInput(run_id=self._run_id, status=status, detail=detail, tenant_id=self._tenant_id),
             start_to_close_timeout=retry.STORE_TIMEOUT,
             retry_policy=retry.STORE_RETRY,
         )
@@ -357,7 +219,7 @@ class AgentRunWorkflow:
         remember = step - 1 if step - 1 > state.plan.start_step else None
         recalled = await self._memory(inp, remember=remember, recall=step)
         turn: ModelTurn = await workflow.execute_activity(
-            CALL_MODEL,
+            Activity.CALL_MODEL,
             CallModelInput(
                 run_id=self._run_id,
                 tenant_id=inp.tenant_id,
@@ -380,7 +242,7 @@ class AgentRunWorkflow:
             )
         )
         await workflow.execute_activity(
-            RECORD_STEP,
+            Activity.RECORD_STEP,
             StepRecord(
                 run_id=self._run_id,
                 tenant_id=inp.tenant_id,
@@ -388,7 +250,7 @@ class AgentRunWorkflow:
                 turn=turn,
                 # Outputs the ledger holds are read there: history gets no second copy.
                 tool_results=[
-                    replace(r, output="", stored=True) if r.outcome in LEDGER_OUTCOMES else r for r in results
+                    replace(r, output="", stored=True) if ToolOutcome(r.outcome).in_ledger else r for r in results
                 ],
                 user_messages=user_messages,
                 decisions=[
@@ -400,7 +262,7 @@ class AgentRunWorkflow:
             start_to_close_timeout=retry.STORE_TIMEOUT,
             retry_policy=retry.STORE_RETRY,
         )
-        bad_call = any(r.outcome == "bad_call" for r in results)
+        bad_call = any(r.outcome == ToolOutcome.BAD_CALL for r in results)
         self._state = replace(
             state,
             step=step,
@@ -425,7 +287,7 @@ class AgentRunWorkflow:
             return []
         try:
             result: MemoryStepResult = await workflow.execute_activity(
-                MEMORY_STEP,
+                Activity.MEMORY_STEP,
                 MemoryStepInput(
                     run_id=self._run_id,
                     tenant_id=inp.tenant_id,
@@ -436,12 +298,12 @@ class AgentRunWorkflow:
                 ),
                 result_type=MemoryStepResult,
                 task_queue=plan.memory_queue,
-                schedule_to_start_timeout=MEMORY_SCHEDULE_TIMEOUT,
-                start_to_close_timeout=MEMORY_TIMEOUT,
+                schedule_to_start_timeout=retry.MEMORY_SCHEDULE_TIMEOUT,
+                start_to_close_timeout=retry.MEMORY_TIMEOUT,
                 retry_policy=retry.MEMORY_RETRY,
             )
         except ActivityError as exc:
-            workflow.logger.warning("memory unavailable at step %s: %s", recall or remember, _failure_message(exc))
+            workflow.logger.warning("memory unavailable at step %s: %s", recall or remember, failure_message(exc))
             return []
         return result.recalled
 
@@ -463,29 +325,29 @@ class AgentRunWorkflow:
         self._state = replace(state, compacted_at_step=state.step)
         try:
             done: CompactionSummary = await workflow.execute_activity(
-                COMPACT_RUN,
+                Activity.COMPACT_RUN,
                 CompactRunInput(run_id=self._run_id, tenant_id=inp.tenant_id),
                 result_type=CompactionSummary,
-                start_to_close_timeout=timedelta(seconds=state.plan.retry.timeout_seconds * 2),
+                start_to_close_timeout=retry.inline_compaction_timeout(state.plan.retry),
                 heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
                 retry_policy=retry.MEMORY_RETRY,
             )
         except ActivityError as exc:
-            workflow.logger.warning("inline compaction failed: %s", _failure_message(exc))
+            workflow.logger.warning("inline compaction failed: %s", failure_message(exc))
             return
         if not (done.created and done.summary and state.plan.memory_queue):
             return
         try:
             await workflow.execute_activity(
-                SAVE_EPISODES,
+                Activity.SAVE_EPISODES,
                 [summary_episode(done)],
                 task_queue=state.plan.memory_queue,
-                schedule_to_start_timeout=MEMORY_SCHEDULE_TIMEOUT,
-                start_to_close_timeout=MEMORY_TIMEOUT,
+                schedule_to_start_timeout=retry.MEMORY_SCHEDULE_TIMEOUT,
+                start_to_close_timeout=retry.MEMORY_TIMEOUT,
                 retry_policy=retry.MEMORY_RETRY,
             )
         except ActivityError as exc:
-            workflow.logger.warning("summary episode not saved: %s", _failure_message(exc))
+            workflow.logger.warning("summary episode not saved: %s", failure_message(exc))
 
     async def _approvals(self, step: int, calls: list[ToolCall]) -> dict[str, tuple[bool, str | None]]:
         """Wait, durably, for a human decision on every call whose tool requires approval."""
@@ -514,30 +376,19 @@ class AgentRunWorkflow:
         assert state is not None
         spec = next((s for s in state.plan.tools if s.name == call.name), DEFAULT_TOOL)
         if spec.requires_approval and decision is None:
-            why = self._cancel_reason or "the deadline passed"
-            return ToolResult(
-                call_id=call.id, name=call.name, is_error=True, outcome="cancelled", output=f"error: not run: {why}"
-            )
+            return not_run(call, ToolOutcome.CANCELLED, f"not run: {self._cancel_reason or 'the deadline passed'}")
         if decision is not None and not decision[0]:
             why = f": {decision[1]}" if decision[1] else ""
-            return ToolResult(
-                call_id=call.id,
-                name=call.name,
-                is_error=True,
-                outcome="denied",
-                output=f"error: a human denied this call{why}",
-            )
+            return not_run(call, ToolOutcome.DENIED, f"a human denied this call{why}")
         if spec.memory and state.plan.memory_queue is None:
-            return ToolResult(
-                call_id=call.id,
-                name=call.name,
-                is_error=True,
-                outcome="failed",
-                output=f"error: {call.name} needs long-term memory, and this deployment has no memory worker",
+            return not_run(
+                call,
+                ToolOutcome.FAILED,
+                f"{call.name} needs long-term memory, and this deployment has no memory worker",
             )
         try:
             return await workflow.execute_activity(
-                RUN_TOOL,
+                Activity.RUN_TOOL,
                 RunToolInput(
                     run_id=self._run_id,
                     tenant_id=inp.tenant_id,
@@ -554,10 +405,5 @@ class AgentRunWorkflow:
             )
         except ActivityError as exc:
             # A tool that keeps failing is reported to the model, which can work around it.
-            return ToolResult(
-                call_id=call.id,
-                name=call.name,
-                is_error=True,
-                outcome="failed",
-                output=f"error: tool {call.name} failed after {spec.max_attempts} attempt(s): {_failure_message(exc)}",
-            )
+            why = f"tool {call.name} failed after {spec.max_attempts} attempt(s): {failure_message(exc)}"
+            return not_run(call, ToolOutcome.FAILED, why)

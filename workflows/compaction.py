@@ -15,56 +15,35 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry
     from waypoint.compaction_types import (
-        COMPACT_RUN,
-        COMPACTION_WORKFLOW,
-        SAVE_EPISODES,
-        SELECT_RUNS,
         CompactionInput,
         CompactionReport,
         CompactionSummary,
         CompactRunInput,
         RunRef,
         SelectRunsInput,
-        memory_task_queue,
         summary_episode,
     )
-
-# A pass is retried by the next scheduled one: a few attempts per activity are enough.
-PASS_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=3,
-    non_retryable_error_types=retry.NON_RETRYABLE,
-)
-# The summary call may take as long as a model call does.
-COMPACT_TIMEOUT = timedelta(minutes=10)
+    from waypoint.errors import failure_message
+    from waypoint.names import Activity, Workflow, memory_task_queue
 
 
-def _failure_message(exc: BaseException) -> str:
-    cause = exc.__cause__ or exc
-    message = getattr(cause, "message", None) or str(cause) or type(cause).__name__
-    kind = getattr(cause, "type", None)  # an unexpected exception's class name, e.g. KeyError
-    return f"{kind}: {message}" if kind else message
-
-
-@workflow.defn(name=COMPACTION_WORKFLOW)
+@workflow.defn(name=Workflow.COMPACTION)
 class CompactionWorkflow:
     @workflow.run
     async def run(self, inp: CompactionInput) -> CompactionReport:
         refs: list[RunRef] = await workflow.execute_activity(
-            SELECT_RUNS,
+            Activity.SELECT_RUNS,
             SelectRunsInput(
                 threshold_tokens=inp.threshold_tokens, limit=inp.max_runs, tenant_id=inp.tenant_id, run_id=inp.run_id
             ),
             result_type=list[RunRef],
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=PASS_RETRY,
+            start_to_close_timeout=retry.SELECT_RUNS_TIMEOUT,
+            retry_policy=retry.PASS_RETRY,
         )
         queue = list(refs)
         done: dict[str, CompactionSummary] = {}
@@ -83,15 +62,15 @@ class CompactionWorkflow:
     async def _compact(self, ref: RunRef, inp: CompactionInput) -> CompactionSummary:
         try:
             return await workflow.execute_activity(
-                COMPACT_RUN,
+                Activity.COMPACT_RUN,
                 CompactRunInput(run_id=ref.run_id, tenant_id=ref.tenant_id, keep_steps=inp.keep_steps),
                 result_type=CompactionSummary,
-                start_to_close_timeout=COMPACT_TIMEOUT,
+                start_to_close_timeout=retry.COMPACT_TIMEOUT,
                 heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
-                retry_policy=PASS_RETRY,
+                retry_policy=retry.PASS_RETRY,
             )
         except ActivityError as exc:
-            workflow.logger.warning("compaction of %s failed: %s", ref.run_id, _failure_message(exc))
+            workflow.logger.warning("compaction of %s failed: %s", ref.run_id, failure_message(exc, with_type=True))
             return CompactionSummary(
                 run_id=ref.run_id,
                 compaction_id=None,
@@ -100,7 +79,7 @@ class CompactionWorkflow:
                 tokens_before=0,
                 tokens_after=0,
                 created=False,
-                error=_failure_message(exc),
+                error=failure_message(exc, with_type=True),
                 tenant_id=ref.tenant_id,
             )
 
@@ -111,16 +90,18 @@ class CompactionWorkflow:
         task_queue = memory_task_queue(workflow.info().task_queue)
         try:
             await workflow.execute_activity(
-                SAVE_EPISODES,
+                Activity.SAVE_EPISODES,
                 episodes,
                 task_queue=task_queue,
                 # No memory worker polls: give up soon and say so, the compactions are written.
                 schedule_to_start_timeout=timedelta(seconds=timeout_seconds),
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=PASS_RETRY,
+                start_to_close_timeout=retry.MEMORY_TIMEOUT,
+                retry_policy=retry.PASS_RETRY,
             )
         except ActivityError as exc:
-            reason = f"summary episodes not saved (memory worker on {task_queue}): {_failure_message(exc)}"
+            reason = (
+                f"summary episodes not saved (memory worker on {task_queue}): {failure_message(exc, with_type=True)}"
+            )
             workflow.logger.warning(reason)
             return 0, reason
         return len(episodes), None

@@ -7,24 +7,25 @@ memory task queue, and its one activity runs where the store is.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry
-    from waypoint.types import MEMORY_ADMIN, MemoryRequest
+    from waypoint.names import Activity, Workflow
+    from waypoint.types import MemoryRequest
 
 
-@workflow.defn(name="MemoryRequestWorkflow")
+@workflow.defn(name=Workflow.MEMORY_REQUEST)
 class MemoryRequestWorkflow:
     @workflow.run
-    async def run(self, req: MemoryRequest) -> str:
-        result: str = await workflow.execute_activity(
-            MEMORY_ADMIN,
+    async def run(self, req: MemoryRequest) -> Any:
+        # The answer passes through as it came (a MemoryAnswer; JSON text from workers before it
+        # was typed): the client reads it, so a changed shape never touches this workflow's history.
+        return await workflow.execute_activity(
+            Activity.MEMORY_ADMIN,
             req,
-            result_type=str,
-            start_to_close_timeout=timedelta(seconds=60),
+            start_to_close_timeout=retry.MEMORY_TIMEOUT,
             retry_policy=retry.MEMORY_RETRY,
         )
-        return result

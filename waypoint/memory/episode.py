@@ -11,11 +11,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from waypoint.names import EpisodeKind
+
 # A fixed namespace: the same (run_id, step, kind, index) gives the same point id on
 # every machine and in every process, so a retried write overwrites instead of adding.
 EPISODE_NAMESPACE = uuid.UUID("6f1d2a57-3c1e-4b0e-9a51-0f7f3b2c9d11")
 
-KINDS = ("step", "decision", "summary", "fact")
+KINDS = tuple(k.value for k in EpisodeKind)
 
 
 @dataclass(frozen=True)

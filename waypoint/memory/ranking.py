@@ -17,6 +17,8 @@ import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
+from waypoint.names import EpisodeKind
+
 SIMILARITY_WEIGHT = 0.7
 RECENCY_WEIGHT = 0.2
 IMPORTANCE_WEIGHT = 0.1
@@ -24,7 +26,7 @@ HALF_LIFE_SECONDS = 7 * 24 * 3600.0
 
 # Kinds whose repeats are merged instead of stored again: an agent that learns the same
 # fact in ten runs should recall it once, not crowd out everything else with it.
-MERGED_KINDS = frozenset({"fact", "decision"})
+MERGED_KINDS = frozenset({EpisodeKind.FACT, EpisodeKind.DECISION})
 # Cosine at or above which two texts of a merged kind are one memory, for the hashing embedder.
 # Measured: case, punctuation and spacing changes stay at 1.0, while one changed word in a short
 # sentence (another day, another number) falls to 0.7-0.9.

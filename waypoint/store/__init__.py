@@ -1,1 +1,34 @@
-"""The Postgres mirror: schema, connections, migrations and read queries."""
+"""The Postgres mirror: every SQL statement and every write, tenant-scoped in one place.
+
+    store = RunStore(engine)     # built once per process, injected into the activities
+    await store.list_runs(tenant_id)
+    await store.record_step(record, attempt=n)
+
+One object, assembled from small parts, one module each: the log (append, hash chain,
+status transitions), a step's writes, the tool ledger, compactions, what a step reads,
+listings, time travel, integrity and retention. `waypoint.store.db` has connections and
+migrations, `waypoint.store.schema` the tables.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from waypoint.store.compactions import CompactionStore
+from waypoint.store.integrity import Integrity
+from waypoint.store.ledger import Ledger
+from waypoint.store.log import RunLog
+from waypoint.store.reads import Reads
+from waypoint.store.steps import StepWriter
+from waypoint.store.travel import TimeTravel
+from waypoint.store.working import WorkingReads
+
+
+class RunStore(RunLog, StepWriter, Ledger, CompactionStore, WorkingReads, Reads, TimeTravel, Integrity):
+    """Every read and write of the Postgres mirror."""
+
+    def __init__(self, engine: AsyncEngine):
+        self.engine = engine
+
+
+__all__ = ["RunStore"]

@@ -18,31 +18,14 @@ from typing import Any
 from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from waypoint.models import Message, estimate_tokens
-from waypoint.store.schema import events
+from waypoint.names import MESSAGE_KINDS, EventKind
+from waypoint.store.schema import STATE_SCHEMA_VERSION, events
+from waypoint.tokens import estimate_tokens
+from waypoint.transcript import event_messages, is_pin, pin_text
+from waypoint.types import Message
 
-MESSAGE_KINDS = ("run_started", "user_message", "model_response", "tool_result")
-PIN_TOOL = "pin_decision"  # the memory tool whose calls are pinned decisions
 Segment = list[Any]  # [run_id, first_seq, last_seq, tokens]
-
-
-def event_messages(kind: str, payload: dict[str, Any]) -> list[Message]:
-    """The chat messages an event stands for (none for bookkeeping events)."""
-    if kind == "run_started":
-        return [{"role": "system", "content": payload["instructions"]}, {"role": "user", "content": payload["task"]}]
-    if kind == "user_message":
-        return [{"role": "user", "content": payload["content"]}]
-    if kind == "model_response":
-        message: Message = {"role": "assistant", "content": payload["content"]}
-        if payload["tool_calls"]:
-            message["tool_calls"] = [
-                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for c in payload["tool_calls"]
-            ]
-        return [message]
-    if kind == "tool_result":
-        return [{"role": "tool", "tool_call_id": payload["call_id"], "content": payload["output"]}]
-    return []
+Pin = list[Any]  # [run_id, seq, step]: a decision event, or the result of a pin_decision call
 
 
 def segment(run_id: str, first_seq: int, last_seq: int, messages: Iterable[Message]) -> Segment:
@@ -60,25 +43,19 @@ def trim(segments: list[Segment], budget_tokens: int) -> tuple[list[Segment], in
     return kept, dropped
 
 
-Pin = list[Any]  # [run_id, seq, step]: a decision event, or the result of a pin_decision call
-
-
-def pin_text(kind: str, payload: dict[str, Any]) -> str:
-    """The verbatim text of a pinned decision."""
-    if kind == "decision":
-        why = f": {payload['reason']}" if payload.get("reason") else ""
-        return f"a human {payload['decision']} tool call {payload['call_id']}{why}"
-    return str(payload.get("output", ""))
+def state(segments: list[Segment], *, dropped_steps: int = 0, pinned: Sequence[Pin] = ()) -> dict[str, Any]:
+    """A checkpoint's state (JSONB)."""
+    return {
+        "schema": STATE_SCHEMA_VERSION,
+        "segments": segments,
+        "dropped_steps": dropped_steps,
+        "pinned": list(pinned),
+    }
 
 
 def pins_of(run_id: str, rows: Iterable[tuple[int, int, str, dict[str, Any]]]) -> list[Pin]:
     """The pins among a step's new events, given as (seq, step, kind, payload)."""
-    return [
-        [run_id, seq, step]
-        for seq, step, kind, payload in rows
-        if kind == "decision"
-        or (kind == "tool_result" and payload.get("name") == PIN_TOOL and payload.get("outcome") == "ok")
-    ]
+    return [[run_id, seq, step] for seq, step, kind, payload in rows if is_pin(kind, payload)]
 
 
 async def render_parts(
@@ -91,7 +68,7 @@ async def render_parts(
         return [], []
     ranges = or_(*(and_(events.c.run_id == r, events.c.seq.between(a, b)) for r, a, b in refs))
     query = select(events.c.run_id, events.c.seq, events.c.kind, events.c.payload).where(
-        ranges, events.c.kind.in_((*MESSAGE_KINDS, "decision"))
+        ranges, events.c.kind.in_((*MESSAGE_KINDS, EventKind.DECISION))
     )
     found = {(row.run_id, row.seq): row for row in await conn.execute(query)}
     groups: list[list[Message]] = []

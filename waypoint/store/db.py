@@ -6,10 +6,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from typing import TYPE_CHECKING
+
 from sqlalchemy import event, make_url, text
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DisconnectionError
@@ -17,6 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from waypoint.config import Settings
 from waypoint.errors import ConfigError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -109,6 +110,9 @@ async def ensure_database(url: str) -> None:
 
 
 def _alembic_config(connection: Connection) -> Config:
+    # Alembic is imported when a migration step runs, never by a command that only reads.
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["connection"] = connection
@@ -117,6 +121,8 @@ def _alembic_config(connection: Connection) -> Config:
 
 async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
     """Apply the Alembic migrations up to `revision`."""
+
+    from alembic import command
 
     def upgrade(connection: Connection) -> None:
         command.upgrade(_alembic_config(connection), revision)
@@ -130,6 +136,9 @@ async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
 
 async def schema_revision(engine: AsyncEngine) -> tuple[str | None, str]:
     """(current revision of the database, newest revision this code knows)."""
+
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
 
     def read(connection: Connection) -> tuple[str | None, str]:
         head = ScriptDirectory.from_config(_alembic_config(connection)).get_current_head()

@@ -7,77 +7,74 @@ names the first row that does not match.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from sqlalchemy import delete, select, text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from waypoint.errors import WaypointError
+from waypoint.errors import Conflict
+from waypoint.names import LIVE
+from waypoint.store.base import StoreBase
 from waypoint.store.hashing import event_hash, state_hash
-from waypoint.store.reads import get_run
-from waypoint.store.schema import checkpoints, events, runs, tool_effects
+from waypoint.store.rows import Verdict
+from waypoint.store.schema import checkpoints, compactions, events, runs, tool_effects
 
 
-@dataclass
-class Verdict:
-    run_id: str
-    events: int = 0
-    checkpoints: int = 0
-    problems: list[str] = field(default_factory=list)
+class Integrity(StoreBase):
+    async def verify(self, tenant_id: str, run_id: str) -> Verdict:
+        """Recompute the run's event chain and checkpoint hashes, streaming rows (no full load)."""
+        verdict = Verdict(run_id)
+        prev: str | None = None
+        expected_seq = 1
+        async with self.engine.connect() as conn:
+            run = await self._run(conn, tenant_id, run_id)
+            rows = await conn.stream(select(events).where(events.c.run_id == run_id).order_by(events.c.seq))
+            async for e in rows:
+                verdict.events += 1
+                if e.seq != expected_seq:
+                    verdict.problems.append(f"event seq {expected_seq} is missing (next is {e.seq})")
+                expected_seq = e.seq + 1
+                if e.prev_hash != prev:
+                    verdict.problems.append(f"event seq {e.seq}: prev_hash does not match the hash of the event before")
+                digest = event_hash(prev, run_id=run_id, seq=e.seq, step=e.step, kind=e.kind, payload=e.payload)
+                if digest != e.hash:
+                    verdict.problems.append(
+                        f"event seq {e.seq} ({e.kind}, step {e.step}): content does not match its hash"
+                    )
+                prev = e.hash
+                if len(verdict.problems) >= 10:
+                    return verdict
+            cps = await conn.stream(
+                select(checkpoints.c.step, checkpoints.c.state, checkpoints.c.state_hash)
+                .where(checkpoints.c.run_id == run_id)
+                .order_by(checkpoints.c.step)
+            )
+            expected_step = run.fork_step or 0  # a fork's checkpoints start at its fork step
+            async for c in cps:
+                verdict.checkpoints += 1
+                if c.step != expected_step:
+                    verdict.problems.append(f"checkpoint of step {expected_step} is missing")
+                expected_step = c.step + 1
+                if state_hash(c.state) != c.state_hash:
+                    verdict.problems.append(f"checkpoint of step {c.step}: state does not match its hash")
+        return verdict
 
-    @property
-    def ok(self) -> bool:
-        return not self.problems
+    async def checkpoint_steps(self, tenant_id: str, run_id: str) -> list[int]:
+        """The steps that have a checkpoint, in order (contiguous in an intact run)."""
+        async with self.engine.connect() as conn:
+            await self._run(conn, tenant_id, run_id)
+            found = await conn.scalars(
+                select(checkpoints.c.step).where(checkpoints.c.run_id == run_id).order_by(checkpoints.c.step)
+            )
+            return list(found)
 
-
-async def verify(engine: AsyncEngine, tenant_id: str, run_id: str) -> Verdict:
-    """Recompute the run's event chain and checkpoint hashes, streaming rows (no full load)."""
-    run = await get_run(engine, tenant_id, run_id)
-    verdict = Verdict(run_id)
-    first_step = run["fork_step"] or 0  # a fork's checkpoints start at its fork step
-    prev: str | None = None
-    expected_seq = 1
-    async with engine.connect() as conn:
-        rows = await conn.stream(select(events).where(events.c.run_id == run_id).order_by(events.c.seq))
-        async for e in rows:
-            verdict.events += 1
-            if e.seq != expected_seq:
-                verdict.problems.append(f"event seq {expected_seq} is missing (next is {e.seq})")
-            expected_seq = e.seq + 1
-            if e.prev_hash != prev:
-                verdict.problems.append(f"event seq {e.seq}: prev_hash does not match the hash of the event before")
-            digest = event_hash(prev, run_id=run_id, seq=e.seq, step=e.step, kind=e.kind, payload=e.payload)
-            if digest != e.hash:
-                verdict.problems.append(f"event seq {e.seq} ({e.kind}, step {e.step}): content does not match its hash")
-            prev = e.hash
-            if len(verdict.problems) >= 10:
-                return verdict
-        cps = await conn.stream(
-            select(checkpoints.c.step, checkpoints.c.state, checkpoints.c.state_hash)
-            .where(checkpoints.c.run_id == run_id)
-            .order_by(checkpoints.c.step)
-        )
-        expected_step = first_step
-        async for c in cps:
-            verdict.checkpoints += 1
-            if c.step != expected_step:
-                verdict.problems.append(f"checkpoint of step {expected_step} is missing")
-            expected_step = c.step + 1
-            if state_hash(c.state) != c.state_hash:
-                verdict.problems.append(f"checkpoint of step {c.step}: state does not match its hash")
-    return verdict
-
-
-async def delete_run(engine: AsyncEngine, tenant_id: str, run_id: str) -> None:
-    """The retention path: remove a finished run and everything it wrote, in one transaction."""
-    run = await get_run(engine, tenant_id, run_id)
-    if run["status"] in ("running", "paused", "waiting_approval"):
-        raise WaypointError(f"run {run_id} is {run['status']}: cancel it first (`waypoint cancel {run_id}`)")
-    async with engine.begin() as conn:
-        forks = await conn.scalar(select(runs.c.run_id).where(runs.c.parent_run_id == run_id).limit(1))
-        if forks:
-            raise WaypointError(f"run {run_id} has forks (e.g. {forks}): delete them first")
-        await conn.execute(text("SET LOCAL waypoint.retention = 'on'"))
-        for table in (tool_effects, checkpoints, events):
-            await conn.execute(delete(table).where(table.c.run_id == run_id))
-        await conn.execute(delete(runs).where(runs.c.run_id == run_id))
+    async def delete_run(self, tenant_id: str, run_id: str) -> None:
+        """The retention path: remove a finished run and everything it wrote, in one transaction."""
+        async with self.engine.begin() as conn:
+            run = await self._run(conn, tenant_id, run_id, lock=True)
+            if run.status in LIVE:
+                raise Conflict(f"run {run_id} is {run.status}: cancel it first (`waypoint cancel {run_id}`)")
+            forks = await conn.scalar(select(runs.c.run_id).where(runs.c.parent_run_id == run_id).limit(1))
+            if forks:
+                raise Conflict(f"run {run_id} has forks (e.g. {forks}): delete them first")
+            await conn.execute(text("SET LOCAL waypoint.retention = 'on'"))
+            for table in (tool_effects, checkpoints, events, compactions):
+                await conn.execute(delete(table).where(table.c.run_id == run_id))
+            await conn.execute(delete(runs).where(runs.c.run_id == run_id))

@@ -14,7 +14,6 @@ from __future__ import annotations
 from waypoint.telemetry.core import (
     Metrics,
     Telemetry,
-    client_interceptors,
     current,
     instrument_engine,
     mark_error,
@@ -23,14 +22,13 @@ from waypoint.telemetry.core import (
     reset,
     setup,
     span,
-    temporal_runtime,
     trace_id,
     tracer,
-    worker_interceptors,
 )
 from waypoint.telemetry.genai import chat_span, tool_span
 from waypoint.telemetry.redact import redact, redact_text
 from waypoint.telemetry.spanfile import read_trace, span_file, span_tree
+from waypoint.telemetry.temporal import client_interceptors, temporal_runtime, worker_interceptors
 
 __all__ = [
     "Metrics",

@@ -10,11 +10,8 @@ call time, so a long-lived engine or module never holds a stale provider.
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import logging
 import os
 import threading
-import time
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -31,14 +28,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
-from temporalio import activity, workflow
-from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.worker import (
-    ActivityInboundInterceptor,
-    ExecuteActivityInput,
-    Interceptor,
-)
 
 from waypoint.config import Settings
 from waypoint.telemetry.spanfile import JsonLinesSpanExporter, span_file
@@ -193,7 +183,6 @@ def setup(
             )
         if current is not None:
             current.shutdown()
-        _install_log_filter()
         _current = built
         return built
 
@@ -312,133 +301,3 @@ def instrument_engine(engine: Any) -> None:
     usage = otel_metrics.NoOpMeter(SCOPE).create_up_down_counter("db.client.connections.usage")
     EngineTracer(_CurrentTracer(), sync_engine, usage)
     _instrumented.add(sync_engine)
-
-
-# --- Temporal -----------------------------------------------------------------------------------
-
-
-def client_interceptors(settings: Settings) -> list[Any]:
-    interceptor = setup(settings).tracing_interceptor()
-    return [interceptor] if interceptor else []
-
-
-def worker_interceptors(client: Client, settings: Settings) -> list[Interceptor]:
-    """Tracing (unless the client carries it already: it would trace twice), then step metrics and log context."""
-    telemetry = setup(settings)
-    chain: list[Interceptor] = []
-    interceptor = telemetry.tracing_interceptor()
-    if interceptor is not None and not any(
-        isinstance(i, TracingInterceptor) for i in client.config().get("interceptors", [])
-    ):
-        chain.append(interceptor)
-    chain.append(StepInterceptor())
-    return chain
-
-
-_runtime: Any = None
-
-
-def temporal_runtime(settings: Settings) -> Any:
-    """A Temporal runtime that exports the SDK's own metrics over OTLP (WAYPOINT_TEMPORAL_METRICS), else None."""
-    global _runtime
-    if not (settings.temporal_metrics and settings.otlp_endpoint):
-        return None
-    if _runtime is None:
-        from temporalio.runtime import OpenTelemetryConfig, Runtime, TelemetryConfig
-
-        http = settings.otlp_protocol != "grpc"
-        url = _otlp_url(settings.otlp_endpoint, "metrics") if http else settings.otlp_endpoint
-        _runtime = Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(url=url, http=http)))
-    return _runtime
-
-
-@dataclass(frozen=True)
-class _LogContext:
-    run_id: str
-    step: int | None
-
-
-_log_context: contextvars.ContextVar[_LogContext | None] = contextvars.ContextVar("waypoint_log", default=None)
-
-
-class StepInterceptor(Interceptor):
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _StepActivityInterceptor(next)
-
-
-class _StepActivityInterceptor(ActivityInboundInterceptor):
-    """Puts `waypoint.*` on each attempt's RunActivity span, the run and step into log records,
-    and records step, checkpoint, retry and run metrics."""
-
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        info = activity.info()
-        arg: Any = input.args[0] if input.args else None
-        step = getattr(arg, "step", None)
-        attempt_span = trace.get_current_span()
-        if attempt_span.is_recording():
-            attempt_span.set_attributes(
-                _attributes(
-                    None,
-                    {"run_id": info.workflow_id, "step": step, "attempt": info.attempt, "tenant": _tenant(arg)},
-                )
-            )
-        found = metrics()
-        if info.attempt > 1:
-            found.retries.add(1, {"activity": info.activity_type})
-        token = _log_context.set(_LogContext(info.workflow_id or "", step))
-        started = time.perf_counter()
-        try:
-            result = await super().execute_activity(input)
-        finally:
-            _log_context.reset(token)
-        elapsed = time.perf_counter() - started
-        if info.activity_type == "record_step" and arg is not None:
-            tools_ms = sum(r.duration_ms for r in getattr(arg, "tool_results", []))
-            attrs = {"waypoint.tenant": _tenant(arg) or ""}
-            found.steps.add(1, attrs)
-            found.checkpoint_write.record(elapsed, attrs)
-            found.step_duration.record(elapsed + (arg.turn.latency_ms + tools_ms) / 1000, attrs)
-        elif info.activity_type == "finish_run" and arg is not None:
-            found.runs.add(1, {"status": getattr(arg, "status", "unknown")})
-        return result
-
-
-def _tenant(arg: Any) -> str | None:
-    return getattr(arg, "tenant_id", None)
-
-
-# --- logs ---------------------------------------------------------------------------------------
-
-
-class RunContextFilter(logging.Filter):
-    """Adds the run id, step and trace id to `workflow.logger` and `activity.logger` records:
-    as attributes (`waypoint_run_id`, `waypoint_step`, `trace_id`) and at the end of the message."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        run_id: str | None = None
-        step: int | None = None
-        if activity.in_activity():
-            found = _log_context.get()
-            run_id = found.run_id if found else activity.info().workflow_id
-            step = found.step if found else None
-        elif workflow.in_workflow():
-            run_id = workflow.info().workflow_id
-            with contextlib.suppress(Exception):  # the run's live step, as the `progress` query answers it
-                step = workflow.instance().progress().step
-        if run_id is None or getattr(record, "waypoint_run_id", None):
-            return True
-        trace = trace_id()
-        record.waypoint_run_id, record.waypoint_step, record.trace_id = run_id, step, trace
-        suffix = f" [run_id={run_id} step={step} trace_id={trace}]"
-        record.msg = f"{record.msg}{suffix.replace('%', '%%') if record.args else suffix}"
-        return True
-
-
-_filter = RunContextFilter()
-
-
-def _install_log_filter() -> None:
-    for name in ("temporalio.activity", "temporalio.workflow"):
-        logger = logging.getLogger(name)
-        if _filter not in logger.filters:
-            logger.addFilter(_filter)

@@ -17,16 +17,11 @@ from typing import Any
 
 from opentelemetry.trace import Span, SpanKind
 
+from waypoint.models.spec import model_label
 from waypoint.pricing import cost_usd
 from waypoint.telemetry.core import current, mark_error, metrics, span
 from waypoint.telemetry.redact import redact
 from waypoint.types import ModelTurn
-
-
-def provider_and_model(spec: str) -> tuple[str, str]:
-    """`openai:gpt-4o-mini` -> ("openai", "gpt-4o-mini"); `scripted` -> ("scripted", "scripted")."""
-    provider, _, name = spec.partition(":")
-    return provider, name or provider
 
 
 class ChatSpan:
@@ -64,7 +59,7 @@ def chat_span(
     attempt: int,
 ) -> Iterator[ChatSpan]:
     """`with chat_span(inp.model, messages, ...) as chat: turn = ...; chat.record(turn)`."""
-    provider, model = provider_and_model(spec)
+    provider, model = model_label(spec)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": provider,
@@ -79,7 +74,7 @@ def chat_span(
         try:
             yield ChatSpan(target, model)
         except BaseException as exc:
-            status = getattr(exc, "status_code", None)
+            status = getattr(exc, "status", None)  # a ModelError's HTTP status
             if isinstance(status, int):
                 target.set_attribute("http.response.status_code", status)
             outcome = f"http_{status}" if isinstance(status, int) else type(exc).__name__
@@ -95,4 +90,4 @@ def tool_span(name: str, call_id: str, *, run_id: str, step: int, tenant: str, a
         yield target
 
 
-__all__ = ["ChatSpan", "chat_span", "mark_error", "provider_and_model", "tool_span"]
+__all__ = ["ChatSpan", "chat_span", "mark_error", "tool_span"]

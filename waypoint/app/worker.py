@@ -20,10 +20,11 @@ from activities.model import ModelActivities
 from activities.tools import ToolActivities
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
-from waypoint.compaction_types import memory_task_queue
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, StackError
 from waypoint.memory import EpisodicStore, open_store
+from waypoint.names import memory_task_queue
+from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
 from workflows.agent_run import AgentRunWorkflow
 from workflows.compaction import CompactionWorkflow
@@ -46,11 +47,12 @@ def build_worker(
     """The main worker. `memory`: runs use episodic memory, served on the memory task queue by
     `build_memory_worker` (in this process or another)."""
     queue = task_queue or settings.task_queue
-    checkpoints = CheckpointActivities(engine, agents, memory_queue=memory_task_queue(queue) if memory else None)
-    models = ModelActivities(engine, agents, settings)
-    tools = ToolActivities(engine, agents, settings)
+    store = RunStore(engine)
+    checkpoints = CheckpointActivities(store, agents, memory_queue=memory_task_queue(queue) if memory else None)
+    models = ModelActivities(store, agents, settings)
+    tools = ToolActivities(store, agents, settings)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
-    compaction = CompactionActivities(engine, settings)
+    compaction = CompactionActivities(store, settings)
     return Worker(
         client,
         task_queue=queue,
@@ -84,8 +86,9 @@ def build_memory_worker(
 ) -> Worker:
     """The worker of the memory task queue: the one process that owns the store serves every
     memory read and write (recall, episodes, memory tools, `waypoint memory ...`)."""
-    memory = MemoryActivities(engine, store)
-    tools = ToolActivities(engine, agents, settings, memory=store)
+    runs = RunStore(engine)
+    memory = MemoryActivities(runs, store)
+    tools = ToolActivities(runs, agents, settings, memory=store)
     return Worker(
         client,
         task_queue=memory_task_queue(task_queue or settings.task_queue),

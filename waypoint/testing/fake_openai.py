@@ -1,4 +1,5 @@
-"""A real local HTTP server that speaks the chat-completions API, for tests and the chaos demo.
+"""A real local HTTP server that speaks the chat-completions API, for tests, the chaos demo, and
+anyone trying an agent offline: `python -m waypoint.testing.fake_openai --port 8765 --script turns.json`.
 
 What it answers is up to a responder: by default, the next item queued with
 `answer()`: a `Turn` (a normal completion, with optional tool calls) or a
@@ -109,7 +110,7 @@ class FakeOpenAI:
     one, queued items are answered in order, and an empty queue answers HTTP 500.
     """
 
-    def __init__(self, responder: Responder | None = None) -> None:
+    def __init__(self, responder: Responder | None = None, *, port: int = 0) -> None:
         self.script: list[Turn | Reply] = []
         self.seen: list[Seen] = []
         self.responder = responder
@@ -118,7 +119,7 @@ class FakeOpenAI:
         self.embedding_dim = 32
         self.embedding_requests: list[Seen] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -188,3 +189,55 @@ class FakeOpenAI:
                 self.wfile.write(data)
 
         return Handler
+
+
+def load_script(path: str) -> list[Turn | Reply]:
+    """A script file: a JSON list, one item per request, in order. An item with `status` is a raw
+    reply (`{"status": 503, "body": {...}, "headers": {...}, "delay": 1.5}`); any other is a turn
+    (`{"content": "..."}` or `{"tool_calls": [["add", {"a": 1, "b": 2}]]}`, with optional
+    `prompt_tokens` and `completion_tokens`)."""
+    with open(path) as fh:
+        items = json.load(fh)
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: a script is a JSON list of turns and replies")
+    script: list[Turn | Reply] = []
+    for item in items:
+        if "status" in item:
+            script.append(Reply(**item))
+        else:
+            calls = [(name, args) for name, args in item.get("tool_calls", [])]
+            script.append(Turn(**{**item, "tool_calls": calls}))
+    return script
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m waypoint.testing.fake_openai --port N --script FILE`: serve until Ctrl-C."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m waypoint.testing.fake_openai",
+        description="A local server that speaks the OpenAI chat-completions API and answers from a script.",
+    )
+    parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765)")
+    parser.add_argument("--script", help="JSON list of turns and replies, answered in order (see load_script)")
+    args = parser.parse_args(argv)
+    try:
+        script = load_script(args.script) if args.script else []
+        server = FakeOpenAI(port=args.port)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    server.answer(*script)
+    print(f"fake OpenAI server on {server.base_url} with {len(script)} scripted answer(s); Ctrl-C stops it")
+    print(f"  export OPENAI_BASE_URL={server.base_url} OPENAI_API_KEY=fake", flush=True)
+    try:
+        server._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._server.server_close()
+
+
+if __name__ == "__main__":
+    main()

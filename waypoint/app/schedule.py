@@ -11,9 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import asdict
-from datetime import timedelta
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 
 from temporalio.client import (
     Client,
@@ -33,10 +32,11 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from waypoint import retry
+from waypoint.app.temporal import rpc_error
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import NotFound, WaypointError
-from workflows.compaction import CompactionWorkflow
+from waypoint.names import Workflow
 
 NOTE_PREFIX = "waypoint compaction, config "
 
@@ -63,7 +63,7 @@ def desired_schedule(settings: Settings) -> Schedule:
     fingerprint = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     return Schedule(
         action=ScheduleActionStartWorkflow(
-            CompactionWorkflow.run,
+            Workflow.COMPACTION,
             inp,
             id=f"{settings.compaction_schedule_id}-pass",
             task_queue=settings.task_queue,
@@ -97,7 +97,38 @@ async def apply_schedule(client: Client, settings: Settings) -> str:
     return "updated"
 
 
-async def describe_schedule(client: Client, settings: Settings, *, results: int = 5) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PassOutcome:
+    """One compaction pass the Schedule started, and what it did (when it completed)."""
+
+    at: datetime
+    workflow_id: str | None
+    status: str
+    selected: int | None = None
+    compacted: int | None = None
+    failed: list[str] = field(default_factory=list)
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    episodes_saved: int | None = None
+    memory_error: str | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    id: str
+    every_seconds: list[float]
+    overlap: str
+    paused: bool
+    note: str
+    workflow: str | None
+    task_queue: str | None
+    actions_taken: int
+    skipped_overlaps: int
+    next_runs: list[datetime]
+    last_passes: list[PassOutcome]
+
+
+async def describe_schedule(client: Client, settings: Settings, *, results: int = 5) -> ScheduleInfo:
     """The Schedule (interval, overlap policy, next runs) and the outcome of its last passes."""
     handle = client.get_schedule_handle(settings.compaction_schedule_id)
     try:
@@ -107,7 +138,7 @@ async def describe_schedule(client: Client, settings: Settings, *, results: int 
             raise NotFound(
                 f"no compaction Schedule {settings.compaction_schedule_id!r}: create it with `waypoint schedule apply`"
             ) from None
-        raise WaypointError(f"Temporal refused to describe the Schedule: {exc.message}") from None
+        raise rpc_error(exc, "describe the compaction Schedule") from None
     sched = desc.schedule
     action = sched.action
     passes = []
@@ -115,52 +146,46 @@ async def describe_schedule(client: Client, settings: Settings, *, results: int 
         started = recent.action
         workflow_id = getattr(started, "workflow_id", None)
         run_id = getattr(started, "first_execution_run_id", None)
-        passes.append(
-            {
-                "at": recent.started_at.isoformat(),
-                "workflow_id": workflow_id,
-                **await _outcome(client, workflow_id, run_id),
-            }
-        )
-    return {
-        "id": settings.compaction_schedule_id,
-        "every_seconds": [i.every.total_seconds() for i in sched.spec.intervals],
-        "overlap": sched.policy.overlap.name,
-        "paused": sched.state.paused,
-        "note": sched.state.note,
-        "workflow": getattr(action, "workflow", None),
-        "task_queue": getattr(action, "task_queue", None),
-        "actions_taken": desc.info.num_actions,
-        "skipped_overlaps": desc.info.num_actions_skipped_overlap,
-        "next_runs": [t.isoformat() for t in desc.info.next_action_times[:3]],
-        "last_passes": passes,
-    }
+        passes.append(await _outcome(client, recent.started_at, workflow_id, run_id))
+    return ScheduleInfo(
+        id=settings.compaction_schedule_id,
+        every_seconds=[i.every.total_seconds() for i in sched.spec.intervals],
+        overlap=sched.policy.overlap.name,
+        paused=sched.state.paused,
+        note=sched.state.note or "",
+        workflow=getattr(action, "workflow", None),
+        task_queue=getattr(action, "task_queue", None),
+        actions_taken=desc.info.num_actions,
+        skipped_overlaps=desc.info.num_actions_skipped_overlap,
+        next_runs=list(desc.info.next_action_times[:3]),
+        last_passes=passes,
+    )
 
 
-async def _outcome(client: Client, workflow_id: str | None, run_id: str | None) -> dict[str, Any]:
+async def _outcome(client: Client, at: datetime, workflow_id: str | None, run_id: str | None) -> PassOutcome:
     if workflow_id is None:
-        return {"status": "unknown"}
+        return PassOutcome(at, workflow_id, "unknown")
     handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=CompactionReport)
     try:
         status = (await handle.describe()).status
     except RPCError:
-        return {"status": "unknown (history gone)"}
+        return PassOutcome(at, workflow_id, "unknown (history gone)")
     if status != WorkflowExecutionStatus.COMPLETED:
-        return {"status": status.name.lower() if status else "unknown"}
+        return PassOutcome(at, workflow_id, status.name.lower() if status else "unknown")
     report = await handle.result()
-    return {"status": "completed", **report_counts(report)}
-
-
-def report_counts(report: CompactionReport) -> dict[str, Any]:
-    return {
-        "selected": report.selected,
-        "compacted": sum(1 for r in report.results if r.created),
-        "failed": [f"{r.run_id}: {r.error}" for r in report.results if r.error],
-        "tokens_before": sum(r.tokens_before for r in report.results if r.created),
-        "tokens_after": sum(r.tokens_after for r in report.results if r.created),
-        "episodes_saved": report.episodes_saved,
-        "memory_error": report.memory_error,
-    }
+    made = [r for r in report.results if r.created]
+    return PassOutcome(
+        at,
+        workflow_id,
+        "completed",
+        selected=report.selected,
+        compacted=len(made),
+        failed=[f"{r.run_id}: {r.error}" for r in report.results if r.error],
+        tokens_before=sum(r.tokens_before for r in made),
+        tokens_after=sum(r.tokens_after for r in made),
+        episodes_saved=report.episodes_saved,
+        memory_error=report.memory_error,
+    )
 
 
 async def compact_now(
@@ -170,13 +195,15 @@ async def compact_now(
     tenant past the threshold."""
     inp = compaction_input(settings, run_id=run_id, tenant_id=tenant_id or settings.tenant)
     try:
-        return await client.execute_workflow(
-            CompactionWorkflow.run,
+        report: CompactionReport = await client.execute_workflow(
+            Workflow.COMPACTION,
             inp,
             id=f"compaction-{uuid.uuid4().hex[:12]}",
             task_queue=settings.task_queue,
             task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
+            result_type=CompactionReport,
         )
+        return report
     except WorkflowFailureError as exc:
         cause: BaseException = exc
         while cause.__cause__ is not None:  # the innermost failure says what went wrong

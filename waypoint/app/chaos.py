@@ -32,24 +32,23 @@ from typing import Any
 from pydantic import SecretStr
 from rich import box
 from rich.table import Table
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from waypoint import console as out
-from waypoint.client import Waypoint, connect_temporal
+from waypoint.app import console as out
+from waypoint.app.client import Waypoint
+from waypoint.app.devstack import prepare_database, spawn_worker
+from waypoint.app.follow import follow
+from waypoint.app.temporal import connect
 from waypoint.config import Settings
-from waypoint.demo import ARCHIVE_ATTEMPTS, ARCHIVE_LOG, CHAOS_AGENT, DEMO_TASK, chaos_variant, seed_workspace
-from waypoint.devstack import prepare_database, spawn_worker
+from waypoint.demo import ARCHIVE_ATTEMPTS, ARCHIVE_LOG, CHAOS_AGENT, DEMO_TASK, seed_workspace
+from waypoint.demo_chaos import demo_chaos
 from waypoint.errors import WaypointError
-from waypoint.fake_openai import FakeOpenAI, Reply, Turn
-from waypoint.models import ScriptedModel
+from waypoint.models.scripted import ScriptedModel
+from waypoint.names import EventKind, RunStatus, idempotency_key
 from waypoint.retry import HEARTBEAT_TIMEOUT
-from waypoint.store.reads import StepLine
-from waypoint.store.schema import checkpoints, events, tool_effects
-from waypoint.types import idempotency_key
-
-# Module level, so the chaos workers (WAYPOINT_AGENTS=waypoint.chaos) register it.
-demo_chaos = chaos_variant()
+from waypoint.store import RunStore
+from waypoint.store.ledger import Effect
+from waypoint.store.rows import RunRow, StepLine
+from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 
 CHAOS_MODEL = "openai:waypoint-chaos"
 # Only the first attempt of these steps fails, so the retry succeeds and every run prints the same story.
@@ -100,7 +99,7 @@ def worker_env(settings: Settings, *, task_queue: str, qdrant_path: Path, base_u
             "task_queue": task_queue,
             "workspace": settings.resolved_workspace,
             "qdrant_path": qdrant_path,
-            "agents": __name__,
+            "agents": "waypoint.demo_chaos",
             "openai_base_url": base_url,
             "openai_api_key": SecretStr("chaos-demo-key"),  # the local server checks none; the SDK wants one
         }
@@ -206,23 +205,23 @@ async def crash_during_archive(run_id: str, workspace: Path, workers: Workers, c
         await asyncio.sleep(0.2)
 
 
-async def follow_with(wp: Waypoint, run_id: str, tenant: str, meddle: Coroutine[Any, Any, None]) -> dict:
+async def follow_with(wp: Waypoint, run_id: str, meddle: Coroutine[Any, Any, None]) -> RunRow:
     """Follow the run to its end while `meddle` runs beside it; returns the final run row."""
-    follow = asyncio.create_task(out.follow(wp, run_id, tenant))
+    following = asyncio.create_task(follow(wp, run_id))
     chaos = asyncio.create_task(meddle)
     try:
         async with asyncio.timeout(RUN_TIMEOUT):
-            await asyncio.wait({follow, chaos}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({following, chaos}, return_when=asyncio.FIRST_COMPLETED)
     except TimeoutError:
         raise WaypointError(f"the chaos run did not end within {RUN_TIMEOUT:g} s") from None
     finally:
-        for task in (follow, chaos):
+        for task in (following, chaos):
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-    if not follow.cancelled():
-        return follow.result()
+    if not following.cancelled():
+        return following.result()
     chaos.result()  # a worker died by itself: raise why
     raise WaypointError("the chaos demo stopped before the run ended")
 
@@ -233,33 +232,23 @@ class Evidence:
 
     steps: list[int]  # of its checkpoints
     calls: dict[str, str]  # idempotency key -> tool, from the model's answers
-    ledger: list[dict[str, Any]]  # its tool_effects rows
+    ledger: list[Effect]  # its tool_effects rows
     failures: list[tuple[int, datetime, dict[str, Any]]]  # model_attempt_failed events
 
 
-async def gather_evidence(engine: AsyncEngine, run_id: str) -> Evidence:
-    async with engine.connect() as conn:
-        steps = list(
-            await conn.scalars(
-                select(checkpoints.c.step).where(checkpoints.c.run_id == run_id).order_by(checkpoints.c.step)
-            )
-        )
-        logged = (
-            await conn.execute(
-                select(events.c.step, events.c.kind, events.c.created_at, events.c.payload)
-                .where(events.c.run_id == run_id, events.c.kind.in_(("model_response", "model_attempt_failed")))
-                .order_by(events.c.seq)
-            )
-        ).all()
-        ledger = (await conn.execute(select(tool_effects).where(tool_effects.c.run_id == run_id))).mappings().all()
+async def gather_evidence(store: RunStore, tenant_id: str, run_id: str) -> Evidence:
+    steps = await store.checkpoint_steps(tenant_id, run_id)
+    kinds = [EventKind.MODEL_RESPONSE, EventKind.MODEL_ATTEMPT_FAILED]
+    logged = await store.events(tenant_id, run_id, kinds=kinds)
+    ledger = await store.effects(tenant_id, run_id)
     calls = {
-        idempotency_key(run_id, r.step, i): call["name"]
-        for r in logged
-        if r.kind == "model_response"
-        for i, call in enumerate(r.payload["tool_calls"])
+        idempotency_key(run_id, e.step, i): call["name"]
+        for e in logged
+        if e.kind == EventKind.MODEL_RESPONSE
+        for i, call in enumerate(e.payload["tool_calls"])
     }
-    failures = [(r.step, r.created_at, r.payload) for r in logged if r.kind == "model_attempt_failed"]
-    return Evidence(steps=steps, calls=calls, ledger=[dict(r) for r in ledger], failures=failures)
+    failures = [(e.step, e.created_at, e.payload) for e in logged if e.kind == EventKind.MODEL_ATTEMPT_FAILED]
+    return Evidence(steps=steps, calls=calls, ledger=ledger, failures=failures)
 
 
 def _clock(at: datetime) -> str:
@@ -277,12 +266,12 @@ def timeline(lines: list[StepLine], evidence: Evidence, crash: Crash) -> Table:
         text = f"[red]worker killed during archive_report[/red] (pid {crash.killed_pid}, SIGKILL)"
         rows.append((crash.step, 1, _clock(crash.killed_at), text))
     if crash.resumed_at is not None:
-        attempt = next((r["attempt"] for r in evidence.ledger if r["tool"] == "archive_report"), "?")
+        attempt = next((r.attempt for r in evidence.ledger if r.tool == "archive_report"), "?")
         text = f"[green]resumed on a new worker ({crash.resumed_pid}): archive_report attempt {attempt}[/green]"
         rows.append((crash.step, 2, _clock(crash.resumed_at), text))
     for line in lines:
         what = f"tools: {out.tool_summary(line.tools)}" if line.tools else f"answer: {line.answer}"
-        rows.append((line.step, 3, _clock(datetime.fromisoformat(line.at)), what))
+        rows.append((line.step, 3, _clock(line.at), what))
     table = Table(title="What happened", title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("step", justify="right")
     table.add_column("time")
@@ -292,17 +281,17 @@ def timeline(lines: list[StepLine], evidence: Evidence, crash: Crash) -> Table:
     return table
 
 
-def checks(row: dict, evidence: Evidence, crash: Crash, workspace: Path) -> list[tuple[bool, str]]:
+def checks(row: RunRow, evidence: Evidence, crash: Crash, workspace: Path) -> list[tuple[bool, str]]:
     """Durability, as (passed, what) pairs read from Postgres and the archive."""
-    run_id, steps = row["run_id"], row["steps"]
-    keys = [r["idempotency_key"] for r in evidence.ledger]
+    run_id, steps = row.run_id, row.steps
+    keys = [r.idempotency_key for r in evidence.ledger]
     archive_calls = sorted(k for k, tool in evidence.calls.items() if tool == "archive_report")
     archived = archived_keys(workspace, run_id)
-    finished = [r["attempt"] for r in evidence.ledger if r["tool"] == "archive_report"]
+    finished = [r.attempt for r in evidence.ledger if r.tool == "archive_report"]
     failed = {step: failure["status"] for step, _, failure in evidence.failures}
     expected = {step: reply.status for step, reply in FAILURES.items()}
     return [
-        (row["status"] == "completed", f"run {row['status']} after {steps} steps"),
+        (row.status == RunStatus.COMPLETED, f"run {row.status} after {steps} steps"),
         (
             evidence.steps == list(range(steps + 1)),
             f"checkpoints: steps {', '.join(map(str, evidence.steps))} (contiguous from 0 to {steps})",
@@ -347,13 +336,13 @@ async def chaos_demo(settings: Settings, started: float, *, shared_stack: bool) 
             f"model {CHAOS_MODEL} at {provider.base_url}: "
             + ", ".join(f"HTTP {r.status} on the first call of step {s}" for s, r in FAILURES.items())
         )
-        client = await connect_temporal(settings)
+        client = await connect(settings)
         wp = Waypoint(client, engine, settings.model_copy(update={"task_queue": queue}))
         run_id = await wp.start_run(DEMO_TASK, agent=CHAOS_AGENT, model=CHAOS_MODEL)
         out.console.print(f"started [bold]{run_id}[/bold]: {DEMO_TASK}")
         crash = Crash()
-        row = await follow_with(wp, run_id, settings.tenant, crash_during_archive(run_id, workspace, workers, crash))
-        evidence = await gather_evidence(engine, run_id)
+        row = await follow_with(wp, run_id, crash_during_archive(run_id, workspace, workers, crash))
+        evidence = await gather_evidence(wp.store, settings.tenant, run_id)
         out.console.print(timeline(await wp.timeline(run_id), evidence, crash))
         results = checks(row, evidence, crash, workspace)
         out.console.print("[bold]Checks[/bold] (read from Postgres and the archive log)")

@@ -1,0 +1,103 @@
+"""What every activity shares with Temporal: the error boundary, heartbeats, the attempt number.
+
+`@boundary` wraps an activity: a `WaypointError` leaves it as an `ApplicationError` whose type
+is the error's class name, non-retryable unless the error is retryable, with its delay and
+details, and marked BENIGN, so the worker logs it as one structured line (run, step, attempt,
+reason) instead of a traceback. Anything else is a bug: Temporal logs its traceback and
+retries it by the activity's policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from waypoint.errors import WaypointError
+from waypoint.retry import HEARTBEAT_EVERY
+
+log = logging.getLogger("waypoint.activity")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def application_error(exc: WaypointError) -> ApplicationError:
+    """The one translation of a Waypoint error into Temporal's failure."""
+    return ApplicationError(
+        str(exc),
+        *([exc.details] if exc.details else []),
+        type=type(exc).__name__,
+        non_retryable=not exc.retryable,
+        next_retry_delay=exc.retry_after if exc.retryable else None,
+        category=ApplicationErrorCategory.BENIGN,
+    )
+
+
+def expected_failure(exc: WaypointError, arg: Any) -> None:
+    """One structured line for a failure Waypoint expects (a 429, a 400, an unknown agent)."""
+    info = activity.info()
+    step = getattr(arg, "step", None)
+    retry = "will retry" if exc.retryable else "not retried"
+    log.warning(
+        "%s failed: run=%s step=%s attempt=%s error=%s (%s): %s",
+        info.activity_type,
+        info.workflow_id,
+        step,
+        info.attempt,
+        type(exc).__name__,
+        retry,
+        exc,
+        extra={
+            "waypoint_run_id": info.workflow_id,
+            "waypoint_step": step,
+            "waypoint_attempt": info.attempt,
+            "waypoint_error": type(exc).__name__,
+        },
+    )
+
+
+def boundary(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Decorate an activity (below `@activity.defn`) so Waypoint errors cross into Temporal as
+    ApplicationErrors the retry policies understand."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except WaypointError as exc:
+            expected_failure(exc, args[-1] if args else None)
+            raise application_error(exc) from None
+
+    return wrapper
+
+
+def attempt() -> int:
+    """Temporal's attempt number of the running activity (1 outside one)."""
+    return activity.info().attempt if activity.in_activity() else 1
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(*details: Any, every: float = HEARTBEAT_EVERY) -> AsyncIterator[None]:
+    """Heartbeat in the background while the body runs: a killed worker stops heartbeating, and
+    Temporal retries the attempt elsewhere after the heartbeat timeout instead of waiting out the
+    whole start-to-close timeout."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat(*details)
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

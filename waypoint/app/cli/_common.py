@@ -1,0 +1,68 @@
+"""What every command shares: settings, the one-line error, the async runner, common options.
+
+Kept light on purpose: `waypoint --help` imports only this, typer and the command modules; what
+a command needs beyond them it imports when it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from waypoint.errors import WaypointError
+
+if TYPE_CHECKING:
+    from waypoint.app.client import Waypoint
+    from waypoint.config import Settings
+
+T = TypeVar("T")
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+RunArg = Annotated[str, typer.Argument(help="Run id.", show_default=False)]
+StepArg = Annotated[str, typer.Argument(help="Step number.", show_default=False)]
+
+# The global options (`--state-dir`, `--tenant`), set by the root callback before a command runs.
+overrides: dict[str, Any] = {}
+
+
+def settings(**extra: Any) -> Settings:
+    from pydantic import ValidationError
+
+    from waypoint.config import Settings
+
+    try:
+        return Settings(**{**overrides, **extra})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        raise WaypointError(f"invalid configuration: {problems}") from None
+
+
+def fail(message: str) -> typer.Exit:
+    print(f"error: {message}", file=sys.stderr)
+    return typer.Exit(1)
+
+
+def command(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
+    """Run an async command; a WaypointError becomes one line on stderr and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return asyncio.run(fn(*args, **kwargs))
+        except WaypointError as exc:
+            raise fail(str(exc)) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+async def connect(*, temporal: bool = False) -> Waypoint:
+    """The client, on the configured stack (Temporal connected on first use unless `temporal`)."""
+    from waypoint.app.client import Waypoint
+
+    return await Waypoint.connect(settings(), temporal=temporal)

@@ -1,0 +1,85 @@
+"""Starting runs: `run` and `fork`, optionally following them to the end."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from waypoint.app.cli._common import JsonOpt, RunArg, command, connect
+
+FollowOpt = Annotated[bool, typer.Option("--follow", help="Show steps as they land, until the run ends.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)
+    app.command()(fork)
+
+
+@command
+async def run(
+    task: Annotated[str, typer.Argument(help="What the agent should do.")],
+    agent: Annotated[str, typer.Option(help="Agent name.")] = "demo",
+    model: Annotated[str | None, typer.Option(help="Model spec overriding the agent's.")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Step limit overriding the agent's.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Token budget (input + output).")] = None,
+    max_cost: Annotated[float | None, typer.Option(help="Cost budget in USD.")] = None,
+    deadline: Annotated[float | None, typer.Option(help="Wall-clock budget in seconds.")] = None,
+    follow: FollowOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a run on the configured Temporal and print its id."""
+    from waypoint.app import console as out
+    from waypoint.types import Budget
+
+    async with await connect(temporal=True) as wp:
+        budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost, deadline_seconds=deadline)
+        run_id = await wp.start_run(task, agent=agent, model=model, budget=budget)
+        trace = wp.started_trace(run_id)
+        if not follow:
+            if as_json:
+                out.print_json({"run_id": run_id, "trace_id": trace})
+                return
+            print(run_id)  # stdout stays the bare run id, for $(waypoint run ...)
+            if trace:
+                print(f"trace {trace}", file=sys.stderr)
+            return
+        if not as_json:
+            out.console.print(f"started [bold]{run_id}[/bold]" + (f" trace {trace}" if trace else ""))
+        await _follow_to_end(wp, run_id, as_json)
+
+
+@command
+async def fork(
+    run_id: RunArg,
+    step: Annotated[str, typer.Option("--step", help="Fork from the state at this step.")],
+    message: Annotated[str | None, typer.Option(help="A user message added to that state.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model spec for the new run.")] = None,
+    follow: FollowOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a new run from the state of RUN at a step; the parent is untouched."""
+    from waypoint.app import console as out
+    from waypoint.store.travel import parse_step
+
+    async with await connect(temporal=True) as wp:
+        new_id = await wp.fork(run_id, parse_step(step), message=message, model=model)
+        if not follow:
+            out.print_json({"run_id": new_id, "parent": run_id}) if as_json else print(new_id)
+            return
+        if not as_json:
+            out.console.print(f"started [bold]{new_id}[/bold], forked from {run_id} at step {step}")
+        await _follow_to_end(wp, new_id, as_json)
+
+
+async def _follow_to_end(wp: object, run_id: str, as_json: bool) -> None:
+    """Print steps until the run ends, then its row; exit code 1 if it did not end well."""
+    from waypoint.app import console as out
+    from waypoint.app.follow import follow
+    from waypoint.names import RunStatus
+
+    row = await follow(wp, run_id, as_json_lines=as_json)  # type: ignore[arg-type]
+    out.print_json(row) if as_json else out.console.print(out.run_table(row))
+    if RunStatus(row.status).unsuccessful:
+        raise typer.Exit(1)

@@ -1,0 +1,271 @@
+"""Reading runs: `runs`, `status`, `history`, `show`, `diff`, `events`, `export`, `trace`, `verify`,
+`replay`, and the retention path `delete`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from waypoint.app.cli._common import JsonOpt, RunArg, StepArg, command, connect, settings
+from waypoint.errors import InvalidInput
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (runs, status, history, show, diff, events, export, trace, verify, replay, delete):
+        app.command(name=fn.__name__.rstrip("_"))(fn)
+
+
+@command
+async def runs(
+    limit: Annotated[int, typer.Option(help="How many runs, newest first.")] = 20,
+    status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List runs from Postgres."""
+    from waypoint.app import console as out
+
+    async with await connect() as wp:
+        rows = await wp.runs(limit=limit, status=status)
+    if as_json:
+        out.print_json(rows)
+        return
+    out.console.print(
+        out.runs_table(rows, wp.tenant()) if rows else 'no runs yet: start one with `waypoint run "<task>"`'
+    )
+
+
+@command
+async def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
+    """Show one run, its step timeline and, while it runs, its live state (pending approvals)."""
+    from waypoint.app import console as out
+    from waypoint.errors import WaypointError
+    from waypoint.names import FINISHED
+
+    async with await connect() as wp:
+        row = await wp.run(run_id)
+        lines = await wp.timeline(run_id)
+        live = None
+        if row.status not in FINISHED:
+            try:
+                live = await wp.progress(run_id)
+            except WaypointError:
+                live = None  # Temporal unreachable: Postgres still answers
+    if as_json:
+        out.print_json({**out.as_json(row), "timeline": lines, "live": live})
+        return
+    out.console.print(out.run_table(row))
+    if lines:
+        out.console.print(out.timeline_table(lines))
+    for p in live.pending_approvals if live else []:
+        out.console.print(
+            f"[yellow]waiting for approval:[/yellow] {p.tool}({p.arguments}) call {p.call_id}: "
+            f"`waypoint approve {run_id}` or `waypoint deny {run_id}`"
+        )
+
+
+@command
+async def history(
+    run_id: RunArg,
+    after_step: Annotated[int, typer.Option(help="Start after this step (keyset pagination).")] = 0,
+    limit: Annotated[int, typer.Option(help="Steps per page.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """One line per step: time, action, tools, tokens, duration, status; and the run's lineage."""
+    from waypoint.app import console as out
+
+    async with await connect() as wp:
+        row = await wp.run(run_id)
+        lines = await wp.timeline(run_id, after_step=after_step, limit=limit)
+        family = await wp.lineage(run_id)
+    nxt = lines[-1].step if len(lines) == limit else None
+    if as_json:
+        out.print_json(
+            {"run_id": run_id, "status": row.status, "lineage": family, "next_after_step": nxt, "steps": lines}
+        )
+        return
+    out.console.print(f"[bold]{run_id}[/bold] ({row.agent}, {out.status_text(row.status)}, {row.steps} steps)")
+    for link in family:
+        verb = "forked from" if link.relation == "ancestor" else "fork"
+        out.console.print(f"  {verb} {link.run_id} at step {link.forked_at}")
+    out.console.print(out.timeline_table(lines))
+    if nxt is not None:
+        out.console.print(f"more: waypoint history {run_id} --after-step {nxt}")
+
+
+@command
+async def show(
+    run_id: RunArg,
+    step: Annotated[str, typer.Option("--step", help="Step number (0 is the task).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """The state at a step: the working memory, and the step's messages, tool calls and results."""
+    from waypoint.app import console as out
+    from waypoint.store.travel import parse_step
+
+    async with await connect() as wp:
+        found = await wp.state(run_id, parse_step(step))
+    if as_json:
+        out.print_json(found)
+        return
+    where = f" (held by ancestor {found.owner_run_id})" if found.owner_run_id != run_id else ""
+    out.console.print(f"[bold]{run_id} at step {found.step}[/bold]{where}, recorded {found.at.isoformat()}")
+    out.console.print(
+        f"working memory: {len(found.messages)} messages ({found.dropped_steps} older steps left the window)"
+    )
+    for message in found.messages:
+        out.console.print(out.message_text(message), soft_wrap=True)
+    if found.events:
+        out.console.print("[bold]events of this step[/bold]")
+        for event in found.events:
+            out.console.print(f"  #{event.seq} {event.kind}: {out.short(event.payload)}", soft_wrap=True)
+
+
+@command
+async def diff(run_id: RunArg, a: StepArg, b: StepArg, as_json: JsonOpt = False) -> None:
+    """What changed in the state between steps A and B: messages added or dropped, fields, tokens."""
+    from waypoint.app import console as out
+    from waypoint.store.travel import parse_step
+
+    async with await connect() as wp:
+        d = await wp.diff(run_id, parse_step(a), parse_step(b))
+    if as_json:
+        out.print_json(d)
+        return
+    out.console.print(f"[bold]{run_id}: step {d.a} -> step {d.b}[/bold]  context ~{d.tokens_a} -> ~{d.tokens_b} tokens")
+    for message in d.dropped:
+        out.console.print("[red]- [/red]" + out.message_text(message), soft_wrap=True)
+    for message in d.added:
+        out.console.print("[green]+ [/green]" + out.message_text(message), soft_wrap=True)
+    for name, (before, after) in d.changed.items():
+        out.console.print(f"[yellow]~ {name}[/yellow]: {before} -> {after}")
+    if not (d.added or d.dropped or d.changed):
+        out.console.print("no change")
+
+
+@command
+async def events(
+    run_id: RunArg,
+    kind: Annotated[list[str] | None, typer.Option(help="Only this kind (repeatable).")] = None,
+    since_step: Annotated[int, typer.Option(help="From this step on.")] = 0,
+    limit: Annotated[int | None, typer.Option(help="At most this many.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The run's append-only event log."""
+    from waypoint.app import console as out
+
+    async with await connect() as wp:
+        rows = await wp.events(run_id, kinds=kind, since_step=since_step, limit=limit)
+    if as_json:
+        out.print_json(rows)
+        return
+    for e in rows:
+        out.console.print(
+            f"#{e.seq:<4} step {e.step:<4} {e.created_at.strftime('%H:%M:%S.%f')[:12]}  {e.kind:<20} "
+            f"{out.short(e.payload)}",
+            soft_wrap=True,
+        )
+
+
+@command
+async def export(
+    run_id: RunArg,
+    fmt: Annotated[str, typer.Option("--format", help="Only jsonl for now.")] = "jsonl",
+    output: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """The full transcript (run row, then every event in order) as JSON lines."""
+    from waypoint.app import console as out
+
+    if fmt != "jsonl":
+        raise InvalidInput(f"unknown format {fmt!r}: use --format jsonl")
+    async with await connect() as wp:
+        sink = output.open("w") if output else sys.stdout
+        try:
+            count = 0
+            async for line in wp.export(run_id):
+                sink.write(line + "\n")
+                count += 1
+        finally:
+            if output:
+                sink.close()
+    if output:
+        out.console.print(f"wrote {count} lines to {output}")
+
+
+@command
+async def trace(run_id: RunArg, as_json: JsonOpt = False) -> None:
+    """The run's trace: its span tree from the local span file, or with an OTLP endpoint its id and UI link."""
+    from waypoint.app import console as out
+    from waypoint.errors import NotFound
+    from waypoint.telemetry import render
+
+    cfg = settings()
+    async with await connect() as wp:
+        trace_id = await wp.trace_id(run_id)
+    if not trace_id:
+        raise NotFound(f"run {run_id} has no trace id: it started with tracing off (WAYPOINT_TRACING=false)")
+    link = render.ui_link(cfg, trace_id)
+    if cfg.otlp_endpoint:
+        if as_json:
+            out.print_json({"run_id": run_id, "trace_id": trace_id, "url": link})
+            return
+        out.console.print(f"trace {trace_id}" + (f"  {link}" if link else "  (set WAYPOINT_TRACE_UI_URL for a link)"))
+        return
+    spans = render.trace_spans(cfg, run_id, trace_id)
+    if as_json:
+        print(render.as_json(spans))
+        return
+    out.console.print(render.tree(run_id, trace_id, spans))
+
+
+@command
+async def verify(run_id: RunArg, as_json: JsonOpt = False) -> None:
+    """Recompute a run's event hash chain and checkpoint hashes; name the first broken link."""
+    from waypoint.app import console as out
+
+    async with await connect() as wp:
+        verdict = await wp.verify(run_id)
+    if as_json:
+        out.print_json(verdict)
+    elif verdict.ok:
+        out.console.print(f"[green]ok[/green]: {verdict.events} events and {verdict.checkpoints} checkpoints verified")
+    if not verdict.ok:
+        if not as_json:
+            more = f" ({len(verdict.problems) - 1} more: see --json)" if len(verdict.problems) > 1 else ""
+            print(f"error: run {run_id} was changed: {verdict.problems[0]}{more}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+@command
+async def replay(run_id: RunArg, as_json: JsonOpt = False) -> None:
+    """Replay the run's Temporal history (every execution) against the current workflow code."""
+    from waypoint.app import console as out
+
+    async with await connect() as wp:
+        outcomes = await wp.replay(run_id)
+    failed = [o for o in outcomes if o.error]
+    if as_json:
+        out.print_json(outcomes)
+    elif not failed:
+        out.console.print(f"[green]ok[/green]: {len(outcomes)} execution(s) replay against the current code")
+    if failed:
+        if not as_json:
+            print(
+                f"error: execution {failed[0].execution} of {run_id} does not replay: {failed[0].error}",
+                file=sys.stderr,
+            )
+        raise typer.Exit(1)
+
+
+@command
+async def delete(run_id: RunArg, yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False) -> None:
+    """Delete a finished run and everything it wrote (the retention path of the append-only log)."""
+    from waypoint.app import console as out
+
+    if not yes and not typer.confirm(f"Delete run {run_id} and all its events, checkpoints and tool effects?"):
+        raise typer.Exit(1)
+    async with await connect() as wp:
+        await wp.delete(run_id)
+    out.console.print(f"deleted {run_id}")

@@ -1,0 +1,382 @@
+"""The Python API: start runs on Temporal, read them from Postgres. Every value it returns is typed.
+
+    async with await Waypoint.connect(Settings()) as wp:
+        run_id = await wp.start_run("Summarize the notes", agent="demo")
+        result = await wp.result(run_id)
+        for line in await wp.timeline(run_id):
+            print(line.step, line.action, line.tools)
+
+Reads go to Postgres through `waypoint.store.RunStore` (the same calls the HTTP API makes);
+starting, messaging and replaying runs go to Temporal (`waypoint.app.temporal`, connected on
+first use). Every method takes `tenant_id`, default the configured tenant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from waypoint.compaction_types import CompactionReport
+from waypoint.config import Settings
+from waypoint.errors import ConfigError, InvalidInput, NotFound
+from waypoint.names import MemoryOp, Update
+from waypoint.store import RunStore
+from waypoint.store.db import engine_for
+from waypoint.store.rows import (
+    CompactionRow,
+    EventRow,
+    LineageLink,
+    RunRow,
+    StateDiff,
+    StepLine,
+    StepState,
+    Verdict,
+)
+from waypoint.types import Budget, Decision, ForkOrigin, Memory, MemoryRequest, RunInput, RunProgress, RunResult
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from waypoint.app.schedule import ScheduleInfo
+    from waypoint.app.temporal import TemporalGateway
+
+
+def database_url(settings: Settings) -> str:
+    """The configured database, else the one of the embedded stack running in the state folder."""
+    from waypoint.app.embedded import running_stack
+
+    if settings.database_url:
+        return settings.database_url
+    stack = running_stack(Path(settings.state_dir))
+    if stack is None or not stack.database_url:
+        raise ConfigError(
+            f"no database: start the embedded stack with `waypoint dev` (state folder {settings.state_dir}) "
+            "or set WAYPOINT_DATABASE_URL"
+        )
+    return stack.database_url
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    execution: str  # Temporal's run id of one execution (continue-as-new makes several)
+    error: str | None  # the determinism error, or None when it replays
+
+
+def new_run_id() -> str:
+    return f"run-{uuid.uuid4().hex[:12]}"
+
+
+class Waypoint:
+    def __init__(self, client: Client | None, engine: AsyncEngine, settings: Settings):
+        self._client = client
+        self._gateway: TemporalGateway | None = None
+        self.engine = engine
+        self.store = RunStore(engine)
+        self.settings = settings
+        self._trace_ids: dict[str, str] = {}
+
+    @classmethod
+    async def connect(cls, settings: Settings, *, temporal: bool = True) -> Waypoint:
+        """Connect to Postgres and, unless `temporal=False` (then on first use), to Temporal."""
+        engine = engine_for(settings, database_url(settings))
+        wp = cls(None, engine, settings)
+        if temporal:
+            try:
+                await wp.temporal()
+            except BaseException:
+                await engine.dispose()
+                raise
+        return wp
+
+    async def __aenter__(self) -> Waypoint:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def temporal(self) -> TemporalGateway:
+        """The Temporal side, connected on first use."""
+        if self._gateway is None:
+            from waypoint.app.temporal import TemporalGateway, connect
+
+            client = self._client or await connect(self.settings)
+            self._client = client
+            self._gateway = TemporalGateway(client, self.settings)
+        return self._gateway
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise ConfigError("this Waypoint is not connected to Temporal yet: await wp.temporal() first")
+        return self._client
+
+    def tenant(self, tenant_id: str | None = None) -> str:
+        """The tenant a call acts for: the one given, else the configured one."""
+        return tenant_id or self.settings.tenant
+
+    # --- starting runs ------------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        task: str,
+        *,
+        agent: str = "demo",
+        tenant_id: str | None = None,
+        model: str | None = None,
+        max_steps: int | None = None,
+        budget: Budget | None = None,
+    ) -> str:
+        """Start a run and return its id (the Temporal workflow id)."""
+        if not task.strip():
+            raise InvalidInput("the task is empty: say what the agent should do")
+        budget = budget or Budget()
+        if max_steps is not None:
+            budget = replace(budget, max_steps=max_steps)
+        for name, value in budget.__dict__.items():
+            if value is not None and value <= 0:
+                raise InvalidInput(f"{name.replace('_', ' ')} must be positive, got {value}")
+        inp = RunInput(
+            agent=agent, task=task, tenant_id=self.tenant(tenant_id), model=model or self.settings.model, budget=budget
+        )
+        return await self._start(new_run_id(), inp)
+
+    async def fork(
+        self,
+        run_id: str,
+        step: int,
+        *,
+        message: str | None = None,
+        model: str | None = None,
+        tenant_id: str | None = None,
+    ) -> str:
+        """Start a new run from the state of `run_id` at `step` (plus an optional user message).
+        The parent is untouched; the new run records it and the fork step."""
+        tenant = self.tenant(tenant_id)
+        await self.store.owner_of_step(tenant, run_id, step)  # the run and the step exist
+        parent = await self.store.get_run(tenant, run_id)
+        inp = RunInput(
+            agent=parent.agent,
+            task=parent.task,
+            tenant_id=tenant,
+            model=model,
+            fork=ForkOrigin(run_id=run_id, step=step, message=message),
+        )
+        return await self._start(new_run_id(), inp)
+
+    async def _start(self, run_id: str, inp: RunInput) -> str:
+        gateway = await self.temporal()
+        with self._traced_start(gateway.traced, run_id, inp):
+            await gateway.start_run(run_id, inp)
+        return run_id
+
+    @contextlib.contextmanager
+    def _traced_start(self, traced: bool, run_id: str, inp: RunInput) -> Iterator[None]:
+        """The root span of the run's trace, when this client propagates traces to the worker."""
+        if not traced:
+            yield
+            return
+        from waypoint import telemetry  # only starts need it: reads stay fast
+
+        with telemetry.span("start_run", run_id=run_id, tenant=inp.tenant_id, agent=inp.agent) as root:
+            self._trace_ids[run_id] = telemetry.trace_id(root) or ""
+            yield
+
+    def started_trace(self, run_id: str) -> str | None:
+        """The trace id of a run this client started, known at once (the row has it a moment later)."""
+        return self._trace_ids.get(run_id) or None
+
+    async def trace_id(self, run_id: str, *, tenant_id: str | None = None) -> str | None:
+        """The run's trace id: known at start when this client traced it, else stored on the run row."""
+        await self._check_tenant(run_id, tenant_id)
+        if self._trace_ids.get(run_id):
+            return self._trace_ids[run_id]
+        return (await self.run(run_id, tenant_id=tenant_id)).trace_id
+
+    async def _check_tenant(self, run_id: str, tenant_id: str | None) -> None:
+        """Another tenant's run is "not found". A run so new that its row is not written yet
+        is checked against the tenant Temporal holds for it."""
+        tenant = self.tenant(tenant_id)
+        try:
+            await self.store.get_run(tenant, run_id)
+            return
+        except NotFound:
+            if self._client is None and self._gateway is None:  # read-only: the database is the only witness
+                raise
+            if await (await self.temporal()).memo_tenant(run_id) != tenant:
+                raise
+
+    # --- a running run -------------------------------------------------------------------------------
+
+    async def progress(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
+        """The live state of a running run: step, status, pending approvals."""
+        await self._check_tenant(run_id, tenant_id)
+        return await (await self.temporal()).progress(run_id)
+
+    async def _update(self, run_id: str, name: Update, arg: object, tenant_id: str | None) -> RunProgress:
+        await self._check_tenant(run_id, tenant_id)
+        return await (await self.temporal()).update(run_id, name, arg)
+
+    async def pause(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
+        """Pause before the next step (the current one finishes)."""
+        return await self._update(run_id, Update.PAUSE, None, tenant_id)
+
+    async def resume(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
+        return await self._update(run_id, Update.RESUME, None, tenant_id)
+
+    async def cancel(self, run_id: str, reason: str | None = None, *, tenant_id: str | None = None) -> RunProgress:
+        """End the run after its current step, with status `cancelled` and a final checkpoint."""
+        return await self._update(run_id, Update.CANCEL, reason, tenant_id)
+
+    async def send(self, run_id: str, text: str, *, tenant_id: str | None = None) -> RunProgress:
+        """Add a user message, read by the run's next model call."""
+        return await self._update(run_id, Update.SEND, text, tenant_id)
+
+    async def approve(
+        self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None
+    ) -> RunProgress:
+        """Let a tool call that waits for approval run."""
+        return await self._update(run_id, Update.APPROVE, Decision(call_id=call_id, reason=reason), tenant_id)
+
+    async def deny(
+        self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None
+    ) -> RunProgress:
+        """Refuse a waiting tool call; the model is told, with the reason."""
+        return await self._update(run_id, Update.DENY, Decision(call_id=call_id, reason=reason), tenant_id)
+
+    async def result(self, run_id: str, *, tenant_id: str | None = None) -> RunResult:
+        """Wait for a run to end. A failed run returns its result with status `failed` and the error."""
+        await self._check_tenant(run_id, tenant_id)
+        result = await (await self.temporal()).result(run_id)
+        if result is not None:
+            return result
+        return (await self.run(run_id, tenant_id=tenant_id)).result()
+
+    # --- reads (Postgres) ----------------------------------------------------------------------------
+
+    async def runs(self, *, tenant_id: str | None = None, limit: int = 20, status: str | None = None) -> list[RunRow]:
+        return await self.store.list_runs(self.tenant(tenant_id), limit=limit, status=status)
+
+    async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
+        return await self.store.get_run(self.tenant(tenant_id), run_id)
+
+    async def timeline(
+        self, run_id: str, *, tenant_id: str | None = None, after_step: int = 0, limit: int | None = None
+    ) -> list[StepLine]:
+        """Steps after `after_step` (keyset pagination), from the `run_steps` view."""
+        return await self.store.timeline(self.tenant(tenant_id), run_id, after_step=after_step, limit=limit)
+
+    async def state(self, run_id: str, step: int, *, tenant_id: str | None = None) -> StepState:
+        """The state (working memory) at `step`, with the step's events."""
+        return await self.store.state_at(self.tenant(tenant_id), run_id, step)
+
+    async def diff(self, run_id: str, a: int, b: int, *, tenant_id: str | None = None) -> StateDiff:
+        return await self.store.diff(self.tenant(tenant_id), run_id, a, b)
+
+    async def events(
+        self,
+        run_id: str,
+        *,
+        kinds: list[str] | None = None,
+        since_step: int = 0,
+        limit: int | None = None,
+        tenant_id: str | None = None,
+    ) -> list[EventRow]:
+        return await self.store.events(self.tenant(tenant_id), run_id, kinds=kinds, since_step=since_step, limit=limit)
+
+    def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
+        """The full transcript as JSON lines (streamed)."""
+        return self.store.export(self.tenant(tenant_id), run_id)
+
+    async def lineage(self, run_id: str, *, tenant_id: str | None = None) -> list[LineageLink]:
+        return await self.store.lineage(self.tenant(tenant_id), run_id)
+
+    async def verify(self, run_id: str, *, tenant_id: str | None = None) -> Verdict:
+        """Recompute the run's hash chain and checkpoint hashes."""
+        return await self.store.verify(self.tenant(tenant_id), run_id)
+
+    async def delete(self, run_id: str, *, tenant_id: str | None = None) -> None:
+        """Remove a finished run and all it wrote (the only way rows leave the append-only log)."""
+        await self.store.delete_run(self.tenant(tenant_id), run_id)
+
+    async def replay(
+        self, run_id: str, *, tenant_id: str | None = None, workflows: Sequence[type] | None = None
+    ) -> list[ReplayOutcome]:
+        """Replay every execution of the run (continue-as-new included) against the current workflow code."""
+        await self._check_tenant(run_id, tenant_id)
+        if workflows is None:
+            from workflows.agent_run import AgentRunWorkflow
+
+            workflows = (AgentRunWorkflow,)
+        outcomes = await (await self.temporal()).replay(run_id, workflows)
+        return [ReplayOutcome(execution, error) for execution, error in outcomes]
+
+    # --- compaction ----------------------------------------------------------------------------------
+
+    async def apply_compaction_schedule(self) -> str:
+        """Create or update the compaction Schedule; "created", "updated" or "unchanged"."""
+        from waypoint.app.schedule import apply_schedule
+
+        return await apply_schedule((await self.temporal()).client, self.settings)
+
+    async def compaction_schedule(self) -> ScheduleInfo:
+        """The compaction Schedule and the outcome of its last passes."""
+        from waypoint.app.schedule import describe_schedule
+
+        return await describe_schedule((await self.temporal()).client, self.settings)
+
+    async def compact(self, run_id: str | None = None, *, tenant_id: str | None = None) -> CompactionReport:
+        """Run a compaction pass now (of one run, or of the tenant's runs past the threshold) and wait."""
+        from waypoint.app.schedule import compact_now
+
+        tenant = self.tenant(tenant_id)
+        if run_id is not None:
+            await self.run(run_id, tenant_id=tenant)  # an unknown run is named before Temporal is asked
+        return await compact_now((await self.temporal()).client, self.settings, run_id=run_id, tenant_id=tenant)
+
+    async def compactions(
+        self, run_id: str | None = None, *, tenant_id: str | None = None, limit: int = 20
+    ) -> list[CompactionRow]:
+        return await self.store.compactions(self.tenant(tenant_id), run_id=run_id, limit=limit)
+
+    # --- episodic memory (served by the memory worker, reached through Temporal) --------------------
+
+    async def memory_search(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        agent: str | None = None,
+        run_id: str | None = None,
+        tenant_id: str | None = None,
+    ) -> list[Memory]:
+        """Episodes of this tenant most relevant to `query` (optionally of one agent or run)."""
+        if not query.strip():
+            raise InvalidInput("the query is empty: say what to search for")
+        req = MemoryRequest(
+            op=MemoryOp.SEARCH, tenant_id=self.tenant(tenant_id), query=query, k=k, agent=agent, run_id=run_id
+        )
+        return (await (await self.temporal()).memory(req)).memories
+
+    async def memory_show(self, run_id: str, *, tenant_id: str | None = None) -> list[Memory]:
+        """Every episode a run left in long-term memory."""
+        tenant = self.tenant(tenant_id)
+        await self.run(run_id, tenant_id=tenant)  # another tenant's run is "not found"
+        return (await (await self.temporal()).memory(MemoryRequest(MemoryOp.SHOW, tenant, run_id=run_id))).memories
+
+    async def memory_forget(self, run_id: str, *, tenant_id: str | None = None) -> int:
+        """Delete a run's episodes (this tenant's only); returns how many went."""
+        tenant = self.tenant(tenant_id)
+        await self.run(run_id, tenant_id=tenant)
+        return (await (await self.temporal()).memory(MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id))).deleted
+
+
+__all__ = ["ReplayOutcome", "Waypoint", "database_url"]

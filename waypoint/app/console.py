@@ -1,0 +1,144 @@
+"""Everything the CLI prints: tables, one-line renderings, JSON. One place, so every command
+shows a run, a step or a message the same way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from waypoint.names import RunStatus
+from waypoint.store.rows import RunRow, StepLine, as_json
+
+console = Console()
+# Status is never told by colour alone: the word is always printed too.
+STATUS_STYLE: dict[str, str] = {
+    RunStatus.RUNNING: "cyan",
+    RunStatus.COMPLETED: "green",
+    RunStatus.MAX_STEPS: "yellow",
+    RunStatus.FAILED: "red",
+}
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(as_json(data), indent=2, default=str))
+
+
+def tool_summary(names: Sequence[str]) -> str:
+    """`read_file x3, write_file` for the calls of one step."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
+
+
+def short(value: Any, width: int = 160) -> str:
+    """One line of JSON, cut to `width` characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def message_text(message: dict[str, Any], width: int = 400) -> str:
+    role = message.get("role", "?")
+    content = message.get("content") or ""
+    if len(content) > width:
+        content = content[: width - 1] + f"… ({len(message['content'])} characters)"
+    calls = message.get("tool_calls") or []
+    called = " ".join(f"-> {c['function']['name']}({c['function']['arguments']})" for c in calls)
+    ref = f" [{message['tool_call_id']}]" if message.get("tool_call_id") else ""
+    return f"[bold]{role}[/bold]{escape(ref)}: {escape(content)} {escape(called)}".rstrip()
+
+
+def status_text(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
+
+
+def clock(line: StepLine) -> str:
+    return line.at.strftime("%H:%M:%S")
+
+
+def step_text(line: StepLine) -> str:
+    what = f"tools: {tool_summary(line.tools)}" if line.tools else "answer"
+    errors = f"  [red]{line.tool_errors} tool error(s)[/red]" if line.tool_errors else ""
+    return (
+        f"step {line.step:>3}  {clock(line)}  {what}  "
+        f"[dim]{line.input_tokens}+{line.output_tokens} tok, model {line.model_ms} ms, tools {line.tools_ms} ms[/dim]"
+        f"{errors}"
+    )
+
+
+def timeline_table(lines: Sequence[StepLine]) -> Table:
+    table = Table(title="Step timeline", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("step", "time", "action", "tool calls", "tokens", "model ms", "tools ms"):
+        numeric = col in ("step", "tokens", "model ms", "tools ms")
+        table.add_column(col, justify="right" if numeric else "left", no_wrap=col != "tool calls")
+    for line in lines:
+        table.add_row(
+            str(line.step),
+            clock(line),
+            line.action,
+            tool_summary(line.tools) or "-",
+            f"{line.input_tokens}/{line.output_tokens}",
+            str(line.model_ms),
+            str(line.tools_ms),
+        )
+    return table
+
+
+RUN_FIELDS = (
+    "run_id",
+    "tenant_id",
+    "agent",
+    "model",
+    "status",
+    "steps",
+    "max_steps",
+    "input_tokens",
+    "output_tokens",
+    "created_at",
+    "finished_at",
+    "task",
+    "output",
+    "error",
+)
+
+
+def run_table(run: RunRow) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for key in RUN_FIELDS:
+        value = getattr(run, key)
+        if value is not None:
+            table.add_row(key, status_text(value) if key == "status" else str(value))
+    return table
+
+
+def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
+    table = Table(title=f"Runs of tenant {tenant}", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("run id", no_wrap=True, min_width=16)  # people copy it: never wrap or cut it
+    for col in ("agent", "status", "steps", "created"):
+        table.add_column(col, no_wrap=True, justify="right" if col == "steps" else "left")
+    table.add_column("task", no_wrap=True)
+    # One line per run: the task gets what the fixed columns leave of the terminal's width.
+    room = max(12, console.width - 64)
+    for r in rows:
+        task = r.task if len(r.task) <= room else r.task[: room - 1] + "…"
+        created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
+        table.add_row(r.run_id, r.agent, status_text(r.status), str(r.steps), created, task)
+    return table
+
+
+def columns(title: str | None, names: Sequence[str], rows: Sequence[Sequence[str]], *, wrap: str = "") -> Table:
+    """A plain table: `wrap` names the one column that may wrap (the others never do)."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for name in names:
+        table.add_column(name, no_wrap=name != wrap)
+    for row in rows:
+        table.add_row(*row)
+    return table

@@ -1,0 +1,89 @@
+"""`waypoint demo`: the demo agent's run to completion on the embedded stack (started for it, or
+reused when a `waypoint dev` runs), or with `--chaos`, the same run meeting production's failures."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from waypoint.app import console as out
+from waypoint.app.chaos import chaos_demo
+from waypoint.app.client import Waypoint
+from waypoint.app.devstack import prepare_database, start_stack, with_stack
+from waypoint.app.embedded import running_stack
+from waypoint.app.follow import follow
+from waypoint.app.temporal import TemporalGateway, connect
+from waypoint.app.worker import run_worker
+from waypoint.config import Settings
+from waypoint.demo import DEMO_TASK, seed_workspace
+from waypoint.errors import WaypointError
+from waypoint.names import RunStatus
+from waypoint.store.rows import RunRow
+
+
+def run_demo(settings: Settings, *, model: str | None, chaos: bool = False) -> None:
+    started = time.monotonic()
+    info = running_stack(Path(settings.state_dir))
+
+    def play(cfg: Settings) -> Coroutine[Any, Any, None]:
+        if chaos:
+            return chaos_demo(cfg, started, shared_stack=info is not None)
+        return _demo(cfg, model, started)
+
+    if info is not None:
+        out.console.print(f"reusing the embedded stack of process {info.pid}")
+        asyncio.run(play(with_stack(settings, info)))
+        return
+    # The chaos demo runs no worker in this process: its workers are processes it can kill.
+    stack, cfg = start_stack(settings, ui=False, worker=not chaos)
+    try:
+        asyncio.run(play(cfg))
+    finally:
+        stack.stop()
+
+
+async def _demo(settings: Settings, model: str | None, started: float) -> None:
+    seed_workspace(settings.resolved_workspace)
+    engine = await prepare_database(settings.database_url or "")
+    stop = asyncio.Event()
+    worker_task: asyncio.Task[None] | None = None
+    try:
+        client = await connect(settings)
+        if not await TemporalGateway(client, settings).pollers(settings.task_queue):
+            worker_task = asyncio.create_task(run_worker(client, engine, settings, stop))
+        wp = Waypoint(client, engine, settings)
+        run_id = await wp.start_run(DEMO_TASK, agent="demo", model=model)
+        out.console.print(f"started [bold]{run_id}[/bold]: {DEMO_TASK}")
+        row = await _follow_or_fail(wp, run_id, worker_task)
+        lines = await wp.timeline(run_id)
+        out.console.print(out.timeline_table(lines))
+        out.console.print(out.run_table(row))
+        report = settings.resolved_workspace / "report.md"
+        if row.status == RunStatus.COMPLETED and report.exists():
+            out.console.print(f"report written to {report}")
+        out.console.print(f"[dim]demo took {time.monotonic() - started:.1f} s[/dim]")
+        if row.status != RunStatus.COMPLETED:
+            raise WaypointError(f"the demo run ended with status {row.status}: {row.error or 'see above'}")
+    finally:
+        stop.set()
+        if worker_task is not None:
+            await worker_task
+        await engine.dispose()
+
+
+async def _follow_or_fail(wp: Waypoint, run_id: str, worker_task: asyncio.Task[None] | None) -> RunRow:
+    following = asyncio.create_task(follow(wp, run_id))
+    waiters: set[asyncio.Task[Any]] = {following} | ({worker_task} if worker_task else set())
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    if not following.done():  # the worker stopped first: surface its error
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+        assert worker_task is not None
+        worker_task.result()
+        raise WaypointError("the worker stopped before the run ended")
+    return following.result()

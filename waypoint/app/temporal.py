@@ -1,0 +1,222 @@
+"""Everything the client asks of Temporal, with Temporal's failures mapped by type to Waypoint errors.
+
+Imported only when a command needs Temporal (the `temporalio` client takes a noticeable part
+of a second to import), so listing runs from Postgres never pays for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
+from temporalio.service import RPCError, RPCStatusCode
+
+from waypoint import retry, telemetry
+from waypoint.codec import data_converter, header_codec_behavior
+from waypoint.config import Settings
+from waypoint.errors import Conflict, InvalidInput, NotFound, Unavailable, WaypointError
+from waypoint.names import Query, Workflow, memory_task_queue
+from waypoint.types import MemoryAnswer, MemoryRequest, RunInput, RunProgress, RunResult
+
+
+def rpc_error(exc: RPCError, doing: str) -> WaypointError:
+    """The one mapping of a Temporal RPC failure, by its status code."""
+    message = f"Temporal refused to {doing}: {exc.message}"
+    if exc.status == RPCStatusCode.NOT_FOUND:
+        return NotFound(message)
+    if exc.status in (RPCStatusCode.ALREADY_EXISTS, RPCStatusCode.FAILED_PRECONDITION):
+        return Conflict(message)
+    if exc.status == RPCStatusCode.INVALID_ARGUMENT:
+        return InvalidInput(message)
+    return Unavailable(f"{message} (is Temporal at the configured address healthy?)")
+
+
+def _listening(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "localhost", int(port)), 0.5):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+async def connect(settings: Settings, *, wait_seconds: float = 15.0) -> Client:
+    """A client of the configured Temporal. A server that accepts connections but is not ready yet
+    (a dev server starting) is waited for, up to `wait_seconds`; one that refuses them fails at once."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            return await Client.connect(
+                settings.temporal_address,
+                namespace=settings.temporal_namespace,
+                # Workers built from this client use its converter too: with codec keys, both sides encrypt.
+                data_converter=data_converter(settings),
+                header_codec_behavior=header_codec_behavior(settings),
+                # One trace per run from here on (worker spans join it); Temporal SDK metrics if asked for.
+                interceptors=telemetry.client_interceptors(settings),
+                runtime=telemetry.temporal_runtime(settings),
+            )
+        except RuntimeError as exc:  # the SDK's bridge reports every connect failure so
+            if time.monotonic() < deadline and _listening(settings.temporal_address):
+                await asyncio.sleep(0.25)
+                continue
+            raise Unavailable(
+                f"cannot reach Temporal at {settings.temporal_address} ({str(exc).splitlines()[0]}): "
+                "start it with `waypoint dev` or set WAYPOINT_TEMPORAL_ADDRESS"
+            ) from None
+
+
+class TemporalGateway:
+    """The client's Temporal calls: start, message, query and replay runs; reach the memory worker."""
+
+    def __init__(self, client: Client, settings: Settings):
+        self.client = client
+        self.settings = settings
+
+    @property
+    def traced(self) -> bool:
+        """Whether this client propagates traces to the workers (then a start opens the run's trace)."""
+        from temporalio.contrib.opentelemetry import TracingInterceptor
+
+        return any(isinstance(i, TracingInterceptor) for i in self.client.config().get("interceptors", []))
+
+    async def start_run(self, run_id: str, inp: RunInput) -> None:
+        try:
+            await self.client.start_workflow(
+                Workflow.AGENT_RUN,
+                inp,
+                id=run_id,
+                task_queue=self.settings.task_queue,
+                # Lets a message reach a run before its row exists, with the tenant still checked.
+                memo={"tenant_id": inp.tenant_id},
+                task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
+            )
+        except RPCError as exc:
+            raise rpc_error(exc, f"start run {run_id}") from None
+
+    async def memo_tenant(self, run_id: str) -> str | None:
+        """The tenant Temporal holds for a run (its memo), or None if Temporal knows no such run."""
+        try:
+            description = await self.client.get_workflow_handle(run_id).describe()
+        except RPCError:
+            return None
+        tenant: str | None = await description.memo_value("tenant_id", None)
+        return tenant
+
+    async def progress(self, run_id: str) -> RunProgress:
+        try:
+            progress: RunProgress = await self.client.get_workflow_handle(run_id).query(
+                Query.PROGRESS, result_type=RunProgress
+            )
+        except RPCError as exc:
+            raise NotFound(f"run {run_id} is not reachable in Temporal: {exc.message}") from None
+        return progress
+
+    async def update(self, run_id: str, name: str, arg: object) -> RunProgress:
+        handle = self.client.get_workflow_handle(run_id)
+        try:
+            progress: RunProgress = await handle.execute_update(name, arg, result_type=RunProgress)
+        except WorkflowUpdateFailedError as exc:  # the run's validator refused it, with the reason
+            cause = exc.cause
+            raise Conflict(getattr(cause, "message", None) or str(cause)) from None
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise Conflict(f"run {run_id} has ended: it takes no more messages") from None
+            raise rpc_error(exc, f"deliver {name} to run {run_id}") from None
+        return progress
+
+    async def result(self, run_id: str) -> RunResult | None:
+        """The run's result when it ends; None when it failed (its row then says why)."""
+        handle = self.client.get_workflow_handle(run_id, result_type=RunResult)
+        try:
+            return await handle.result()
+        except WorkflowFailureError:
+            return None
+        except RPCError as exc:
+            raise rpc_error(exc, f"wait for run {run_id}") from None
+
+    async def replay(self, run_id: str, workflows: Sequence[type]) -> list[tuple[str, str | None]]:
+        """Replay every execution of the run against `workflows`: (execution id, determinism error or None)."""
+        from temporalio.worker import Replayer
+
+        # The client's converter: histories written through the payload codec replay through it.
+        replayer = Replayer(
+            workflows=list(workflows),
+            data_converter=self.client.data_converter,
+            header_codec_behavior=self.client.config()["header_codec_behavior"],
+        )
+        outcomes: list[tuple[str, str | None]] = []
+        try:
+            async for execution in self.client.list_workflows(f"WorkflowId = '{run_id}'"):
+                history = await self.client.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
+                result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+                failure = result.replay_failure
+                outcomes.append((execution.run_id, None if failure is None else f"{type(failure).__name__}: {failure}"))
+        except RPCError as exc:
+            raise rpc_error(exc, f"read the history of run {run_id}") from None
+        if not outcomes:
+            raise NotFound(f"Temporal has no history for run {run_id} (its retention may have passed)")
+        return outcomes
+
+    async def memory(self, req: MemoryRequest) -> MemoryAnswer:
+        """Ask the memory worker, which owns the episodic store."""
+        queue = memory_task_queue(self.settings.task_queue)
+        try:
+            answer: Any = await self.client.execute_workflow(
+                Workflow.MEMORY_REQUEST,
+                req,
+                id=f"memory-{uuid.uuid4().hex[:12]}",
+                task_queue=queue,
+                result_type=MemoryAnswer,
+                # No memory worker: say so instead of waiting forever.
+                execution_timeout=timedelta(seconds=self.settings.memory_request_timeout_seconds),
+            )
+        except WorkflowFailureError as exc:
+            if isinstance(exc.cause, TemporalTimeout):
+                raise Unavailable(
+                    f"no memory worker answered on task queue {queue}: start one with `waypoint worker` "
+                    "(or `waypoint dev`)"
+                ) from None
+            cause = exc.cause
+            while cause.__cause__ is not None:  # the activity's own error says what went wrong
+                cause = cause.__cause__
+            raise WaypointError(f"memory request failed: {getattr(cause, 'message', None) or cause}") from None
+        except RPCError as exc:
+            raise rpc_error(exc, "reach the memory worker") from None
+        return answer  # type: ignore[no-any-return]
+
+    async def ended_without_row(self, run_id: str) -> str | None:
+        """Why a run that has no row in Postgres is over already (it could not start), or None while
+        it may still write one."""
+        handle = self.client.get_workflow_handle(run_id)
+        try:
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                return None
+            await handle.result()
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            return getattr(cause, "message", None) or str(cause)
+        except RPCError as exc:
+            return str(rpc_error(exc, f"describe run {run_id}"))
+        return f"run {run_id} ended without a record in Postgres: check the worker's database settings"
+
+    async def pollers(self, task_queue: str) -> int:
+        """How many workers poll the queue for workflow tasks now."""
+        response = await self.client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=self.client.namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+        return len(response.pollers)

@@ -1,0 +1,35 @@
+"""Model adapters: the one seam between an agent and a language model.
+
+A model spec names the adapter (`waypoint.models.spec`): `openai:<model>` for any
+OpenAI-compatible endpoint (`waypoint.models.openai`, which imports the `openai` SDK),
+`scripted` for the agent's own canned turns (demos, tests, offline). Messages use the
+chat-completions shape, which is also how events render into working memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from waypoint.models.scripted import ScriptedModel, ScriptedTurn, TurnSource
+from waypoint.models.spec import ModelSpec, parse_model_spec
+from waypoint.types import Message, ModelTurn, RetrySpec
+
+
+class ModelAdapter(Protocol):
+    name: str
+
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        *,
+        step: int | None = None,
+        attempt: int = 1,
+        retry: RetrySpec | None = None,
+    ) -> ModelTurn:
+        """One model call. A failure raises a `waypoint.errors.ModelError` that says whether it may
+        be retried and after how long."""
+        ...
+
+
+__all__ = ["ModelAdapter", "ModelSpec", "ScriptedModel", "ScriptedTurn", "TurnSource", "parse_model_spec"]

@@ -1,0 +1,144 @@
+"""Waypoint's closed sets and frozen names, in one place.
+
+Imported by workflow code, so: the standard library only.
+
+Activity, workflow, update and query names are part of the contract with runs in flight:
+a name is frozen once released, since renaming one breaks the runs already running.
+Values of the string enums are what Postgres and Temporal history hold; a `StrEnum` member
+equals its value, so rows and payloads written before the enums existed compare equal.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """Values of `runs.status`."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    WAITING_APPROVAL = "waiting_approval"
+    COMPLETED = "completed"
+    MAX_STEPS = "max_steps"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED
+
+    @property
+    def unsuccessful(self) -> bool:
+        """A finished run the CLI reports with exit code 1."""
+        return self in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.BUDGET_EXCEEDED)
+
+
+FINISHED = frozenset(
+    {RunStatus.COMPLETED, RunStatus.MAX_STEPS, RunStatus.BUDGET_EXCEEDED, RunStatus.CANCELLED, RunStatus.FAILED}
+)
+LIVE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.WAITING_APPROVAL})
+
+
+class EventKind(StrEnum):
+    """Values of `events.kind`: what one entry of a run's append-only log records."""
+
+    RUN_STARTED = "run_started"  # the instructions, the task, the resolved plan
+    USER_MESSAGE = "user_message"
+    DECISION = "decision"  # a human approved or denied a tool call
+    MODEL_ATTEMPT_FAILED = "model_attempt_failed"
+    MODEL_RESPONSE = "model_response"
+    TOOL_RESULT = "tool_result"
+    STATUS_CHANGED = "status_changed"
+    RUN_FINISHED = "run_finished"
+
+
+# Events whose payloads the model reads (through working memory) and compaction summarizes.
+MESSAGE_KINDS = (EventKind.RUN_STARTED, EventKind.USER_MESSAGE, EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT)
+TURN_KINDS = (EventKind.USER_MESSAGE, EventKind.DECISION, EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT)
+
+
+class ToolOutcome(StrEnum):
+    """How one tool call ended (`tool_effects.outcome`, `ToolResult.outcome`)."""
+
+    OK = "ok"
+    BAD_CALL = "bad_call"  # unknown tool or invalid arguments: the model should repair it
+    TOOL_ERROR = "tool_error"  # the tool raised ToolError
+    DENIED = "denied"  # by a human
+    CANCELLED = "cancelled"  # the run was cancelled (or its deadline passed) while the call waited
+    FAILED = "failed"  # its attempts ran out
+
+    @property
+    def in_ledger(self) -> bool:
+        """`run_tool` wrote it to the tool_effects ledger (the others are decided by the workflow)."""
+        return self in (ToolOutcome.OK, ToolOutcome.BAD_CALL, ToolOutcome.TOOL_ERROR)
+
+
+class Activity(StrEnum):
+    """Activity names (frozen)."""
+
+    START_RUN = "start_run"
+    CALL_MODEL = "call_model"
+    RUN_TOOL = "run_tool"
+    RECORD_STEP = "record_step"
+    FINISH_RUN = "finish_run"
+    SET_STATUS = "set_run_status"
+    MEMORY_STEP = "memory_step"
+    MEMORY_ADMIN = "memory_admin"
+    SAVE_EPISODES = "save_episodes"
+    COMPACT_RUN = "compact_run"
+    SELECT_RUNS = "select_runs_to_compact"
+
+
+class Workflow(StrEnum):
+    """Workflow type names (frozen)."""
+
+    AGENT_RUN = "AgentRunWorkflow"
+    COMPACTION = "CompactionWorkflow"
+    MEMORY_REQUEST = "MemoryRequestWorkflow"
+
+
+class Update(StrEnum):
+    """Updates an agent run takes (frozen)."""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+    SEND = "send"
+    APPROVE = "approve"
+    DENY = "deny"
+
+
+class Query(StrEnum):
+    PROGRESS = "progress"
+
+
+class MemoryOp(StrEnum):
+    """What a `MemoryRequest` asks the memory worker."""
+
+    SEARCH = "search"
+    SHOW = "show"
+    FORGET = "forget"
+
+
+class EpisodeKind(StrEnum):
+    STEP = "step"
+    DECISION = "decision"
+    SUMMARY = "summary"
+    FACT = "fact"
+
+
+# The memory tools whose results are pinned (pin_decision) or stored as their own episodes.
+PIN_TOOL = "pin_decision"
+MEMORY_SAVE_TOOL = "memory_save"
+
+
+def memory_task_queue(task_queue: str) -> str:
+    """The queue of the worker that owns episodic memory."""
+    return f"{task_queue}-memory"
+
+
+def idempotency_key(run_id: str, step: int, call_index: int) -> str:
+    """The key of one tool call, stable across retries: `run_id:step:call_index`."""
+    return f"{run_id}:{step}:{call_index}"

@@ -1,0 +1,131 @@
+"""The append-only log: hash-chained events, status transitions, failed model attempts.
+
+Events of one run form a chain, `hash = sha256(prev_hash || canonical JSON of the event)`;
+appends to a run are serialized by its row lock, so two writers never take the same seq.
+A transition moves an unfinished run to a new status once, with its event: a retry, or a
+transition after the run finished, changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from waypoint.names import FINISHED, EventKind, RunStatus
+from waypoint.store.base import StoreBase, run_filter
+from waypoint.store.hashing import chained_event
+from waypoint.store.rows import RunRow
+from waypoint.store.schema import events, runs
+
+NewEvent = tuple[int, str, dict[str, Any]]  # (step, kind, payload)
+
+
+async def lock_run(conn: AsyncConnection, run_id: str) -> None:
+    """Serialize writers of one run until the caller's transaction ends."""
+    await conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id).with_for_update())
+
+
+def hash_chain(
+    run_id: str, last_seq: int, last_hash: str | None, new: list[NewEvent], *, attempt: int = 1
+) -> list[dict[str, Any]]:
+    """The rows that extend a run's hash chain, which ends at (`last_seq`, `last_hash`), by `new`.
+    Each row carries `payload_json`, the canonical JSON its hash was computed over."""
+    seq, prev = last_seq, last_hash
+    rows = []
+    for step, kind, payload in new:
+        seq += 1
+        digest, payload_json = chained_event(prev, run_id=run_id, seq=seq, step=step, kind=kind, payload=payload)
+        rows.append(
+            {
+                "run_id": run_id,
+                "seq": seq,
+                "step": step,
+                "kind": kind,
+                "payload": payload,
+                "payload_json": payload_json,
+                "attempt": attempt,
+                "prev_hash": prev,
+                "hash": digest,
+            }
+        )
+        prev = digest
+    return rows
+
+
+async def append_events(
+    conn: AsyncConnection, run_id: str, new: list[NewEvent], *, attempt: int = 1, locked: bool = False
+) -> int:
+    """Append events to a run's hash chain; returns the last seq. The caller owns the transaction;
+    `locked`: it holds the run lock already (`lock_run`)."""
+    if not locked:  # parallel tool attempts may fail, and append, at once
+        await lock_run(conn, run_id)
+    last = (
+        await conn.execute(
+            select(events.c.seq, events.c.hash).where(events.c.run_id == run_id).order_by(events.c.seq.desc()).limit(1)
+        )
+    ).first()
+    rows = hash_chain(run_id, last.seq if last else 0, last.hash if last else None, new, attempt=attempt)
+    if rows:
+        await conn.execute(insert(events), [{k: v for k, v in r.items() if k != "payload_json"} for r in rows])
+    return rows[-1]["seq"] if rows else (last.seq if last else 0)
+
+
+class RunLog(StoreBase):
+    async def set_status(self, tenant_id: str | None, run_id: str, status: RunStatus, detail: str | None) -> None:
+        """Mirror a live status change (paused, waiting for approval, running again)."""
+        payload = {"status": status, "detail": detail}
+        async with self.engine.begin() as conn:
+            await _transition(conn, tenant_id, run_id, EventKind.STATUS_CHANGED, payload, runs.c.status != status)
+
+    async def finish_run(
+        self, tenant_id: str, run_id: str, status: RunStatus, output: str | None, error: str | None
+    ) -> RunRow:
+        """Set the final status once, with a `run_finished` event; a retry changes nothing."""
+        payload = {"status": status, "output": output, "error": error}
+        async with self.engine.begin() as conn:
+            await _transition(
+                conn,
+                tenant_id,
+                run_id,
+                EventKind.RUN_FINISHED,
+                payload,
+                output=output,
+                error=error,
+                finished_at=func.now(),
+            )
+            return await self._run(conn, tenant_id, run_id)
+
+    async def record_model_failure(
+        self, tenant_id: str, run_id: str, step: int, payload: dict[str, Any], *, attempt: int
+    ) -> None:
+        """A failed model attempt, as a `model_attempt_failed` event (the run's row must be the tenant's)."""
+        async with self.engine.begin() as conn:
+            await self._run(conn, tenant_id, run_id, lock=True)
+            await append_events(
+                conn, run_id, [(step, EventKind.MODEL_ATTEMPT_FAILED, payload)], attempt=attempt, locked=True
+            )
+
+
+async def _transition(
+    conn: AsyncConnection,
+    tenant_id: str | None,
+    run_id: str,
+    kind: EventKind,
+    payload: dict[str, Any],
+    *where: Any,
+    **values: Any,
+) -> None:
+    """Move an unfinished run to `payload["status"]` and log it; a finished run (or a retry) is left as it is."""
+    changed = (
+        await conn.execute(
+            update(runs)
+            .where(run_filter(tenant_id, run_id), runs.c.status.not_in(list(FINISHED)), *where)
+            .values(status=payload["status"], updated_at=func.now(), **values)
+            .returning(runs.c.steps)
+        )
+    ).first()
+    if changed is not None:
+        await append_events(conn, run_id, [(changed.steps, kind, payload)])

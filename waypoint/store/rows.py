@@ -1,0 +1,191 @@
+"""What the store's reads return: typed rows, one dataclass per shape.
+
+The Python API (`waypoint.app.client.Waypoint`) returns these as they are; `as_json` turns any
+of them into JSON-ready data (timestamps as ISO 8601 text, decimals as floats) for the CLI's
+`--json` and the HTTP API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from enum import Enum
+from typing import Any
+
+from waypoint.types import Message, RunResult
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One row of `runs`."""
+
+    run_id: str
+    tenant_id: str
+    agent: str
+    task: str
+    model: str
+    status: str  # a RunStatus
+    steps: int
+    max_steps: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    output: str | None = None
+    error: str | None = None
+    parent_run_id: str | None = None
+    fork_step: int | None = None
+    trace_id: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> RunRow:
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in row.items() if k in names}
+        values["cost_usd"] = float(values.get("cost_usd") or 0)
+        return cls(**values)
+
+    def result(self) -> RunResult:
+        """The row as the run's result."""
+        return RunResult(
+            run_id=self.run_id,
+            status=self.status,
+            steps=self.steps,
+            output=self.output,
+            error=self.error,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cost_usd=self.cost_usd,
+        )
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """One line of a run's history (the `run_steps` view)."""
+
+    step: int
+    at: datetime
+    action: str  # "tools" or "answer"
+    tools: list[str] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    model_ms: int = 0
+    tools_ms: int = 0
+    duration_ms: int | None = None
+    model_retries: int = 0
+    tool_errors: int = 0
+    answer: str | None = None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One entry of the append-only log."""
+
+    run_id: str
+    seq: int
+    step: int
+    kind: str  # an EventKind
+    payload: dict[str, Any]
+    attempt: int
+    created_at: datetime
+    prev_hash: str | None
+    hash: str
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> EventRow:
+        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class StepState:
+    """The state at a step: what the next model call saw (`messages`), rendered from the checkpoint
+    of `owner_run_id` (this run, or the ancestor a fork inherited the step from), and the step's events."""
+
+    run_id: str
+    step: int
+    owner_run_id: str
+    at: datetime
+    messages: list[Message]
+    segments: list[list[Any]]
+    pinned: list[list[Any]]
+    dropped_steps: int
+    events: list[EventRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StateDiff:
+    run_id: str
+    a: int
+    b: int
+    added: list[Message] = field(default_factory=list)
+    dropped: list[Message] = field(default_factory=list)
+    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    tokens_a: int = 0
+    tokens_b: int = 0
+
+
+@dataclass(frozen=True)
+class LineageLink:
+    run_id: str
+    forked_at: int | None
+    relation: str  # "ancestor" or "fork"
+
+
+@dataclass(frozen=True)
+class CompactionRow:
+    """One row of `compactions`, as listings show it (the summary cut to its first 200 characters)."""
+
+    id: int
+    run_id: str
+    first_seq: int
+    last_seq: int
+    first_step: int
+    last_step: int
+    tokens_before: int
+    tokens_after: int
+    method: str
+    model: str | None
+    fallback_reason: str | None
+    pinned: int
+    pruned: int
+    summary: str
+    created_at: datetime
+
+
+@dataclass
+class Verdict:
+    """What `verify` found: counts, and the problems (empty when the run is intact)."""
+
+    run_id: str
+    events: int = 0
+    checkpoints: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def as_json(value: Any) -> Any:
+    """Dataclasses, datetimes, decimals and enums as JSON-ready values, recursively."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data = {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, Verdict):
+            data["ok"] = value.ok
+        return data
+    if isinstance(value, Mapping):
+        return {str(k): as_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_json(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, Enum):
+        return value.value
+    return value

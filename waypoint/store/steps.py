@@ -1,0 +1,273 @@
+"""The two writes every run makes: its start (row, `run_started`, checkpoint 0) and each step.
+
+Both are idempotent under retry: the run row and each (run, step) checkpoint are inserted at
+most once, and a retried attempt finds the earlier one's work and writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from waypoint.errors import NotFound
+from waypoint.names import EventKind, RunStatus, idempotency_key
+from waypoint.store import context
+from waypoint.store.base import StoreBase, not_found
+from waypoint.store.context import Pin, Segment
+from waypoint.store.hashing import hashed_json
+from waypoint.store.log import NewEvent, append_events, hash_chain
+from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, runs
+from waypoint.transcript import event_messages
+from waypoint.types import ForkOrigin, RunPlan, StepRecord
+
+# Overlapping attempts of one step lose the race at most this many times before giving up.
+WRITE_CONFLICT_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What `start_run` writes: the run row and its first event."""
+
+    run_id: str
+    tenant_id: str
+    agent: str
+    task: str
+    instructions: str
+    plan: RunPlan
+    fork: ForkOrigin | None = None
+    trace_id: str | None = None
+
+
+# record_step's two statements. Plain SQL with one text whatever the number of events, so the
+# driver prepares each once per connection.
+_READ_FOR_STEP = text(
+    """
+    SELECT
+        (SELECT last_event_seq FROM checkpoints WHERE run_id = r.run_id AND step = :step) AS existing,
+        (SELECT state FROM checkpoints WHERE run_id = r.run_id AND step = :prev_step) AS prev,
+        (SELECT jsonb_object_agg(idempotency_key, output) FROM tool_effects
+          WHERE idempotency_key = ANY(CAST(:keys AS text[]))) AS outputs,
+        last.seq AS last_seq,
+        last.hash AS last_hash
+    FROM runs AS r
+    LEFT JOIN LATERAL (
+        SELECT seq, hash FROM events WHERE run_id = r.run_id ORDER BY seq DESC LIMIT 1
+    ) AS last ON true
+    WHERE r.run_id = :run_id AND r.tenant_id = :tenant_id
+    """
+).columns(prev=JSONB, outputs=JSONB)
+
+_WRITE_STEP = text(
+    """
+    WITH new_events AS (
+        INSERT INTO events (run_id, seq, step, kind, payload, attempt, prev_hash, hash)
+        SELECT :run_id, e.seq, :step, e.kind, CAST(e.payload AS jsonb), :attempt, e.prev_hash, e.hash
+        FROM unnest(CAST(:seqs AS int[]), CAST(:kinds AS text[]), CAST(:payloads AS text[]),
+                    CAST(:prev_hashes AS text[]), CAST(:hashes AS text[])) AS e(seq, kind, payload, prev_hash, hash)
+    ), new_checkpoint AS (
+        INSERT INTO checkpoints (run_id, step, state, last_event_seq, state_hash, schema_version)
+        VALUES (:run_id, :step, CAST(:state AS jsonb), :last_seq, :state_hash, :schema_version)
+    )
+    UPDATE runs
+    SET steps = :step,
+        input_tokens = input_tokens + :input_tokens,
+        output_tokens = output_tokens + :output_tokens,
+        cost_usd = cost_usd + :cost,
+        updated_at = now()
+    WHERE run_id = :run_id
+    """
+)
+
+
+async def insert_checkpoint(
+    conn: AsyncConnection, run_id: str, step: int, state: dict[str, Any], last_seq: int
+) -> bool:
+    """Insert-or-ignore the checkpoint of (run, step); False if it already existed."""
+    digest, _ = hashed_json(state)
+    stmt = (
+        insert(checkpoints)
+        .values(
+            run_id=run_id,
+            step=step,
+            state=state,
+            last_event_seq=last_seq,
+            state_hash=digest,
+            schema_version=STATE_SCHEMA_VERSION,
+        )
+        .on_conflict_do_nothing(index_elements=["run_id", "step"])
+        .returning(checkpoints.c.step)
+    )
+    return (await conn.execute(stmt)).first() is not None
+
+
+def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> list[NewEvent]:
+    """The events of one step, in log order: user messages, decisions, the model's answer, tool results
+    (a result whose output the ledger holds takes it from there, `ledger_outputs` by call index)."""
+    turn = record.turn
+    new: list[NewEvent] = [(record.step, EventKind.USER_MESSAGE, {"content": m}) for m in record.user_messages]
+    new += [(record.step, EventKind.DECISION, dict(d)) for d in record.decisions]
+    new.append(
+        (
+            record.step,
+            EventKind.MODEL_RESPONSE,
+            {
+                "model": turn.model,
+                "content": turn.content,
+                "finish_reason": turn.finish_reason,
+                "tool_calls": [asdict(c) for c in turn.tool_calls],
+                "usage": asdict(turn.usage),
+                "cost_usd": turn.cost_usd,
+                "latency_ms": turn.latency_ms,
+                "attempt": turn.attempt,
+            },
+        )
+    )
+    for index, result in enumerate(record.tool_results):
+        output = ledger_outputs.get(index, result.output)
+        key = idempotency_key(record.run_id, record.step, index)
+        new.append((record.step, EventKind.TOOL_RESULT, {**asdict(result), "output": output, "idempotency_key": key}))
+    return new
+
+
+class StepWriter(StoreBase):
+    async def create_run(self, new: NewRun) -> RunPlan:
+        """The run row, its `run_started` event and checkpoint 0 (instructions and task, or for a
+        fork the parent's window at the fork step plus the optional message). Idempotent."""
+        plan = new.plan
+        fork = new.fork
+        inherited: list[Segment] = []
+        pinned: list[Pin] = []
+        if fork is not None:
+            inherited, pinned = await self._fork_window(new.tenant_id, fork)
+        async with self.engine.begin() as conn:
+            created = (
+                await conn.execute(
+                    insert(runs)
+                    .values(
+                        run_id=new.run_id,
+                        tenant_id=new.tenant_id,
+                        agent=new.agent,
+                        task=new.task,
+                        model=plan.model,
+                        status=RunStatus.RUNNING,
+                        max_steps=plan.max_steps,
+                        parent_run_id=fork.run_id if fork else None,
+                        fork_step=fork.step if fork else None,
+                        steps=plan.start_step,
+                        trace_id=new.trace_id,
+                    )
+                    .on_conflict_do_nothing(index_elements=["run_id"])
+                    .returning(runs.c.run_id)
+                )
+            ).first()
+            if created is None:  # a retry after the first attempt committed
+                await self._run(conn, new.tenant_id, new.run_id)  # and it is this tenant's
+                return plan
+            payload = {
+                "agent": new.agent,
+                "instructions": new.instructions,
+                "task": new.task,
+                "tenant_id": new.tenant_id,
+                "plan": asdict(plan),
+                "fork": asdict(fork) if fork else None,
+            }
+            seq = await append_events(conn, new.run_id, [(plan.start_step, EventKind.RUN_STARTED, payload)])
+            if fork is None:
+                messages = event_messages(EventKind.RUN_STARTED, payload)
+                segments = [context.segment(new.run_id, seq, seq, messages)]
+            else:  # the parent's window, then the injected message
+                segments = inherited
+                if fork.message:
+                    note = {"content": fork.message}
+                    seq = await append_events(conn, new.run_id, [(fork.step, EventKind.USER_MESSAGE, note)])
+                    messages = event_messages(EventKind.USER_MESSAGE, note)
+                    segments = [*segments, context.segment(new.run_id, seq, seq, messages)]
+            await insert_checkpoint(conn, new.run_id, plan.start_step, context.state(segments, pinned=pinned), seq)
+        return plan
+
+    async def _fork_window(self, tenant_id: str, fork: ForkOrigin) -> tuple[list[Segment], list[Pin]]:
+        """The parent's window at the fork step (references: nothing is copied, the parent is untouched)."""
+        found = await self.checkpoint_at(tenant_id, fork.run_id, fork.step)
+        return list(found["state"]["segments"]), list(found["state"].get("pinned", []))
+
+    async def record_step(self, record: StepRecord, *, attempt: int = 1) -> int:
+        """Append the step's events and write its checkpoint atomically; returns the step's last seq.
+
+        Optimistic, in two statements and no explicit transaction: one reads everything the step
+        needs, one writes everything (events, checkpoint, run totals) as a single statement. Two
+        attempts of the same step can overlap (the first one's worker stalled past the timeout):
+        the unique (run, seq) and (run, step) keys let only one write land, and the other reads
+        again and finds the step recorded. Steps of many runs share a worker's event loop, so
+        round trips saved here are what lets concurrent runs scale."""
+        keys = {
+            idempotency_key(record.run_id, record.step, i): i for i, r in enumerate(record.tool_results) if r.stored
+        }
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            for _ in range(WRITE_CONFLICT_RETRIES):
+                last_seq = await self._record_once(conn, record, keys, attempt)
+                if last_seq is not None:
+                    return last_seq
+        raise RuntimeError(f"run {record.run_id}: step {record.step} kept conflicting with other writers")
+
+    async def _record_once(
+        self, conn: AsyncConnection, record: StepRecord, keys: dict[str, int], attempt: int
+    ) -> int | None:
+        """One read-then-write try; None when a concurrent writer won the race."""
+        params = {
+            "run_id": record.run_id,
+            "tenant_id": record.tenant_id,
+            "step": record.step,
+            "prev_step": record.step - 1,
+            "keys": list(keys),
+        }
+        found = (await conn.execute(_READ_FOR_STEP, params)).first()
+        if found is None:
+            raise not_found(record.tenant_id, record.run_id)
+        if found.existing is not None:
+            return int(found.existing)  # recorded by an earlier attempt: nothing to do
+        if found.prev is None:
+            raise NotFound(f"run {record.run_id} has no checkpoint for step {record.step - 1}")
+        new = step_events(record, {keys[k]: v for k, v in (found.outputs or {}).items()})
+        chain = hash_chain(record.run_id, found.last_seq or 0, found.last_hash, new, attempt=attempt)
+        last_seq = chain[-1]["seq"]
+        messages = [m for _, kind, p in new for m in event_messages(kind, p)]
+        step_segment = context.segment(record.run_id, last_seq - len(new) + 1, last_seq, messages)
+        prev = found.prev
+        kept, dropped = context.trim([*prev["segments"], step_segment], record.context_tokens)
+        # Decisions never leave working memory, however far the window moves.
+        pins = context.pins_of(record.run_id, ((r["seq"], r["step"], r["kind"], r["payload"]) for r in chain))
+        state = context.state(
+            kept, dropped_steps=prev.get("dropped_steps", 0) + dropped, pinned=[*prev.get("pinned", []), *pins]
+        )
+        digest, state_json = hashed_json(state)
+        turn = record.turn
+        try:
+            await conn.execute(
+                _WRITE_STEP,
+                {
+                    "run_id": record.run_id,
+                    "step": record.step,
+                    "attempt": attempt,
+                    "seqs": [row["seq"] for row in chain],
+                    "kinds": [row["kind"] for row in chain],
+                    "payloads": [row["payload_json"] for row in chain],
+                    "prev_hashes": [row["prev_hash"] for row in chain],
+                    "hashes": [row["hash"] for row in chain],
+                    "state": state_json,
+                    "last_seq": last_seq,
+                    "state_hash": digest,
+                    "schema_version": STATE_SCHEMA_VERSION,
+                    "input_tokens": turn.usage.input_tokens,
+                    "output_tokens": turn.usage.output_tokens,
+                    "cost": turn.cost_usd,
+                },
+            )
+        except IntegrityError:
+            return None  # another writer took these seqs first
+        return last_seq

@@ -1,0 +1,124 @@
+"""What a running agent run answers: the `progress` query and its updates (pause, resume, cancel,
+send, approve, deny). Each update is validated first, so a refused one answers the caller with
+the reason and changes nothing. AgentRunWorkflow inherits them; the run loop reads the state
+they set.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from waypoint.names import FINISHED, Query, Update
+    from waypoint.types import Decision, PendingApproval, RunProgress, RunState
+
+
+class RunMessages:
+    def __init__(self) -> None:
+        self._run_id = ""
+        self._tenant_id = ""
+        self._state: RunState | None = None
+        self._status = "starting"
+        self._last_action: str | None = None
+        self._paused = False
+        self._cancel_reason: str | None = None
+        self._messages: list[str] = []
+        self._pending: dict[str, PendingApproval] = {}
+        self._decisions: dict[str, tuple[bool, str | None]] = {}
+
+    @workflow.query(name=Query.PROGRESS)
+    def progress(self) -> RunProgress:
+        state = self._state
+        return RunProgress(
+            step=state.step if state else 0,
+            status=self._status,
+            last_action=self._last_action,
+            input_tokens=state.input_tokens if state else 0,
+            output_tokens=state.output_tokens if state else 0,
+            cost_usd=state.cost_usd if state else 0.0,
+            pending_approvals=list(self._pending.values()),
+            queued_messages=len(self._messages),
+            execution=state.executions if state else 1,
+        )
+
+    def _refuse_if_ending(self) -> None:
+        if self._status in FINISHED or self._cancel_reason is not None:
+            raise ApplicationError(f"run {self._run_id} is {self._status}: it takes no more messages")
+
+    @workflow.update(name=Update.PAUSE)
+    def pause(self) -> RunProgress:
+        self._paused = True
+        return self.progress()
+
+    @pause.validator
+    def _validate_pause(self) -> None:
+        self._refuse_if_ending()
+        if self._paused:
+            raise ApplicationError(f"run {self._run_id} is already paused")
+
+    @workflow.update(name=Update.RESUME)
+    def resume(self) -> RunProgress:
+        self._paused = False
+        return self.progress()
+
+    @resume.validator
+    def _validate_resume(self) -> None:
+        self._refuse_if_ending()
+        if not self._paused:
+            raise ApplicationError(f"run {self._run_id} is not paused")
+
+    @workflow.update(name=Update.CANCEL)
+    def cancel(self, reason: str | None) -> RunProgress:
+        self._cancel_reason = reason or "cancelled by a user"
+        return self.progress()
+
+    @cancel.validator
+    def _validate_cancel(self, reason: str | None) -> None:
+        self._refuse_if_ending()
+
+    @workflow.update(name=Update.SEND)
+    def send(self, text: str) -> RunProgress:
+        self._messages.append(text)
+        return self.progress()
+
+    @send.validator
+    def _validate_send(self, text: str) -> None:
+        self._refuse_if_ending()
+        if not text.strip():
+            raise ApplicationError("the message is empty")
+
+    @workflow.update(name=Update.APPROVE)
+    def approve(self, decision: Decision) -> RunProgress:
+        self._decide(decision, approved=True)
+        return self.progress()
+
+    @approve.validator
+    def _validate_approve(self, decision: Decision) -> None:
+        self._pending_call(decision)
+
+    @workflow.update(name=Update.DENY)
+    def deny(self, decision: Decision) -> RunProgress:
+        self._decide(decision, approved=False)
+        return self.progress()
+
+    @deny.validator
+    def _validate_deny(self, decision: Decision) -> None:
+        self._pending_call(decision)
+
+    def _pending_call(self, decision: Decision) -> str:
+        if not self._pending:
+            raise ApplicationError(f"run {self._run_id} has no tool call waiting for approval")
+        if decision.call_id is None:
+            if len(self._pending) > 1:
+                waiting = ", ".join(f"{p.call_id} ({p.tool})" for p in self._pending.values())
+                raise ApplicationError(f"{len(self._pending)} tool calls wait: name one of {waiting}")
+            return next(iter(self._pending))
+        if decision.call_id not in self._pending:
+            raise ApplicationError(f"no tool call {decision.call_id!r} waits for approval in run {self._run_id}")
+        return decision.call_id
+
+    def _decide(self, decision: Decision, *, approved: bool) -> None:
+        call_id = self._pending_call(decision)
+        self._decisions[call_id] = (approved, decision.reason)
+        del self._pending[call_id]
