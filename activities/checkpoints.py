@@ -81,6 +81,18 @@ class CheckpointActivities:
     @activity.defn(name=Activity.FINISH_RUN)
     @boundary
     async def finish_run(self, inp: FinishRunInput) -> RunResult:
-        """Set the final status once, with a `run_finished` event; a retry changes nothing."""
-        row = await self.store.finish_run(inp.tenant_id, inp.run_id, RunStatus(inp.status), inp.output, inp.error)
+        """Set the final status once, with a `run_finished` event; a retry changes nothing. A run that
+        could not start (`inp.start`) gets its row here, failed, with the reason."""
+        if inp.start is not None:
+            start = inp.start
+            row = await self.store.record_failed_start(
+                inp.tenant_id,
+                inp.run_id,
+                agent=start.agent,
+                task=start.task,
+                model=start.model or "",
+                error=inp.error or "could not start",
+            )
+        else:
+            row = await self.store.finish_run(inp.tenant_id, inp.run_id, RunStatus(inp.status), inp.output, inp.error)
         return row.result()

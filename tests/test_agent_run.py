@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowFailureError
 
@@ -12,8 +14,11 @@ from tests.helpers import rows
 from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
+from waypoint.errors import InvalidInput, UnknownAgent
+from waypoint.names import Workflow
 from waypoint.store.hashing import event_hash
 from waypoint.store.schema import checkpoints, events, runs
+from waypoint.types import RunInput
 
 pytestmark = pytest.mark.postgres
 
@@ -104,14 +109,41 @@ async def test_bad_tool_calls_are_told_to_the_model_and_the_run_goes_on(client, 
     assert messages[-1]["role"] == "tool" and messages[-1]["content"].startswith("error:")
 
 
-async def test_unknown_agent_fails_with_a_readable_reason(client: Client, engine: AsyncEngine, settings, worker):
+async def test_a_run_that_cannot_start_is_refused_before_it_gets_an_id(
+    client: Client, engine: AsyncEngine, settings, worker
+):
     wp = Waypoint(client, engine, settings)
-    run_id = await wp.start_run("hello", agent="nobody")
+    before = len(await wp.runs(limit=100))
+    with pytest.raises(UnknownAgent, match=r"unknown agent 'nobody' \(known: .*calculator.*\)"):
+        await wp.start_run("hello", agent="nobody")
+    with pytest.raises(InvalidInput, match="unknown model spec 'gpt-4'"):
+        await wp.start_run("hello", agent="calculator", model="gpt-4")
+    with pytest.raises(InvalidInput, match="agent 'remote' has no scripted turns"):
+        await wp.start_run("hello", agent="remote", model="scripted")
+    with pytest.raises(InvalidInput, match="invalid tenant id ''"):
+        await wp.start_run("hello", agent="calculator", tenant_id="")
+    assert len(await wp.runs(limit=100)) == before  # nothing started, nothing written
+
+
+async def test_a_run_whose_start_fails_anyway_gets_a_failed_row(client: Client, engine: AsyncEngine, settings, worker):
+    # Started without the client's checks (as another SDK could): the workflow's start fails,
+    # and the run it was given an id for is still visible, failed, with the reason.
+    run_id = f"run-{uuid.uuid4().hex[:12]}"
+    await client.start_workflow(
+        Workflow.AGENT_RUN,
+        RunInput(agent="nobody", task="hello", tenant_id=settings.tenant),
+        id=run_id,
+        task_queue=settings.task_queue,
+    )
     with pytest.raises(WorkflowFailureError) as info:
         await client.get_workflow_handle(run_id).result()
     assert "could not start: unknown agent 'nobody'" in str(info.value.cause)
+    row = await Waypoint(client, engine, settings).run(run_id)
+    assert (row.status, row.agent, row.task) == ("failed", "nobody", "hello")
+    assert "could not start: unknown agent 'nobody'" in (row.error or "")
     async with engine.connect() as conn:
-        assert await conn.scalar(select(func.count()).select_from(runs).where(runs.c.run_id == run_id)) == 0
+        kinds = list(await conn.scalars(select(events.c.kind).where(events.c.run_id == run_id)))
+    assert kinds == ["run_finished"]
 
 
 async def test_a_bug_in_a_script_fails_the_run_without_retrying(client: Client, engine, settings: Settings, worker):

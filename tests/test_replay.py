@@ -46,6 +46,7 @@ def test_histories_are_checked_in():
     assert names >= {
         "agent_run_calculator.json",
         "agent_run_clumsy.json",
+        "agent_run_failed_start.json",
         "agent_run_memory.json",
         "compaction/compaction_pass.json",
         "memory/memory_request.json",
@@ -107,3 +108,23 @@ async def test_fresh_compaction_pass_replays(client: Client, store: RunStore, se
         result_type=CompactionReport,
     )
     await _fresh(client, workflow_id, [CompactionWorkflow], "compaction/compaction_pass.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_failed_start_history_replays(client: Client, settings, worker):
+    """A run whose start fails writes its failed row (a patched branch: old histories skip it)."""
+    from temporalio.client import WorkflowFailureError
+
+    from waypoint.ids import new_run_id
+    from waypoint.types import RunInput
+
+    run_id = new_run_id()
+    await client.start_workflow(
+        Workflow.AGENT_RUN,
+        RunInput(agent="nobody", task="hello", tenant_id=settings.tenant),
+        id=run_id,
+        task_queue=settings.task_queue,
+    )
+    with pytest.raises(WorkflowFailureError):
+        await client.get_workflow_handle(run_id).result()
+    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_failed_start.json")

@@ -7,13 +7,14 @@ A user defines agents in their own module and points the worker at it with
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from waypoint.errors import ConfigError, UnknownAgent, UnknownTool
 from waypoint.models.scripted import ScriptedModel
+from waypoint.models.spec import Provider
 from waypoint.tools import Tool
-from waypoint.types import RetrySpec, ToolSpec
+from waypoint.types import AgentInfo, RetrySpec, ToolInfo, ToolSpec
 
 BUILTIN_AGENT_MODULES = ("waypoint.demo",)
 
@@ -71,6 +72,36 @@ class Agent:
             for t in self.tools
         ]
 
+    def info(self, *, openai: bool, worker: str = "") -> AgentInfo:
+        """This agent for the catalog; `openai`: its worker can call OpenAI-compatible models."""
+        providers = [Provider.SCRIPTED.value] if isinstance(self.model, ScriptedModel) else []
+        if openai:
+            providers.append(Provider.OPENAI.value)
+        tools = [
+            ToolInfo(
+                name=t.name,
+                description=t.description,
+                parameters=t.parameters_schema,
+                requires_approval=t.requires_approval,
+                memory=t.memory,
+                timeout_seconds=t.timeout,
+                max_attempts=t.max_attempts,
+            )
+            for t in self.tools
+        ]
+        settings = {
+            "max_steps": self.max_steps,
+            "max_tokens": self.max_tokens,
+            "max_cost_usd": self.max_cost_usd,
+            "deadline_seconds": self.deadline_seconds,
+            "max_repairs": self.max_repairs,
+            "context_tokens": self.context_tokens,
+            "memory": self.memory,
+            "recall_k": self.recall_k,
+            "compact_at": self.compact_at,
+        }
+        return AgentInfo(self.name, self.instructions, self.model_spec, providers, tools, settings, worker)
+
     @property
     def model_spec(self) -> str:
         return "scripted" if isinstance(self.model, ScriptedModel) else self.model
@@ -103,6 +134,9 @@ class AgentRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._agents)
+
+    def __iter__(self) -> Iterator[Agent]:
+        return iter(self._agents[name] for name in sorted(self._agents))
 
     @classmethod
     def from_modules(cls, modules: Iterable[str]) -> AgentRegistry:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -140,6 +140,17 @@ class Settings(BaseSettings):
     db_statement_timeout_ms: int = Field(
         60_000, ge=0, description="Postgres statement_timeout of Waypoint's connections, in ms (0: none)."
     )
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_id(cls, value: str) -> str:
+        from waypoint.errors import InvalidInput
+        from waypoint.ids import check_tenant
+
+        try:
+            return check_tenant(value)
+        except InvalidInput as exc:  # pydantic reports a ValueError with the setting's name
+            raise ValueError(str(exc)) from None
 
     def child_environment(self, **extra: str) -> dict[str, str]:
         """The environment of a Waypoint subprocess (a worker, the CLI) that sees exactly these

@@ -8,7 +8,9 @@ kinds, tool outcomes) and of activities, updates and queries are in `waypoint.na
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any
 
 from waypoint.names import ToolOutcome, idempotency_key
@@ -280,6 +282,9 @@ class FinishRunInput:
     status: str  # a RunStatus
     output: str | None = None
     error: str | None = None
+    # Set when the run could not start: its row is written from this, so a run that was given an
+    # id is never invisible.
+    start: StartRunInput | None = None
 
 
 @dataclass(frozen=True)
@@ -323,3 +328,34 @@ class RunProgress:
     pending_approvals: list[PendingApproval] = field(default_factory=list)
     queued_messages: int = 0
     execution: int = 1
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    name: str
+    description: str
+    parameters: dict[str, Any]  # the JSON schema of its arguments
+    requires_approval: bool = False
+    memory: bool = False
+    timeout_seconds: float = 300.0
+    max_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """An agent as the workers registered it in the `agents` catalog."""
+
+    name: str
+    description: str  # its instructions
+    model: str  # its model spec
+    providers: list[str]  # the model providers its worker can call: "scripted" (its own script), "openai"
+    tools: list[ToolInfo]
+    settings: dict[str, Any]  # max_steps, budgets, context_tokens, memory, recall_k, ...
+    worker: str = ""
+    updated_at: datetime | None = None  # when a worker last registered it
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> AgentInfo:
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+        values["tools"] = [ToolInfo(**t) for t in values.get("tools", [])]
+        return cls(**values)

@@ -141,26 +141,35 @@ class AgentRunWorkflow(RunMessages):
         return result
 
     async def _start(self, inp: RunInput) -> RunPlan:
+        start = StartRunInput(
+            run_id=self._run_id,
+            tenant_id=inp.tenant_id,
+            agent=inp.agent,
+            task=inp.task,
+            model=inp.model,
+            budget=inp.budget or Budget(),
+            fork=inp.fork,
+        )
         try:
             return await workflow.execute_activity(
                 Activity.START_RUN,
-                StartRunInput(
-                    run_id=self._run_id,
-                    tenant_id=inp.tenant_id,
-                    agent=inp.agent,
-                    task=inp.task,
-                    model=inp.model,
-                    budget=inp.budget or Budget(),
-                    fork=inp.fork,
-                ),
+                start,
                 result_type=RunPlan,
                 start_to_close_timeout=retry.STORE_TIMEOUT,
                 retry_policy=retry.STORE_RETRY,
             )
         except ActivityError as exc:
-            raise ApplicationError(
-                f"run {self._run_id} could not start: {failure_message(exc)}", non_retryable=True
-            ) from None
+            reason = f"run {self._run_id} could not start: {failure_message(exc)}"
+        self._status = RunStatus.FAILED
+        if workflow.patched("failed-start-row-1"):  # a run given an id always gets a row
+            await workflow.execute_activity(
+                Activity.FINISH_RUN,
+                FinishRunInput(self._run_id, inp.tenant_id, RunStatus.FAILED, error=reason, start=start),
+                result_type=RunResult,
+                start_to_close_timeout=retry.STORE_TIMEOUT,
+                retry_policy=retry.STORE_RETRY,
+            )
+        raise ApplicationError(reason, non_retryable=True)
 
     def _deadline_remaining(self) -> float | None:
         state = self._state

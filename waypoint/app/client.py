@@ -14,7 +14,6 @@ first use). Every method takes `tenant_id`, default the configured tenant.
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, NotFound
+from waypoint.ids import check_tenant, new_run_id
+from waypoint.models.spec import Provider, parse_model_spec
 from waypoint.names import MemoryOp, Update
 from waypoint.store import RunStore
 from waypoint.store.db import engine_for
@@ -66,10 +67,6 @@ def database_url(settings: Settings) -> str:
 class ReplayOutcome:
     execution: str  # Temporal's run id of one execution (continue-as-new makes several)
     error: str | None  # the determinism error, or None when it replays
-
-
-def new_run_id() -> str:
-    return f"run-{uuid.uuid4().hex[:12]}"
 
 
 class Waypoint:
@@ -121,7 +118,7 @@ class Waypoint:
 
     def tenant(self, tenant_id: str | None = None) -> str:
         """The tenant a call acts for: the one given, else the configured one."""
-        return tenant_id or self.settings.tenant
+        return self.settings.tenant if tenant_id is None else check_tenant(tenant_id)
 
     # --- starting runs ------------------------------------------------------------------------------
 
@@ -147,7 +144,21 @@ class Waypoint:
         inp = RunInput(
             agent=agent, task=task, tenant_id=self.tenant(tenant_id), model=model or self.settings.model, budget=budget
         )
+        await self.check_start(inp.agent, inp.model)
         return await self._start(new_run_id(), inp)
+
+    async def check_start(self, agent: str, model: str | None) -> None:
+        """Refuse a run that cannot start before anything starts (and before it gets an id): an agent
+        no worker serves, a model spec that names no adapter, a model its worker cannot call."""
+        info = await self.store.agent(self.settings.task_queue, agent)
+        spec = parse_model_spec(model or info.model)
+        if spec.provider == Provider.SCRIPTED and Provider.SCRIPTED not in info.providers:
+            raise InvalidInput(f"agent {agent!r} has no scripted turns: pick a model with --model openai:<name>")
+        if spec.provider == Provider.OPENAI and Provider.OPENAI not in info.providers:
+            raise ConfigError(
+                f"the worker that serves agent {agent!r} ({info.worker}) has no OPENAI_API_KEY: "
+                "export it where the worker runs, then restart the worker"
+            )
 
     async def fork(
         self,
@@ -163,6 +174,7 @@ class Waypoint:
         tenant = self.tenant(tenant_id)
         await self.store.owner_of_step(tenant, run_id, step)  # the run and the step exist
         parent = await self.store.get_run(tenant, run_id)
+        await self.check_start(parent.agent, model or parent.model)
         inp = RunInput(
             agent=parent.agent,
             task=parent.task,

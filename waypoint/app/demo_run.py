@@ -54,7 +54,14 @@ async def _demo(settings: Settings, model: str | None, started: float) -> None:
     try:
         client = await connect(settings)
         if not await TemporalGateway(client, settings).pollers(settings.task_queue):
-            worker_task = asyncio.create_task(run_worker(client, engine, settings, stop))
+            ready = asyncio.Event()
+            worker_task = asyncio.create_task(run_worker(client, engine, settings, stop, ready.set))
+            # The worker registers its agents before it polls: the run is checked against them.
+            waiting = asyncio.create_task(ready.wait())
+            await asyncio.wait({waiting, worker_task}, return_when=asyncio.FIRST_COMPLETED)
+            if worker_task.done():
+                waiting.cancel()
+                worker_task.result()  # raises why it stopped
         wp = Waypoint(client, engine, settings)
         run_id = await wp.start_run(DEMO_TASK, agent="demo", model=model)
         out.console.print(f"started [bold]{run_id}[/bold]: {DEMO_TASK}")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
@@ -35,6 +38,33 @@ log = logging.getLogger(__name__)
 WORKFLOWS = [AgentRunWorkflow, CompactionWorkflow]
 
 
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class CatalogWorker(Worker):
+    """A worker that registers its agents in the catalog before it polls, so a run of an agent it
+    serves can be checked (and started) the moment it polls."""
+
+    def __init__(self, *args: Any, store: RunStore, agents: AgentRegistry, settings: Settings, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._catalog = (store, agents, settings)
+
+    async def register(self) -> None:
+        store, agents, settings = self._catalog
+        openai = settings.openai_api_key is not None
+        found = [a.info(openai=openai, worker=worker_identity()) for a in agents]
+        await store.register_agents(self.task_queue, found)
+
+    async def __aenter__(self) -> Worker:
+        await self.register()
+        return await super().__aenter__()
+
+    async def run(self) -> None:
+        await self.register()
+        await super().run()
+
+
 def build_worker(
     client: Client,
     engine: AsyncEngine,
@@ -53,8 +83,11 @@ def build_worker(
     tools = ToolActivities(store, agents, settings)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
-    return Worker(
+    return CatalogWorker(
         client,
+        store=store,
+        agents=agents,
+        settings=settings,
         task_queue=queue,
         workflows=WORKFLOWS,
         activities=[

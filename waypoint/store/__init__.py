@@ -6,7 +6,7 @@
 
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
-listings, time travel, integrity and retention. `waypoint.store.db` has connections and
+listings, time travel, integrity and retention, the agent catalog. `waypoint.store.db` has connections and
 migrations, `waypoint.store.schema` the tables.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
 from waypoint.store.integrity import Integrity
 from waypoint.store.ledger import Ledger
@@ -24,7 +25,7 @@ from waypoint.store.travel import TimeTravel
 from waypoint.store.working import WorkingReads
 
 
-class RunStore(RunLog, StepWriter, Ledger, CompactionStore, WorkingReads, Reads, TimeTravel, Integrity):
+class RunStore(RunLog, StepWriter, Ledger, CompactionStore, WorkingReads, Reads, TimeTravel, Integrity, Catalog):
     """Every read and write of the Postgres mirror."""
 
     def __init__(self, engine: AsyncEngine):

@@ -98,6 +98,35 @@ class RunLog(StoreBase):
             )
             return await self._run(conn, tenant_id, run_id)
 
+    async def record_failed_start(
+        self, tenant_id: str, run_id: str, *, agent: str, task: str, model: str, error: str
+    ) -> RunRow:
+        """The row of a run that could not start (status `failed`, the reason), with its
+        `run_finished` event; a retry, or a run that did start, changes nothing."""
+        async with self.engine.begin() as conn:
+            created = (
+                await conn.execute(
+                    insert(runs)
+                    .values(
+                        run_id=run_id,
+                        tenant_id=tenant_id,
+                        agent=agent,
+                        task=task,
+                        model=model,
+                        status=RunStatus.FAILED,
+                        max_steps=0,
+                        error=error,
+                        finished_at=func.now(),
+                    )
+                    .on_conflict_do_nothing(index_elements=["run_id"])
+                    .returning(runs.c.run_id)
+                )
+            ).first()
+            if created is not None:
+                payload = {"status": RunStatus.FAILED, "output": None, "error": error}
+                await append_events(conn, run_id, [(0, EventKind.RUN_FINISHED, payload)], locked=True)
+            return await self._run(conn, tenant_id, run_id)
+
     async def record_model_failure(
         self, tenant_id: str, run_id: str, step: int, payload: dict[str, Any], *, attempt: int
     ) -> None:

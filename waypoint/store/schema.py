@@ -121,3 +121,18 @@ compactions = Table(
     UniqueConstraint("run_id", "first_seq", "last_seq", name="compactions_run_range_key"),
     CheckConstraint("first_seq <= last_seq", name="compactions_range_check"),
 )
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("task_queue", Text, primary_key=True),  # the queue its workers poll
+    Column("name", Text, primary_key=True),
+    Column("description", Text, nullable=False),  # the agent's instructions
+    Column("model", Text, nullable=False),  # its model spec
+    Column("providers", JSONB, nullable=False),  # the model providers its worker can call
+    Column("tools", JSONB, nullable=False),  # [{name, description, parameters, requires_approval, ...}]
+    Column("settings", JSONB, nullable=False),  # max_steps, budgets, context_tokens, memory, ...
+    Column("worker", Text, nullable=False),  # host:pid of the worker that registered it last
+    Column("registered_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
