@@ -183,18 +183,32 @@ class CompactionActivities:
 
     @staticmethod
     def nothing(src: CompactionSource) -> CompactionSummary:
-        """Nothing new to compact: the newest compaction stands."""
+        """Nothing new to compact: the newest compaction stands, and is what this answers."""
         previous = src.previous
+        if previous is None:
+            return CompactionSummary(
+                src.run_id,
+                None,
+                src.first_seq,
+                src.after,
+                0,
+                0,
+                created=False,
+                tenant_id=src.tenant_id,
+                agent=src.agent,
+            )
         return CompactionSummary(
             run_id=src.run_id,
-            compaction_id=previous["id"] if previous else None,
-            first_seq=src.first_seq,
-            last_seq=src.after,
-            tokens_before=0,
-            tokens_after=0,
+            compaction_id=previous["id"],
+            first_seq=previous["first_seq"],
+            last_seq=previous["last_seq"],
+            tokens_before=previous["tokens_before"],
+            tokens_after=previous["tokens_after"],
             created=False,
-            tenant_id=src.tenant_id,
+            method=previous["method"],
             agent=src.agent,
+            tenant_id=src.tenant_id,
+            last_step=previous["last_step"],
         )
 
     async def summarize(

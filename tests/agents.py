@@ -321,3 +321,13 @@ compactor = Agent(
 )
 
 TEST_AGENTS.append(compactor)
+
+# --- empty answers (tests/test_agent_run.py, tests/test_replay.py) -------------------------------------
+
+mute_once = Agent(
+    name="mute-once",
+    instructions="Says nothing, once.",
+    model=ScriptedModel([ScriptedTurn(), lambda messages: ScriptedTurn(content=f"ok: {messages[-1]['content']}")]),
+)
+mute = Agent(name="mute", instructions="Says nothing.", model=ScriptedModel([ScriptedTurn()] * 10), max_repairs=2)
+TEST_AGENTS += [mute_once, mute]

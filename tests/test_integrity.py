@@ -8,10 +8,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from tests.helpers import waypoint
+from tests.helpers import one_line_error, waypoint
+from waypoint import telemetry
 from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
+from waypoint.telemetry.spanfile import read_trace, span_file
 
 pytestmark = pytest.mark.postgres
 
@@ -58,12 +60,52 @@ async def test_verify_finds_a_row_changed_behind_the_triggers_back(
     assert bad.code == 1 and "event seq 3" in bad.err and len(bad.err.strip().splitlines()) == 1
 
 
-async def test_delete_is_the_retention_path(client: Client, engine: AsyncEngine, settings: Settings, worker):
+async def test_verify_covers_outputs_stored_in_the_ledger(client: Client, engine: AsyncEngine, settings, worker):
     run_id = await finished_run(client, engine, settings)
-    done = await waypoint(settings, "delete", run_id, "--yes")
-    assert done.code == 0, done.err
+    async with engine.begin() as conn:  # the ledger is not append-only: a changed output must still show
+        await conn.execute(
+            text("UPDATE tool_effects SET output = '99' WHERE idempotency_key = :k"), {"k": f"{run_id}:1:0"}
+        )
+    verdict = await Waypoint(client, engine, settings).verify(run_id)
+    assert not verdict.ok
+    assert "tool ledger's output does not match the hash" in verdict.problems[0], verdict.problems
+
+
+async def test_delete_removes_every_trace_of_a_run(client: Client, engine: AsyncEngine, settings, memory_worker):
+    wp, memory = memory_worker
+    telemetry.setup(settings)  # spans into the state folder's span file, as on the embedded stack
+    try:
+        run_id = await wp.start_run("What is the launch code?", agent="scout")
+        assert (await wp.result(run_id)).status == "completed"
+        trace_id = (await wp.run(run_id)).trace_id
+        telemetry.current().force_flush()
+        spans = span_file(settings.state_dir)
+        assert trace_id and read_trace(spans, trace_id)
+        assert await memory.list_run(settings.tenant, run_id)
+
+        refused = await waypoint(settings, "--tenant", "someone-else", "delete", run_id, "--yes")
+        assert "no run" in one_line_error(refused)
+        done = await waypoint(settings, "delete", run_id, "--yes")
+        assert done.code == 0, done.err
+    finally:
+        telemetry.reset()
     with pytest.raises(NotFound):
-        await Waypoint(client, engine, settings).run(run_id)
+        await wp.run(run_id)
     async with engine.connect() as conn:
-        left = await conn.scalar(text("SELECT count(*) FROM events WHERE run_id = :r"), {"r": run_id})
-    assert left == 0
+        for table in ("events", "checkpoints", "tool_effects", "compactions", "runs"):
+            left = await conn.scalar(text(f"SELECT count(*) FROM {table} WHERE run_id = :r"), {"r": run_id})
+            assert left == 0, table
+    assert await memory.list_run(settings.tenant, run_id) == []  # no episode comes back from recall
+    assert not [m for m in await wp.memory_search("launch code ZEBRA-7") if m.run_id == run_id]
+    assert read_trace(spans, trace_id) == []
+
+
+async def test_forget_works_on_episodes_whose_run_is_gone(client: Client, engine: AsyncEngine, memory_worker):
+    wp, memory = memory_worker
+    run_id = await wp.start_run("What is the launch code?", agent="scout")
+    await wp.result(run_id)
+    stored = len(await memory.list_run(wp.settings.tenant, run_id))
+    await wp.store.delete_run(wp.settings.tenant, run_id)  # as a delete before episodes were removed did
+    assert await wp.memory_forget(run_id) == stored > 0
+    with pytest.raises(NotFound):  # nothing left: neither episodes nor a run
+        await wp.memory_forget(run_id)

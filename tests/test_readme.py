@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
-import sys
+import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 import typer.main
 
-from waypoint.agents import AgentRegistry
 from waypoint.app.cli import app
 from waypoint.app.client import Waypoint
-from waypoint.app.worker import build_worker
+from waypoint.app.embedded import free_port
 from waypoint.config import Settings
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
@@ -31,31 +33,80 @@ def test_every_command_is_documented():
         assert f"`waypoint {name}" in README, f"`waypoint {name}` is missing from the README"
 
 
+def test_each_concept_is_explained_once():
+    concepts = re.findall(r"^- \*\*([^*]+)\*\*", README.split("## Concepts", 1)[1].split("\n## ", 1)[0], re.M)
+    assert len(concepts) == len(set(concepts)), concepts
+
+
 def test_quick_start_is_two_commands():
     block = README.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert block.strip().splitlines() == ['pip install -e ".[test]" && waypoint demo', "pytest"]
 
 
+def own_agent_commands() -> tuple[str, list[str]]:
+    """The "Your own agent" section: the module's code, and the shell lines that run it."""
+    section = README.split("## Your own agent", 1)[1]
+    code = re.search(r"```python\n(from waypoint import Agent.*?)```", section, re.S).group(1)
+    shell = section.split("Then point the worker at it and start a run:", 1)[1].split("```bash\n", 1)[1]
+    lines = [line.split("#", 1)[0].strip() for line in shell.split("```", 1)[0].strip().splitlines()]
+    return code, lines
+
+
 @pytest.mark.postgres
-async def test_the_agent_example_runs(
-    tmp_path: Path, client, engine, settings: Settings, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
-):
-    example = re.search(r"```python\n(from waypoint import Agent.*?)```", README, re.S).group(1)
-    (tmp_path / "readme_agents.py").write_text(example)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    agents = AgentRegistry.from_modules(["readme_agents"])
+@pytest.mark.timeout(240)
+def test_your_own_agent_runs_as_written(tmp_path: Path, fake_openai: FakeOpenAI):
+    """The documented steps, typed into a shell in a fresh folder: save myapp/agents.py, export,
+    `waypoint dev` (in its own terminal), then `waypoint run ... --follow`. Only the ports and the
+    model endpoint differ from a user's machine (a fake OpenAI server stands in for the provider)."""
+    code, (export, dev, run) = own_agent_commands()
+    assert export.startswith("export WAYPOINT_AGENTS=myapp.agents") and dev == "waypoint dev", (export, dev)
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "agents.py").write_text(code)
     fake_openai.answer(
         Turn(tool_calls=[("convert", {"amount": 120, "rate": 0})]),
         Turn(tool_calls=[("convert", {"amount": 120, "rate": 1.08})]),
         Turn(content="120 EUR is 129.6 USD."),
     )
-    async with build_worker(client, engine, settings, agents):
-        wp = Waypoint(client, engine, settings)
-        result = await wp.result(await wp.start_run("Convert 120 EUR to USD at 1.08", agent="treasurer"))
-    assert (result.status, result.output) == ("completed", "120 EUR is 129.6 USD.")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
+    env |= {
+        "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}",
+        "WAYPOINT_TEMPORAL_UI_PORT": str(free_port()),
+        "OPENAI_BASE_URL": fake_openai.base_url,
+        "COLUMNS": "200",
+    }
+    shell = shutil.which("bash") or "sh"
+    server = subprocess.Popen(
+        [shell, "-c", f"{export} && exec {dev}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        seen = ""
+        assert server.stdout is not None
+        for line in server.stdout:
+            seen += line
+            if "Ctrl-C stops everything" in line:
+                break
+        assert "treasurer" in seen, seen  # the worker says which agents it loaded
+        done = subprocess.run(
+            [shell, "-c", f"{export} && {run}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(60)
+    assert done.returncode == 0, done.stderr
+    assert "120 EUR is 129.6 USD." in done.stdout and "completed" in done.stdout
     tool_messages = [m["content"] for m in fake_openai.seen[2].body["messages"] if m["role"] == "tool"]
     assert tool_messages == ["error: rate must be positive", "129.6"]
-    sys.modules.pop("readme_agents", None)
+
+
+@pytest.mark.timeout(120)
+def test_a_bad_agent_module_stops_dev_before_it_says_anything_started(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
+    env |= {"WAYPOINT_AGENTS": "myapp.nope", "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}"}
+    done = subprocess.run(["waypoint", "dev"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "error: cannot import agent module 'myapp.nope': No module named 'myapp'"
+    assert "Ctrl-C stops everything" not in done.stdout and "Temporal" not in done.stdout
+    assert not (tmp_path / ".waypoint" / "postgres").exists()  # nothing was started
 
 
 @pytest.mark.postgres

@@ -47,6 +47,7 @@ def test_histories_are_checked_in():
         "agent_run_calculator.json",
         "agent_run_clumsy.json",
         "agent_run_failed_start.json",
+        "agent_run_mute_once.json",
         "agent_run_memory.json",
         "compaction/compaction_pass.json",
         "memory/memory_request.json",
@@ -69,12 +70,12 @@ async def _fresh(client: Client, workflow_id: str, workflows: list[type], record
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("agent", ["calculator", "clumsy"])
+@pytest.mark.parametrize("agent", ["calculator", "clumsy", "mute-once"])
 async def test_fresh_run_history_replays(client: Client, engine, settings, worker, agent: str):
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("replay me", agent=agent)
     assert (await wp.result(run_id)).status == "completed"
-    await _fresh(client, run_id, [AgentRunWorkflow], f"agent_run_{agent}.json")
+    await _fresh(client, run_id, [AgentRunWorkflow], f"agent_run_{agent.replace('-', '_')}.json")
 
 
 @pytest.mark.postgres
@@ -115,7 +116,7 @@ async def test_fresh_failed_start_history_replays(client: Client, settings, work
     """A run whose start fails writes its failed row (a patched branch: old histories skip it)."""
     from temporalio.client import WorkflowFailureError
 
-    from waypoint.ids import new_run_id
+    from waypoint.checks import new_run_id
     from waypoint.types import RunInput
 
     run_id = new_run_id()

@@ -40,7 +40,8 @@ async def test_pause_resume_send_and_cancel(client: Client, engine: AsyncEngine,
     assert (await wp.run(run_id)).steps == paused_at  # nothing moves while paused
     assert (await wp.progress(run_id)).status == "paused"
 
-    await wp.resume(run_id)
+    resumed = await wp.resume(run_id)
+    assert resumed.status == "running"  # the state after the change, not before
     await eventually(lambda: _steps_at_least(wp, run_id, paused_at + 2))
     assert await db_status(engine, run_id) == "running"
 
@@ -85,7 +86,8 @@ async def test_approve_then_deny(client: Client, engine: AsyncEngine, settings: 
     with pytest.raises(WaypointError, match="no tool call 'call_x'"):
         await wp.approve(run_id, call_id="call_x")
 
-    await wp.approve(run_id, reason="fine")
+    approved = await wp.approve(run_id, reason="fine")
+    assert (approved.status, approved.pending_approvals) == ("running", [])  # the state after the change
     await eventually(lambda: _pending_step(wp, run_id, 2))
     assert EFFECTS == ["deleted a.txt"]
     await wp.deny(run_id, reason="keep b.txt")

@@ -144,8 +144,8 @@ class Settings(BaseSettings):
     @field_validator("tenant")
     @classmethod
     def _tenant_id(cls, value: str) -> str:
+        from waypoint.checks import check_tenant
         from waypoint.errors import InvalidInput
-        from waypoint.ids import check_tenant
 
         try:
             return check_tenant(value)

@@ -20,6 +20,14 @@ DEFAULT_PRICES: dict[str, tuple[float, float]] = {
 }
 
 
+def format_usd(amount: float) -> str:
+    """`$0.00001`, `$0.0123`, `$12.50`: small amounts keep their digits, never `$0.0000`."""
+    if amount >= 1:
+        return f"${amount:,.2f}"
+    text = f"{amount:.8f}".rstrip("0").rstrip(".")
+    return f"${text if text != '0' or amount == 0 else f'{amount:.2e}'}"
+
+
 def cost_usd(model: str, usage: Usage, overrides: dict[str, tuple[float, float]] | None = None) -> float:
     """Cost of one call; an unknown model costs 0 (and a cost budget cannot see it)."""
     prices = {**DEFAULT_PRICES, **(overrides or {})}

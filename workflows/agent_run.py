@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from waypoint.compaction_types import CompactionSummary, CompactRunInput, summary_episode
     from waypoint.errors import failure_message
     from waypoint.names import Activity, RunStatus, ToolOutcome, Workflow
+    from waypoint.pricing import format_usd
     from waypoint.types import (
         Budget,
         CallModelInput,
@@ -52,6 +53,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 DEFAULT_TOOL = ToolSpec(name="", timeout_seconds=retry.DEFAULT_TOOL_TIMEOUT_SECONDS)
+# What the model reads after an empty answer (neither text nor a tool call).
+EMPTY_ANSWER = "Your last answer was empty. Answer the task in text, or call a tool."
 # Inline compaction at most once per this many steps, however large the newest turns are.
 COMPACT_EVERY_MIN_STEPS = 5
 
@@ -69,10 +72,8 @@ def stop_reason(
         used = state.input_tokens + state.output_tokens
         return RunStatus.BUDGET_EXCEEDED, f"token budget reached: {used} of {plan.max_tokens} tokens used"
     if plan.max_cost_usd is not None and state.cost_usd >= plan.max_cost_usd:
-        return (
-            RunStatus.BUDGET_EXCEEDED,
-            f"cost budget reached: ${state.cost_usd:.4f} of ${plan.max_cost_usd:.4f} spent",
-        )
+        spent, budget = format_usd(state.cost_usd), format_usd(plan.max_cost_usd)
+        return RunStatus.BUDGET_EXCEEDED, f"cost budget reached: {spent} of {budget} spent"
     if deadline_remaining is not None and deadline_remaining <= 0:
         return RunStatus.BUDGET_EXCEEDED, f"deadline reached: {plan.deadline_seconds:g} s of wall-clock time passed"
     return None
@@ -113,7 +114,17 @@ class AgentRunWorkflow(RunMessages):
                 if self._should_continue_as_new(first_step):
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     self._continue_as_new(inp)
+                repairs_before = self._state.repairs
                 turn, results = await self._step(inp)
+                if not turn.tool_calls and not (turn.content or "").strip() and workflow.patched("empty-answer-1"):
+                    # An empty answer is not a completion: the model is told, and may answer again.
+                    self._messages.append(EMPTY_ANSWER)
+                    self._state = replace(self._state, repairs=repairs_before + 1)
+                    if self._state.repairs > self._state.plan.max_repairs:
+                        status = RunStatus.FAILED
+                        reason = f"the model answered nothing (no text, no tool call) {self._state.repairs} times"
+                        break
+                    continue
                 if not turn.tool_calls:
                     status, output, reason = RunStatus.COMPLETED, turn.content, None
                     break

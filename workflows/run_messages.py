@@ -10,7 +10,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from waypoint.names import FINISHED, Query, Update
+    from waypoint.names import FINISHED, Query, RunStatus, Update
     from waypoint.types import Decision, PendingApproval, RunProgress, RunState
 
 
@@ -60,6 +60,8 @@ class RunMessages:
     @workflow.update(name=Update.RESUME)
     def resume(self) -> RunProgress:
         self._paused = False
+        if self._status == RunStatus.PAUSED:  # the answer shows the state after the change
+            self._status = RunStatus.RUNNING
         return self.progress()
 
     @resume.validator
@@ -122,3 +124,5 @@ class RunMessages:
         call_id = self._pending_call(decision)
         self._decisions[call_id] = (approved, decision.reason)
         del self._pending[call_id]
+        if not self._pending:  # the answer shows the state after the change
+            self._status = RunStatus.PAUSED if self._paused else RunStatus.RUNNING

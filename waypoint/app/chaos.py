@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import subprocess
 import threading
 import time
@@ -30,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
-from rich import box
 from rich.table import Table
 
 from waypoint.app import console as out
@@ -272,13 +272,10 @@ def timeline(lines: list[StepLine], evidence: Evidence, crash: Crash) -> Table:
     for line in lines:
         what = f"tools: {out.tool_summary(line.tools)}" if line.tools else f"answer: {line.answer}"
         rows.append((line.step, 3, _clock(line.at), what))
-    table = Table(title="What happened", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("step", justify="right")
-    table.add_column("time")
-    table.add_column("event")
-    for step, _, clock, what in sorted(rows, key=lambda r: r[:2]):  # stable: retries keep their order
-        table.add_row(str(step), clock, what)
-    return table
+    ordered = sorted(rows, key=lambda r: r[:2])  # stable: retries keep their order
+    return out.columns(
+        "What happened", ("step", "time", "event"), [(str(s), c, w) for s, _, c, w in ordered], wrap="event"
+    )
 
 
 def checks(row: RunRow, evidence: Evidence, crash: Crash, workspace: Path) -> list[tuple[bool, str]]:
@@ -356,3 +353,5 @@ async def chaos_demo(settings: Settings, started: float, *, shared_stack: bool) 
         workers.stop()
         provider.stop()
         await engine.dispose()
+        if shared_stack:  # the chaos workers' own shard, beside the dev worker's: nothing else reads it
+            shutil.rmtree(qdrant, ignore_errors=True)

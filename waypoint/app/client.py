@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from waypoint.checks import check_choice, check_count, check_tenant, new_run_id
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, NotFound
-from waypoint.ids import check_tenant, new_run_id
 from waypoint.models.spec import Provider, parse_model_spec
-from waypoint.names import MemoryOp, Update
+from waypoint.names import EventKind, MemoryOp, RunStatus, Update
 from waypoint.store import RunStore
 from waypoint.store.db import engine_for
 from waypoint.store.rows import (
@@ -275,6 +275,9 @@ class Waypoint:
     # --- reads (Postgres) ----------------------------------------------------------------------------
 
     async def runs(self, *, tenant_id: str | None = None, limit: int = 20, status: str | None = None) -> list[RunRow]:
+        check_count("the limit", limit)
+        if status is not None:
+            check_choice("status", status, RunStatus)
         return await self.store.list_runs(self.tenant(tenant_id), limit=limit, status=status)
 
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
@@ -284,6 +287,9 @@ class Waypoint:
         self, run_id: str, *, tenant_id: str | None = None, after_step: int = 0, limit: int | None = None
     ) -> list[StepLine]:
         """Steps after `after_step` (keyset pagination), from the `run_steps` view."""
+        if limit is not None:
+            check_count("the limit", limit)
+        check_count("after_step", after_step, low=0, high=10**9)
         return await self.store.timeline(self.tenant(tenant_id), run_id, after_step=after_step, limit=limit)
 
     async def state(self, run_id: str, step: int, *, tenant_id: str | None = None) -> StepState:
@@ -302,6 +308,11 @@ class Waypoint:
         limit: int | None = None,
         tenant_id: str | None = None,
     ) -> list[EventRow]:
+        for kind in kinds or []:
+            check_choice("event kind", kind, EventKind)
+        if limit is not None:
+            check_count("the limit", limit, high=1_000_000)
+        check_count("since_step", since_step, low=0, high=10**9)
         return await self.store.events(self.tenant(tenant_id), run_id, kinds=kinds, since_step=since_step, limit=limit)
 
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
@@ -316,8 +327,19 @@ class Waypoint:
         return await self.store.verify(self.tenant(tenant_id), run_id)
 
     async def delete(self, run_id: str, *, tenant_id: str | None = None) -> None:
-        """Remove a finished run and all it wrote (the only way rows leave the append-only log)."""
-        await self.store.delete_run(self.tenant(tenant_id), run_id)
+        """Remove a finished run and every trace of it: its episodes in long-term memory, its spans in
+        the local span file, then its rows (the only way rows leave the append-only log). In that
+        order, so a delete cut half-way (a crash, an unreachable memory worker) finishes when run again:
+        the run's row is the last thing to go."""
+        tenant = self.tenant(tenant_id)
+        run = await self.store.deletable(tenant, run_id)
+        if self.settings.memory:
+            await (await self.temporal()).memory(MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id))
+        if run.trace_id:
+            from waypoint.telemetry.spanfile import remove_trace, span_file
+
+            remove_trace(span_file(self.settings.state_dir), run.trace_id)
+        await self.store.delete_run(tenant, run_id)
 
     async def replay(
         self, run_id: str, *, tenant_id: str | None = None, workflows: Sequence[type] | None = None
@@ -373,6 +395,7 @@ class Waypoint:
         """Episodes of this tenant most relevant to `query` (optionally of one agent or run)."""
         if not query.strip():
             raise InvalidInput("the query is empty: say what to search for")
+        check_count("k", k, high=100)
         req = MemoryRequest(
             op=MemoryOp.SEARCH, tenant_id=self.tenant(tenant_id), query=query, k=k, agent=agent, run_id=run_id
         )
@@ -385,10 +408,14 @@ class Waypoint:
         return (await (await self.temporal()).memory(MemoryRequest(MemoryOp.SHOW, tenant, run_id=run_id))).memories
 
     async def memory_forget(self, run_id: str, *, tenant_id: str | None = None) -> int:
-        """Delete a run's episodes (this tenant's only); returns how many went."""
+        """Delete a run's episodes (this tenant's only), whether or not the run's row still exists;
+        returns how many went."""
         tenant = self.tenant(tenant_id)
-        await self.run(run_id, tenant_id=tenant)
-        return (await (await self.temporal()).memory(MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id))).deleted
+        request = MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id)
+        deleted = (await (await self.temporal()).memory(request)).deleted
+        if deleted == 0:
+            await self.run(run_id, tenant_id=tenant)  # neither episodes nor a run: say so
+        return deleted
 
 
 __all__ = ["ReplayOutcome", "Waypoint", "database_url"]

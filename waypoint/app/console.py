@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from waypoint.config import Settings
 from waypoint.names import RunStatus
 from waypoint.store.rows import RunRow, StepLine, as_json
 
@@ -141,4 +142,19 @@ def columns(title: str | None, names: Sequence[str], rows: Sequence[Sequence[str
         table.add_column(name, no_wrap=name != wrap)
     for row in rows:
         table.add_row(*row)
+    return table
+
+
+def endpoints_table(settings: Settings, info: Any, worker: str) -> Table:
+    """What `waypoint dev` started (`info`: its StackInfo, or None), printed whole whatever the width."""
+    table = Table(show_header=False, box=None, title="Waypoint dev stack", title_justify="left")
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")  # a URL is copied: fold it, never cut it
+    table.add_row("Temporal", f"{settings.temporal_address} (namespace {settings.temporal_namespace})")
+    table.add_row("Temporal UI", (info.ui_url if info else None) or "-")
+    table.add_row("Postgres", settings.database_url or "-")
+    table.add_row("Qdrant", settings.qdrant_url or str(settings.resolved_qdrant_path))
+    table.add_row("Task queue", settings.task_queue)
+    table.add_row("Worker", worker)
+    table.add_row("State folder", str(settings.state_dir.resolve()))
     return table

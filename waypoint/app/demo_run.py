@@ -21,7 +21,7 @@ from waypoint.app.worker import run_worker
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
 from waypoint.errors import WaypointError
-from waypoint.names import RunStatus
+from waypoint.names import RunStatus, ToolOutcome
 from waypoint.store.rows import RunRow
 
 
@@ -70,7 +70,7 @@ async def _demo(settings: Settings, model: str | None, started: float) -> None:
         out.console.print(out.timeline_table(lines))
         out.console.print(out.run_table(row))
         report = settings.resolved_workspace / "report.md"
-        if row.status == RunStatus.COMPLETED and report.exists():
+        if row.status == RunStatus.COMPLETED and await wrote_report(wp, run_id):
             out.console.print(f"report written to {report}")
         out.console.print(f"[dim]demo took {time.monotonic() - started:.1f} s[/dim]")
         if row.status != RunStatus.COMPLETED:
@@ -80,6 +80,12 @@ async def _demo(settings: Settings, model: str | None, started: float) -> None:
         if worker_task is not None:
             await worker_task
         await engine.dispose()
+
+
+async def wrote_report(wp: Waypoint, run_id: str) -> bool:
+    """This run wrote report.md (its write_file call succeeded), not an earlier one."""
+    effects = await wp.store.effects(wp.tenant(), run_id)
+    return any(e.tool == "write_file" and e.outcome == ToolOutcome.OK and "report.md" in e.arguments for e in effects)
 
 
 async def _follow_or_fail(wp: Waypoint, run_id: str, worker_task: asyncio.Task[None] | None) -> RunRow:

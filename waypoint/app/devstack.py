@@ -10,14 +10,14 @@ import threading
 import time
 from pathlib import Path
 
-from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from waypoint.agents import AgentRegistry
 from waypoint.app import console as out
 from waypoint.app.client import database_url
 from waypoint.app.embedded import EmbeddedStack, StackInfo
 from waypoint.app.temporal import connect
-from waypoint.app.worker import run_worker, stop_event
+from waypoint.app.worker import load_agents, run_worker, stop_event
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.errors import WaypointError
@@ -57,39 +57,26 @@ def with_stack(settings: Settings, info: StackInfo) -> Settings:
     )
 
 
-def endpoints_table(settings: Settings, info: StackInfo | None, worker: str) -> Table:
-    table = Table(show_header=False, box=None, title="Waypoint dev stack", title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("Temporal", f"{settings.temporal_address} (namespace {settings.temporal_namespace})")
-    table.add_row("Temporal UI", (info.ui_url if info else None) or "-")
-    table.add_row("Postgres", settings.database_url or "-")
-    table.add_row("Qdrant", settings.qdrant_url or str(settings.resolved_qdrant_path))
-    table.add_row("Task queue", settings.task_queue)
-    table.add_row("Worker", worker)
-    table.add_row("State folder", str(Path(settings.state_dir).resolve()))
-    return table
-
-
 def serve(settings: Settings, *, worker: bool) -> None:
+    # A bad agent module fails here, before anything starts or anything says it did.
+    agents = load_agents(settings) if worker else None
     stack, cfg = start_stack(settings, ui=True, worker=worker)
     try:
-        asyncio.run(_serve(cfg, stack.info, worker))
+        asyncio.run(_serve(cfg, stack.info, agents))
     finally:
         with out.console.status("stopping..."):
             stack.stop()
         out.console.print("stack stopped")
 
 
-async def _serve(settings: Settings, info: StackInfo | None, worker: bool) -> None:
+async def _serve(settings: Settings, info: StackInfo | None, agents: AgentRegistry | None) -> None:
     stop = stop_event()
     seed_workspace(settings.resolved_workspace)  # so `waypoint run --agent demo` has notes to read
     engine = await prepare_database(settings.database_url or "")
     try:
         client = await connect(settings)
-        out.console.print(
-            endpoints_table(settings, info, "running here" if worker else "none (start `waypoint worker`)")
-        )
+        here = f"running here, agents: {', '.join(agents.names())}" if agents else "none (start `waypoint worker`)"
+        out.console.print(out.endpoints_table(settings, info, here))
         from waypoint.app.schedule import apply_schedule
 
         outcome = await apply_schedule(client, settings)
@@ -98,8 +85,8 @@ async def _serve(settings: Settings, info: StackInfo | None, worker: bool) -> No
             f"(every {settings.compaction_interval_seconds:g} s; `waypoint schedule show`)"
         )
         out.console.print("Ctrl-C stops everything.")
-        if worker:
-            await run_worker(client, engine, settings, stop)
+        if agents is not None:
+            await run_worker(client, engine, settings, stop, agents=agents)
         else:
             await stop.wait()
     finally:
@@ -107,15 +94,20 @@ async def _serve(settings: Settings, info: StackInfo | None, worker: bool) -> No
 
 
 async def worker_main(settings: Settings) -> None:
+    agents = load_agents(settings)
     engine = engine_for(settings, database_url(settings))
     try:
         client = await connect(settings)
 
         def ready() -> None:
             # spawn_worker() waits for this line.
-            print(f"{READY_LINE}: polling {settings.task_queue} on {settings.temporal_address}", flush=True)
+            print(
+                f"{READY_LINE}: polling {settings.task_queue} on {settings.temporal_address}; "
+                f"agents: {', '.join(agents.names())}",
+                flush=True,
+            )
 
-        await run_worker(client, engine, settings, stop_event(), ready)
+        await run_worker(client, engine, settings, stop_event(), ready, agents=agents)
     finally:
         await engine.dispose()
 

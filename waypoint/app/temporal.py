@@ -7,16 +7,18 @@ of a second to import), so listing runs from Postgres never pays for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 from temporalio.service import RPCError, RPCStatusCode
@@ -24,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from waypoint import retry, telemetry
 from waypoint.codec import data_converter, header_codec_behavior
 from waypoint.config import Settings
-from waypoint.errors import Conflict, InvalidInput, NotFound, Unavailable, WaypointError
+from waypoint.errors import ConfigError, Conflict, InvalidInput, NotFound, Unavailable, WaypointError
 from waypoint.names import Query, Workflow, memory_task_queue
 from waypoint.types import MemoryAnswer, MemoryRequest, RunInput, RunProgress, RunResult
 
@@ -83,6 +85,20 @@ class TemporalGateway:
         self.client = client
         self.settings = settings
 
+    @contextlib.contextmanager
+    def readable(self, run_id: str) -> Iterator[None]:
+        """A payload this client cannot decode (the SDK's converter raises KeyError for an unknown
+        encoding): without codec keys, an encrypted run's answers are unreadable."""
+        try:
+            yield
+        except KeyError:
+            if self.client.data_converter.payload_codec is not None:
+                raise
+            raise ConfigError(
+                f"run {run_id}'s payloads are encrypted and this client has no keys: set WAYPOINT_CODEC_KEYS "
+                "to the keys the workers use"
+            ) from None
+
     @property
     def traced(self) -> bool:
         """Whether this client propagates traces to the workers (then a start opens the run's trace)."""
@@ -115,9 +131,10 @@ class TemporalGateway:
 
     async def progress(self, run_id: str) -> RunProgress:
         try:
-            progress: RunProgress = await self.client.get_workflow_handle(run_id).query(
-                Query.PROGRESS, result_type=RunProgress
-            )
+            with self.readable(run_id):
+                progress: RunProgress = await self.client.get_workflow_handle(run_id).query(
+                    Query.PROGRESS, result_type=RunProgress
+                )
         except RPCError as exc:
             raise NotFound(f"run {run_id} is not reachable in Temporal: {exc.message}") from None
         return progress
@@ -125,7 +142,8 @@ class TemporalGateway:
     async def update(self, run_id: str, name: str, arg: object) -> RunProgress:
         handle = self.client.get_workflow_handle(run_id)
         try:
-            progress: RunProgress = await handle.execute_update(name, arg, result_type=RunProgress)
+            with self.readable(run_id):
+                progress: RunProgress = await handle.execute_update(name, arg, result_type=RunProgress)
         except WorkflowUpdateFailedError as exc:  # the run's validator refused it, with the reason
             cause = exc.cause
             raise Conflict(getattr(cause, "message", None) or str(cause)) from None
@@ -139,7 +157,8 @@ class TemporalGateway:
         """The run's result when it ends; None when it failed (its row then says why)."""
         handle = self.client.get_workflow_handle(run_id, result_type=RunResult)
         try:
-            return await handle.result()
+            with self.readable(run_id):
+                return await handle.result()
         except WorkflowFailureError:
             return None
         except RPCError as exc:
@@ -209,6 +228,44 @@ class TemporalGateway:
         except RPCError as exc:
             return str(rpc_error(exc, f"describe run {run_id}"))
         return f"run {run_id} ended without a record in Postgres: check the worker's database settings"
+
+    async def blocked(self, run_id: str) -> str | None:
+        """What keeps a run from moving, in one line with the fix, or None when nothing is wrong that
+        Temporal can see: no worker polls its queue, its workflow tasks keep failing (a worker that
+        cannot decode its payloads, say), or an activity keeps failing."""
+        if await self.pollers(self.settings.task_queue) == 0:
+            return (
+                f"no worker polls task queue {self.settings.task_queue!r}: start one with `waypoint worker` "
+                "(or `waypoint dev`) with the same WAYPOINT_TASK_QUEUE"
+            )
+        try:
+            described = (await self.client.get_workflow_handle(run_id).describe()).raw_description
+        except RPCError:
+            return None
+        task = described.pending_workflow_task
+        if task.attempt > 1:
+            why = await self._last_task_failure(run_id)
+            return (
+                f"the workflow tasks of run {run_id} keep failing (attempt {task.attempt}): {why}. A worker whose "
+                "WAYPOINT_CODEC_KEYS differ cannot decode the run: give every worker and client the same keys"
+            )
+        for pending in described.pending_activities:
+            if pending.attempt > 2 and pending.last_failure.message:
+                return (
+                    f"{pending.activity_type.name} of run {run_id} is on attempt {pending.attempt}: "
+                    f"{pending.last_failure.message}"
+                )
+        return None
+
+    async def _last_task_failure(self, run_id: str) -> str:
+        request = GetWorkflowExecutionHistoryReverseRequest(
+            namespace=self.client.namespace, execution=WorkflowExecution(workflow_id=run_id), maximum_page_size=50
+        )
+        response = await self.client.workflow_service.get_workflow_execution_history_reverse(request)
+        for event in response.history.events:
+            if event.HasField("workflow_task_failed_event_attributes"):
+                return event.workflow_task_failed_event_attributes.failure.message or "no message"
+        return "no failure recorded yet"
 
     async def pollers(self, task_queue: str) -> int:
         """How many workers poll the queue for workflow tasks now."""

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
@@ -151,17 +152,27 @@ async def open_memory(settings: Settings) -> AsyncIterator[EpisodicStore]:
         await memory.close()
 
 
+def load_agents(settings: Settings) -> AgentRegistry:
+    """The agents of the modules WAYPOINT_AGENTS names (and the built-in demo). The working folder is
+    on the import path first, as `python -m` and uvicorn put it, so `myapp.agents` next to you imports."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return AgentRegistry.from_modules(settings.agent_modules)
+
+
 async def run_worker(
     client: Client,
     engine: AsyncEngine,
     settings: Settings,
     stop: asyncio.Event,
     ready: Callable[[], None] | None = None,
+    agents: AgentRegistry | None = None,
 ) -> None:
     """Run a worker until `stop` is set; in-flight activities get the graceful shutdown timeout.
     `ready` is called once the worker polls."""
     await check_schema(engine)
-    agents = AgentRegistry.from_modules(settings.agent_modules)
+    agents = agents or load_agents(settings)
     async with contextlib.AsyncExitStack() as stack:
         if settings.memory:
             try:

@@ -19,6 +19,7 @@ from waypoint.compaction_types import RunRef
 from waypoint.errors import NotFound
 from waypoint.names import TURN_KINDS, EventKind
 from waypoint.store.base import StoreBase, not_found, of_tenant, run_filter
+from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.rows import CompactionRow
 from waypoint.store.schema import compactions, events, runs
 from waypoint.tokens import CHARS_PER_TOKEN
@@ -163,12 +164,16 @@ class CompactionStore(StoreBase):
             cut_step = steps[-keep_steps - 1] if keep_steps else steps[-1]
             last_seq = await conn.scalar(select(func.max(events.c.seq)).where(*in_range, events.c.step <= cut_step))
             rows = await conn.execute(
-                select(events.c.seq, events.c.step, events.c.kind, events.c.payload)
+                select(events.c.seq, events.c.step, events.c.kind, events.c.payload, LEDGER_OUTPUT)
+                .select_from(EVENTS_WITH_OUTPUTS)
                 .where(events.c.run_id == run_id, events.c.seq > after, events.c.seq <= last_seq)
                 .order_by(events.c.seq)
             )
             source.last_seq = int(last_seq or after)
-            source.events = [LogEvent(seq=r.seq, step=r.step, kind=r.kind, payload=r.payload) for r in rows]
+            source.events = [
+                LogEvent(seq=r.seq, step=r.step, kind=r.kind, payload=resolved(r.payload, r.ledger_output))
+                for r in rows
+            ]
         return source
 
     async def write_compaction(self, row: dict[str, Any], previous_id: int | None) -> tuple[int, bool]:

@@ -13,18 +13,28 @@ its ancestors' events.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.names import MESSAGE_KINDS, EventKind
+from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.schema import STATE_SCHEMA_VERSION, events
 from waypoint.tokens import estimate_tokens
 from waypoint.transcript import event_messages, is_pin, pin_text
 from waypoint.types import Message
 
 Segment = list[Any]  # [run_id, first_seq, last_seq, tokens]
+
+
+@dataclass(frozen=True)
+class Found:
+    kind: str
+    payload: dict[str, Any]
+
+
 Pin = list[Any]  # [run_id, seq, step]: a decision event, or the result of a pin_decision call
 
 
@@ -67,10 +77,15 @@ async def render_parts(
     if not refs:
         return [], []
     ranges = or_(*(and_(events.c.run_id == r, events.c.seq.between(a, b)) for r, a, b in refs))
-    query = select(events.c.run_id, events.c.seq, events.c.kind, events.c.payload).where(
-        ranges, events.c.kind.in_((*MESSAGE_KINDS, EventKind.DECISION))
+    query = (
+        select(events.c.run_id, events.c.seq, events.c.kind, events.c.payload, LEDGER_OUTPUT)
+        .select_from(EVENTS_WITH_OUTPUTS)
+        .where(ranges, events.c.kind.in_((*MESSAGE_KINDS, EventKind.DECISION)))
     )
-    found = {(row.run_id, row.seq): row for row in await conn.execute(query)}
+    found = {
+        (row.run_id, row.seq): Found(row.kind, resolved(row.payload, row.ledger_output))
+        for row in await conn.execute(query)
+    }
     groups: list[list[Message]] = []
     for run_id, first, last, _ in segments:
         group: list[Message] = []

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event, make_url, text
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from waypoint.config import Settings
-from waypoint.errors import ConfigError
+from waypoint.errors import ConfigError, Unavailable, WaypointError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -78,6 +78,31 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
             dbapi_connection.ping()
         except Exception as exc:  # the pool discards it and checks out (or opens) another
             raise DisconnectionError(f"pooled connection was dropped by the server: {exc}") from exc
+
+
+def database_error(exc: BaseException) -> WaypointError | None:
+    """What a failure of the database itself means for a user, or None when it is not one (a bug).
+    The one translation the shells (CLI, HTTP) apply to whatever a store call raised."""
+    if isinstance(exc, OSError):  # refused, no such socket, unknown host: asyncpg raises these as they are
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return Unavailable(
+            f"cannot reach Postgres ({reason}): start the embedded stack with `waypoint dev`, or check "
+            "WAYPOINT_DATABASE_URL and that its server runs"
+        )
+    if isinstance(exc, OperationalError | InterfaceError) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    ):
+        return Unavailable(f"Postgres dropped the connection ({_first_line(exc)}): try again when it is back")
+    if isinstance(exc, ProgrammingError) and "does not exist" in _first_line(exc):
+        return ConfigError(f"the database has no Waypoint schema ({_first_line(exc)}): run `waypoint migrate`")
+    if isinstance(exc, DBAPIError):
+        return ConfigError(f"Postgres refused ({_first_line(exc)}): check WAYPOINT_DATABASE_URL and the role's grants")
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
 
 
 def engine_for(settings: Settings, url: str) -> AsyncEngine:

@@ -8,12 +8,14 @@ names the first row that does not match.
 from __future__ import annotations
 
 from sqlalchemy import delete, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.errors import Conflict
 from waypoint.names import LIVE
 from waypoint.store.base import StoreBase
 from waypoint.store.hashing import event_hash, state_hash
-from waypoint.store.rows import Verdict
+from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, mismatch
+from waypoint.store.rows import RunRow, Verdict
 from waypoint.store.schema import checkpoints, compactions, events, runs, tool_effects
 
 
@@ -25,7 +27,12 @@ class Integrity(StoreBase):
         expected_seq = 1
         async with self.engine.connect() as conn:
             run = await self._run(conn, tenant_id, run_id)
-            rows = await conn.stream(select(events).where(events.c.run_id == run_id).order_by(events.c.seq))
+            rows = await conn.stream(
+                select(events, LEDGER_OUTPUT)
+                .select_from(EVENTS_WITH_OUTPUTS)
+                .where(events.c.run_id == run_id)
+                .order_by(events.c.seq)
+            )
             async for e in rows:
                 verdict.events += 1
                 if e.seq != expected_seq:
@@ -38,6 +45,8 @@ class Integrity(StoreBase):
                     verdict.problems.append(
                         f"event seq {e.seq} ({e.kind}, step {e.step}): content does not match its hash"
                     )
+                if (problem := mismatch(e.payload, e.ledger_output)) is not None:
+                    verdict.problems.append(f"event seq {e.seq} ({e.kind}, step {e.step}): {problem}")
                 prev = e.hash
                 if len(verdict.problems) >= 10:
                     return verdict
@@ -65,15 +74,27 @@ class Integrity(StoreBase):
             )
             return list(found)
 
+    async def deletable(self, tenant_id: str, run_id: str) -> RunRow:
+        """The run's row if it may be deleted: it has ended and no fork needs its events."""
+        async with self.engine.connect() as conn:
+            return await self._check_deletable(conn, tenant_id, run_id)
+
+    async def _check_deletable(
+        self, conn: AsyncConnection, tenant_id: str, run_id: str, *, lock: bool = False
+    ) -> RunRow:
+        run = await self._run(conn, tenant_id, run_id, lock=lock)
+        if run.status in LIVE:
+            raise Conflict(f"run {run_id} is {run.status}: cancel it first (`waypoint cancel {run_id}`)")
+        forks = await conn.scalar(select(runs.c.run_id).where(runs.c.parent_run_id == run_id).limit(1))
+        if forks:
+            raise Conflict(f"run {run_id} has forks (e.g. {forks}): delete them first")
+        return run
+
     async def delete_run(self, tenant_id: str, run_id: str) -> None:
-        """The retention path: remove a finished run and everything it wrote, in one transaction."""
+        """The retention path's last step: remove a finished run's rows (its events, checkpoints,
+        ledger, compactions and row), in one transaction."""
         async with self.engine.begin() as conn:
-            run = await self._run(conn, tenant_id, run_id, lock=True)
-            if run.status in LIVE:
-                raise Conflict(f"run {run_id} is {run.status}: cancel it first (`waypoint cancel {run_id}`)")
-            forks = await conn.scalar(select(runs.c.run_id).where(runs.c.parent_run_id == run_id).limit(1))
-            if forks:
-                raise Conflict(f"run {run_id} has forks (e.g. {forks}): delete them first")
+            await self._check_deletable(conn, tenant_id, run_id, lock=True)
             await conn.execute(text("SET LOCAL waypoint.retention = 'on'"))
             for table in (tool_effects, checkpoints, events, compactions):
                 await conn.execute(delete(table).where(table.c.run_id == run_id))

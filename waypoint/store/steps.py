@@ -21,9 +21,10 @@ from waypoint.store.base import StoreBase, not_found
 from waypoint.store.context import Pin, Segment
 from waypoint.store.hashing import hashed_json
 from waypoint.store.log import NewEvent, append_events, hash_chain
+from waypoint.store.outputs import OUTPUT_REF, output_ref
 from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, runs
 from waypoint.transcript import event_messages
-from waypoint.types import ForkOrigin, RunPlan, StepRecord
+from waypoint.types import ForkOrigin, Message, RunPlan, StepRecord
 
 # Overlapping attempts of one step lose the race at most this many times before giving up.
 WRITE_CONFLICT_RETRIES = 5
@@ -105,9 +106,10 @@ async def insert_checkpoint(
     return (await conn.execute(stmt)).first() is not None
 
 
-def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> list[NewEvent]:
-    """The events of one step, in log order: user messages, decisions, the model's answer, tool results
-    (a result whose output the ledger holds takes it from there, `ledger_outputs` by call index)."""
+def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> tuple[list[NewEvent], list[Message]]:
+    """The events of one step, in log order (user messages, decisions, the model's answer, tool
+    results), and the messages they stand for. A result whose output the ledger holds
+    (`ledger_outputs`, by call index) is stored there only: its event holds a reference."""
     turn = record.turn
     new: list[NewEvent] = [(record.step, EventKind.USER_MESSAGE, {"content": m}) for m in record.user_messages]
     new += [(record.step, EventKind.DECISION, dict(d)) for d in record.decisions]
@@ -127,11 +129,19 @@ def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> list[NewE
             },
         )
     )
+    messages = [m for _, kind, p in new for m in event_messages(kind, p)]
     for index, result in enumerate(record.tool_results):
-        output = ledger_outputs.get(index, result.output)
         key = idempotency_key(record.run_id, record.step, index)
-        new.append((record.step, EventKind.TOOL_RESULT, {**asdict(result), "output": output, "idempotency_key": key}))
-    return new
+        payload: dict[str, Any] = {**asdict(result), "idempotency_key": key}
+        if index in ledger_outputs:
+            output = ledger_outputs[index]
+            del payload["output"]
+            payload[OUTPUT_REF] = output_ref(output)
+        else:
+            output = result.output
+        new.append((record.step, EventKind.TOOL_RESULT, payload))
+        messages += event_messages(EventKind.TOOL_RESULT, {**payload, "output": output})
+    return new, messages
 
 
 class StepWriter(StoreBase):
@@ -233,10 +243,9 @@ class StepWriter(StoreBase):
             return int(found.existing)  # recorded by an earlier attempt: nothing to do
         if found.prev is None:
             raise NotFound(f"run {record.run_id} has no checkpoint for step {record.step - 1}")
-        new = step_events(record, {keys[k]: v for k, v in (found.outputs or {}).items()})
+        new, messages = step_events(record, {keys[k]: v for k, v in (found.outputs or {}).items()})
         chain = hash_chain(record.run_id, found.last_seq or 0, found.last_hash, new, attempt=attempt)
         last_seq = chain[-1]["seq"]
-        messages = [m for _, kind, p in new for m in event_messages(kind, p)]
         step_segment = context.segment(record.run_id, last_seq - len(new) + 1, last_seq, messages)
         prev = found.prev
         kept, dropped = context.trim([*prev["segments"], step_segment], record.context_tokens)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import select
 
 from waypoint.errors import InvalidInput
 from waypoint.store import context
 from waypoint.store.base import StoreBase, of_tenant
+from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.rows import EventRow, LineageLink, StateDiff, StepState, as_json
 from waypoint.store.schema import events, runs
 from waypoint.tokens import estimate_tokens
@@ -58,7 +61,7 @@ class TimeTravel(StoreBase):
         limit: int | None = None,
     ) -> list[EventRow]:
         """The run's events in log order: of one step, or from `since_step` on; of some kinds."""
-        query = select(events).where(events.c.run_id == run_id)
+        query = select(events, LEDGER_OUTPUT).select_from(EVENTS_WITH_OUTPUTS).where(events.c.run_id == run_id)
         if step is not None:
             query = query.where(events.c.step == step)
         else:
@@ -68,7 +71,7 @@ class TimeTravel(StoreBase):
         async with self.engine.connect() as conn:
             await self._run(conn, tenant_id, run_id)
             rows = (await conn.execute(query.order_by(events.c.seq).limit(limit))).mappings().all()
-        return [EventRow.of(r) for r in rows]
+        return [event_row(r) for r in rows]
 
     async def diff(self, tenant_id: str, run_id: str, a: int, b: int) -> StateDiff:
         """Messages added and dropped between the states at steps `a` and `b`, other fields changed,
@@ -98,9 +101,14 @@ class TimeTravel(StoreBase):
         run = await self.get_run(tenant_id, run_id)
         yield json.dumps({"type": "run", **as_json(run)})
         async with self.engine.connect() as conn:
-            rows = await conn.stream(select(events).where(events.c.run_id == run_id).order_by(events.c.seq))
+            rows = await conn.stream(
+                select(events, LEDGER_OUTPUT)
+                .select_from(EVENTS_WITH_OUTPUTS)
+                .where(events.c.run_id == run_id)
+                .order_by(events.c.seq)
+            )
             async for e in rows.mappings():
-                yield json.dumps({"type": "event", **as_json(EventRow.of(e))})
+                yield json.dumps({"type": "event", **as_json(event_row(e))})
 
     async def lineage(self, tenant_id: str, run_id: str) -> list[LineageLink]:
         """Ancestors (oldest first) with the step each fork was taken at, then the run's own forks."""
@@ -117,6 +125,12 @@ class TimeTravel(StoreBase):
             )
             chain += [LineageLink(f.run_id, f.fork_step, "fork") for f in forks]
         return chain
+
+
+def event_row(row: Any) -> EventRow:
+    """An event with its tool output in place (read from the ledger when the event holds a reference)."""
+    event = EventRow.of(row)
+    return replace(event, payload=resolved(event.payload, row["ledger_output"]))
 
 
 def _key(message: dict) -> str:

@@ -13,6 +13,7 @@ from waypoint.names import TURN_KINDS
 from waypoint.store import context
 from waypoint.store.base import StoreBase, not_found, run_filter
 from waypoint.store.compactions import latest_compaction
+from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.schema import checkpoints, events, runs
 from waypoint.working_memory import Parts
 
@@ -50,7 +51,8 @@ class WorkingReads(StoreBase):
     async def step_events(self, tenant_id: str, run_id: str, step: int) -> StepEvents:
         """The turn events of one step (user messages, decisions, the answer, tool results)."""
         query = (
-            select(events.c.kind, events.c.payload)
+            select(events.c.kind, events.c.payload, LEDGER_OUTPUT)
+            .select_from(EVENTS_WITH_OUTPUTS)
             .join(runs, runs.c.run_id == events.c.run_id)
             .where(
                 run_filter(tenant_id, run_id),
@@ -60,7 +62,7 @@ class WorkingReads(StoreBase):
             .order_by(events.c.seq)
         )
         async with self.engine.connect() as conn:
-            return [(r.kind, r.payload) for r in await conn.execute(query)]
+            return [(r.kind, resolved(r.payload, r.ledger_output)) for r in await conn.execute(query)]
 
     async def recall_basis(self, tenant_id: str, run_id: str, step: int) -> tuple[str, int]:
         """(the run's task, the first step of this run still in the window before `step`): episodes

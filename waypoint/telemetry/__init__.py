@@ -27,7 +27,7 @@ from waypoint.telemetry.core import (
 )
 from waypoint.telemetry.genai import chat_span, tool_span
 from waypoint.telemetry.redact import redact, redact_text
-from waypoint.telemetry.spanfile import read_trace, span_file, span_tree
+from waypoint.telemetry.spanfile import read_trace, remove_trace, span_file, span_tree
 from waypoint.telemetry.temporal import client_interceptors, temporal_runtime, worker_interceptors
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "record_recall_latency",
     "redact",
     "redact_text",
+    "remove_trace",
     "reset",
     "setup",
     "span",

@@ -10,10 +10,11 @@ call time, so a long-lived engine or module never holds a stale provider.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 from temporalio.contrib.opentelemetry import TracingInterceptor
@@ -125,19 +126,57 @@ def _otlp_url(endpoint: str, signal: str) -> str:
     return endpoint if endpoint.rstrip("/").endswith(f"/v1/{signal}") else endpoint.rstrip("/") + f"/v1/{signal}"
 
 
+# Seconds an OTLP export may take, retries included, unless OTEL_EXPORTER_OTLP_TIMEOUT says otherwise:
+# the SDK's 10 s, spent retrying an unreachable collector, would add that to every CLI command.
+EXPORT_TIMEOUT_SECONDS = 2.0
+
+
+class QuietExporter(SpanExporter):
+    """Spans to a collector that may be away: the exporter's own retry warnings are silenced, and a
+    failed export is one warning (naming the endpoint and the setting), then quiet until the
+    collector answers again."""
+
+    def __init__(self, inner: SpanExporter, endpoint: str):
+        self.inner = inner
+        self.endpoint = endpoint
+        self._failing = False
+        logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.CRITICAL)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        if result == SpanExportResult.FAILURE and not self._failing:
+            logging.getLogger("waypoint.telemetry").warning(
+                "cannot send spans to the OTLP collector at %s: dropping them until it answers "
+                "(check OTEL_EXPORTER_OTLP_ENDPOINT)",
+                self.endpoint,
+            )
+        self._failing = result == SpanExportResult.FAILURE
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
 def _otlp_exporters(settings: Settings) -> tuple[SpanExporter, Any]:
     endpoint = settings.otlp_endpoint
     assert endpoint
+    timeout = None if os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT") else EXPORT_TIMEOUT_SECONDS
     if settings.otlp_protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
 
         insecure = endpoint.startswith("http://")
-        return GrpcSpans(endpoint=endpoint, insecure=insecure), GrpcMetrics(endpoint=endpoint, insecure=insecure)
+        spans: SpanExporter = GrpcSpans(endpoint=endpoint, insecure=insecure, timeout=timeout)
+        return QuietExporter(spans, endpoint), GrpcMetrics(endpoint=endpoint, insecure=insecure, timeout=timeout)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
 
-    return HttpSpans(endpoint=_otlp_url(endpoint, "traces")), HttpMetrics(endpoint=_otlp_url(endpoint, "metrics"))
+    spans = HttpSpans(endpoint=_otlp_url(endpoint, "traces"), timeout=timeout)
+    metrics_exporter = HttpMetrics(endpoint=_otlp_url(endpoint, "metrics"), timeout=timeout)
+    return QuietExporter(spans, endpoint), metrics_exporter
 
 
 def setup(

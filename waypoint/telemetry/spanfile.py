@@ -2,12 +2,15 @@
 
 Without an OTLP endpoint the worker (and the CLI, for its client spans) append
 finished spans to `<state_dir>/traces/spans.jsonl`, one JSON object per line.
-Each batch is one `write()` on a file opened for appending, so two processes
-can share the file without interleaving lines.
+Each batch is one `write()` on a file opened for appending, under an advisory lock
+(`spans.jsonl.lock`) that `remove_trace` (the retention path) takes too, so several
+processes share the file without interleaving or losing lines.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import threading
@@ -51,6 +54,43 @@ def span_dict(span: ReadableSpan) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Exclusive use of the span file across processes (an advisory lock on a file beside it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def remove_trace(path: Path, trace_id: str) -> int:
+    """Drop every span of one trace from the file (the retention path); returns how many went."""
+    if not path.exists():
+        return 0
+    removed = 0
+    with _locked(path):
+        kept = path.with_name(path.name + ".tmp")
+        with path.open() as src, kept.open("w") as dst:
+            for line in src:
+                if trace_id in line and _trace_of(line) in (trace_id, None):  # None: a line cut mid-write
+                    removed += 1
+                    continue
+                dst.write(line)
+        os.replace(kept, path)
+    return removed
+
+
+def _trace_of(line: str) -> str | None:
+    try:
+        found = json.loads(line).get("trace_id")
+    except json.JSONDecodeError:
+        return None
+    return found if isinstance(found, str) else None
+
+
 class JsonLinesSpanExporter(SpanExporter):
     """Appends finished spans to a JSON-lines file."""
 
@@ -61,8 +101,7 @@ class JsonLinesSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         data = "".join(json.dumps(span_dict(s), default=str) + "\n" for s in spans).encode()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._lock:
+            with self._lock, _locked(self.path):
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
                     os.write(fd, data)

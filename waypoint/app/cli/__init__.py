@@ -7,14 +7,17 @@ Bad input, usage errors included, prints one line starting with `error:` on stde
 from __future__ import annotations
 
 import atexit
-import difflib
 import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
+
+try:  # typer 0.2x carries its own copy of click and raises its exceptions
+    from typer._click import exceptions as usage
+except ImportError:  # pragma: no cover - older typer raises click's own
+    from click import exceptions as usage  # type: ignore[no-redef]
 
 from waypoint.app.cli import memory, messages, run, runs, schedule, stack
 from waypoint.app.cli._common import overrides
@@ -53,19 +56,10 @@ for module in (stack, run, runs, messages, memory, schedule):
     module.register(app)
 
 
-def _usage_error(exc: click.UsageError) -> str:
-    """One line for a usage error, with the closest command when a name was misspelled."""
-    message = exc.format_message()
-    ctx = exc.ctx
-    group = ctx.command if ctx else None
-    if isinstance(group, click.Group) and message.startswith("No such command"):
-        typed = message.split("'")[1] if "'" in message else ""
-        names = list(group.commands)
-        close = difflib.get_close_matches(typed, names, n=1)
-        if close:
-            message += f" Did you mean `{close[0]}`?"
-    where = f" (see `{ctx.command_path} --help`)" if ctx else ""
-    return " ".join(message.split()) + where
+def _usage_error(exc: usage.UsageError) -> str:
+    """One line for a usage error (click already names the closest command or option), and where to look."""
+    where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+    return " ".join(exc.format_message().split()) + where
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,12 +68,14 @@ def main(argv: list[str] | None = None) -> None:
         # Not standalone: click returns an Exit's code instead of exiting, and raises usage errors here.
         result = app(args=argv, standalone_mode=False)
         code = result if isinstance(result, int) else 0
-    except click.UsageError as exc:
+    except usage.NoArgsIsHelpError as exc:  # `waypoint` alone, or a group alone: its help
+        print(exc.format_message())
+    except usage.UsageError as exc:
         print(f"error: {_usage_error(exc)}", file=sys.stderr)
         code = 1
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         code = exc.exit_code
-    except click.Abort:
+    except typer.Abort:
         print("error: aborted", file=sys.stderr)
         code = 1
     except SystemExit as exc:

@@ -57,6 +57,13 @@ def command(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
             raise fail(str(exc)) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
+        except Exception as exc:
+            from waypoint.store.db import database_error
+
+            translated = database_error(exc)
+            if translated is None:
+                raise  # a bug: its traceback is what a report needs
+            raise fail(str(translated)) from None
 
     return wrapper
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from waypoint.app.cli._common import JsonOpt, RunArg, command, connect
+
+if TYPE_CHECKING:
+    from waypoint.app.client import Waypoint
 
 FollowOpt = Annotated[bool, typer.Option("--follow", help="Show steps as they land, until the run ends.")]
 
@@ -47,7 +50,7 @@ async def run(
             return
         if not as_json:
             out.console.print(f"started [bold]{run_id}[/bold]" + (f" trace {trace}" if trace else ""))
-        await _follow_to_end(wp, run_id, as_json)
+        await follow_to_end(wp, run_id, as_json)
 
 
 @command
@@ -70,16 +73,16 @@ async def fork(
             return
         if not as_json:
             out.console.print(f"started [bold]{new_id}[/bold], forked from {run_id} at step {step}")
-        await _follow_to_end(wp, new_id, as_json)
+        await follow_to_end(wp, new_id, as_json)
 
 
-async def _follow_to_end(wp: object, run_id: str, as_json: bool) -> None:
+async def follow_to_end(wp: Waypoint, run_id: str, as_json: bool) -> None:
     """Print steps until the run ends, then its row; exit code 1 if it did not end well."""
     from waypoint.app import console as out
     from waypoint.app.follow import follow
     from waypoint.names import RunStatus
 
-    row = await follow(wp, run_id, as_json_lines=as_json)  # type: ignore[arg-type]
+    row = await follow(wp, run_id, as_json_lines=as_json)
     out.print_json(row) if as_json else out.console.print(out.run_table(row))
     if RunStatus(row.status).unsuccessful:
         raise typer.Exit(1)

@@ -38,12 +38,23 @@ async def runs(
 
 
 @command
-async def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
+async def status(
+    run_id: RunArg,
+    follow: Annotated[bool, typer.Option("--follow", help="Show its steps as they land, until it ends.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
     """Show one run, its step timeline and, while it runs, its live state (pending approvals)."""
     from waypoint.app import console as out
     from waypoint.errors import WaypointError
     from waypoint.names import FINISHED
 
+    if follow:
+        from waypoint.app.cli.run import follow_to_end
+
+        async with await connect(temporal=True) as wp:
+            await wp.run(run_id)  # unknown or another tenant's: one line, at once
+            await follow_to_end(wp, run_id, as_json)
+        return
     async with await connect() as wp:
         row = await wp.run(run_id)
         lines = await wp.timeline(run_id)
@@ -51,8 +62,8 @@ async def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
         if row.status not in FINISHED:
             try:
                 live = await wp.progress(run_id)
-            except WaypointError:
-                live = None  # Temporal unreachable: Postgres still answers
+            except WaypointError as exc:  # Temporal unreachable, or the run unreadable: Postgres still answers
+                print(f"warning: no live state from Temporal: {exc}", file=sys.stderr)
     if as_json:
         out.print_json({**out.as_json(row), "timeline": lines, "live": live})
         return
@@ -180,6 +191,8 @@ async def export(
 
     if fmt != "jsonl":
         raise InvalidInput(f"unknown format {fmt!r}: use --format jsonl")
+    if output is not None and not output.parent.is_dir():
+        raise InvalidInput(f"no folder {str(output.parent)!r} for --output: create it, or write elsewhere")
     async with await connect() as wp:
         sink = output.open("w") if output else sys.stdout
         try:

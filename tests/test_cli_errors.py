@@ -1,0 +1,111 @@
+"""Every way a user gets the CLI wrong, or finds a service away, ends in one `error:` line that names
+the fix, exit code 1, and no traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+
+import pytest
+from pydantic import SecretStr
+from temporalio.client import Client
+
+from tests.helpers import cli_env, eventually, one_line_error, waypoint
+from waypoint.agents import AgentRegistry
+from waypoint.app.client import Waypoint
+from waypoint.app.temporal import connect
+from waypoint.app.worker import build_worker
+from waypoint.config import Settings
+from waypoint.errors import NotFound
+from waypoint.names import RunStatus
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("postgresql://waypoint@127.0.0.1:1/waypoint", "Connect call failed"),
+        ("postgresql://waypoint@/waypoint?host=/no/such/socket/dir", "No such file or directory"),
+    ],
+    ids=["refused", "no-socket"],
+)
+@pytest.mark.parametrize("args", [("runs",), ("status", "run-x"), ("events", "run-x"), ("verify", "run-x")])
+async def test_an_unreachable_postgres_is_one_line(settings: Settings, url: str, why: str, args: tuple[str, ...]):
+    done = await waypoint(settings, *args, env=cli_env(settings) | {"WAYPOINT_DATABASE_URL": url})
+    line = one_line_error(done)
+    assert "cannot reach Postgres" in line and why in line and "WAYPOINT_DATABASE_URL" in line
+
+
+async def test_values_that_cannot_work_say_so(settings: Settings, worker, client: Client, engine):
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("add", agent="calculator")
+    await wp.result(run_id)
+    cases = {
+        ("runs", "--limit", "-5"): "the limit must be a whole number from 1",
+        ("history", run_id, "--limit", "0"): "the limit must be a whole number from 1",
+        ("export", run_id, "--output", "/no/such/dir/f.jsonl"): "no folder '/no/such/dir' for --output",
+        ("runs", "--status", "bogus"): "unknown status 'bogus': use one of running, paused",
+        ("events", run_id, "--kind", "bogus"): "unknown event kind 'bogus': use one of run_started",
+        ("memory", "search", "launch", "-k", "0"): "k must be a whole number from 1 to 100",
+        ("--tenant", "", "runs"): "invalid tenant id ''",
+        ("run", "hi", "--agent", "calculator", "--model", "gpt-4"): "unknown model spec 'gpt-4'",
+    }
+    for args, message in cases.items():
+        assert message in one_line_error(await waypoint(settings, *args)), args
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("runz",), "No such command 'runz'. Did you mean 'run', 'runs'?"),
+        (("run", "hi", "--folow"), "No such option: --folow (Possible options: --follow)"),
+        (("status",), "Missing argument 'run_id'"),
+    ],
+)
+async def test_usage_errors_are_one_line_with_the_closest_match(settings: Settings, args, message):
+    assert message in one_line_error(await waypoint(settings, *args))
+
+
+async def test_an_empty_tenant_in_the_environment_is_refused(settings: Settings):
+    line = one_line_error(await waypoint(settings, "runs", env=cli_env(settings) | {"WAYPOINT_TENANT": ""}))
+    assert "invalid configuration: tenant" in line and "a tenant id is 1 to 64 characters" in line
+
+
+async def test_a_cli_without_the_codec_keys_says_which_setting_to_set(
+    client: Client, engine, settings: Settings, agents: AgentRegistry
+):
+    key = base64.b64encode(os.urandom(32)).decode()
+    encrypted = settings.model_copy(update={"codec_keys": SecretStr(f"k1:{key}")})
+    enc_client = await connect(encrypted)
+    async with build_worker(enc_client, engine, encrypted, agents):
+        wp = Waypoint(enc_client, engine, encrypted)
+        run_id = await wp.start_run("delete two files", agent="careful")
+
+        async def waiting() -> bool:
+            try:
+                return (await wp.run(run_id)).status == RunStatus.WAITING_APPROVAL
+            except NotFound:  # its row is not written yet
+                return False
+
+        await eventually(waiting, what="the run to wait for approval")
+        line = one_line_error(await waypoint(settings, "approve", run_id))  # these settings have no keys
+        assert "payloads are encrypted" in line and "WAYPOINT_CODEC_KEYS" in line
+        shown = await waypoint(settings, "status", run_id)  # Postgres still answers, with a warning
+        assert shown.code == 0 and "waiting_approval" in shown.out
+        assert "WAYPOINT_CODEC_KEYS" in shown.err and "Traceback" not in shown.err
+        await wp.cancel(run_id)
+        await asyncio.wait_for(wp.result(run_id), 60)
+
+
+async def test_an_unreachable_collector_costs_one_warning_and_no_wait(settings: Settings, worker):
+    env = cli_env(settings, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9")  # nothing listens there
+    began = asyncio.get_running_loop().time()
+    done = await waypoint(settings, "run", "add", "--agent", "calculator", env=env)
+    took = asyncio.get_running_loop().time() - began
+    assert done.code == 0, done.err
+    assert done.out.strip().startswith("run-")
+    noise = [line for line in done.err.splitlines() if line.strip() and not line.startswith("trace ")]
+    assert len(noise) <= 1, done.err
+    assert took < 5, f"{took:.1f} s"

@@ -1,0 +1,96 @@
+"""`waypoint run --follow` tells what keeps a run from moving (no worker, a worker that cannot decode
+the run), keeps waiting, and Ctrl-C stops following, not the run."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import sys
+
+import pytest
+from temporalio.client import Client
+
+from tests.helpers import cli_env
+from waypoint.agents import AgentRegistry
+from waypoint.app.client import Waypoint
+from waypoint.app.worker import build_worker
+from waypoint.config import Settings
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+
+
+async def start_cli(settings: Settings, *args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "waypoint",
+        *args,
+        env=env or cli_env(settings),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def line_with(stream: asyncio.StreamReader, text: str, timeout: float = 30) -> str:
+    seen = []
+    async with asyncio.timeout(timeout):
+        while True:
+            line = (await stream.readline()).decode()
+            assert line, f"the stream ended without {text!r}: {''.join(seen)}"
+            seen.append(line)
+            if text in line:
+                return line
+
+
+async def test_no_worker_is_named_within_seconds_and_following_goes_on(
+    client: Client, engine, settings: Settings, agents: AgentRegistry
+):
+    async with build_worker(client, engine, settings, agents):
+        pass  # registers its agents (the run is checked against them), then stops polling
+    proc = await start_cli(settings, "run", "add", "--agent", "calculator", "--follow")
+    assert proc.stderr is not None
+    warning = await line_with(proc.stderr, "no worker polls task queue", timeout=20)
+    assert settings.task_queue in warning and "waypoint worker" in warning and "still waiting" in warning
+    async with build_worker(client, engine, settings, agents):  # now one comes: the run goes on
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert "The answer is 15." in out.decode()
+
+
+async def test_a_worker_that_cannot_decode_the_run_is_named(
+    client: Client, engine, settings: Settings, agents: AgentRegistry
+):
+    key = base64.b64encode(os.urandom(32)).decode()
+    encrypted = cli_env(settings, WAYPOINT_CODEC_KEYS=f"k1:{key}")
+    async with build_worker(client, engine, settings, agents):  # a worker without the keys
+        proc = await start_cli(settings, "run", "add", "--agent", "calculator", "--follow", env=encrypted)
+        assert proc.stderr is not None
+        warning = await line_with(proc.stderr, "keep failing", timeout=30)
+        assert "WAYPOINT_CODEC_KEYS" in warning and "workflow tasks of run" in warning
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 130
+    assert "the run goes on" in err.decode() and "--follow" in err.decode() and "Traceback" not in err.decode()
+    run_id = warning.split("workflow tasks of run ", 1)[1].split()[0]
+    await client.get_workflow_handle(run_id).terminate("test over")
+
+
+async def test_ctrl_c_stops_following_not_the_run(client: Client, engine, settings: Settings, agents, worker):
+    proc = await start_cli(settings, "run", "count", "--agent", "listener", "--follow")
+    assert proc.stdout is not None
+    started = await line_with(proc.stdout, "started ")
+    run_id = started.split("started ", 1)[1].split()[0]
+    await line_with(proc.stdout, "step   2")
+    proc.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 130
+    assert f"stopped following {run_id}; the run goes on" in err.decode()
+    assert f"waypoint status {run_id} --follow" in err.decode()
+    wp = Waypoint(client, engine, settings)
+    before = (await wp.run(run_id)).steps
+    await asyncio.sleep(1.5)
+    assert (await wp.run(run_id)).steps > before  # it went on without the follower
+    await wp.send(run_id, "stop now")
+    assert (await wp.result(run_id)).status == "completed"

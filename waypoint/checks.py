@@ -1,0 +1,42 @@
+"""The rules of what users type: tenant ids, run ids, counts, and values of closed sets.
+
+Each check returns the value or raises InvalidInput naming the rule. Standard library only: the
+Settings validate with it, so do the client (and through it the CLI, the HTTP API and MCP).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from enum import StrEnum
+
+from waypoint.errors import InvalidInput
+
+TENANT_MAX = 64
+TENANT_RULE = f"1 to {TENANT_MAX} characters: letters, digits, '.', '_' or '-', starting with a letter or digit"
+_TENANT = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{TENANT_MAX - 1}}}")
+
+
+def check_tenant(tenant: str) -> str:
+    """The tenant id, or InvalidInput naming the rule it breaks."""
+    if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
+        raise InvalidInput(f"invalid tenant id {tenant!r}: a tenant id is {TENANT_RULE}")
+    return tenant
+
+
+def new_run_id() -> str:
+    return f"run-{uuid.uuid4().hex[:12]}"
+
+
+def check_count(name: str, value: int, *, low: int = 1, high: int = 10_000) -> int:
+    """A count such as a page size: a whole number from `low` to `high`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def check_choice(name: str, value: str, choices: type[StrEnum]) -> str:
+    """A value of a closed set (a status, an event kind): one of `choices`."""
+    if value not in {c.value for c in choices}:
+        raise InvalidInput(f"unknown {name} {value!r}: use one of {', '.join(c.value for c in choices)}")
+    return value
