@@ -94,6 +94,9 @@ async def heartbeating(*details: Any, every: float = HEARTBEAT_EVERY) -> AsyncIt
             activity.heartbeat(*details)
             await asyncio.sleep(every)
 
+    if activity.info().is_local:  # a local activity lives in its workflow task: nothing to heartbeat
+        yield
+        return
     task = asyncio.create_task(beat())
     try:
         yield

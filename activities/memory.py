@@ -19,50 +19,13 @@ from temporalio import activity
 
 from activities.boundary import boundary
 from waypoint import telemetry
+from waypoint.compaction_types import RememberInput
 from waypoint.errors import InvalidInput
-from waypoint.memory import Episode, EpisodicStore, Recalled
-from waypoint.names import MEMORY_SAVE_TOOL, PIN_TOOL, Activity, EpisodeKind, EventKind, MemoryOp
+from waypoint.memory import Episode, EpisodicStore
+from waypoint.memory.steps import memory_of, pending_episodes, recall_query, recalled_memories
+from waypoint.names import Activity, MemoryOp
 from waypoint.store import RunStore
-from waypoint.store.working import StepEvents
-from waypoint.transcript import clip, decision_text, step_account
 from waypoint.types import Memory, MemoryAnswer, MemoryRequest, MemoryStepInput, MemoryStepResult
-
-STEP_IMPORTANCE = 0.3
-DECISION_IMPORTANCE = 0.8
-QUERY_CHARS = 1_500
-APPROVAL_INDEX = 1_000  # approvals' episode indexes, apart from tool-call indexes at the same step
-
-
-def memory_of(hit: Recalled) -> Memory:
-    ep = hit.episode
-    return Memory(text=ep.text, run_id=ep.run_id, step=ep.step, kind=ep.kind, score=hit.score, importance=ep.importance)
-
-
-def step_episodes(inp: MemoryStepInput, step: int, rows: StepEvents) -> list[Episode]:
-    """The episodes of one step: its account, and each human decision taken in it."""
-
-    def episode(kind: str, text: str, importance: float, index: int = 0) -> Episode:
-        return Episode(
-            tenant=inp.tenant_id,
-            agent=inp.agent,
-            run_id=inp.run_id,
-            step=step,
-            kind=kind,
-            text=text,
-            importance=importance,
-            index=index,
-        )
-
-    # Memory tools' results are not steps' news: pin_decision and memory_save store their own.
-    own = [
-        (k, p) for k, p in rows if not (k == EventKind.TOOL_RESULT and p.get("name") in (PIN_TOOL, MEMORY_SAVE_TOOL))
-    ]
-    found = [episode(EpisodeKind.STEP, step_account(step, own), STEP_IMPORTANCE)] if own else []
-    approvals = [p for k, p in rows if k == EventKind.DECISION]
-    for i, d in enumerate(approvals):
-        text = f"At step {step}, {decision_text(d)}"
-        found.append(episode(EpisodeKind.DECISION, text, DECISION_IMPORTANCE, APPROVAL_INDEX + i))
-    return found
 
 
 class MemoryActivities:
@@ -70,47 +33,52 @@ class MemoryActivities:
         self.store = store
         self.memory = memory
 
-    async def recall_query(self, inp: MemoryStepInput, step: int, last: StepEvents | None) -> tuple[str, int]:
-        """The text to recall by (the task, then the newest step's account) and the first step of
-        this run still in the window. `last`: the events of step - 1, when already read."""
-        task, window_start = await self.store.recall_basis(inp.tenant_id, inp.run_id, step)
-        recent = ""
-        if step > 1:
-            rows = last if last is not None else await self.store.step_events(inp.tenant_id, inp.run_id, step - 1)
-            recent = step_account(step - 1, rows)
-        return clip(f"{task}\n{recent}", QUERY_CHARS), window_start
-
     @activity.defn(name=Activity.MEMORY_STEP)
     @boundary
     async def memory_step(self, inp: MemoryStepInput) -> MemoryStepResult:
+        """Store the episodes of every step up to `remember_step` not stored yet (a run's last step,
+        when it ends; every step, in histories from before the model call did this), then recall for
+        `recall_step` (those histories only)."""
         stored = 0
-        rows: StepEvents | None = None
-        if inp.remember_step is not None:
-            rows = await self.store.step_events(inp.tenant_id, inp.run_id, inp.remember_step)
-            episodes = step_episodes(inp, inp.remember_step, rows)
+        step = inp.remember_step if inp.remember_step is not None else (inp.recall_step or 1) - 1
+        context = await self.store.model_context(inp.tenant_id, inp.run_id, step + 1, memory=True)
+        if inp.remember_step is not None and context.pending:
+            episodes = pending_episodes(inp.tenant_id, inp.agent, inp.run_id, context.pending)
             if episodes:
-                with telemetry.span(
-                    "qdrant upsert", {"db.system": "qdrant"}, run_id=inp.run_id, step=inp.remember_step
-                ):
+                with telemetry.span("qdrant upsert", {"db.system": "qdrant"}, run_id=inp.run_id, step=step):
                     stored = len(await self.memory.upsert(episodes))
+            await self.store.mark_remembered(inp.tenant_id, inp.run_id, max(context.pending))
         recalled: list[Memory] = []
         if inp.recall_step is not None and inp.k > 0:
-            # The step just remembered is the newest one the query reads: no second read of it.
-            last = rows if inp.remember_step == inp.recall_step - 1 else None
-            query, window_start = await self.recall_query(inp, inp.recall_step, last)
+            last = inp.recall_step - 1
+            query = recall_query(context.task, last, context.last)
             began = time.perf_counter()
             with telemetry.span(
                 "qdrant search", {"db.system": "qdrant"}, run_id=inp.run_id, step=inp.recall_step, tenant=inp.tenant_id
             ):
                 hits = await self.memory.search(inp.tenant_id, query, k=inp.k * 2, agent=inp.agent)
             telemetry.record_recall_latency(time.perf_counter() - began, tenant=inp.tenant_id)
-            for hit in hits:
-                ep = hit.episode
-                if ep.run_id == inp.run_id and ep.kind == EpisodeKind.STEP and ep.step >= window_start:
-                    continue  # still in the window, verbatim
-                recalled.append(memory_of(hit))
-            recalled = recalled[: inp.k]
+            recalled = recalled_memories(hits, inp.run_id, context.window_start, inp.k)
         return MemoryStepResult(stored=stored, recalled=recalled)
+
+    @activity.defn(name=Activity.REMEMBER_MISSING)
+    @boundary
+    async def remember_missing(self, inp: RememberInput) -> int:
+        """Store the episodes memory missed of finished runs (a step whose episodes could not be written
+        is never lost: the run's next step, or this, writes it later). Returns how many steps."""
+        done = 0
+        for run_id, tenant_id, agent, steps in await self.store.runs_to_remember(inp.tenant_id, inp.limit):
+            while True:
+                activity.heartbeat(run_id)
+                context = await self.store.model_context(tenant_id, run_id, steps + 1, memory=True)
+                if not context.pending:
+                    break
+                episodes = pending_episodes(tenant_id, agent, run_id, context.pending)
+                if episodes:
+                    await self.memory.upsert(episodes)
+                await self.store.mark_remembered(tenant_id, run_id, max(context.pending))
+                done += len(context.pending)
+        return done
 
     @activity.defn(name=Activity.SAVE_EPISODES)
     @boundary

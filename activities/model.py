@@ -1,41 +1,75 @@
-"""The `call_model` activity: load the step's working memory from Postgres, call the model.
+"""The `call_model` activity: read the step's working memory from Postgres, call the model.
 
-The context never travels through Temporal history (it grows with the run); only the
-model's answer does. A failed attempt is written to the event log before it is retried, so a
-503 storm is visible in Postgres, not only as an attempt counter in Temporal; the rules of
-what retries are in `waypoint.retry`.
+The context never travels through Temporal history (it grows with the run); only the model's
+answer does. A failed attempt is written to the event log before it is retried, so a 503 storm
+is visible in Postgres, not only as an attempt counter in Temporal; the rules of what retries are
+in `waypoint.retry`.
+
+With episodic memory (`CallModelInput.memory`) the same activity runs on a worker that holds the
+store: it stores the episodes of every step not stored yet (beside the model call, so it costs no
+time on the step's path) and recalls memories for this step. Memory never fails a step: a store
+that is away is logged, the step goes on without it, and the next call stores what this one could
+not (`ModelTurn.remembered_through` tells record_step how far memory got).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import time
 from dataclasses import asdict, replace
+from typing import Any
 
 from temporalio import activity
 
 from activities.boundary import boundary, heartbeating
-from waypoint import working_memory
+from waypoint import telemetry, working_memory
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, ModelError, PayloadTooLarge, ScriptError, WaypointError
+from waypoint.memory import EpisodicStore
+from waypoint.memory.steps import pending_episodes, recall_query, recalled_memories
 from waypoint.models import ModelAdapter, ScriptedModel
 from waypoint.models.spec import Provider, parse_model_spec
 from waypoint.names import Activity
 from waypoint.pricing import cost_usd
 from waypoint.store import RunStore
+from waypoint.store.hashing import hashed_json, text_digest
+from waypoint.store.working import ModelContext
 from waypoint.telemetry import chat_span
-from waypoint.types import CallModelInput, Message, ModelTurn
+from waypoint.types import CallModelInput, CallRecord, Memory, ModelTurn, RecalledRef
+
+log = logging.getLogger("waypoint.memory")
 
 # Temporal refuses payloads over 2 MB; stay well under it.
 MAX_TURN_BYTES = 1_000_000
 
 
+def call_record(context: ModelContext, assembled: working_memory.Assembled) -> CallRecord:
+    """What the call received, by reference (see CallRecord)."""
+    recalled = assembled.recalled
+    return CallRecord(
+        compaction_id=context.compaction_id,
+        recalled=[RecalledRef(m.run_id, m.step, m.kind, round(m.score, 4), text_digest(m.text)) for m in recalled],
+        recalled_text=working_memory.recalled_message(recalled)["content"] if recalled else None,
+        dropped_turns=assembled.dropped_turns,
+        dropped_recalled=assembled.dropped_recalled,
+        messages=len(assembled.messages),
+        tokens=assembled.tokens,
+        sha256=hashed_json(assembled.messages)[0],
+    )
+
+
 class ModelActivities:
-    def __init__(self, store: RunStore, agents: AgentRegistry, settings: Settings):
+    def __init__(
+        self, store: RunStore, agents: AgentRegistry, settings: Settings, *, memory: EpisodicStore | None = None
+    ):
         self.store = store
         self.agents = agents
         self.settings = settings
-        self._openai: object | None = None
+        self.memory = memory  # the episodic store, on the worker that holds it
+        self._openai: Any = None
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
         agent = self.agents.get(agent_name)
@@ -51,15 +85,40 @@ class ModelActivities:
 
         if self._openai is None:
             self._openai = openai_client(self.settings)
-        return OpenAIChatModel(self._openai, spec.name)  # type: ignore[arg-type]
+        return OpenAIChatModel(self._openai, spec.name)
 
-    async def load_messages(self, inp: CallModelInput) -> list[Message]:
-        """Working memory for this step (see waypoint.working_memory): the run's parts from the
-        store, the recalled episodes, and the user messages sent since, within the agent's budget."""
-        parts = await self.store.working_parts(inp.tenant_id, inp.run_id, inp.step)
-        parts.recalled = list(inp.recalled)
-        parts.user_messages = list(inp.user_messages)
-        return working_memory.assemble(parts, self.agents.get(inp.agent).context_tokens).messages
+    async def recall(self, inp: CallModelInput, context: ModelContext) -> list[Memory]:
+        """This step's memories: by the task and the newest step's account, never this run's steps
+        still in the window. Best-effort: a store that fails gives none."""
+        assert self.memory is not None
+        last = inp.step - 1
+        query = recall_query(context.task, last, context.last)
+        began = time.perf_counter()
+        try:
+            with telemetry.span(
+                "qdrant search", {"db.system": "qdrant"}, run_id=inp.run_id, step=inp.step, tenant=inp.tenant_id
+            ):
+                hits = await self.memory.search(inp.tenant_id, query, k=inp.recall_k * 2, agent=inp.agent)
+        except Exception as exc:  # memory never fails a step
+            log.warning("recall failed: run=%s step=%s: %s: %s", inp.run_id, inp.step, type(exc).__name__, exc)
+            return []
+        telemetry.record_recall_latency(time.perf_counter() - began, tenant=inp.tenant_id)
+        return recalled_memories(hits, inp.run_id, context.window_start, inp.recall_k)
+
+    async def remember(self, inp: CallModelInput, context: ModelContext) -> int | None:
+        """Store the episodes of every step not stored yet; the newest step stored, or None."""
+        if not context.pending:
+            return None
+        assert self.memory is not None
+        episodes = pending_episodes(inp.tenant_id, inp.agent, inp.run_id, context.pending)
+        try:
+            if episodes:
+                with telemetry.span("qdrant upsert", {"db.system": "qdrant"}, run_id=inp.run_id, step=inp.step - 1):
+                    await self.memory.upsert(episodes)
+        except Exception as exc:  # memory never fails a step: the next call stores these
+            log.warning("episodes not stored: run=%s step=%s: %s: %s", inp.run_id, inp.step, type(exc).__name__, exc)
+            return None
+        return max(context.pending)
 
     async def record_failure(self, inp: CallModelInput, error: ModelError, attempt: int) -> None:
         payload = {
@@ -76,8 +135,18 @@ class ModelActivities:
     @boundary
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
         adapter = self.adapter(inp.agent, inp.model)
-        tools = [t.openai_schema() for t in self.agents.get(inp.agent).tools]
-        messages = await self.load_messages(inp)
+        agent = self.agents.get(inp.agent)
+        tools = [t.openai_schema() for t in agent.tools]
+        with_memory = inp.memory and self.memory is not None
+        context = await self.store.model_context(inp.tenant_id, inp.run_id, inp.step, memory=with_memory)
+        # The episodes are written beside the recall and the model call, off the step's path.
+        remembering = asyncio.create_task(self.remember(inp, context)) if with_memory else None
+        recalled = list(inp.recalled)
+        if with_memory and inp.recall_k > 0:
+            recalled = await self.recall(inp, context)
+        parts = replace(context.parts, recalled=recalled, user_messages=list(inp.user_messages))
+        assembled = working_memory.assemble(parts, agent.context_tokens)
+        messages = assembled.messages
         attempt = activity.info().attempt
         try:
             async with heartbeating(inp.step):
@@ -95,7 +164,15 @@ class ModelActivities:
             if isinstance(adapter, ScriptedModel):  # a bug in a script: the same input fails the same way
                 raise ScriptError(f"scripted model failed: {type(exc).__name__}: {exc}") from exc
             raise
-        turn = replace(turn, cost_usd=cost_usd(turn.model, turn.usage, self.settings.prices), attempt=attempt)
+        finally:
+            remembered = await remembering if remembering is not None else None
+        turn = replace(
+            turn,
+            cost_usd=cost_usd(turn.model, turn.usage, self.settings.prices),
+            attempt=attempt,
+            request=call_record(context, assembled),
+            remembered_through=remembered,
+        )
         size = len(json.dumps(asdict(turn)))
         if size > MAX_TURN_BYTES:
             raise PayloadTooLarge(

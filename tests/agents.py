@@ -331,3 +331,33 @@ mute_once = Agent(
 )
 mute = Agent(name="mute", instructions="Says nothing.", model=ScriptedModel([ScriptedTurn()] * 10), max_repairs=2)
 TEST_AGENTS += [mute_once, mute]
+
+# --- a local tool (tests/test_tools.py, tests/test_replay.py) ------------------------------------------
+
+
+@tool(local=True)
+def double(n: int) -> int:
+    """Double a number (fast and in-process: a local activity)."""
+    return 2 * n
+
+
+quick = Agent(
+    name="quick",
+    instructions="Doubles, with a local tool.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("double", {"n": 21})]),
+            lambda messages: ScriptedTurn(content=f"twice 21 is {messages[-1]['content']}"),
+        ]
+    ),
+    tools=(double,),
+)
+TEST_AGENTS.append(quick)
+
+remote_scout = Agent(
+    name="remote-scout",
+    instructions="Find the launch code.",
+    model="openai:fake-model",
+    tools=[lookup],
+)
+TEST_AGENTS.append(remote_scout)

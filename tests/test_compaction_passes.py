@@ -20,7 +20,7 @@ from waypoint.app.client import Waypoint
 from waypoint.app.embedded import free_port
 from waypoint.app.schedule import apply_schedule, compact_now, describe_schedule
 from waypoint.app.worker import build_worker
-from waypoint.compaction_types import CompactionInput, CompactionReport, CompactRunInput
+from waypoint.compaction_types import CompactionInput, CompactionReport, CompactRunInput, RememberInput
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 from waypoint.names import Activity, EventKind, RunStatus, Workflow, memory_task_queue
@@ -69,7 +69,12 @@ def memory_worker(client: Client, settings: Settings, saved: list) -> Worker:
         saved.extend(episodes)
         return len(episodes)
 
-    return Worker(client, task_queue=memory_task_queue(settings.task_queue), activities=[save_episodes])
+    @activity.defn(name=Activity.REMEMBER_MISSING)
+    async def remember_missing(inp: RememberInput) -> int:
+        return 0
+
+    queue = memory_task_queue(settings.task_queue)
+    return Worker(client, task_queue=queue, activities=[save_episodes, remember_missing])
 
 
 async def test_a_pass_compacts_big_runs_reports_a_failing_one_and_saves_summaries(

@@ -78,3 +78,28 @@ async def test_a_retried_memory_step_stores_each_episode_once(memory_worker, eng
     for _ in range(2):  # two attempts of the same activity
         await ActivityEnvironment().run(acts.memory_step, inp)
     assert await store.count(tenant) == before
+
+
+async def test_show_gives_back_exactly_what_the_model_received(memory_worker, fake_openai):
+    """The recalled memories injected into a call are recorded (their sources, their text's hash and
+    the message they became), so `show` rebuilds the request byte for byte, and `diff` covers it."""
+    from tests.agents import remote_scout  # noqa: F401 - registered in the workers' registry
+    from waypoint.testing.fake_openai import Turn
+
+    wp, _ = memory_worker
+    fake_openai.answer(Turn(tool_calls=[("lookup", {"topic": "launch"})]), Turn(content="looked it up"))
+    first = await wp.start_run("What is the launch code?", agent="remote-scout")
+    assert (await wp.result(first)).status == "completed"
+    fake_openai.answer(Turn(content="I remember: ZEBRA-7"))
+    second = await wp.start_run("What is the launch code?", agent="remote-scout")
+    assert (await wp.result(second)).status == "completed"
+    sent = fake_openai.seen[-1].body["messages"]
+    assert any("Recalled from long-term memory" in (m.get("content") or "") for m in sent)
+
+    state = await wp.state(second, 0)
+    assert state.messages == sent  # byte for byte: what the model call of step 1 received
+    assert state.request is not None and state.request["matches"]
+    assert [(r["run_id"], r["step"]) for r in state.request["recalled"]][0] == (first, 1)
+    assert state.request["recalled_text"] == next(m["content"] for m in sent if "Recalled" in (m["content"] or ""))
+    change = await wp.diff(second, 0, 1)
+    assert any("Recalled from long-term memory" in (m.get("content") or "") for m in change.dropped)

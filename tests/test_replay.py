@@ -29,7 +29,15 @@ from workflows.compaction import CompactionWorkflow
 from workflows.memory import MemoryRequestWorkflow
 
 RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
-WORKFLOWS = {"": [AgentRunWorkflow], "compaction": [CompactionWorkflow], "memory": [MemoryRequestWorkflow]}
+# Recorded by earlier versions too: "remote-store" holds runs whose Postgres writes were remote
+# activities and whose memory had an activity of its own (before the local-store and
+# memory-in-call-model patches); the newest shape is at the top.
+WORKFLOWS = {
+    "": [AgentRunWorkflow],
+    "remote-store": [AgentRunWorkflow],
+    "compaction": [CompactionWorkflow],
+    "memory": [MemoryRequestWorkflow],
+}
 
 
 @pytest.mark.parametrize(
@@ -49,13 +57,21 @@ def test_histories_are_checked_in():
         "agent_run_failed_start.json",
         "agent_run_mute_once.json",
         "agent_run_memory.json",
+        "agent_run_quick.json",
+        "remote-store/agent_run_calculator.json",
+        "remote-store/agent_run_clumsy.json",
+        "remote-store/agent_run_memory.json",
+        "remote-store/agent_run_failed_start.json",
+        "remote-store/agent_run_mute_once.json",
         "compaction/compaction_pass.json",
+        "compaction/compaction_pass_before_remember.json",
+        "memory/memory_request_json_answer.json",
         "memory/memory_request.json",
     }
 
 
 async def test_replay_catches_a_nondeterministic_change():
-    path = HISTORIES / "agent_run_calculator.json"
+    path = HISTORIES / "remote-store" / "agent_run_calculator.json"
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     with pytest.raises(NondeterminismError):
         await Replayer(workflows=[ChangedAgentRunWorkflow]).replay_workflow(history)
@@ -70,7 +86,7 @@ async def _fresh(client: Client, workflow_id: str, workflows: list[type], record
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("agent", ["calculator", "clumsy", "mute-once"])
+@pytest.mark.parametrize("agent", ["calculator", "clumsy", "mute-once", "quick"])
 async def test_fresh_run_history_replays(client: Client, engine, settings, worker, agent: str):
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("replay me", agent=agent)
@@ -96,7 +112,8 @@ async def test_fresh_memory_histories_replay(memory_worker, client: Client):
 
 
 @pytest.mark.postgres
-async def test_fresh_compaction_pass_replays(client: Client, store: RunStore, settings, worker):
+async def test_fresh_compaction_pass_replays(client: Client, store: RunStore, settings, memory_worker):
+    """A pass that compacts a run, saves its summary episode and stores what memory missed."""
     from tests.helpers import make_run
 
     run_id = await make_run(store, settings, tool_heavy())

@@ -68,6 +68,7 @@ class Agent:
                 requires_approval=t.requires_approval,
                 max_attempts=t.max_attempts,
                 memory=t.memory,
+                local=t.local,
             )
             for t in self.tools
         ]
@@ -86,6 +87,7 @@ class Agent:
                 memory=t.memory,
                 timeout_seconds=t.timeout,
                 max_attempts=t.max_attempts,
+                local=t.local,
             )
             for t in self.tools
         ]

@@ -74,11 +74,21 @@ class CompactionInput:
 
 
 @dataclass(frozen=True)
+class RememberInput:
+    """Store the episodes of finished runs' steps that memory missed (at most `limit` runs)."""
+
+    tenant_id: str | None = None  # None: every tenant (the scheduled pass)
+    limit: int = 100
+
+
+@dataclass(frozen=True)
 class CompactionReport:
     selected: int
     results: list[CompactionSummary] = field(default_factory=list)
     episodes_saved: int = 0
     memory_error: str | None = None
+    # Steps of finished runs whose episodes memory had missed, stored by this pass.
+    steps_remembered: int = 0
 
     @property
     def failed(self) -> list[CompactionSummary]:

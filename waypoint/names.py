@@ -89,6 +89,7 @@ class Activity(StrEnum):
     SAVE_EPISODES = "save_episodes"
     COMPACT_RUN = "compact_run"
     SELECT_RUNS = "select_runs_to_compact"
+    REMEMBER_MISSING = "remember_missing"
 
 
 class Workflow(StrEnum):

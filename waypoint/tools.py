@@ -23,7 +23,7 @@ from typing import Any, get_type_hints
 
 import pydantic
 
-from waypoint.errors import ToolError
+from waypoint.errors import ConfigError, ToolError
 from waypoint.names import idempotency_key
 
 
@@ -60,13 +60,20 @@ class Tool:
         requires_approval: bool = False,
         max_attempts: int = 3,
         memory: bool = False,
+        local: bool = False,
     ):
+        if local and (memory or requires_approval):
+            raise ConfigError(
+                f"tool {name or fn.__name__!r}: a local tool runs in the workflow's own worker, so it can be "
+                "neither a memory tool nor wait for approval; drop local=True"
+            )
         self.fn = fn
         self.name = name or fn.__name__
         self.timeout = timeout
         self.requires_approval = requires_approval
         self.max_attempts = max_attempts
         self.memory = memory
+        self.local = local
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
         hints = get_type_hints(fn)
         fields: dict[str, Any] = {}
@@ -146,6 +153,7 @@ def tool(
     requires_approval: bool = False,
     max_attempts: int = 3,
     memory: bool = False,
+    local: bool = False,
 ) -> Any:
     """Register a function as a tool: `@tool`, or `@tool(timeout=30, requires_approval=True, ...)`.
 
@@ -154,6 +162,14 @@ def tool(
     `requires_approval` waits, durably, for `waypoint approve` or `deny` before it runs.
     A `memory` tool runs on the worker that owns episodic memory and finds the store in
     `ToolContext.memory`.
+
+    `local=True` runs it as a Temporal local activity, inside the worker that runs the run's
+    workflow, with the same ledger, idempotency key, validation, timeout and span: a few
+    milliseconds instead of a round trip through the server. For fast, in-process tools only
+    (parsers, calculators, lookups in memory): a local tool holds the run's workflow task while it
+    runs (keep it well under a few seconds: no network calls, no long computations), it does not
+    heartbeat, and after a worker crash it runs again on whichever worker takes the run over rather
+    than moving on its own. Long or remote calls belong in ordinary tools.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
@@ -165,6 +181,7 @@ def tool(
             requires_approval=requires_approval,
             max_attempts=max_attempts,
             memory=memory,
+            local=local,
         )
 
     return wrap(fn) if fn is not None else wrap

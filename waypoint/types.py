@@ -35,6 +35,34 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class RecalledRef:
+    """One recalled episode a model call received: its source, and the SHA-256 of its text."""
+
+    run_id: str
+    step: int
+    kind: str
+    score: float
+    sha256: str
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """What one model call received, by reference, so `show` can rebuild it byte for byte: the
+    compaction whose summary it read, the recalled episodes and the system message they became
+    (verbatim), how many turns and recalled episodes its budget dropped, and the hash of the
+    messages as sent."""
+
+    compaction_id: int | None = None
+    recalled: list[RecalledRef] = field(default_factory=list)
+    recalled_text: str | None = None
+    dropped_turns: int = 0
+    dropped_recalled: int = 0
+    messages: int = 0
+    tokens: int = 0
+    sha256: str = ""
+
+
+@dataclass(frozen=True)
 class ModelTurn:
     """What one model call answered."""
 
@@ -46,6 +74,10 @@ class ModelTurn:
     latency_ms: int = 0
     cost_usd: float = 0.0
     attempt: int = 1
+    # What the call received (None in histories written before it was recorded).
+    request: CallRecord | None = None
+    # The newest step whose episodes this call stored in episodic memory (None: it stored none).
+    remembered_through: int | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +106,8 @@ class ToolSpec:
     max_attempts: int = 3
     # Memory tools run on the memory worker's task queue (the process that owns the Qdrant shard).
     memory: bool = False
+    # Run as a local activity, in the worker that runs the workflow (`@tool(local=True)`).
+    local: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,8 +270,12 @@ class CallModelInput:
     model: str
     user_messages: list[str] = field(default_factory=list)
     retry: RetrySpec = field(default_factory=RetrySpec)
-    # Episodes recalled from long-term memory for this step (see MEMORY_STEP).
+    # Episodes recalled by a memory_step activity before this call (histories before `memory`).
     recalled: list[Memory] = field(default_factory=list)
+    # Episodic memory in this call: store the episodes of every step not stored yet, and recall
+    # `recall_k` episodes for this step. It runs on the worker that holds the store.
+    memory: bool = False
+    recall_k: int = 0
 
 
 @dataclass(frozen=True)
@@ -339,6 +377,7 @@ class ToolInfo:
     memory: bool = False
     timeout_seconds: float = 300.0
     max_attempts: int = 3
+    local: bool = False
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ class Assembled:
     tokens: int
     dropped_turns: int
     dropped_recalled: int
+    recalled: list[Memory] = field(default_factory=list)  # the recalled episodes that stayed in
 
 
 def pinned_message(pinned: Sequence[tuple[int, str]]) -> Message:
@@ -53,21 +54,40 @@ def recalled_message(recalled: Sequence[Memory]) -> Message:
     return {"role": "system", "content": f"Recalled from long-term memory (most relevant first):\n{lines}"}
 
 
-def assemble(parts: Parts, budget: int, counter: TokenCounter = DEFAULT_COUNTER) -> Assembled:
-    """The messages of the next model call, at most `budget` tokens where the parts that always
-    stay allow it."""
+def _fixed(parts: Parts) -> list[Message]:
     fixed = list(parts.head)
     if parts.pinned:
         fixed.append(pinned_message(parts.pinned))
     if parts.summary:
         fixed.append({"role": "system", "content": parts.summary})
+    return fixed
+
+
+def _ordered(
+    fixed: list[Message], memory: Message | None, turns: list[list[Message]], tail: list[Message]
+) -> list[Message]:
+    """The one order of working memory's messages."""
+    return [*fixed, *([memory] if memory else []), *(m for turn in turns for m in turn), *tail]
+
+
+def rebuild(parts: Parts, recalled_text: str | None, dropped_turns: int) -> list[Message]:
+    """The messages a model call received, from its parts as the log holds them and its record: the
+    recalled episodes' message verbatim, and how many of the oldest turns its budget dropped."""
+    memory = {"role": "system", "content": recalled_text} if recalled_text else None
+    turns = [t for t in parts.turns if t][dropped_turns:]
+    return _ordered(_fixed(parts), memory, turns, [{"role": "user", "content": m} for m in parts.user_messages])
+
+
+def assemble(parts: Parts, budget: int, counter: TokenCounter = DEFAULT_COUNTER) -> Assembled:
+    """The messages of the next model call, at most `budget` tokens where the parts that always
+    stay allow it."""
+    fixed = _fixed(parts)
     tail = [{"role": "user", "content": m} for m in parts.user_messages]
     turns = [t for t in parts.turns if t]
     recalled = list(parts.recalled)
 
     def build() -> list[Message]:
-        memory = [recalled_message(recalled)] if recalled else []
-        return [*fixed, *memory, *(m for turn in turns for m in turn), *tail]
+        return _ordered(fixed, recalled_message(recalled) if recalled else None, turns, tail)
 
     sizes = [counter.count(t) for t in turns]
     fixed_size = counter.count([*fixed, *tail])
@@ -82,4 +102,4 @@ def assemble(parts: Parts, budget: int, counter: TokenCounter = DEFAULT_COUNTER)
         dropped_recalled += 1
         recalled_size = counter.count([recalled_message(recalled)]) if recalled else 0
     messages = build()
-    return Assembled(messages, counter.count(messages), dropped_turns, dropped_recalled)
+    return Assembled(messages, counter.count(messages), dropped_turns, dropped_recalled, recalled)

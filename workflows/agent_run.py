@@ -18,9 +18,11 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from workflows.run_messages import RunMessages
 
@@ -55,6 +57,11 @@ with workflow.unsafe.imports_passed_through():
 DEFAULT_TOOL = ToolSpec(name="", timeout_seconds=retry.DEFAULT_TOOL_TIMEOUT_SECONDS)
 # What the model reads after an empty answer (neither text nor a tool call).
 EMPTY_ANSWER = "Your last answer was empty. Answer the task in text, or call a tool."
+# What an activity that failed raises in the workflow: an ActivityError (its cause inside) when it
+# was remote; when it was local, the activity's own ApplicationError, or a timeout.
+FAILED = (ActivityError, ApplicationError, ActivityTimeout)
+# After a step found no memory worker, the memory queue is tried again this many steps later.
+MEMORY_RETRY_STEPS = 10
 # Inline compaction at most once per this many steps, however large the newest turns are.
 COMPACT_EVERY_MIN_STEPS = 5
 
@@ -133,20 +140,17 @@ class AgentRunWorkflow(RunMessages):
                     status = RunStatus.FAILED
                     reason = f"the model made invalid tool calls {self._state.repairs} steps in a row; last: {bad}"
                     break
-        except ActivityError as exc:
+        except FAILED as exc:
             status, reason = RunStatus.FAILED, failure_message(exc)
 
         state = self._state
         if state.step > state.plan.start_step and status != RunStatus.FAILED:
             await self._memory(inp, remember=state.step, recall=None)
         self._status = status
-        result: RunResult = await workflow.execute_activity(
-            Activity.FINISH_RUN,
-            FinishRunInput(run_id=self._run_id, tenant_id=inp.tenant_id, status=status, output=output, error=reason),
-            result_type=RunResult,
-            start_to_close_timeout=retry.STORE_TIMEOUT,
-            retry_policy=retry.STORE_RETRY,
+        finish = FinishRunInput(
+            run_id=self._run_id, tenant_id=inp.tenant_id, status=status, output=output, error=reason
         )
+        result: RunResult = await self._store(Activity.FINISH_RUN, finish, RunResult)
         if status == RunStatus.FAILED:
             raise ApplicationError(f"run {self._run_id} failed at step {state.step + 1}: {reason}", non_retryable=True)
         return result
@@ -162,25 +166,40 @@ class AgentRunWorkflow(RunMessages):
             fork=inp.fork,
         )
         try:
-            return await workflow.execute_activity(
-                Activity.START_RUN,
-                start,
-                result_type=RunPlan,
-                start_to_close_timeout=retry.STORE_TIMEOUT,
-                retry_policy=retry.STORE_RETRY,
-            )
-        except ActivityError as exc:
+            plan: RunPlan = await self._store(Activity.START_RUN, start, RunPlan)
+            return plan
+        except FAILED as exc:
             reason = f"run {self._run_id} could not start: {failure_message(exc)}"
         self._status = RunStatus.FAILED
         if workflow.patched("failed-start-row-1"):  # a run given an id always gets a row
-            await workflow.execute_activity(
-                Activity.FINISH_RUN,
-                FinishRunInput(self._run_id, inp.tenant_id, RunStatus.FAILED, error=reason, start=start),
-                result_type=RunResult,
+            failed = FinishRunInput(self._run_id, inp.tenant_id, RunStatus.FAILED, error=reason, start=start)
+            await self._store(Activity.FINISH_RUN, failed, RunResult)
+        raise ApplicationError(reason, non_retryable=True)
+
+    def _local_store(self) -> bool:
+        """Whether the run's Postgres writes are local activities: each costs a few milliseconds in
+        the workflow task instead of a round trip through the server (runs from before keep theirs)."""
+        if self._store_locally is None:
+            self._store_locally = workflow.patched("local-store-1")
+        return self._store_locally
+
+    async def _store(self, name: Activity, arg: Any, result_type: type | None = None) -> Any:
+        """A write to the Postgres mirror: short, idempotent, retried until it lands."""
+        if self._local_store():
+            return await workflow.execute_local_activity(
+                name,
+                arg,
+                result_type=result_type,
                 start_to_close_timeout=retry.STORE_TIMEOUT,
                 retry_policy=retry.STORE_RETRY,
             )
-        raise ApplicationError(reason, non_retryable=True)
+        return await workflow.execute_activity(
+            name,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=retry.STORE_TIMEOUT,
+            retry_policy=retry.STORE_RETRY,
+        )
 
     def _deadline_remaining(self) -> float | None:
         state = self._state
@@ -202,11 +221,8 @@ class AgentRunWorkflow(RunMessages):
 
     async def _set_status(self, status: RunStatus, detail: str | None = None) -> None:
         self._status = status
-        await workflow.execute_activity(
-            Activity.SET_STATUS,
-            SetStatusInput(run_id=self._run_id, status=status, detail=detail, tenant_id=self._tenant_id),
-            start_to_close_timeout=retry.STORE_TIMEOUT,
-            retry_policy=retry.STORE_RETRY,
+        await self._store(
+            Activity.SET_STATUS, SetStatusInput(self._run_id, status, detail=detail, tenant_id=self._tenant_id)
         )
 
     async def _wait_while_paused(self) -> None:
@@ -236,32 +252,28 @@ class AgentRunWorkflow(RunMessages):
         assert state is not None
         step = state.step + 1
         user_messages, self._messages = self._messages, []
-        remember = step - 1 if step - 1 > state.plan.start_step else None
-        recalled = await self._memory(inp, remember=remember, recall=step)
-        turn: ModelTurn = await workflow.execute_activity(
-            Activity.CALL_MODEL,
-            CallModelInput(
-                run_id=self._run_id,
-                tenant_id=inp.tenant_id,
-                agent=inp.agent,
-                step=step,
-                model=state.plan.model,
-                user_messages=user_messages,
-                retry=state.plan.retry,
-                recalled=recalled,
-            ),
-            result_type=ModelTurn,
-            start_to_close_timeout=timedelta(seconds=state.plan.retry.timeout_seconds),
-            heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
-            retry_policy=retry.model_retry(state.plan.retry),
+        call = CallModelInput(
+            run_id=self._run_id,
+            tenant_id=inp.tenant_id,
+            agent=inp.agent,
+            step=step,
+            model=state.plan.model,
+            user_messages=user_messages,
+            retry=state.plan.retry,
         )
+        if state.plan.memory_queue is not None and workflow.patched("memory-in-call-model-1"):
+            turn = await self._call_model_with_memory(call, state.plan)
+        else:  # histories from before: a memory_step activity of its own, then the model call
+            remember = step - 1 if step - 1 > state.plan.start_step else None
+            recalled = await self._memory(inp, remember=remember, recall=step)
+            turn = await self._call_model(replace(call, recalled=recalled))
         decisions = await self._approvals(step, turn.tool_calls)
         results = list(
             await asyncio.gather(
                 *(self._run_tool(inp, step, i, call, decisions.get(call.id)) for i, call in enumerate(turn.tool_calls))
             )
         )
-        await workflow.execute_activity(
+        await self._store(
             Activity.RECORD_STEP,
             StepRecord(
                 run_id=self._run_id,
@@ -279,8 +291,6 @@ class AgentRunWorkflow(RunMessages):
                 ],
                 context_tokens=state.plan.context_tokens,
             ),
-            start_to_close_timeout=retry.STORE_TIMEOUT,
-            retry_policy=retry.STORE_RETRY,
         )
         bad_call = any(r.outcome == ToolOutcome.BAD_CALL for r in results)
         self._state = replace(
@@ -295,6 +305,43 @@ class AgentRunWorkflow(RunMessages):
         if turn.tool_calls and self._over_budget(turn):
             await self._compact_inline(inp)
         return turn, results
+
+    async def _call_model(self, call: CallModelInput, task_queue: str | None = None, **timeouts: Any) -> ModelTurn:
+        state = self._state
+        assert state is not None
+        turn: ModelTurn = await workflow.execute_activity(
+            Activity.CALL_MODEL,
+            call,
+            result_type=ModelTurn,
+            task_queue=task_queue,
+            start_to_close_timeout=timedelta(seconds=state.plan.retry.timeout_seconds),
+            heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
+            retry_policy=retry.model_retry(state.plan.retry),
+            **timeouts,
+        )
+        return turn
+
+    async def _call_model_with_memory(self, call: CallModelInput, plan: RunPlan) -> ModelTurn:
+        """The model call on the worker that holds episodic memory, which stores the episodes not stored
+        yet and recalls this step's memories in the same activity: no round trip of its own. Memory is
+        best-effort: with no memory worker polling, the call goes to the main queue without it, and the
+        memory queue is tried again some steps later (its episodes are stored then, none is lost)."""
+        if call.step >= self._memory_retry_at:
+            try:
+                return await self._call_model(
+                    replace(call, memory=True, recall_k=plan.recall_k),
+                    plan.memory_queue,
+                    schedule_to_start_timeout=retry.MEMORY_SCHEDULE_TIMEOUT,
+                )
+            except ActivityError as exc:
+                cause = exc.cause
+                if not (isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.SCHEDULE_TO_START):
+                    raise
+                workflow.logger.warning(
+                    "no memory worker on %s: step %s goes on without memory", plan.memory_queue, call.step
+                )
+                self._memory_retry_at = call.step + MEMORY_RETRY_STEPS
+        return await self._call_model(call)
 
     async def _memory(self, inp: RunInput, *, remember: int | None, recall: int | None) -> list[Memory]:
         """Store the episodes of step `remember` and recall memories for step `recall` on the
@@ -322,7 +369,7 @@ class AgentRunWorkflow(RunMessages):
                 start_to_close_timeout=retry.MEMORY_TIMEOUT,
                 retry_policy=retry.MEMORY_RETRY,
             )
-        except ActivityError as exc:
+        except FAILED as exc:
             workflow.logger.warning("memory unavailable at step %s: %s", recall or remember, failure_message(exc))
             return []
         return result.recalled
@@ -352,7 +399,7 @@ class AgentRunWorkflow(RunMessages):
                 heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
                 retry_policy=retry.MEMORY_RETRY,
             )
-        except ActivityError as exc:
+        except FAILED as exc:
             workflow.logger.warning("inline compaction failed: %s", failure_message(exc))
             return
         if not (done.created and done.summary and state.plan.memory_queue):
@@ -366,7 +413,7 @@ class AgentRunWorkflow(RunMessages):
                 start_to_close_timeout=retry.MEMORY_TIMEOUT,
                 retry_policy=retry.MEMORY_RETRY,
             )
-        except ActivityError as exc:
+        except FAILED as exc:
             workflow.logger.warning("summary episode not saved: %s", failure_message(exc))
 
     async def _approvals(self, step: int, calls: list[ToolCall]) -> dict[str, tuple[bool, str | None]]:
@@ -406,24 +453,29 @@ class AgentRunWorkflow(RunMessages):
                 ToolOutcome.FAILED,
                 f"{call.name} needs long-term memory, and this deployment has no memory worker",
             )
+        run = RunToolInput(
+            run_id=self._run_id, tenant_id=inp.tenant_id, agent=inp.agent, step=step, call_index=index, call=call
+        )
         try:
+            if spec.local:  # `@tool(local=True)`: in this worker, no round trip (plans from before have none)
+                local: ToolResult = await workflow.execute_local_activity(
+                    Activity.RUN_TOOL,
+                    run,
+                    result_type=ToolResult,
+                    start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+                    retry_policy=retry.tool_retry(spec),
+                )
+                return local
             return await workflow.execute_activity(
                 Activity.RUN_TOOL,
-                RunToolInput(
-                    run_id=self._run_id,
-                    tenant_id=inp.tenant_id,
-                    agent=inp.agent,
-                    step=step,
-                    call_index=index,
-                    call=call,
-                ),
+                run,
                 result_type=ToolResult,
                 task_queue=state.plan.memory_queue if spec.memory else None,
                 start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
                 heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
                 retry_policy=retry.tool_retry(spec),
             )
-        except ActivityError as exc:
+        except FAILED as exc:
             # A tool that keeps failing is reported to the model, which can work around it.
             why = f"tool {call.name} failed after {spec.max_attempts} attempt(s): {failure_message(exc)}"
             return not_run(call, ToolOutcome.FAILED, why)

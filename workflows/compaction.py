@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         CompactionReport,
         CompactionSummary,
         CompactRunInput,
+        RememberInput,
         RunRef,
         SelectRunsInput,
         summary_episode,
@@ -57,7 +58,38 @@ class CompactionWorkflow:
         results = [done[r.run_id] for r in refs]
         created = [r for r in results if r.created and r.summary]
         saved, memory_error = await self._remember(created, inp.memory_timeout_seconds)
-        return CompactionReport(selected=len(refs), results=results, episodes_saved=saved, memory_error=memory_error)
+        caught_up = 0
+        if memory_error is None and workflow.patched("remember-missing-1"):
+            caught_up, memory_error = await self._remember_missing(inp)
+        return CompactionReport(
+            selected=len(refs),
+            results=results,
+            episodes_saved=saved,
+            memory_error=memory_error,
+            steps_remembered=caught_up,
+        )
+
+    async def _remember_missing(self, inp: CompactionInput) -> tuple[int, str | None]:
+        """Steps of finished runs whose episodes memory missed (its worker was away): stored now."""
+        task_queue = memory_task_queue(workflow.info().task_queue)
+        try:
+            steps: int = await workflow.execute_activity(
+                Activity.REMEMBER_MISSING,
+                RememberInput(tenant_id=inp.tenant_id, limit=inp.max_runs),
+                result_type=int,
+                task_queue=task_queue,
+                schedule_to_start_timeout=timedelta(seconds=inp.memory_timeout_seconds),
+                start_to_close_timeout=retry.COMPACT_TIMEOUT,
+                heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
+                retry_policy=retry.PASS_RETRY,
+            )
+        except ActivityError as exc:
+            reason = (
+                f"missed episodes not stored (memory worker on {task_queue}): {failure_message(exc, with_type=True)}"
+            )
+            workflow.logger.warning(reason)
+            return 0, reason
+        return steps, None
 
     async def _compact(self, ref: RunRef, inp: CompactionInput) -> CompactionSummary:
         try:

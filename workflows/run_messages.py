@@ -26,6 +26,8 @@ class RunMessages:
         self._messages: list[str] = []
         self._pending: dict[str, PendingApproval] = {}
         self._decisions: dict[str, tuple[bool, str | None]] = {}
+        self._store_locally: bool | None = None  # decided once per execution (a patch)
+        self._memory_retry_at = 0  # the first step that tries the memory worker again
 
     @workflow.query(name=Query.PROGRESS)
     def progress(self) -> RunProgress:

@@ -119,15 +119,24 @@ def build_memory_worker(
     task_queue: str | None = None,
 ) -> Worker:
     """The worker of the memory task queue: the one process that owns the store serves every
-    memory read and write (recall, episodes, memory tools, `waypoint memory ...`)."""
+    memory read and write (the model calls of runs with memory, which store and recall in the same
+    activity, memory tools, `waypoint memory ...`)."""
     runs = RunStore(engine)
     memory = MemoryActivities(runs, store)
     tools = ToolActivities(runs, agents, settings, memory=store)
+    models = ModelActivities(runs, agents, settings, memory=store)
     return Worker(
         client,
         task_queue=memory_task_queue(task_queue or settings.task_queue),
         workflows=[MemoryRequestWorkflow],
-        activities=[memory.memory_step, memory.save_episodes, memory.memory_admin, tools.run_tool],
+        activities=[
+            models.call_model,
+            memory.memory_step,
+            memory.remember_missing,
+            memory.save_episodes,
+            memory.memory_admin,
+            tools.run_tool,
+        ],
         interceptors=telemetry.worker_interceptors(client, settings),
         graceful_shutdown_timeout=timedelta(seconds=10),
     )

@@ -46,6 +46,11 @@ async def latest_compaction(conn: AsyncConnection, run_id: str) -> dict[str, Any
     return dict(row) if row is not None else None
 
 
+async def compaction_by_id(conn: AsyncConnection, compaction_id: int) -> dict[str, Any] | None:
+    row = (await conn.execute(select(compactions).where(compactions.c.id == compaction_id))).mappings().first()
+    return dict(row) if row is not None else None
+
+
 async def insert_compaction(conn: AsyncConnection, row: dict[str, Any], previous_id: int | None) -> tuple[int, bool]:
     """`write_compaction` inside the caller's transaction."""
     # Two compactions of one run at once (the schedule and the agent's inline one): the second

@@ -29,6 +29,11 @@ def chained_event(
     return hashlib.sha256(((prev_hash or "") + body).encode()).hexdigest(), payload_json
 
 
+def text_digest(text: str) -> str:
+    """SHA-256 of a text (a tool output, a recalled episode)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def state_hash(state: Any) -> str:
     return hashed_json(state)[0]
 

@@ -10,9 +10,9 @@ ledger through `EVENTS_WITH_OUTPUTS` and `resolved()`.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
+from waypoint.store.hashing import text_digest
 from waypoint.store.schema import events, tool_effects
 
 OUTPUT_REF = "output_ref"
@@ -29,7 +29,7 @@ def output_ref(output: str) -> dict[str, Any]:
 
 
 def output_digest(output: str) -> str:
-    return hashlib.sha256(output.encode()).hexdigest()
+    return text_digest(output)
 
 
 def resolved(payload: dict[str, Any], ledger_output: str | None) -> dict[str, Any]:

@@ -41,6 +41,7 @@ class RunRow:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     finished_at: datetime | None = None
+    remembered_step: int = 0  # the newest step whose episodes are in long-term memory
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> RunRow:
@@ -115,6 +116,9 @@ class StepState:
     pinned: list[list[Any]]
     dropped_steps: int
     events: list[EventRow] = field(default_factory=list)
+    # What the next model call (step + 1) received, as recorded, when it has run: the messages above
+    # are then that request rebuilt byte for byte (`matches`: its hash equals the recorded one).
+    request: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ runs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("finished_at", DateTime(timezone=True), nullable=True),
+    # The newest step whose episodes are in episodic memory (the next model call stores those after it).
+    Column("remembered_step", Integer, nullable=False, server_default="0"),
 )
 
 events = Table(

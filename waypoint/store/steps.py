@@ -79,6 +79,7 @@ _WRITE_STEP = text(
         input_tokens = input_tokens + :input_tokens,
         output_tokens = output_tokens + :output_tokens,
         cost_usd = cost_usd + :cost,
+        remembered_step = GREATEST(remembered_step, :remembered),
         updated_at = now()
     WHERE run_id = :run_id
     """
@@ -126,6 +127,8 @@ def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> tuple[lis
                 "cost_usd": turn.cost_usd,
                 "latency_ms": turn.latency_ms,
                 "attempt": turn.attempt,
+                # What the call received, by reference: `show` rebuilds it from this.
+                **({"request": asdict(turn.request)} if turn.request is not None else {}),
             },
         )
     )
@@ -169,6 +172,7 @@ class StepWriter(StoreBase):
                         parent_run_id=fork.run_id if fork else None,
                         fork_step=fork.step if fork else None,
                         steps=plan.start_step,
+                        remembered_step=plan.start_step,  # a fork's earlier steps are its parent's
                         trace_id=new.trace_id,
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
@@ -275,6 +279,7 @@ class StepWriter(StoreBase):
                     "input_tokens": turn.usage.input_tokens,
                     "output_tokens": turn.usage.output_tokens,
                     "cost": turn.cost_usd,
+                    "remembered": turn.remembered_through or 0,
                 },
             )
         except IntegrityError:

@@ -10,13 +10,18 @@ from typing import Any
 
 from sqlalchemy import select
 
-from waypoint.errors import InvalidInput
+from waypoint.errors import InvalidInput, NotFound
+from waypoint.names import EventKind
 from waypoint.store import context
 from waypoint.store.base import StoreBase, of_tenant
+from waypoint.store.compactions import compaction_by_id
+from waypoint.store.hashing import hashed_json
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.rows import EventRow, LineageLink, StateDiff, StepState, as_json
 from waypoint.store.schema import events, runs
+from waypoint.store.working import read_parts
 from waypoint.tokens import estimate_tokens
+from waypoint.working_memory import rebuild
 
 
 def parse_step(raw: str | int) -> int:
@@ -32,11 +37,22 @@ def parse_step(raw: str | int) -> int:
 
 class TimeTravel(StoreBase):
     async def state_at(self, tenant_id: str, run_id: str, step: int, *, with_events: bool = True) -> StepState:
-        """The state at `step`: the working memory the next model call saw, and the step's events."""
+        """The state at `step`: the working memory the next model call saw (exactly, when that call ran
+        and recorded what it received), and the step's events."""
         found = await self.checkpoint_at(tenant_id, run_id, step)
         state = found["state"]
+        request = await self._next_request(tenant_id, run_id, step)
         async with self.engine.connect() as conn:
-            messages = await context.render(conn, state["segments"])
+            if request is None:
+                messages = await context.render(conn, state["segments"])
+            else:
+                compaction = (
+                    await compaction_by_id(conn, request["compaction_id"]) if request["compaction_id"] else None
+                )
+                parts = await read_parts(conn, found["run_id"], state, compaction)
+                parts.user_messages = request.pop("user_messages")
+                messages = rebuild(parts, request["recalled_text"], request["dropped_turns"])
+                request["matches"] = hashed_json(messages)[0] == request["sha256"]
         step_events = await self.events(tenant_id, found["run_id"], step=step) if with_events else []
         return StepState(
             run_id=run_id,
@@ -48,7 +64,29 @@ class TimeTravel(StoreBase):
             pinned=state.get("pinned", []),
             dropped_steps=state.get("dropped_steps", 0),
             events=step_events,
+            request=request,
         )
+
+    async def _next_request(self, tenant_id: str, run_id: str, step: int) -> dict[str, Any] | None:
+        """The record of what step + 1's model call received (with the user messages sent before it),
+        or None when that call has not run or was made before calls were recorded."""
+        try:
+            owner = await self.owner_of_step(tenant_id, run_id, step + 1)
+        except NotFound:
+            return None
+        query = (
+            select(events.c.kind, events.c.payload)
+            .where(events.c.run_id == owner, events.c.step == step + 1)
+            .where(events.c.kind.in_((EventKind.USER_MESSAGE, EventKind.MODEL_RESPONSE)))
+            .order_by(events.c.seq)
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        answer = next((r.payload for r in rows if r.kind == EventKind.MODEL_RESPONSE), None)
+        if answer is None or not answer.get("request"):
+            return None
+        users = [r.payload["content"] for r in rows if r.kind == EventKind.USER_MESSAGE]
+        return {**answer["request"], "user_messages": users}
 
     async def events(
         self,

@@ -4,12 +4,14 @@ queries each: these are on every step's hot path."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.errors import NotFound
-from waypoint.names import TURN_KINDS
+from waypoint.names import FINISHED, TURN_KINDS
 from waypoint.store import context
 from waypoint.store.base import StoreBase, not_found, run_filter
 from waypoint.store.compactions import latest_compaction
@@ -19,34 +21,109 @@ from waypoint.working_memory import Parts
 
 StepEvents = list[tuple[str, dict[str, Any]]]  # (kind, payload) in log order
 
+# Steps whose episodes one model call stores at most (after an outage, the next calls catch up).
+CATCH_UP_STEPS = 20
+
+
+@dataclass
+class ModelContext:
+    """What a model call reads of its run, in one connection: its working memory's parts, the
+    compaction they used, and (with memory) the task, the steps whose episodes are not stored yet
+    and the first step still in the window."""
+
+    parts: Parts
+    compaction_id: int | None
+    task: str = ""
+    remembered_step: int = 0
+    window_start: int = 0
+    pending: dict[int, StepEvents] = field(default_factory=dict)  # steps not stored yet, oldest first
+    last: StepEvents = field(default_factory=list)  # the events of the newest step (step - 1)
+
+
+async def read_parts(
+    conn: AsyncConnection, run_id: str, state: dict[str, Any], compaction: dict[str, Any] | None
+) -> Parts:
+    """Working memory's parts from a checkpoint's state: its window and pins rendered from the events
+    they reference, and `compaction`'s summary in place of the turns it covers."""
+    segments = state["segments"]
+    groups, pinned = await context.render_parts(conn, segments, state.get("pinned", []))
+    turns = list(zip(segments[1:], groups[1:], strict=True))
+    if compaction is not None:  # the summary stands for the turns it covers
+        turns = [(seg, g) for seg, g in turns if seg[0] != run_id or seg[2] > compaction["last_seq"]]
+    return Parts(
+        head=groups[0] if groups else [],
+        pinned=pinned,
+        summary=compaction["summary"] if compaction else None,
+        turns=[g for _, g in turns],
+    )
+
 
 class WorkingReads(StoreBase):
+    async def model_context(self, tenant_id: str, run_id: str, step: int, *, memory: bool) -> ModelContext:
+        """Everything `call_model` reads for step `step`; `memory`: also what episodic memory needs."""
+        async with self.engine.connect() as conn:
+            found = (
+                await conn.execute(
+                    select(checkpoints.c.state, runs.c.task, runs.c.remembered_step)
+                    .join(runs, runs.c.run_id == checkpoints.c.run_id)
+                    .where(checkpoints.c.step == step - 1, run_filter(tenant_id, run_id))
+                )
+            ).first()
+            if found is None:
+                await self._run(conn, tenant_id, run_id)  # an unknown run is "not found" first
+                raise NotFound(f"run {run_id} has no checkpoint for step {step - 1}")
+            compaction = await latest_compaction(conn, run_id)
+            parts = await read_parts(conn, run_id, found.state, compaction)
+            compaction_id = compaction["id"] if compaction else None
+            context = ModelContext(parts, compaction_id, found.task, found.remembered_step)
+            context.window_start = step - (len(found.state["segments"]) - 1)
+            # The oldest steps not stored first (so what is marked stored never has a gap), and the
+            # newest step, which the recall query reads.
+            first, last = found.remembered_step + 1, min(step - 1, found.remembered_step + CATCH_UP_STEPS)
+            wanted = [*range(first, last + 1), step - 1] if memory and step > 1 else []
+            if wanted:
+                rows = await conn.execute(
+                    select(events.c.step, events.c.kind, events.c.payload, LEDGER_OUTPUT)
+                    .select_from(EVENTS_WITH_OUTPUTS)
+                    .where(events.c.run_id == run_id, events.c.step.in_(wanted), events.c.kind.in_(TURN_KINDS))
+                    .order_by(events.c.seq)
+                )
+                read: dict[int, StepEvents] = {}
+                for r in rows:
+                    read.setdefault(r.step, []).append((r.kind, resolved(r.payload, r.ledger_output)))
+                context.pending = {n: read.get(n, []) for n in range(first, last + 1)}
+                context.last = read.get(step - 1, [])
+        return context
+
+    async def runs_to_remember(self, tenant_id: str | None, limit: int) -> list[tuple[str, str, str, int]]:
+        """Finished runs with steps whose episodes are not stored, as (run_id, tenant_id, agent, steps);
+        `tenant_id=None`: every tenant's. Running runs store theirs with their next step."""
+        query = (
+            select(runs.c.run_id, runs.c.tenant_id, runs.c.agent, runs.c.steps)
+            .where(runs.c.remembered_step < runs.c.steps, runs.c.status.in_(list(FINISHED)))
+            .order_by(runs.c.updated_at)
+            .limit(limit)
+        )
+        if tenant_id is not None:
+            query = query.where(runs.c.tenant_id == tenant_id)
+        async with self.engine.connect() as conn:
+            return [(r.run_id, r.tenant_id, r.agent, r.steps) for r in await conn.execute(query)]
+
+    async def mark_remembered(self, tenant_id: str, run_id: str, step: int) -> None:
+        """Episodes of every step up to `step` are stored."""
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(runs)
+                .where(run_filter(tenant_id, run_id), runs.c.remembered_step < step)
+                .values(remembered_step=step)
+            )
+
     async def working_parts(self, tenant_id: str, run_id: str, step: int) -> Parts:
         """The parts of step `step`'s working memory that the run's log holds (see
         `waypoint.working_memory`): the checkpoint of `step - 1`'s window and pinned decisions,
         rendered from the events they reference, and the run's latest compaction summary in place
         of the turns it covers. The caller adds the recalled episodes and the new user messages."""
-        async with self.engine.connect() as conn:
-            state = await conn.scalar(
-                select(checkpoints.c.state)
-                .join(runs, runs.c.run_id == checkpoints.c.run_id)
-                .where(checkpoints.c.step == step - 1, run_filter(tenant_id, run_id))
-            )
-            if state is None:
-                await self._run(conn, tenant_id, run_id)  # an unknown run is "not found" first
-                raise NotFound(f"run {run_id} has no checkpoint for step {step - 1}")
-            segments = state["segments"]
-            groups, pinned = await context.render_parts(conn, segments, state.get("pinned", []))
-            compaction = await latest_compaction(conn, run_id)
-        turns = list(zip(segments[1:], groups[1:], strict=True))
-        if compaction is not None:  # the summary stands for the turns it covers
-            turns = [(seg, g) for seg, g in turns if seg[0] != run_id or seg[2] > compaction["last_seq"]]
-        return Parts(
-            head=groups[0] if groups else [],
-            pinned=pinned,
-            summary=compaction["summary"] if compaction else None,
-            turns=[g for _, g in turns],
-        )
+        return (await self.model_context(tenant_id, run_id, step, memory=False)).parts
 
     async def step_events(self, tenant_id: str, run_id: str, step: int) -> StepEvents:
         """The turn events of one step (user messages, decisions, the answer, tool results)."""

@@ -123,9 +123,19 @@ async def show(
         return
     where = f" (held by ancestor {found.owner_run_id})" if found.owner_run_id != run_id else ""
     out.console.print(f"[bold]{run_id} at step {found.step}[/bold]{where}, recorded {found.at.isoformat()}")
-    out.console.print(
-        f"working memory: {len(found.messages)} messages ({found.dropped_steps} older steps left the window)"
-    )
+    request = found.request
+    if request is None:
+        out.console.print(
+            f"working memory: {len(found.messages)} messages ({found.dropped_steps} older steps left the window)"
+        )
+    else:
+        check = "[green]matches[/green]" if request["matches"] else "[red]does not match[/red]"
+        out.console.print(
+            f"what the model call of step {found.step + 1} received: {len(found.messages)} messages, "
+            f"~{request['tokens']} tokens ({check} the hash it recorded)"
+        )
+        for ref in request["recalled"]:
+            out.console.print(f"  recalled: run {ref['run_id']}, step {ref['step']}, {ref['kind']} ({ref['score']})")
     for message in found.messages:
         out.console.print(out.message_text(message), soft_wrap=True)
     if found.events:

@@ -1,0 +1,130 @@
+"""The shape of a step: Postgres writes as local activities, memory inside the model call, local
+tools; and what keeps a run going when memory is away, without losing an episode."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from waypoint.agents import AgentRegistry
+from waypoint.app.client import Waypoint
+from waypoint.app.worker import build_memory_worker, build_worker
+from waypoint.config import Settings
+from waypoint.memory import Episode, open_store
+from waypoint.names import Activity
+
+pytestmark = pytest.mark.postgres
+
+
+async def scheduled_activities(client: Client, run_id: str) -> list[str]:
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        async for e in client.get_workflow_handle(run_id).fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+
+
+async def test_a_step_is_one_remote_model_call_and_one_remote_tool_call(memory_worker, client: Client):
+    wp, _ = memory_worker
+    run_id = await wp.start_run("add things", agent="calculator")  # 3 steps, 2 tool calls then 1
+    assert (await wp.result(run_id)).status == "completed"
+    remote = await scheduled_activities(client, run_id)
+    # Memory rides in call_model; the run's writes are local activities; only the final episode
+    # (the last step, when the run ends) is a memory activity of its own.
+    assert remote.count(Activity.CALL_MODEL) == 3 and remote.count(Activity.RUN_TOOL) == 3
+    assert Activity.RECORD_STEP not in remote and Activity.START_RUN not in remote
+    assert remote.count(Activity.MEMORY_STEP) == 1
+    row = await wp.run(run_id)
+    assert row.remembered_step == 3  # every step's episodes are in memory
+
+
+async def test_a_local_tool_runs_in_the_workflow_worker_with_the_ledger(client: Client, engine, settings, worker):
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("double it", agent="quick")
+    result = await wp.result(run_id)
+    assert (result.status, result.output) == ("completed", "twice 21 is 42")
+    assert Activity.RUN_TOOL not in await scheduled_activities(client, run_id)
+    effects = await wp.store.effects(settings.tenant, run_id)
+    assert [(e.idempotency_key, e.tool, e.output, e.outcome) for e in effects] == [
+        (f"{run_id}:1:0", "double", "42", "ok")
+    ]
+
+
+class FailingOnce:
+    """The episodic store, with the first write failing (as a Qdrant server away would)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.failed = 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def upsert(self, episodes: Sequence[Episode]) -> list[str]:
+        if not self.failed:
+            self.failed += 1
+            raise ConnectionError("qdrant is away")
+        return await self.inner.upsert(episodes)
+
+
+async def test_an_episode_that_could_not_be_stored_is_stored_later(
+    client: Client, engine, settings: Settings, agents: AgentRegistry
+):
+    store = open_store(settings)
+    flaky = FailingOnce(store)
+    try:
+        async with (
+            build_worker(client, engine, settings, agents, memory=True),
+            build_memory_worker(client, engine, settings, agents, flaky),  # type: ignore[arg-type]
+        ):
+            wp = Waypoint(client, engine, settings)
+            run_id = await wp.start_run("add things", agent="calculator")
+            assert (await wp.result(run_id)).status == "completed"  # memory never stops a run
+            episodes = await store.list_run(settings.tenant, run_id)
+    finally:
+        await store.close()
+    assert flaky.failed == 1  # step 1's episode met the failure...
+    assert sorted({e.step for e in episodes if e.kind == "step"}) == [1, 2, 3]  # ...and was stored later
+    assert (await wp.run(run_id)).remembered_step == 3
+
+
+@pytest.mark.timeout(120)
+async def test_a_run_goes_on_when_no_memory_worker_polls(client: Client, engine, settings, agents):
+    async with build_worker(client, engine, settings, agents, memory=True):  # memory on, no memory worker
+        wp = Waypoint(client, engine, settings)
+        began = time.monotonic()
+        run_id = await wp.start_run("add things", agent="calculator")
+        result = await wp.result(run_id)
+    assert result.status == "completed" and result.output == "The answer is 15."
+    # The first step waited for a memory worker (10 s), the others did not try again.
+    assert time.monotonic() - began < 30
+    assert (await wp.run(run_id)).remembered_step == 0  # stored by the next worker that can
+
+
+async def test_a_compaction_pass_stores_what_memory_missed_of_a_finished_run(
+    client: Client, engine, settings: Settings, agents: AgentRegistry
+):
+    from waypoint.app.schedule import compact_now
+
+    async with build_worker(client, engine, settings, agents, memory=True):  # no memory worker: nothing stored
+        wp = Waypoint(client, engine, settings.model_copy(update={"memory": True}))
+        run_id = await wp.start_run("add things", agent="calculator")
+        assert (await wp.result(run_id)).status == "completed"
+    assert (await wp.run(run_id)).remembered_step == 0
+    store = open_store(settings)
+    try:
+        async with (
+            build_worker(client, engine, settings, agents, memory=True),
+            build_memory_worker(client, engine, settings, agents, store),
+        ):
+            report = await compact_now(client, settings, tenant_id=settings.tenant)
+        episodes = await store.list_run(settings.tenant, run_id)
+    finally:
+        await store.close()
+    assert report.steps_remembered == 3 and report.memory_error is None
+    assert sorted({e.step for e in episodes if e.kind == "step"}) == [1, 2, 3]
+    assert (await wp.run(run_id)).remembered_step == 3
