@@ -30,8 +30,9 @@ from waypoint.telemetry import tool_span
 from waypoint.tools import ToolContext
 from waypoint.types import RunToolInput, ToolResult
 
-# Outputs longer than this stay in the ledger; history gets the first INLINE_OUTPUT_CHARS.
-INLINE_OUTPUT_CHARS = 1_000
+# Outputs longer than this stay in the ledger (every output is there); history gets a preview of
+# the first INLINE_OUTPUT_CHARS, enough to read a run in the Temporal UI.
+INLINE_OUTPUT_CHARS = 256
 
 
 def preview(output: str) -> tuple[str, bool]:
