@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, replace
+from typing import Any
 
 from temporalio import activity
 
@@ -18,6 +19,7 @@ from waypoint import working_memory
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, ModelError, PayloadTooLarge, ScriptError, WaypointError
+from waypoint.mcp import MCPHub
 from waypoint.models import ModelAdapter, ScriptedModel
 from waypoint.models.spec import Provider, parse_model_spec
 from waypoint.names import Activity
@@ -31,10 +33,11 @@ MAX_TURN_BYTES = 1_000_000
 
 
 class ModelActivities:
-    def __init__(self, store: RunStore, agents: AgentRegistry, settings: Settings):
+    def __init__(self, store: RunStore, agents: AgentRegistry, settings: Settings, *, mcp: MCPHub | None = None):
         self.store = store
         self.agents = agents
         self.settings = settings
+        self.mcp = mcp or MCPHub(store)
         self._openai: object | None = None
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
@@ -72,11 +75,20 @@ class ModelActivities:
         }
         await self.store.record_model_failure(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
 
+    async def tool_schemas(self, inp: CallModelInput) -> list[dict[str, Any]]:
+        """The agent's own tools, then the MCP tools the run recorded when it started (the same
+        schemas for the whole run, whatever the servers list now)."""
+        agent = self.agents.get(inp.agent)
+        tools = [t.openai_schema() for t in agent.tools]
+        if agent.mcp:
+            tools += [t.openai_schema() for t in (await self.mcp.recorded(inp.tenant_id, inp.run_id)).values()]
+        return tools
+
     @activity.defn(name=Activity.CALL_MODEL)
     @boundary
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
         adapter = self.adapter(inp.agent, inp.model)
-        tools = [t.openai_schema() for t in self.agents.get(inp.agent).tools]
+        tools = await self.tool_schemas(inp)
         messages = await self.load_messages(inp)
         attempt = activity.info().attempt
         try:

@@ -155,7 +155,9 @@ class AgentRunWorkflow(RunMessages):
                 Activity.START_RUN,
                 start,
                 result_type=RunPlan,
-                start_to_close_timeout=retry.STORE_TIMEOUT,
+                # It may list the tools of the agent's MCP servers (starting stdio servers) first.
+                start_to_close_timeout=retry.START_TIMEOUT,
+                heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
                 retry_policy=retry.STORE_RETRY,
             )
         except ActivityError as exc:
