@@ -154,8 +154,9 @@ def flaky(text: str) -> str:
 
 
 @server.tool()
-async def dawdle(seconds: float) -> str:
+async def dawdle(seconds: float, ctx: Context) -> str:
     """Sleep, then answer."""
+    log("calls", tool="dawdle", key=key_of(ctx), args=[seconds])
     await asyncio.sleep(seconds)
     return "done dawdling"
 
