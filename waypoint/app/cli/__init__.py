@@ -16,7 +16,7 @@ from typing import Annotated
 import click
 import typer
 
-from waypoint.app.cli import memory, messages, run, runs, schedule, stack
+from waypoint.app.cli import mcp, memory, messages, run, runs, schedule, stack
 from waypoint.app.cli._common import overrides
 
 app = typer.Typer(
@@ -49,7 +49,7 @@ def _global(
         overrides["tenant"] = tenant
 
 
-for module in (stack, run, runs, messages, memory, schedule):
+for module in (stack, run, runs, messages, memory, schedule, mcp):
     module.register(app)
 
 
