@@ -9,6 +9,7 @@ approval) go into the plan that travels through Temporal history.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -18,7 +19,6 @@ from waypoint.errors import ConfigError, ToolError
 from waypoint.mcp.servers import MCPServer
 from waypoint.types import ToolSpec
 
-# Inline binary content the model cannot read is summarized; this much of a resource's text is kept.
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -72,20 +72,30 @@ class MCPTool:
 def schema_problems(schema: dict[str, Any], value: Any, *, limit: int = 5) -> list[str]:
     """What is wrong with `value` under the JSON schema (empty when it fits, or when the schema
     itself is broken: that is the server's to fix, and the server validates again anyway)."""
-    import jsonschema  # a dependency of the mcp SDK; imported here to keep agent modules light
-
-    try:
-        validator_class = jsonschema.validators.validator_for(schema)
-        validator_class.check_schema(schema)
-    except jsonschema.SchemaError:
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    if validator is None:
         return []
     found = []
-    for error in validator_class(schema).iter_errors(value):
+    for error in validator.iter_errors(value):
         where = ".".join(str(p) for p in error.absolute_path) or "arguments"
         found.append(f"{where}: {error.message}")
         if len(found) >= limit:
             break
     return found
+
+
+@functools.lru_cache(maxsize=512)
+def _validator(schema_json: str) -> Any:
+    """A checked validator per schema (checking a schema costs about a millisecond: once, not per call)."""
+    import jsonschema  # a dependency of the mcp SDK; imported here to keep agent modules light
+
+    schema = json.loads(schema_json)
+    try:
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(schema)
+    except jsonschema.SchemaError:
+        return None
+    return validator_class(schema)
 
 
 def tools_of(server: MCPServer, listed: Iterable[Mapping[str, Any]]) -> list[MCPTool]:
