@@ -33,6 +33,8 @@ from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
 pytestmark = pytest.mark.postgres
 
+SECRET = "sk-test-MCPHEADER123456789"
+
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
@@ -75,7 +77,10 @@ async def test_a_run_uses_tools_of_stdio_and_http_servers(
         instructions="Use the tools.",
         model="openai:fake-model",
         tools=(add,),
-        mcp=[stdio_server(folder, namespace="local"), http_server(url, namespace="web", tools=["multiply", "add"])],
+        mcp=[
+            stdio_server(folder, namespace="local"),
+            http_server(url, namespace="web", tools=["multiply", "add"], headers={"Authorization": f"Bearer {SECRET}"}),
+        ],
     )
     fake_openai.answer(
         Turn(
@@ -141,7 +146,11 @@ async def test_a_run_uses_tools_of_stdio_and_http_servers(
     recorded = {t["name"]: t for t in started["mcp_tools"]}
     assert recorded["web_multiply"]["server"] == "web" and recorded["web_multiply"]["remote"] == "multiply"
     assert {s["name"] for s in started["plan"]["tools"]} == {"add", *recorded}
-    assert "headers" not in str(started) and "MCP_TEST_DIR" not in str(started)  # no configuration recorded
+    # No configuration is recorded: not in Postgres, not in Temporal history.
+    history = (await client.get_workflow_handle(run_id).fetch_history()).to_json()
+    export = "".join([line async for line in wp.export(run_id)])
+    for text in (str(started), history, export):
+        assert SECRET not in text and "MCP_TEST_DIR" not in text and "inputSchema" not in history
 
     telemetry.current().force_flush()
     tool_spans = [span_dict(s) for s in spans.get_finished_spans() if s.name == "execute_tool web_multiply"]

@@ -46,7 +46,7 @@ class MCPServer:
     name: str
     command: str | None = None
     args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     cwd: str | None = None
     url: str | None = None
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)

@@ -36,6 +36,7 @@ from mcp.shared.exceptions import MCPError
 
 from waypoint.errors import MCPCallFailed
 from waypoint.mcp.servers import MCPServer
+from waypoint.telemetry.redact import redact_text
 
 log = logging.getLogger("waypoint.mcp")
 
@@ -220,16 +221,24 @@ class MCPSession:
     ) -> dict[str, Any] | TaskHandle:
         """The tool's `CallToolResult` (wire dict), or the handle of the task the server made of it."""
         client = self._connected()
-        try:
-            result = await client.session.call_tool(
-                name,
-                arguments,
-                read_timeout_seconds=timeout,
-                meta=cast(types.RequestParamsMeta, meta),
-                allow_claimed=True,
-            )
-        except Exception as exc:
-            raise self._failed(exc, f"tools/call {name}") from exc
+        for relisted in (False, True):
+            try:
+                result = await client.session.call_tool(
+                    name,
+                    arguments,
+                    read_timeout_seconds=timeout,
+                    meta=cast(types.RequestParamsMeta, meta),
+                    allow_claimed=True,
+                )
+                break
+            except MCPError as exc:
+                # 2026-07-28: a tool whose schema mirrors arguments into headers must be listed by this
+                # session first (or listed again, if it changed); the spec's recovery is to re-list once.
+                if exc.code != types.HEADER_MISMATCH or relisted:
+                    raise self._failed(exc, f"tools/call {name}") from exc
+                await self.list_tools()
+            except Exception as exc:
+                raise self._failed(exc, f"tools/call {name}") from exc
         if isinstance(result, CreatedTask):
             return TaskHandle(result.task_id, result.poll_interval_ms)
         return result.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -269,7 +278,8 @@ class MCPSession:
         stderr = self.stderr_tail() if tail else ""
         if stderr:
             message += f"; its stderr ends with: {stderr}"
-        return MCPCallFailed(message)
+        # It goes to the run's error, Temporal and logs: an argument or a line of stderr may hold a key.
+        return MCPCallFailed(redact_text(message))
 
     def stderr_tail(self, chars: int = STDERR_TAIL_CHARS) -> str:
         """The last lines a stdio server wrote to its stderr (empty for HTTP servers)."""
