@@ -171,7 +171,9 @@ class ToolActivities:
 
         async def on_task(task_id: str | None) -> None:
             progress["mcp_task"] = task_id
-            activity.heartbeat(progress)  # now, not at the next beat: a crash from here on resumes it
+            # Now rather than at the next beat; Temporal's client still sends it within 0.8 x the
+            # heartbeat timeout. From then on, a retry after a crash polls this task.
+            activity.heartbeat(progress)
 
         async def run() -> str:
             text, is_error = await self.mcp.call(

@@ -195,6 +195,7 @@ async def test_a_server_that_does_not_answer_fails_the_start_with_its_command_or
         stdio = await wp.result(await wp.start_run("go", agent="with_broken"))
         http = await wp.result(await wp.start_run("go", agent="with_nowhere"))
     assert stdio.status == "failed" and "could not start" in (stdio.error or "")
+    assert "it closed the connection before answering initialize" in (stdio.error or "")
     assert f"command {sys.executable} -c" in (stdio.error or "")
     assert "its stderr ends with: cannot open tools.toml" in (stdio.error or "")
     assert http.status == "failed" and f"URL {nowhere.url}" in (http.error or "")

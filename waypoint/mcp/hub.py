@@ -1,7 +1,7 @@
 """A worker's MCP side: one session per server per process, the tools each run recorded, calls.
 
     hub = MCPHub(store)                                   # built once per worker process
-    tools = await hub.discover(agent)                     # start_run: list every server's tools
+    tools = await hub.discover(agent.name, agent.mcp, own)  # start_run: list every server's tools
     text, is_error = await hub.call(server, tool, args, key=..., ...)   # run_tool
     await hub.close()                                     # worker shutdown: stdio servers stop
 
@@ -49,7 +49,7 @@ class MCPHub:
         self.store = store
         self._sessions: dict[MCPServer, MCPSession] = {}
         self._locks: dict[MCPServer, asyncio.Lock] = {}
-        self._recorded: OrderedDict[str, dict[str, MCPTool]] = OrderedDict()
+        self._recorded: OrderedDict[tuple[str, str], dict[str, MCPTool]] = OrderedDict()
         self._closed = False
 
     # --- sessions ----------------------------------------------------------------------------------
@@ -72,6 +72,9 @@ class MCPHub:
 
             session = MCPSession(server)
             await session.open()
+            if self._closed:  # the worker began to stop while the server started
+                await session.close()
+                raise MCPCallFailed(f"MCP server {server.name!r}: this worker is shutting down")
             self._sessions[server] = session
             return session
 
@@ -104,17 +107,18 @@ class MCPHub:
 
     async def recorded(self, tenant_id: str, run_id: str) -> dict[str, MCPTool]:
         """The MCP tools run `run_id` recorded when it started, by the name the model knows."""
-        found = self._recorded.get(run_id)
+        key = (tenant_id, run_id)
+        found = self._recorded.get(key)
         if found is None:
             if self.store is None:
                 return {}
             rows = await self.store.recorded_mcp_tools(tenant_id, run_id)
             found = {t.name: t for t in map(MCPTool.of, rows)}
-            self._recorded[run_id] = found
+            self._recorded[key] = found
             while len(self._recorded) > RECORDED_RUNS:
                 self._recorded.popitem(last=False)
         else:
-            self._recorded.move_to_end(run_id)
+            self._recorded.move_to_end(key)
         return found
 
     # --- calls -------------------------------------------------------------------------------------

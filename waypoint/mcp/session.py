@@ -122,7 +122,7 @@ class MCPSession:
             await self.close()
             raise error from None
         if self._client is None:
-            failure = self._failure
+            failure = _innermost(self._failure)
             closed = isinstance(failure, MCPError) and failure.code == types.CONNECTION_CLOSED
             why = "it closed the connection before answering initialize" if closed else _describe(failure)
             error = self._error(why)
@@ -187,7 +187,7 @@ class MCPSession:
                 owner.cancel()
                 with contextlib.suppress(BaseException):
                     await owner
-            except BaseException:  # noqa: BLE001 - closing never fails
+            except BaseException:  # closing never fails: the owner task logged what went wrong
                 pass
         if self._stderr is not None:
             with contextlib.suppress(OSError):
@@ -256,9 +256,10 @@ class MCPSession:
 
     # --- errors ------------------------------------------------------------------------------------
 
-    def _failed(self, exc: BaseException, what: str) -> MCPCallFailed:
+    def _failed(self, error: BaseException, what: str) -> MCPCallFailed:
         """An exception of a request as MCPCallFailed; a broken connection marks the session dead, so
         the next attempt gets a fresh one (a stdio server is started again)."""
+        exc = _innermost(error) or error
         broken = isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | OSError) or (
             isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
         )
@@ -295,12 +296,18 @@ class MCPSession:
         return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())
 
 
-def _describe(exc: BaseException | None) -> str:
-    """The innermost useful message of an exception (task groups wrap the real one)."""
-    if exc is None:
-        return "the connection ended before the handshake"
+def _innermost(exc: BaseException | None) -> BaseException | None:
+    """The exception a task group wrapped (anyio raises groups of one)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException | None) -> str:
+    """The innermost useful message of an exception."""
+    exc = _innermost(exc)
+    if exc is None:
+        return "the connection ended before the handshake"
     if isinstance(exc, MCPError):
         return f"JSON-RPC error {exc.code}: {exc.message}"
     if isinstance(exc, asyncio.CancelledError):
