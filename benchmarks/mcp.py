@@ -48,6 +48,7 @@ from waypoint.tools import tool  # noqa: E402
 ECHO_SERVER = str(HERE / "_mcp_echo.py")
 console = Console(width=150)
 DIRECT_CALLS = 300
+KINDS = ("step", "run_tool", "tool", "start_run", "cold", "direct")
 
 
 @tool(name="echo")
@@ -132,16 +133,20 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path, u
             "MCP over stdio": agent("bench-stdio", args.steps, mcp=[stdio]),
             "MCP over HTTP": agent("bench-http", args.steps, mcp=[MCPServer.http(url, name="echo_http")]),
         }
-        results: dict[str, dict[str, list[float]]] = {}
+        results: dict[str, dict[str, list[float]]] = {v: {k: [] for k in KINDS} for v in agents}
         async with build_worker(client, engine, settings, AgentRegistry(agents.values())):
             wp = Waypoint(client, engine, settings)
             for variant, definition in agents.items():
-                # One uncounted run first: it starts the stdio server and warms every pool.
+                # One uncounted run first: it starts the stdio server and warms every pool. Its
+                # start_run is the cold start (a stdio server is spawned there).
                 warm = await wp.start_run("warm up", agent=definition.name)
                 await wp.result(warm)
-                cold = activity_ms(await client.get_workflow_handle(warm).fetch_history(), Activity.START_RUN)
-                found: dict[str, list[float]] = {"step": [], "run_tool": [], "tool": [], "start_run": [], "cold": cold}
-                for _ in range(args.runs):
+                history = await client.get_workflow_handle(warm).fetch_history()
+                results[variant]["cold"] = activity_ms(history, Activity.START_RUN)
+            # Round robin, so the load of a shared machine falls on every variant alike.
+            for _ in range(args.runs):
+                for variant, definition in agents.items():
+                    found = results[variant]
                     run_id = await wp.start_run("echo benchmark", agent=definition.name)
                     result = await wp.result(run_id)
                     if result.status != "completed":
@@ -153,40 +158,40 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path, u
                     async with engine.connect() as conn:
                         query = select(tool_effects.c.duration_ms).where(tool_effects.c.run_id == run_id)
                         found["tool"] += [float(ms) for ms in (await conn.execute(query)).scalars()]
-                results[variant] = found
-                console.print(f"{variant}: {args.runs} runs of {args.steps + 1} steps")
-        for variant, definition in agents.items():
-            results[variant]["direct"] = await direct_calls(definition)
+            console.print(f"{args.runs} runs of {args.steps + 1} steps per variant")
+        await direct_calls(agents, results)
         report(results)
     finally:
         await engine.dispose()
 
 
-async def direct_calls(definition: Agent) -> list[float]:
-    """Microseconds of each of DIRECT_CALLS sequential calls through the layer run_tool uses
-    (`Tool.call`, or `MCPHub.call` on an open session), without Temporal or Postgres."""
+async def direct_calls(agents: dict[str, Agent], results: dict[str, dict[str, list[float]]]) -> None:
+    """Microseconds of sequential calls through the layer run_tool uses (`Tool.call`, or `MCPHub.call`
+    on an open session), without Temporal or Postgres: DIRECT_CALLS per variant, in rounds."""
     from waypoint.mcp import MCPHub
     from waypoint.tools import ToolContext
 
-    times = []
-    if not definition.mcp:
-        ctx = ToolContext(run_id="r", tenant_id="t", step=1, call_index=0, workspace=Path("."))
-        for i in range(DIRECT_CALLS):
-            began = time.perf_counter()
-            await echo.call({"text": f"call {i}"}, ctx)
-            times.append((time.perf_counter() - began) * 1e6)
-        return times
+    ctx = ToolContext(run_id="r", tenant_id="t", step=1, call_index=0, workspace=Path("."))
     hub = MCPHub()
     try:
-        [server] = definition.mcp
-        [remote] = await hub.discover(definition.name, [server], [])
-        for i in range(DIRECT_CALLS):
-            began = time.perf_counter()
-            await hub.call(server, remote, {"text": f"call {i}"}, key=f"r:{i}:0", timeout=30)
-            times.append((time.perf_counter() - began) * 1e6)
+        calls = {}
+        for variant, definition in agents.items():
+            if not definition.mcp:
+                calls[variant] = lambda i: echo.call({"text": f"call {i}"}, ctx)
+                continue
+            [server] = definition.mcp
+            [remote] = await hub.discover(definition.name, [server], [])
+            calls[variant] = lambda i, s=server, r=remote: hub.call(
+                s, r, {"text": f"call {i}"}, key=f"r:{i}:0", timeout=30
+            )
+        for round_ in range(3):
+            for variant, call in calls.items():
+                for i in range(DIRECT_CALLS // 3):
+                    began = time.perf_counter()
+                    await call(round_ * DIRECT_CALLS + i)
+                    results[variant]["direct"].append((time.perf_counter() - began) * 1e6)
     finally:
         await hub.close()
-    return times
 
 
 def report(results: dict[str, dict[str, list[float]]]) -> None:
