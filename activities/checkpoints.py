@@ -4,17 +4,24 @@ The writes themselves are `waypoint.store.RunStore`'s, idempotent under activity
 (the step number comes from the workflow, and a second `record_step` for a step that has a
 checkpoint changes nothing). What is here is Temporal's part: the attempt number, the error
 boundary, and resolving the run's plan from its agent.
+
+A run of an agent with MCP servers lists their tools here, once, on a worker: the tools go into
+the `run_started` event (what the model and `run_tool` use for the rest of the run) and their
+ToolSpecs into the plan (what the workflow needs), so neither replay nor a later step depends on
+a live server. A retried start returns the plan the first attempt recorded.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from temporalio import activity
 
-from activities.boundary import attempt, boundary
+from activities.boundary import attempt, boundary, heartbeating
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
+from waypoint.mcp import MCPHub
 from waypoint.names import Activity, RunStatus
 from waypoint.store import RunStore
 from waypoint.store.steps import NewRun
@@ -22,11 +29,19 @@ from waypoint.types import FinishRunInput, RunPlan, RunResult, SetStatusInput, S
 
 
 class CheckpointActivities:
-    def __init__(self, store: RunStore, agents: AgentRegistry, *, memory_queue: str | None = None):
+    def __init__(
+        self,
+        store: RunStore,
+        agents: AgentRegistry,
+        *,
+        memory_queue: str | None = None,
+        mcp: MCPHub | None = None,
+    ):
         self.store = store
         self.agents = agents
         # The task queue of the worker that owns episodic memory; None when there is none.
         self.memory_queue = memory_queue
+        self.mcp = mcp or MCPHub(store)
 
     def plan(self, inp: StartRunInput) -> RunPlan:
         """The run's plan: the agent's definition, with the run's own model and budgets over it."""
@@ -52,19 +67,31 @@ class CheckpointActivities:
     @activity.defn(name=Activity.START_RUN)
     @boundary
     async def start_run(self, inp: StartRunInput) -> RunPlan:
-        """Create the run row, its `run_started` event and checkpoint 0 (instructions + task)."""
+        """Create the run row, its `run_started` event and checkpoint 0 (instructions + task); list
+        the agent's MCP tools first, if it has MCP servers."""
         agent = self.agents.get(inp.agent)
-        new = NewRun(
-            run_id=inp.run_id,
-            tenant_id=inp.tenant_id,
-            agent=agent.name,
-            task=inp.task,
-            instructions=agent.instructions,
-            plan=self.plan(inp),
-            fork=inp.fork,
-            trace_id=telemetry.trace_id(),  # the run's trace, for `waypoint trace`
-        )
-        return await self.store.create_run(new)
+        async with heartbeating(inp.run_id):  # listing MCP tools may take a while (a server starting)
+            plan = self.plan(inp)
+            mcp_tools: list[dict[str, Any]] = []
+            if agent.mcp:
+                recorded = await self.store.recorded_plan(inp.tenant_id, inp.run_id)
+                if recorded is not None:  # a retry after the first attempt committed
+                    return recorded
+                found = await self.mcp.discover(agent.name, agent.mcp, [t.name for t in agent.tools])
+                plan = replace(plan, tools=[*plan.tools, *(t.spec() for t in found)])
+                mcp_tools = [t.to_json() for t in found]
+            new = NewRun(
+                run_id=inp.run_id,
+                tenant_id=inp.tenant_id,
+                agent=agent.name,
+                task=inp.task,
+                instructions=agent.instructions,
+                plan=plan,
+                fork=inp.fork,
+                trace_id=telemetry.trace_id(),  # the run's trace, for `waypoint trace`
+                mcp_tools=mcp_tools,
+            )
+            return await self.store.create_run(new)
 
     @activity.defn(name=Activity.RECORD_STEP)
     @boundary

@@ -28,6 +28,7 @@ from waypoint import telemetry, working_memory
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, ModelError, PayloadTooLarge, ScriptError, WaypointError
+from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore
 from waypoint.memory.steps import pending_episodes, recall_query, recalled_memories
 from waypoint.models import ModelAdapter, ScriptedModel
@@ -63,12 +64,19 @@ def call_record(context: ModelContext, assembled: working_memory.Assembled) -> C
 
 class ModelActivities:
     def __init__(
-        self, store: RunStore, agents: AgentRegistry, settings: Settings, *, memory: EpisodicStore | None = None
+        self,
+        store: RunStore,
+        agents: AgentRegistry,
+        settings: Settings,
+        *,
+        memory: EpisodicStore | None = None,
+        mcp: MCPHub | None = None,
     ):
         self.store = store
         self.agents = agents
         self.settings = settings
         self.memory = memory  # the episodic store, on the worker that holds it
+        self.mcp = mcp or MCPHub(store)
         self._openai: Any = None
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
@@ -131,12 +139,21 @@ class ModelActivities:
         }
         await self.store.record_model_failure(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
 
+    async def tool_schemas(self, inp: CallModelInput) -> list[dict[str, Any]]:
+        """The agent's own tools, then the MCP tools the run recorded when it started (the same
+        schemas for the whole run, whatever the servers list now)."""
+        agent = self.agents.get(inp.agent)
+        tools = [t.openai_schema() for t in agent.tools]
+        if agent.mcp:
+            tools += [t.openai_schema() for t in (await self.mcp.recorded(inp.tenant_id, inp.run_id)).values()]
+        return tools
+
     @activity.defn(name=Activity.CALL_MODEL)
     @boundary
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
         adapter = self.adapter(inp.agent, inp.model)
         agent = self.agents.get(inp.agent)
-        tools = [t.openai_schema() for t in agent.tools]
+        tools = await self.tool_schemas(inp)
         with_memory = inp.memory and self.memory is not None
         context = await self.store.model_context(inp.tenant_id, inp.run_id, inp.step, memory=with_memory)
         # The episodes are written beside the recall and the model call, off the step's path.

@@ -9,11 +9,21 @@ running the tool again. Long outputs stay in the ledger; the activity returns a 
 A bad call (unknown tool, invalid arguments) or a `ToolError` raised by the tool is not a
 failure: it comes back as an error result the model can read. Any other exception fails the
 attempt, and Temporal retries it.
+
+A tool the agent does not define itself may be one of the MCP tools the run recorded when it
+started: it is called through the worker's `MCPHub` with the idempotency key in the request's
+`_meta`. An error result (`isError`) is a ToolError; no answer (a dead or unreachable server, a
+timeout, a protocol error) is MCPCallFailed, retried like any failure. When the server makes a
+task of the call, its id goes into the heartbeat details at once, so the retry after a worker
+crash polls the same task instead of starting the work again.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
@@ -22,6 +32,7 @@ from activities.boundary import boundary, heartbeating
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ToolError, UnknownTool
+from waypoint.mcp import MCPHub, MCPTool
 from waypoint.names import Activity, ToolOutcome
 from waypoint.retry import LEDGER_PATIENCE_SECONDS
 from waypoint.store import RunStore
@@ -55,12 +66,29 @@ def result_of(effect: Effect, call_id: str, *, from_ledger: bool) -> ToolResult:
     )
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """A resolved call: how to run it, and the MCP server it goes to (None for a Python tool)."""
+
+    run: Callable[[], Awaitable[str]]
+    mcp_server: str | None = None
+
+
 class ToolActivities:
-    def __init__(self, store: RunStore, agents: AgentRegistry, settings: Settings, *, memory: Any = None):
+    def __init__(
+        self,
+        store: RunStore,
+        agents: AgentRegistry,
+        settings: Settings,
+        *,
+        memory: Any = None,
+        mcp: MCPHub | None = None,
+    ):
         self.store = store
         self.agents = agents
         self.settings = settings
         self.memory = memory  # the episodic store, on the memory worker (for memory tools)
+        self.mcp = mcp or MCPHub(store)
 
     async def _ledger(self, key: str, op: Any) -> Any:
         async with heartbeating(key):
@@ -78,28 +106,25 @@ class ToolActivities:
 
         started = time.monotonic()
         attempt = activity.info().attempt
-        ctx = ToolContext(
-            run_id=inp.run_id,
-            tenant_id=inp.tenant_id,
-            step=inp.step,
-            call_index=inp.call_index,
-            workspace=self.settings.resolved_workspace,
-            attempt=attempt,
-            agent=inp.agent,
-            memory=self.memory,
-        )
+        # Heartbeat details: the call's key and, for an MCP task, its id (a retry resumes polling it).
+        progress: dict[str, Any] = {"key": key, "mcp_task": previous_task()}
         try:
-            tool = self.agents.get(inp.agent).tool(call.name)
-            kwargs = tool.parse_arguments(call.arguments)
+            invocation = await self._resolve(inp, attempt, progress)
         except (ToolError, UnknownTool) as exc:
             output, outcome = f"error: {exc}", ToolOutcome.BAD_CALL
         else:
             try:
-                async with heartbeating(key):
+                async with heartbeating(progress):
                     with tool_span(
-                        call.name, call.id, run_id=inp.run_id, step=inp.step, tenant=inp.tenant_id, attempt=attempt
+                        call.name,
+                        call.id,
+                        run_id=inp.run_id,
+                        step=inp.step,
+                        tenant=inp.tenant_id,
+                        attempt=attempt,
+                        mcp_server=invocation.mcp_server,
                     ):
-                        output, outcome = await tool.call(kwargs, ctx), ToolOutcome.OK
+                        output, outcome = await invocation.run(), ToolOutcome.OK
             except ToolError as exc:
                 output, outcome = f"error: {exc}", ToolOutcome.TOOL_ERROR
         effect = Effect(
@@ -116,3 +141,70 @@ class ToolActivities:
         )
         await self._ledger(key, lambda: self.store.record_effect(inp.tenant_id, effect))
         return result_of(effect, call.id, from_ledger=False)
+
+    async def _resolve(self, inp: RunToolInput, attempt: int, progress: dict[str, Any]) -> Invocation:
+        """The agent's own tool of that name, else the MCP tool the run recorded under it; a bad call
+        (unknown tool, arguments that do not fit its schema) raises ToolError or UnknownTool."""
+        call = inp.call
+        agent = self.agents.get(inp.agent)
+        if agent.has_tool(call.name) or not agent.mcp:
+            tool = agent.tool(call.name)
+            kwargs = tool.parse_arguments(call.arguments)
+            ctx = ToolContext(
+                run_id=inp.run_id,
+                tenant_id=inp.tenant_id,
+                step=inp.step,
+                call_index=inp.call_index,
+                workspace=self.settings.resolved_workspace,
+                attempt=attempt,
+                agent=inp.agent,
+                memory=self.memory,
+            )
+            return Invocation(lambda: tool.call(kwargs, ctx))
+        recorded: dict[str, MCPTool] = await self._ledger(
+            inp.idempotency_key, lambda: self.mcp.recorded(inp.tenant_id, inp.run_id)
+        )
+        if call.name not in recorded:
+            agent.tool(call.name, also=recorded)  # raises UnknownTool, naming every tool the model may use
+        remote = recorded[call.name]
+        server = agent.mcp_server(remote.server)
+        arguments = remote.parse_arguments(call.arguments)
+
+        async def on_task(task_id: str | None) -> None:
+            progress["mcp_task"] = task_id
+            # Now rather than at the next beat; Temporal's client still sends it within 0.8 x the
+            # heartbeat timeout. From then on, a retry after a crash polls this task.
+            activity.heartbeat(progress)
+
+        async def run() -> str:
+            text, is_error = await self.mcp.call(
+                server,
+                remote,
+                arguments,
+                key=inp.idempotency_key,
+                timeout=attempt_seconds_left(),
+                task_id=progress["mcp_task"],
+                on_task=on_task,
+            )
+            if is_error:
+                raise ToolError(text or f"{call.name} failed without a message")
+            return text
+
+        return Invocation(run, mcp_server=server.name)
+
+
+def previous_task() -> str | None:
+    """The MCP task an earlier attempt of this call started (from its last heartbeat), if any."""
+    for detail in activity.info().heartbeat_details:
+        if isinstance(detail, dict) and isinstance(detail.get("mcp_task"), str):
+            return str(detail["mcp_task"])
+    return None
+
+
+def attempt_seconds_left() -> float:
+    """What is left of this attempt's start-to-close timeout, less a second to report a timeout
+    ourselves (with its reason) before Temporal cuts the attempt off."""
+    info = activity.info()
+    total = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 300.0
+    elapsed = (datetime.now(UTC) - info.started_time).total_seconds()
+    return max(total - elapsed - 1.0, 0.5)

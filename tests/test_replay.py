@@ -63,6 +63,7 @@ def test_histories_are_checked_in():
         "remote-store/agent_run_memory.json",
         "remote-store/agent_run_failed_start.json",
         "remote-store/agent_run_mute_once.json",
+        "remote-store/agent_run_mcp.json",
         "compaction/compaction_pass.json",
         "compaction/compaction_pass_before_remember.json",
         "memory/memory_request_json_answer.json",
@@ -146,3 +147,28 @@ async def test_fresh_failed_start_history_replays(client: Client, settings, work
     with pytest.raises(WorkflowFailureError):
         await client.get_workflow_handle(run_id).result()
     await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_failed_start.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_mcp_run_history_replays_and_carries_no_server_details(client: Client, engine, settings, tmp_path):
+    """A run that calls an MCP tool: replay needs no server (the tools were recorded at the start, in
+    Postgres), and history holds tool specs only, never a schema or the server's configuration."""
+    from tests.mcp_agents import stdio_server
+    from waypoint import Agent, ScriptedModel, ScriptedTurn
+    from waypoint.agents import AgentRegistry
+    from waypoint.app.worker import build_worker
+
+    agent = Agent(
+        name="mcp_replay",
+        instructions="Multiply.",
+        model=ScriptedModel([ScriptedTurn(tool_calls=[("multiply", {"a": 6, "b": 7})]), ScriptedTurn(content="42")]),
+        mcp=[stdio_server(tmp_path / "mcp")],
+    )
+    async with build_worker(client, engine, settings, AgentRegistry([agent])):
+        wp = Waypoint(client, engine, settings)
+        run_id = await wp.start_run("replay me", agent="mcp_replay")
+        assert (await wp.result(run_id)).status == "completed"
+    history = (await client.get_workflow_handle(run_id).fetch_history()).to_json()
+    for detail in ("Multiply two integers", "inputSchema", "integer", "MCP_TEST_DIR", "mcp_server.py"):
+        assert detail not in history
+    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_mcp.json")

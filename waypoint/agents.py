@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from waypoint.errors import ConfigError, UnknownAgent, UnknownTool
+from waypoint.mcp.servers import MCPServer
 from waypoint.models.scripted import ScriptedModel
 from waypoint.models.spec import Provider
 from waypoint.tools import Tool
@@ -24,7 +25,8 @@ class Agent:
     """An agent: instructions, a model, tools and limits.
 
     `model` is a spec such as `openai:gpt-4o-mini`, or a `ScriptedModel` whose
-    canned turns make the agent run offline (its spec is then `scripted`).
+    canned turns make the agent run offline (its spec is then `scripted`). `mcp` lists MCP servers
+    whose tools the agent's runs use too (listed when a run starts; see `waypoint.mcp`).
     """
 
     name: str
@@ -50,6 +52,8 @@ class Agent:
     # Compact the run's history inline once the model reports more input tokens than this
     # share of `context_tokens` (1.0 or more: never inline; the Schedule still compacts).
     compact_at: float = 0.8
+    # MCP servers whose tools a run lists when it starts, records, and calls like its own.
+    mcp: Sequence[MCPServer] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools]
@@ -59,6 +63,9 @@ class Agent:
             raise ConfigError(f"agent {self.name!r}: max_steps must be at least 1")
         if self.continue_as_new_every < 1:
             raise ConfigError(f"agent {self.name!r}: continue_as_new_every must be at least 1")
+        servers = [s.name for s in self.mcp]
+        if len(servers) != len(set(servers)):
+            raise ConfigError(f"agent {self.name!r} has two MCP servers named alike: {servers}; pass name=...")
 
     def tool_specs(self) -> list[ToolSpec]:
         return [
@@ -101,6 +108,7 @@ class Agent:
             "memory": self.memory,
             "recall_k": self.recall_k,
             "compact_at": self.compact_at,
+            "mcp_servers": [s.name for s in self.mcp],
         }
         return AgentInfo(self.name, self.instructions, self.model_spec, providers, tools, settings, worker)
 
@@ -108,12 +116,22 @@ class Agent:
     def model_spec(self) -> str:
         return "scripted" if isinstance(self.model, ScriptedModel) else self.model
 
-    def tool(self, name: str) -> Tool:
+    def tool(self, name: str, *, also: Iterable[str] = ()) -> Tool:
+        """Its tool `name`; UnknownTool lists the names the model may use (its own and `also`)."""
         for t in self.tools:
             if t.name == name:
                 return t
-        known = ", ".join(t.name for t in self.tools) or "none"
+        known = ", ".join([*(t.name for t in self.tools), *also]) or "none"
         raise UnknownTool(f"agent {self.name!r} has no tool {name!r} (its tools: {known})")
+
+    def has_tool(self, name: str) -> bool:
+        return any(t.name == name for t in self.tools)
+
+    def mcp_server(self, name: str) -> MCPServer:
+        for server in self.mcp:
+            if server.name == name:
+                return server
+        raise UnknownTool(f"agent {self.name!r} has no MCP server {name!r} any more (it had when the run started)")
 
 
 class AgentRegistry:

@@ -135,6 +135,17 @@ class Settings(BaseSettings):
         "http://localhost:8233",
         description="Origin of the Temporal Web UI that `waypoint codec-server` answers (CORS).",
     )
+    # Waypoint as an MCP server (`waypoint mcp`, waypoint/app/mcp_server.py).
+    mcp_write: bool = Field(
+        False,
+        description="`waypoint mcp` also offers the tools that act: start_run, send_message, approve, deny, "
+        "cancel_run, fork_run. Off: read-only.",
+    )
+    mcp_api_key: SecretStr | None = Field(
+        None,
+        description="Bearer key every request to `waypoint mcp --transport http` must carry; it acts for "
+        "`WAYPOINT_TENANT`. Required for HTTP (stdio acts for the configured tenant).",
+    )
     db_pool_size: int = Field(5, ge=1, description="Postgres connections each process keeps open.")
     db_max_overflow: int = Field(10, ge=0, description="Extra Postgres connections a process may open under load.")
     db_statement_timeout_ms: int = Field(

@@ -12,6 +12,10 @@
       StackError               an embedded component failed to start (names which, and the fix)
       Unavailable              Temporal, Postgres or a memory worker cannot be reached: retryable
       ToolError                raised by a tool: reported to the model, the run goes on
+      MCPStartFailed           an MCP server did not answer when a run started (names its command or URL,
+                               with the tail of its stderr)
+      MCPCallFailed            an MCP tool call got no answer: a dead or unreachable server, a timeout, a
+                               protocol error; retryable, per the tool's retry spec
       PayloadTooLarge          a value too large for Temporal: pass a reference instead
       ScriptError              a scripted model's own code failed
       ModelError               the model provider's failure
@@ -80,6 +84,17 @@ class Unavailable(WaypointError):
 
 class ToolError(WaypointError):
     """Raise from a tool to report a failure to the model instead of failing the run."""
+
+
+class MCPStartFailed(WaypointError):
+    """An MCP server of the agent could not be reached, or did not list its tools, when a run started."""
+
+
+class MCPCallFailed(WaypointError):
+    """An MCP tool call got no answer (a tool's own error result is a ToolError instead); a later
+    attempt, on a fresh session if the old one died, may succeed."""
+
+    retryable = True
 
 
 class PayloadTooLarge(WaypointError):

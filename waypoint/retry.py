@@ -43,6 +43,9 @@ RECOVERY_INTERVAL = timedelta(milliseconds=200)
 # costs seconds, not half a minute (record_step settles overlapping attempts, so a retry
 # overlapping a slow first attempt is safe).
 STORE_TIMEOUT = timedelta(seconds=5)
+# start_run writes like the store, but may first list the tools of the agent's MCP servers, which
+# starts stdio servers (MCPServer.connect_timeout, at most 100 s, in parallel); it heartbeats.
+START_TIMEOUT = timedelta(seconds=120)
 # A workflow task on a worker that died is handed to another after this (Temporal's default is 10 s).
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 # A tool the plan does not know (it cannot happen unless an agent changed mid-run) gets this.

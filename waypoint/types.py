@@ -161,6 +161,15 @@ class RunPlan:
     # Compact inline once the model reports more input tokens than this share of context_tokens.
     compact_at: float = 0.8
 
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> RunPlan:
+        """A plan from its JSON form (as the `run_started` event stores it)."""
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["tools"] = [ToolSpec(**t) for t in values.get("tools", [])]
+        if "retry" in values:
+            values["retry"] = RetrySpec(**values["retry"])
+        return cls(**values)
+
 
 @dataclass(frozen=True)
 class RunState:

@@ -166,7 +166,8 @@ class AgentRunWorkflow(RunMessages):
             fork=inp.fork,
         )
         try:
-            plan: RunPlan = await self._store(Activity.START_RUN, start, RunPlan)
+            # It may list the tools of the agent's MCP servers (starting stdio servers) first.
+            plan: RunPlan = await self._store(Activity.START_RUN, start, RunPlan, timeout=retry.START_TIMEOUT)
             return plan
         except FAILED as exc:
             reason = f"run {self._run_id} could not start: {failure_message(exc)}"
@@ -183,21 +184,20 @@ class AgentRunWorkflow(RunMessages):
             self._store_locally = workflow.patched("local-store-1")
         return self._store_locally
 
-    async def _store(self, name: Activity, arg: Any, result_type: type | None = None) -> Any:
+    async def _store(
+        self, name: Activity, arg: Any, result_type: type | None = None, *, timeout: timedelta = retry.STORE_TIMEOUT
+    ) -> Any:
         """A write to the Postgres mirror: short, idempotent, retried until it lands."""
         if self._local_store():
             return await workflow.execute_local_activity(
-                name,
-                arg,
-                result_type=result_type,
-                start_to_close_timeout=retry.STORE_TIMEOUT,
-                retry_policy=retry.STORE_RETRY,
+                name, arg, result_type=result_type, start_to_close_timeout=timeout, retry_policy=retry.STORE_RETRY
             )
         return await workflow.execute_activity(
             name,
             arg,
             result_type=result_type,
-            start_to_close_timeout=retry.STORE_TIMEOUT,
+            start_to_close_timeout=timeout,
+            heartbeat_timeout=retry.HEARTBEAT_TIMEOUT if timeout > retry.STORE_TIMEOUT else None,
             retry_policy=retry.STORE_RETRY,
         )
 

@@ -26,6 +26,7 @@ from waypoint import telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, StackError
+from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, open_store
 from waypoint.names import memory_task_queue
 from waypoint.store import RunStore
@@ -45,11 +46,21 @@ def worker_identity() -> str:
 
 class CatalogWorker(Worker):
     """A worker that registers its agents in the catalog before it polls, so a run of an agent it
-    serves can be checked (and started) the moment it polls."""
+    serves can be checked (and started) the moment it polls. It owns the process's MCP sessions:
+    when it stops, so do the stdio MCP servers it started."""
 
-    def __init__(self, *args: Any, store: RunStore, agents: AgentRegistry, settings: Settings, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        store: RunStore,
+        agents: AgentRegistry,
+        settings: Settings,
+        mcp: MCPHub | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self._catalog = (store, agents, settings)
+        self.mcp = mcp or MCPHub(store)
 
     async def register(self) -> None:
         store, agents, settings = self._catalog
@@ -62,8 +73,12 @@ class CatalogWorker(Worker):
         return await super().__aenter__()
 
     async def run(self) -> None:
-        await self.register()
-        await super().run()
+        # `async with worker` runs this too: the sessions close once the worker has shut down.
+        try:
+            await self.register()
+            await super().run()
+        finally:
+            await self.mcp.close()
 
 
 def build_worker(
@@ -79,9 +94,12 @@ def build_worker(
     `build_memory_worker` (in this process or another)."""
     queue = task_queue or settings.task_queue
     store = RunStore(engine)
-    checkpoints = CheckpointActivities(store, agents, memory_queue=memory_task_queue(queue) if memory else None)
-    models = ModelActivities(store, agents, settings)
-    tools = ToolActivities(store, agents, settings)
+    mcp = MCPHub(store)  # one session per MCP server for this worker, shared by its activities
+    checkpoints = CheckpointActivities(
+        store, agents, memory_queue=memory_task_queue(queue) if memory else None, mcp=mcp
+    )
+    models = ModelActivities(store, agents, settings, mcp=mcp)
+    tools = ToolActivities(store, agents, settings, mcp=mcp)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
     return CatalogWorker(
@@ -89,6 +107,7 @@ def build_worker(
         store=store,
         agents=agents,
         settings=settings,
+        mcp=mcp,
         task_queue=queue,
         workflows=WORKFLOWS,
         activities=[

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import column, select, table
 
-from waypoint.store.base import StoreBase, of_tenant
+from waypoint.names import EventKind
+from waypoint.store.base import StoreBase, of_tenant, run_filter
 from waypoint.store.rows import RunRow, StepLine
-from waypoint.store.schema import runs
+from waypoint.store.schema import events, runs
+from waypoint.types import RunPlan
 
 # The `run_steps` view (migration 0004): one row per recorded step.
 run_steps = table(
@@ -76,3 +80,26 @@ class Reads(StoreBase):
             )
             for r in rows
         ]
+
+    async def run_started(self, tenant_id: str, run_id: str) -> dict[str, Any] | None:
+        """The payload of the run's `run_started` event (its plan, its MCP tools), or None when the
+        run has not started (or is another tenant's)."""
+        query = (
+            select(events.c.payload)
+            .join(runs, runs.c.run_id == events.c.run_id)
+            .where(run_filter(tenant_id, run_id), events.c.kind == EventKind.RUN_STARTED)
+            .order_by(events.c.seq)
+            .limit(1)
+        )
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query)).scalar()
+
+    async def recorded_plan(self, tenant_id: str, run_id: str) -> RunPlan | None:
+        """The plan the run recorded when it started, or None when it has not started."""
+        payload = await self.run_started(tenant_id, run_id)
+        return None if payload is None else RunPlan.of(payload["plan"])
+
+    async def recorded_mcp_tools(self, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+        """The MCP tools the run listed when it started (see waypoint.mcp.tools.MCPTool)."""
+        payload = await self.run_started(tenant_id, run_id)
+        return list((payload or {}).get("mcp_tools") or [])

@@ -6,7 +6,7 @@ most once, and a retried attempt finds the earlier one's work and writes nothing
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import text
@@ -42,6 +42,9 @@ class NewRun:
     plan: RunPlan
     fork: ForkOrigin | None = None
     trace_id: str | None = None
+    # The MCP tools listed at start (MCPTool.to_json()): what the model and run_tool use for the
+    # rest of the run, so no server is asked again.
+    mcp_tools: list[dict[str, Any]] = field(default_factory=list)
 
 
 # record_step's two statements. Plain SQL with one text whatever the number of events, so the
@@ -182,7 +185,7 @@ class StepWriter(StoreBase):
             if created is None:  # a retry after the first attempt committed
                 await self._run(conn, new.tenant_id, new.run_id)  # and it is this tenant's
                 return plan
-            payload = {
+            payload: dict[str, Any] = {
                 "agent": new.agent,
                 "instructions": new.instructions,
                 "task": new.task,
@@ -190,6 +193,8 @@ class StepWriter(StoreBase):
                 "plan": asdict(plan),
                 "fork": asdict(fork) if fork else None,
             }
+            if new.mcp_tools:
+                payload["mcp_tools"] = new.mcp_tools
             seq = await append_events(conn, new.run_id, [(plan.start_step, EventKind.RUN_STARTED, payload)])
             if fork is None:
                 messages = event_messages(EventKind.RUN_STARTED, payload)

@@ -83,10 +83,30 @@ def chat_span(
 
 
 @contextlib.contextmanager
-def tool_span(name: str, call_id: str, *, run_id: str, step: int, tenant: str, attempt: int) -> Iterator[Span]:
-    """`execute_tool {name}` around one tool invocation; a raised ToolError marks it as an error."""
+def tool_span(
+    name: str,
+    call_id: str,
+    *,
+    run_id: str,
+    step: int,
+    tenant: str,
+    attempt: int,
+    mcp_server: str | None = None,
+) -> Iterator[Span]:
+    """`execute_tool {name}` around one tool invocation; a raised ToolError marks it as an error. An
+    MCP tool's span names its server (`waypoint.mcp_server`) and the MCP method."""
     attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id}
-    with span(f"execute_tool {name}", attributes, run_id=run_id, step=step, tenant=tenant, attempt=attempt) as target:
+    if mcp_server is not None:
+        attributes["mcp.method.name"] = "tools/call"
+    with span(
+        f"execute_tool {name}",
+        attributes,
+        run_id=run_id,
+        step=step,
+        tenant=tenant,
+        attempt=attempt,
+        mcp_server=mcp_server,
+    ) as target:
         yield target
 
 

@@ -1,0 +1,163 @@
+"""`waypoint mcp`: the SDK's own MCP client talks to Waypoint over stdio and over streamable HTTP,
+and sees only its tenant's runs; the tools that act are there only when configured."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.helpers import cli_env, make_run, step
+from waypoint.app.client import Waypoint
+from waypoint.app.embedded import free_port
+from waypoint.config import Settings
+from waypoint.memory import Episode
+from waypoint.store import RunStore
+
+pytestmark = pytest.mark.postgres
+
+READ_TOOLS = {"list_runs", "run_status", "step_state", "diff_steps", "search_memory"}
+WRITE_TOOLS = {"start_run", "send_message", "approve", "deny", "cancel_run", "fork_run"}
+
+
+@asynccontextmanager
+async def over_stdio(settings: Settings, **env: str) -> AsyncIterator[Client]:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "waypoint", "mcp"], env=cli_env(settings, **env))
+    async with Client(params) as client:
+        yield client
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> Any:
+    result = await client.call_tool(tool, arguments)
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert not result.is_error, text
+    return json.loads(text)
+
+
+async def error_of(client: Client, tool: str, **arguments: Any) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+async def two_tenants(store: RunStore, settings: Settings) -> tuple[str, str]:
+    mine = await make_run(store, settings, [step(1, [("add", {"a": 2, "b": 3}, "5")]), step(2, [], content="5")])
+    theirs = await make_run(store, settings.model_copy(update={"tenant": "someone-else"}), [step(1, [])])
+    return mine, theirs
+
+
+async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunStore, settings: Settings):
+    mine, theirs = await two_tenants(store, settings)
+    async with over_stdio(settings) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS
+        runs = await call(client, "list_runs")
+        assert [r["run_id"] for r in runs] == [mine]
+        assert {r["tenant_id"] for r in runs} == {settings.tenant}
+
+        status = await call(client, "run_status", run_id=mine)
+        assert status["run"]["steps"] == 2 and [line["step"] for line in status["timeline"]] == [1, 2]
+        state = await call(client, "step_state", run_id=mine, step=1)
+        assert any(m.get("content") == "5" for m in state["messages"])
+        diff = await call(client, "diff_steps", run_id=mine, a=0, b=2)
+        assert diff["added"]
+
+        for tool, args in (("run_status", {}), ("step_state", {"step": 1}), ("diff_steps", {"a": 0, "b": 1})):
+            assert f"no run {theirs!r} for tenant {settings.tenant!r}" in await error_of(
+                client, tool, run_id=theirs, **args
+            )
+        assert "start_run" not in {t.name for t in (await client.list_tools()).tools}
+
+
+async def test_memory_search_and_the_tools_that_act_when_configured(
+    memory_worker: tuple[Waypoint, Any], store: RunStore, settings: Settings
+):
+    wp, episodes = memory_worker
+    mine, theirs = await two_tenants(store, settings)
+    await episodes.upsert(
+        [
+            Episode(settings.tenant, "calculator", mine, 1, "fact", "The vault code is 4412.", importance=0.9),
+            Episode("someone-else", "calculator", theirs, 1, "fact", "The vault code is 9999.", importance=0.9),
+        ]
+    )
+    async with over_stdio(settings, WAYPOINT_MCP_WRITE="true") as client:
+        assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS | WRITE_TOOLS
+        found = await call(client, "search_memory", query="what is the vault code", k=5)
+        assert [m["text"] for m in found] == ["The vault code is 4412."]
+
+        started = await call(client, "start_run", task="add", agent="calculator")
+        result = await wp.result(started["run_id"])
+        assert (result.status, result.output) == ("completed", "The answer is 15.")
+        assert (await wp.run(started["run_id"])).tenant_id == settings.tenant
+
+        forked = await call(client, "fork_run", run_id=started["run_id"], step=1)
+        assert (await wp.result(forked["run_id"])).status == "completed"
+        assert (await wp.run(forked["run_id"])).parent_run_id == started["run_id"]
+
+        assert "has ended" in await error_of(client, "send_message", run_id=started["run_id"], text="hi")
+        assert "no run" in await error_of(client, "cancel_run", run_id=theirs)
+
+
+@pytest.fixture
+def http_server(settings: Settings) -> Iterator[str]:
+    port = free_port()
+    env = cli_env(settings, WAYPOINT_MCP_API_KEY="s3cret-key")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "waypoint", "mcp", "--transport", "http", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited"
+                assert time.monotonic() < deadline, "waypoint mcp did not listen"
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_over_http_a_key_is_required_and_scopes_the_tenant(store: RunStore, settings: Settings, http_server: str):
+    mine, _ = await two_tenants(store, settings)
+    async with httpx.AsyncClient() as plain:
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            answer = await plain.post(http_server, json=request, headers=headers)
+            assert answer.status_code == 401
+            assert answer.json()["error"]["code"] == "unauthorized"
+
+    async with httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret-key"}) as http:
+        async with Client(streamable_http_client(http_server, http_client=http)) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS
+            assert [r["run_id"] for r in await call(client, "list_runs")] == [mine]
+
+
+async def test_the_http_transport_refuses_to_start_without_a_key(settings: Settings):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "waypoint", "mcp", "--transport", "http", env=cli_env(settings),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    assert err.decode().strip() == (
+        "error: `waypoint mcp --transport http` needs a key: set WAYPOINT_MCP_API_KEY "
+        "(clients send it as a bearer token)"
+    )

@@ -1,0 +1,220 @@
+"""Waypoint as an MCP server (`waypoint mcp`): an assistant reads one tenant's runs, and with
+`WAYPOINT_MCP_WRITE=true` starts and steers them.
+
+Every tool is a call of the Python API (`waypoint.app.client.Waypoint`), so the MCP answers are
+the CLI's `--json` answers (typed results through `waypoint.store.rows.as_json`), and its errors
+the same one-line messages (as MCP error results). Over stdio the server acts for the configured
+tenant (`WAYPOINT_TENANT`); over streamable HTTP every request must carry
+`Authorization: Bearer <key>`, and `tenant_for_key` says which tenant the key acts for.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+
+from waypoint.app.client import Waypoint
+from waypoint.config import Settings
+from waypoint.errors import WaypointError
+from waypoint.names import FINISHED
+from waypoint.store.rows import as_json
+
+Transport = Literal["stdio", "http"]
+
+INSTRUCTIONS = (
+    "Waypoint runs LLM agents durably and keeps every step. Read a tenant's runs: list_runs, then "
+    "run_status (status and one line per step), step_state (what the model saw at a step and the "
+    "step's events), diff_steps, search_memory (long-term memory)."
+)
+WRITE_INSTRUCTIONS = " Steer runs: start_run, send_message, approve, deny, cancel_run, fork_run."
+
+READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+
+
+def tenant_for_key(settings: Settings, presented: str | None) -> str | None:
+    """The tenant a request with this bearer key acts for, or None (no key, or a wrong one). One
+    configured key (`WAYPOINT_MCP_API_KEY`) acts for `WAYPOINT_TENANT`; an API-key store can take
+    this function's place."""
+    expected = settings.mcp_api_key.get_secret_value() if settings.mcp_api_key else None
+    if not expected or not presented:
+        return None
+    return settings.tenant if hmac.compare_digest(presented.encode(), expected.encode()) else None
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPServer:
+    """The MCP server: read tools always, write tools with `settings.mcp_write`."""
+    server: MCPServer = MCPServer(
+        "waypoint", instructions=INSTRUCTIONS + (WRITE_INSTRUCTIONS if settings.mcp_write else "")
+    )
+
+    def tenant_of(ctx: Context) -> str:
+        if transport == "stdio":
+            return settings.tenant
+        tenant = tenant_for_key(settings, bearer((ctx.headers or {}).get("authorization")))
+        if tenant is None:
+            raise ToolError("unauthorized: send Authorization: Bearer <WAYPOINT_MCP_API_KEY>")
+        return tenant
+
+    async def answer(ctx: Context, call: Callable[[str], Awaitable[Any]]) -> str:
+        """The call's result as JSON text; a Waypoint error as an error result with its message."""
+        try:
+            value = await call(tenant_of(ctx))
+        except WaypointError as exc:
+            raise ToolError(str(exc)) from None
+        return json.dumps(as_json(value), ensure_ascii=False)
+
+    @server.tool(annotations=READ)
+    async def list_runs(ctx: Context, limit: int = 20, status: str | None = None) -> str:
+        """The tenant's runs, newest first (id, agent, task, status, steps, tokens, cost, times)."""
+        return await answer(ctx, lambda t: wp.runs(tenant_id=t, limit=limit, status=status))
+
+    @server.tool(annotations=READ)
+    async def run_status(ctx: Context, run_id: str) -> str:
+        """One run: its row, one line per step (action, tools, tokens, time), and while it runs its
+        live state (current step, pending approvals)."""
+
+        async def status(tenant: str) -> dict[str, Any]:
+            row = await wp.run(run_id, tenant_id=tenant)
+            live = None
+            if row.status not in FINISHED:
+                try:
+                    live = await wp.progress(run_id, tenant_id=tenant)
+                except WaypointError:
+                    live = None  # Temporal unreachable: Postgres still answers
+            timeline = await wp.timeline(run_id, tenant_id=tenant)
+            return {"run": row, "timeline": timeline, "live": live}
+
+        return await answer(ctx, status)
+
+    @server.tool(annotations=READ)
+    async def step_state(ctx: Context, run_id: str, step: int) -> str:
+        """The state at a step: the working memory the next model call saw, and the step's events."""
+        return await answer(ctx, lambda t: wp.state(run_id, step, tenant_id=t))
+
+    @server.tool(annotations=READ)
+    async def diff_steps(ctx: Context, run_id: str, a: int, b: int) -> str:
+        """What changed between the states at steps a and b: messages added and dropped, context size."""
+        return await answer(ctx, lambda t: wp.diff(run_id, a, b, tenant_id=t))
+
+    @server.tool(annotations=READ)
+    async def search_memory(
+        ctx: Context, query: str, k: int = 5, agent: str | None = None, run_id: str | None = None
+    ) -> str:
+        """The tenant's long-term memories most relevant to the query (score, source run and step, text)."""
+        return await answer(ctx, lambda t: wp.memory_search(query, k=k, agent=agent, run_id=run_id, tenant_id=t))
+
+    if settings.mcp_write:
+        _write_tools(server, wp, answer)
+    return server
+
+
+def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:
+    @server.tool(annotations=WRITE)
+    async def start_run(
+        ctx: Context, task: str, agent: str = "demo", model: str | None = None, max_steps: int | None = None
+    ) -> str:
+        """Start a run of an agent on a task; answers its run id."""
+
+        async def start(tenant: str) -> dict[str, str]:
+            return {"run_id": await wp.start_run(task, agent=agent, model=model, max_steps=max_steps, tenant_id=tenant)}
+
+        return await answer(ctx, start)
+
+    @server.tool(annotations=WRITE)
+    async def send_message(ctx: Context, run_id: str, text: str) -> str:
+        """Add a user message to a running run; its next model call reads it."""
+        return await answer(ctx, lambda t: wp.send(run_id, text, tenant_id=t))
+
+    @server.tool(annotations=WRITE)
+    async def approve(ctx: Context, run_id: str, call_id: str | None = None, reason: str | None = None) -> str:
+        """Let a tool call that waits for approval run (call_id may be left out when one call waits)."""
+        return await answer(ctx, lambda t: wp.approve(run_id, call_id, reason, tenant_id=t))
+
+    @server.tool(annotations=WRITE)
+    async def deny(ctx: Context, run_id: str, call_id: str | None = None, reason: str | None = None) -> str:
+        """Refuse a tool call that waits for approval; the model is told, with the reason."""
+        return await answer(ctx, lambda t: wp.deny(run_id, call_id, reason, tenant_id=t))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
+    async def cancel_run(ctx: Context, run_id: str, reason: str | None = None) -> str:
+        """End a run after its current step, with status `cancelled`."""
+        return await answer(ctx, lambda t: wp.cancel(run_id, reason, tenant_id=t))
+
+    @server.tool(annotations=WRITE)
+    async def fork_run(
+        ctx: Context, run_id: str, step: int, message: str | None = None, model: str | None = None
+    ) -> str:
+        """Start a new run from the state of a run at a step, plus an optional user message; answers its id."""
+
+        async def fork(tenant: str) -> dict[str, str]:
+            return {"run_id": await wp.fork(run_id, step, message=message, model=model, tenant_id=tenant)}
+
+        return await answer(ctx, fork)
+
+
+class RequireKey:
+    """ASGI middleware: an HTTP request without a valid bearer key gets 401 and never reaches MCP."""
+
+    def __init__(self, app: Any, settings: Settings):
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            if tenant_for_key(self.settings, bearer(headers.get("authorization"))) is None:
+                from starlette.responses import JSONResponse
+
+                message = "send Authorization: Bearer <key>, the key in WAYPOINT_MCP_API_KEY where `waypoint mcp` runs"
+                response = JSONResponse(
+                    {"error": {"code": "unauthorized", "message": message}},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def serve(settings: Settings, transport: Transport, *, host: str = "127.0.0.1", port: int = 8766) -> None:
+    """Serve until stopped: over stdio (the assistant runs this command), or over streamable HTTP."""
+    import sys
+
+    if transport == "http" and settings.mcp_api_key is None:
+        from waypoint.errors import ConfigError
+
+        raise ConfigError(
+            "`waypoint mcp --transport http` needs a key: set WAYPOINT_MCP_API_KEY (clients send it as a bearer token)"
+        )
+    async with await Waypoint.connect(settings, temporal=False) as wp:
+        server = build_server(wp, settings, transport)
+        if transport == "stdio":
+            await server.run_stdio_async()
+            return
+        import uvicorn
+
+        app = RequireKey(server.streamable_http_app(host=host), settings)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        http = uvicorn.Server(config)
+        print(
+            f"waypoint mcp: tenant {settings.tenant} at http://{host}:{port}/mcp "
+            f"({'read and write' if settings.mcp_write else 'read-only'}); Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+        await http.serve()
