@@ -1,15 +1,21 @@
 """The `call_model` activity: load the step's working memory from Postgres, call the model.
 
 The context never travels through Temporal history (it grows with the run); only the
-model's answer does. A failed attempt is written to the event log before it is retried, so a
+model's answer does. With a `DeltaPublisher` injected, a streaming adapter's text and tool-call
+pieces are published while the call runs, tagged with run, step and attempt (waypoint.deltas).
+
+A failed attempt is written to the event log before it is retried, so a
 503 storm is visible in Postgres, not only as an attempt counter in Temporal; the rules of
 what retries are in `waypoint.retry`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, replace
+from typing import Any
 
 from temporalio import activity
 
@@ -17,6 +23,7 @@ from activities.boundary import boundary, heartbeating
 from waypoint import working_memory
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
+from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, ModelError, PayloadTooLarge, ScriptError, WaypointError
 from waypoint.models import ModelAdapter, ScriptedModel
 from waypoint.models.spec import Provider, parse_model_spec
@@ -31,10 +38,13 @@ MAX_TURN_BYTES = 1_000_000
 
 
 class ModelActivities:
-    def __init__(self, store: RunStore, agents: AgentRegistry, settings: Settings):
+    def __init__(
+        self, store: RunStore, agents: AgentRegistry, settings: Settings, *, deltas: DeltaPublisher | None = None
+    ):
         self.store = store
         self.agents = agents
         self.settings = settings
+        self.deltas = deltas
         self._openai: object | None = None
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
@@ -72,6 +82,12 @@ class ModelActivities:
         }
         await self.store.record_model_failure(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
 
+    def _deltas(self, inp: CallModelInput, attempt: int, adapter: ModelAdapter) -> AbstractAsyncContextManager[Any]:
+        """Where this attempt's deltas go: nowhere for adapters that do not stream."""
+        if self.deltas is None or isinstance(adapter, ScriptedModel):
+            return contextlib.nullcontext()
+        return self.deltas.attempt(inp.run_id, inp.step, attempt)
+
     @activity.defn(name=Activity.CALL_MODEL)
     @boundary
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
@@ -84,7 +100,10 @@ class ModelActivities:
                 with chat_span(
                     inp.model, messages, run_id=inp.run_id, step=inp.step, tenant=inp.tenant_id, attempt=attempt
                 ) as chat:
-                    turn = await adapter.complete(messages, tools, step=inp.step, attempt=attempt, retry=inp.retry)
+                    async with self._deltas(inp, attempt, adapter) as sink:
+                        turn = await adapter.complete(
+                            messages, tools, step=inp.step, attempt=attempt, retry=inp.retry, deltas=sink
+                        )
                     chat.record(turn)
         except ModelError as error:
             await self.record_failure(inp, error, attempt)

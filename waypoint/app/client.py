@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, NotFound
-from waypoint.ids import check_tenant, new_run_id
+from waypoint.ids import check_tenant
+from waypoint.ids import new_run_id as make_run_id
 from waypoint.models.spec import Provider, parse_model_spec
 from waypoint.names import MemoryOp, Update
 from waypoint.store import RunStore
@@ -131,8 +133,9 @@ class Waypoint:
         model: str | None = None,
         max_steps: int | None = None,
         budget: Budget | None = None,
+        run_id: str | None = None,
     ) -> str:
-        """Start a run and return its id (the Temporal workflow id)."""
+        """Start a run and return its id (the Temporal workflow id; `run_id` to choose it)."""
         if not task.strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         budget = budget or Budget()
@@ -145,7 +148,7 @@ class Waypoint:
             agent=agent, task=task, tenant_id=self.tenant(tenant_id), model=model or self.settings.model, budget=budget
         )
         await self.check_start(inp.agent, inp.model)
-        return await self._start(new_run_id(), inp)
+        return await self._start(run_id or make_run_id(), inp)
 
     async def check_start(self, agent: str, model: str | None) -> None:
         """Refuse a run that cannot start before anything starts (and before it gets an id): an agent
@@ -168,6 +171,7 @@ class Waypoint:
         message: str | None = None,
         model: str | None = None,
         tenant_id: str | None = None,
+        new_run_id: str | None = None,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step."""
@@ -182,7 +186,7 @@ class Waypoint:
             model=model,
             fork=ForkOrigin(run_id=run_id, step=step, message=message),
         )
-        return await self._start(new_run_id(), inp)
+        return await self._start(new_run_id or make_run_id(), inp)
 
     async def _start(self, run_id: str, inp: RunInput) -> str:
         gateway = await self.temporal()
@@ -212,6 +216,10 @@ class Waypoint:
         if self._trace_ids.get(run_id):
             return self._trace_ids[run_id]
         return (await self.run(run_id, tenant_id=tenant_id)).trace_id
+
+    async def check_run(self, run_id: str, *, tenant_id: str | None = None) -> None:
+        """NotFound unless the run is the tenant's (a run so new it has no row yet is asked of Temporal)."""
+        await self._check_tenant(run_id, tenant_id)
 
     async def _check_tenant(self, run_id: str, tenant_id: str | None) -> None:
         """Another tenant's run is "not found". A run so new that its row is not written yet
@@ -274,8 +282,18 @@ class Waypoint:
 
     # --- reads (Postgres) ----------------------------------------------------------------------------
 
-    async def runs(self, *, tenant_id: str | None = None, limit: int = 20, status: str | None = None) -> list[RunRow]:
-        return await self.store.list_runs(self.tenant(tenant_id), limit=limit, status=status)
+    async def runs(
+        self,
+        *,
+        tenant_id: str | None = None,
+        limit: int = 20,
+        status: str | None = None,
+        agent: str | None = None,
+        before: tuple[datetime, str] | None = None,
+    ) -> list[RunRow]:
+        """Newest first; `before` is the (created_at, run_id) of the last run of the previous page."""
+        tenant = self.tenant(tenant_id)
+        return await self.store.list_runs(tenant, limit=limit, status=status, agent=agent, before=before)
 
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
         return await self.store.get_run(self.tenant(tenant_id), run_id)
@@ -299,10 +317,14 @@ class Waypoint:
         *,
         kinds: list[str] | None = None,
         since_step: int = 0,
+        after_seq: int = 0,
         limit: int | None = None,
         tenant_id: str | None = None,
     ) -> list[EventRow]:
-        return await self.store.events(self.tenant(tenant_id), run_id, kinds=kinds, since_step=since_step, limit=limit)
+        """Events in log order; `after_seq` (keyset pagination) is the last seq seen."""
+        return await self.store.events(
+            self.tenant(tenant_id), run_id, kinds=kinds, since_step=since_step, after_seq=after_seq, limit=limit
+        )
 
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
         """The full transcript as JSON lines (streamed)."""

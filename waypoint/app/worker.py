@@ -24,11 +24,13 @@ from activities.tools import ToolActivities
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
+from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, StackError
 from waypoint.memory import EpisodicStore, open_store
 from waypoint.names import memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
+from waypoint.store.streams import DELTAS_CHANNEL
 from workflows.agent_run import AgentRunWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.memory import MemoryRequestWorkflow
@@ -65,6 +67,17 @@ class CatalogWorker(Worker):
         await super().run()
 
 
+def delta_publisher(store: RunStore, settings: Settings) -> DeltaPublisher | None:
+    """Model token deltas go out as Postgres notifications, for the HTTP API's live streams."""
+    if not settings.model_deltas:
+        return None
+
+    async def send(payloads: list[str]) -> None:
+        await store.notify(DELTAS_CHANNEL, payloads)
+
+    return DeltaPublisher(send, flush_ms=settings.model_delta_flush_ms)
+
+
 def build_worker(
     client: Client,
     engine: AsyncEngine,
@@ -79,7 +92,7 @@ def build_worker(
     queue = task_queue or settings.task_queue
     store = RunStore(engine)
     checkpoints = CheckpointActivities(store, agents, memory_queue=memory_task_queue(queue) if memory else None)
-    models = ModelActivities(store, agents, settings)
+    models = ModelActivities(store, agents, settings, deltas=delta_publisher(store, settings))
     tools = ToolActivities(store, agents, settings)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)

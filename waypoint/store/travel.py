@@ -55,10 +55,12 @@ class TimeTravel(StoreBase):
         kinds: Sequence[str] | None = None,
         since_step: int = 0,
         step: int | None = None,
+        after_seq: int = 0,
         limit: int | None = None,
     ) -> list[EventRow]:
-        """The run's events in log order: of one step, or from `since_step` on; of some kinds."""
-        query = select(events).where(events.c.run_id == run_id)
+        """The run's events in log order: of one step, or from `since_step` on; of some kinds; after
+        `after_seq` (keyset pagination: pass the last seq seen)."""
+        query = select(events).where(events.c.run_id == run_id, events.c.seq > after_seq)
         if step is not None:
             query = query.where(events.c.step == step)
         else:
