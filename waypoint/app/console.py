@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from waypoint.names import RunStatus
-from waypoint.store.rows import RunRow, StepLine, as_json
+from waypoint.store.rows import ApiKeyRow, RunRow, StepLine, as_json
 
 console = Console()
 # Status is never told by colour alone: the word is always printed too.
@@ -132,6 +132,16 @@ def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
         created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
         table.add_row(r.run_id, r.agent, status_text(r.status), str(r.steps), created, task)
     return table
+
+
+def keys_table(rows: Sequence[ApiKeyRow]) -> Table:
+    def when(at: Any) -> str:
+        return at.strftime("%Y-%m-%d %H:%M") if at else "-"
+
+    lines = [
+        (str(k.id), k.prefix + "...", k.tenant_id, k.name or "", when(k.created_at), when(k.revoked_at)) for k in rows
+    ]
+    return columns("API keys", ("id", "prefix", "tenant", "name", "created", "revoked"), lines)
 
 
 def columns(title: str | None, names: Sequence[str], rows: Sequence[Sequence[str]], *, wrap: str = "") -> Table:

@@ -9,12 +9,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.app import console as out
-from waypoint.app.client import database_url
+from waypoint.app.client import Waypoint, database_url
 from waypoint.app.embedded import EmbeddedStack, StackInfo
 from waypoint.app.temporal import connect
 from waypoint.app.worker import run_worker, stop_event
@@ -57,12 +58,13 @@ def with_stack(settings: Settings, info: StackInfo) -> Settings:
     )
 
 
-def endpoints_table(settings: Settings, info: StackInfo | None, worker: str) -> Table:
+def endpoints_table(settings: Settings, info: StackInfo | None, worker: str, api: str = "-") -> Table:
     table = Table(show_header=False, box=None, title="Waypoint dev stack", title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     table.add_row("Temporal", f"{settings.temporal_address} (namespace {settings.temporal_namespace})")
     table.add_row("Temporal UI", (info.ui_url if info else None) or "-")
+    table.add_row("HTTP API", api)
     table.add_row("Postgres", settings.database_url or "-")
     table.add_row("Qdrant", settings.qdrant_url or str(settings.resolved_qdrant_path))
     table.add_row("Task queue", settings.task_queue)
@@ -85,10 +87,12 @@ async def _serve(settings: Settings, info: StackInfo | None, worker: bool) -> No
     stop = stop_event()
     seed_workspace(settings.resolved_workspace)  # so `waypoint run --agent demo` has notes to read
     engine = await prepare_database(settings.database_url or "")
+    api: tuple[Any, asyncio.Task[None]] | None = None
     try:
         client = await connect(settings)
+        api, api_text = await _start_api(settings, Waypoint(client, engine, settings))
         out.console.print(
-            endpoints_table(settings, info, "running here" if worker else "none (start `waypoint worker`)")
+            endpoints_table(settings, info, "running here" if worker else "none (start `waypoint worker`)", api_text)
         )
         from waypoint.app.schedule import apply_schedule
 
@@ -103,7 +107,25 @@ async def _serve(settings: Settings, info: StackInfo | None, worker: bool) -> No
         else:
             await stop.wait()
     finally:
+        if api is not None:
+            from waypoint.app.http.server import stop_api
+
+            await stop_api(*api)
         await engine.dispose()
+
+
+async def _start_api(settings: Settings, wp: Waypoint) -> tuple[tuple[Any, asyncio.Task[None]] | None, str]:
+    """The HTTP API in this process, without keys: on the loopback address only. A taken port
+    leaves the rest of the stack running, and says how to pick another."""
+    from waypoint.app.http.server import api_server, start_api, url_of
+
+    server = api_server(settings, host="127.0.0.1", port=settings.api_port, auth=False, waypoint=wp)
+    try:
+        task = await start_api(server)
+    except WaypointError as exc:
+        return None, f"not started: {exc}"
+    url = url_of(server)
+    return (server, task), f"{url} (docs {url}/docs); auth off: no API key needed, loopback only"
 
 
 async def worker_main(settings: Settings) -> None:

@@ -1,5 +1,5 @@
 """The `waypoint` command line: one module per noun (the stack, starting runs, reading runs,
-messages to a run, memory, compaction), every command name as it always was.
+messages to a run, memory, compaction, the HTTP API), every command name as it always was.
 
 Bad input, usage errors included, prints one line starting with `error:` on stderr and exits 1.
 """
@@ -16,7 +16,7 @@ from typing import Annotated
 import click
 import typer
 
-from waypoint.app.cli import memory, messages, run, runs, schedule, stack
+from waypoint.app.cli import api, memory, messages, run, runs, schedule, stack
 from waypoint.app.cli._common import overrides
 
 app = typer.Typer(
@@ -49,7 +49,7 @@ def _global(
         overrides["tenant"] = tenant
 
 
-for module in (stack, run, runs, messages, memory, schedule):
+for module in (stack, run, runs, messages, memory, schedule, api):
     module.register(app)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -22,6 +24,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class ApiServer(uvicorn.Server):
+    """uvicorn's server without its own signal handling: the process that runs it (`serve`, `dev`, a
+    test) owns SIGINT and SIGTERM and stops it with `stop_api`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 def api_server(
     settings: Settings, *, host: str, port: int, auth: bool = True, waypoint: Waypoint | None = None
 ) -> uvicorn.Server:
@@ -32,7 +43,7 @@ def api_server(
         )
     app = create_app(settings, auth=auth, waypoint=waypoint)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False)
-    return uvicorn.Server(config)
+    return ApiServer(config)
 
 
 async def start_api(server: uvicorn.Server) -> asyncio.Task[None]:
