@@ -30,6 +30,7 @@ from waypoint.ids import new_run_id as make_run_id
 from waypoint.models.spec import Provider, parse_model_spec
 from waypoint.names import MemoryOp, Update
 from waypoint.store import RunStore
+from waypoint.store.base import not_found
 from waypoint.store.db import engine_for
 from waypoint.store.rows import (
     CompactionRow,
@@ -220,6 +221,17 @@ class Waypoint:
     async def check_run(self, run_id: str, *, tenant_id: str | None = None) -> None:
         """NotFound unless the run is the tenant's (a run so new it has no row yet is asked of Temporal)."""
         await self._check_tenant(run_id, tenant_id)
+
+    async def starting(self, run_id: str, *, tenant_id: str | None = None) -> bool:
+        """Whether the run is the tenant's and so new that its row is not written yet (Temporal runs
+        it); False once it has a row, NotFound if it is not the tenant's or is gone."""
+        tenant = self.tenant(tenant_id)
+        if await self.store.run_exists(tenant, run_id):
+            return False
+        await self._check_tenant(run_id, tenant)
+        if await (await self.temporal()).ended_without_row(run_id) is not None:
+            raise not_found(tenant, run_id)
+        return True
 
     async def _check_tenant(self, run_id: str, tenant_id: str | None) -> None:
         """Another tenant's run is "not found". A run so new that its row is not written yet

@@ -28,7 +28,8 @@ from waypoint.config import Settings
 
 
 class BodyLimit:
-    """Refuse a body over `limit` bytes with 413, by its Content-Length or as it streams in."""
+    """Refuse a body over `limit` bytes with 413: by its Content-Length, or (a chunked body) by
+    reading it, up to the limit, before the app sees it."""
 
     def __init__(self, app: ASGIApp, limit: int):
         self.app = app
@@ -38,31 +39,40 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(send)
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.limit:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)
             return
-        seen = 0
-        refused = False
-
-        async def counted() -> Message:
-            nonlocal seen, refused
+        if b"chunked" not in headers.get(b"transfer-encoding", b""):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    refused = True
-                    raise _TooLarge
-            return message
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            if not message.get("more_body"):
+                break
+        replayed = False
 
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._refuse(send)
-        except Exception:
-            if not refused:
-                raise
-            await self._refuse(send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
         response = errors.error_response(
@@ -73,10 +83,6 @@ class BodyLimit:
         )
         await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
         await send({"type": "http.response.body", "body": response.body})
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | None = None) -> FastAPI:

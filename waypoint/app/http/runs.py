@@ -17,13 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.streams import NativeFormat, run_items, sse_response
-from waypoint.errors import InvalidInput, WaypointError
+from waypoint.errors import InvalidInput, NotFound, WaypointError
 from waypoint.names import FINISHED, EventKind, RunStatus
 from waypoint.store.rows import as_json
 from waypoint.store.travel import parse_step
 from waypoint.types import Budget
 
 router = APIRouter(prefix="/v1", tags=["runs"])
+STARTING = "starting"  # the status shown for a run Temporal has and Postgres has not yet
 
 
 class Body(BaseModel):
@@ -104,8 +105,14 @@ async def list_runs(
 
 @router.get("/runs/{run_id}")
 async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    """The run's row and, while it runs, its live state from Temporal (step, pending approvals)."""
-    row = await api.wp.run(run_id, tenant_id=tenant)
+    """The run's row and, while it runs, its live state from Temporal (step, pending approvals).
+    A run started a moment ago whose worker has not written its row yet is `starting`."""
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+    except NotFound:
+        if not await api.wp.starting(run_id, tenant_id=tenant):
+            raise
+        return {"run_id": run_id, "tenant_id": tenant, "status": STARTING, "steps": 0, "live": None}
     live = None
     if row.status not in FINISHED:
         try:
