@@ -24,9 +24,12 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from waypoint.app.http.hub import PAGE, StreamHub, read_log
 from waypoint.deltas import AttemptText, DeltaBatch
-from waypoint.names import EventKind
+from waypoint.errors import NotFound
+from waypoint.names import FINISHED, EventKind
 from waypoint.store import RunStore
 from waypoint.store.rows import EventRow, as_json
+
+SEND_TIMEOUT_SECONDS = 60.0  # a client that takes no bytes for this long is dropped
 
 
 @dataclass(frozen=True)
@@ -44,27 +47,35 @@ async def run_items(
     hub: StreamHub, store: RunStore, tenant_id: str, run_id: str, after_seq: int, *, deltas: bool = True
 ) -> AsyncIterator[StreamItem]:
     """Every event of the run after `after_seq`, in order, none twice, then live ones (and deltas)
-    until `run_finished`. Subscribed before the log is read, so nothing falls between the two."""
-    sub = hub.subscribe(tenant_id, run_id)
+    until `run_finished`. A long backlog is read before subscribing (so it never fills the live
+    queue), then once more after, so nothing committed in between is missed."""
     sent = after_seq
     recorded = -1  # the newest step whose model_response went out: its deltas are history
 
-    def seen(row: EventRow) -> None:
+    async def backlog() -> AsyncIterator[EventRow]:
         nonlocal sent, recorded
-        sent = row.seq
-        if row.kind == EventKind.MODEL_RESPONSE:
-            recorded = max(recorded, row.step)
-
-    try:
         while True:
             rows = await read_log(store, tenant_id, run_id, sent)
             for row in rows:
-                seen(row)
-                yield StreamItem("event", event=row)
-                if row.kind == EventKind.RUN_FINISHED:
-                    return
+                sent = row.seq
+                if row.kind == EventKind.MODEL_RESPONSE:
+                    recorded = max(recorded, row.step)
+                yield row
             if len(rows) < PAGE:
-                break
+                return
+
+    async for row in backlog():
+        yield StreamItem("event", event=row)
+        if row.kind == EventKind.RUN_FINISHED:
+            return
+    sub = hub.subscribe(tenant_id, run_id)
+    try:
+        async for row in backlog():
+            yield StreamItem("event", event=row)
+            if row.kind == EventKind.RUN_FINISHED:
+                return
+        if await finished(store, tenant_id, run_id):
+            return  # the client was past `run_finished` already: nothing more will come
         if deltas and sub.snapshot is not None and sub.snapshot.step > recorded:
             yield StreamItem("snapshot", snapshot=sub.snapshot)
         while True:
@@ -79,16 +90,27 @@ async def run_items(
             new: EventRow = value
             if new.seq <= sent:
                 continue
-            missing = [new] if new.seq == sent + 1 else await read_log(store, tenant_id, run_id, sent)
-            for found in missing:  # a gap is read from the log (it never should be one)
-                if found.seq <= sent:
-                    continue
-                seen(found)
-                yield StreamItem("event", event=found)
-                if found.kind == EventKind.RUN_FINISHED:
+            if new.seq == sent + 1:
+                sent = new.seq
+                if new.kind == EventKind.MODEL_RESPONSE:
+                    recorded = max(recorded, new.step)
+                yield StreamItem("event", event=new)
+                if new.kind == EventKind.RUN_FINISHED:
+                    return
+                continue
+            async for row in backlog():  # a gap is read from the log (there never should be one)
+                yield StreamItem("event", event=row)
+                if row.kind == EventKind.RUN_FINISHED:
                     return
     finally:
         hub.unsubscribe(sub)
+
+
+async def finished(store: RunStore, tenant_id: str, run_id: str) -> bool:
+    try:
+        return (await store.get_run(tenant_id, run_id)).status in FINISHED
+    except NotFound:
+        return False
 
 
 def event_data(row: EventRow) -> dict[str, Any]:
@@ -181,6 +203,8 @@ def sse_response(
     return EventSourceResponse(
         events(),
         ping=keepalive,
+        ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
         sep="\n",
+        send_timeout=SEND_TIMEOUT_SECONDS,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no", **(headers or {})},
     )
