@@ -1,3 +1,529 @@
-from fastapi import APIRouter
+"""Agent Protocol threads and runs: a thread is a conversation, a chain of Waypoint runs.
 
-router = APIRouter(tags=["agent protocol"])
+The first run on a thread starts the assistant's agent with the last user message of the input
+as its task; each later run forks the previous run at its last step with the new message, so it
+continues from that run's final state (or from `checkpoint_id`, a `<run_id>:<step>` of the
+thread). A thread runs one run at a time: a new run while one is live is 409 (the protocol's
+`reject` strategy). Stateless runs (`/runs/...`) are runs on no thread.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from waypoint.app.http.auth import Api, Tenant
+from waypoint.app.http.errors import not_supported
+from waypoint.app.http.protocol.shapes import (
+    Entry,
+    conversation,
+    flatten,
+    iso,
+    run_json,
+    task_of,
+    thread_status,
+)
+from waypoint.app.http.protocol.stream import ProtocolFormat, stream_modes
+from waypoint.app.http.runs import resume_point
+from waypoint.app.http.state import ApiState
+from waypoint.app.http.streams import run_items, sse_response
+from waypoint.errors import Conflict, InvalidInput, NotFound
+from waypoint.ids import new_run_id
+from waypoint.names import FINISHED
+from waypoint.store.rows import RunRow, ThreadRow
+
+router = APIRouter(tags=["agent protocol: threads and runs"])
+
+
+class Loose(BaseModel):
+    # LangGraph clients send many optional fields; the ones Waypoint cannot honour are refused below.
+    model_config = ConfigDict(extra="ignore")
+
+
+class ThreadCreate(Loose):
+    thread_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    if_exists: str = "raise"
+
+
+class ThreadPatch(Loose):
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ThreadSearch(Loose):
+    metadata: dict[str, Any] | None = None
+    status: str | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class History(Loose):
+    limit: int = Field(10, ge=1, le=1000)
+    before: dict[str, Any] | str | None = None
+
+
+class CheckpointRef(Loose):
+    checkpoint: dict[str, Any]
+
+
+class RunCreate(Loose):
+    assistant_id: str
+    input: dict[str, Any] | None = None
+    command: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    stream_mode: str | list[str] | None = None
+    multitask_strategy: str | None = None
+    checkpoint_id: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    interrupt_before: Any = None
+    interrupt_after: Any = None
+    webhook: str | None = None
+    after_seconds: int | None = None
+    if_not_exists: str | None = None
+
+
+# --- threads ------------------------------------------------------------------------------------
+
+
+async def thread_json(api: ApiState, tenant: str, thread: ThreadRow) -> dict[str, Any]:
+    last = _newest_started(thread)
+    values = {"messages": flatten(await conversation(api.wp.store, tenant, last.run_id))} if last else {}
+    return {
+        "thread_id": thread.thread_id,
+        "created_at": iso(thread.created_at),
+        "updated_at": iso(thread.updated_at),
+        "metadata": thread.metadata,
+        "status": thread_status(thread),
+        "values": values,
+        "interrupts": {},
+    }
+
+
+def _newest_started(thread: ThreadRow) -> RunRow | None:
+    """The newest run of the thread that started (has a checkpoint): where the next run forks."""
+    for member in reversed(thread.runs):
+        if member.run is not None and member.run.max_steps > 0:
+            return member.run
+    return None
+
+
+@router.post("/threads")
+async def create_thread(body: ThreadCreate, api: Api, tenant: Tenant) -> dict[str, Any]:
+    if body.if_exists not in ("raise", "do_nothing"):
+        raise InvalidInput("if_exists is raise or do_nothing")
+    thread = await api.wp.store.create_thread(
+        tenant, thread_id=body.thread_id, metadata=body.metadata, if_exists=body.if_exists
+    )
+    return await thread_json(api, tenant, thread)
+
+
+@router.post("/threads/search")
+async def search_threads(body: ThreadSearch, api: Api, tenant: Tenant) -> list[dict[str, Any]]:
+    found = await api.wp.store.search_threads(tenant, metadata=body.metadata, limit=body.limit, offset=body.offset)
+    shaped = [await thread_json(api, tenant, t) for t in found]
+    return [t for t in shaped if body.status is None or t["status"] == body.status]
+
+
+@router.post("/threads/count")
+async def count_threads(body: ThreadSearch, api: Api, tenant: Tenant) -> int:
+    return await api.wp.store.count_threads(tenant, metadata=body.metadata)
+
+
+@router.get("/threads/{thread_id}")
+async def get_thread(thread_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    return await thread_json(api, tenant, await api.wp.store.get_thread(tenant, thread_id))
+
+
+@router.patch("/threads/{thread_id}")
+async def patch_thread(thread_id: str, body: ThreadPatch, api: Api, tenant: Tenant) -> dict[str, Any]:
+    return await thread_json(api, tenant, await api.wp.store.update_thread(tenant, thread_id, body.metadata))
+
+
+@router.delete("/threads/{thread_id}", status_code=204)
+async def delete_thread(thread_id: str, api: Api, tenant: Tenant) -> Response:
+    """Forget the thread; its runs stay in the log (DELETE /v1/runs/{id} removes one)."""
+    await api.wp.store.delete_thread(tenant, thread_id)
+    return Response(status_code=204)
+
+
+@router.post("/threads/{thread_id}/copy")
+async def copy_thread(thread_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """A new thread with the same history: its next run forks from the same place (nothing is copied)."""
+    return await thread_json(api, tenant, await api.wp.store.copy_thread(tenant, thread_id))
+
+
+# --- state and history (checkpoints are steps: "<run_id>:<step>") ---------------------------------
+
+
+def checkpoint_ref(thread_id: str, run_id: str, step: int) -> dict[str, Any]:
+    return {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": f"{run_id}:{step}", "checkpoint_map": None}
+
+
+def states(thread: ThreadRow, entries: list[Entry], last: RunRow) -> list[dict[str, Any]]:
+    """Every checkpoint of the conversation, newest first, with its values."""
+    points: list[tuple[str, int]] = []
+    for e in entries:
+        if not points or points[-1] != (e.run_id, e.step):
+            points.append((e.run_id, e.step))
+    if (last.run_id, last.steps) not in points:
+        points.append((last.run_id, last.steps))
+    out: list[dict[str, Any]] = []
+    for i, (run_id, step) in enumerate(points):
+        upto = [e for e in entries if (e.run_id, e.step) in points[: i + 1]]
+        at = upto[-1].at if upto else None
+        live = (run_id, step) == points[-1] and last.status not in FINISHED
+        out.append(
+            {
+                "values": {"messages": flatten(upto)},
+                "next": ["model"] if live else [],
+                "checkpoint": checkpoint_ref(thread.thread_id, run_id, step),
+                "metadata": {"run_id": run_id, "step": step, "source": "input" if i == 0 else "loop"},
+                "created_at": iso(at),
+                "parent_checkpoint": checkpoint_ref(thread.thread_id, *points[i - 1]) if i else None,
+                "tasks": [],
+                "interrupts": [],
+            }
+        )
+    return list(reversed(out))
+
+
+async def thread_states(api: ApiState, tenant: str, thread_id: str) -> list[dict[str, Any]]:
+    thread = await api.wp.store.get_thread(tenant, thread_id)
+    last = _newest_started(thread)
+    if last is None:
+        return []
+    return states(thread, await conversation(api.wp.store, tenant, last.run_id), last)
+
+
+def empty_state(thread_id: str) -> dict[str, Any]:
+    return {
+        "values": {},
+        "next": [],
+        "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": None, "checkpoint_map": None},
+        "metadata": {},
+        "created_at": None,
+        "parent_checkpoint": None,
+        "tasks": [],
+        "interrupts": [],
+    }
+
+
+@router.get("/threads/{thread_id}/state")
+async def get_state(thread_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    found = await thread_states(api, tenant, thread_id)
+    return found[0] if found else empty_state(thread_id)
+
+
+@router.get("/threads/{thread_id}/state/{checkpoint_id}")
+async def get_state_at(thread_id: str, checkpoint_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    for state in await thread_states(api, tenant, thread_id):
+        if state["checkpoint"]["checkpoint_id"] == checkpoint_id:
+            return state
+    raise NotFound(f"thread {thread_id} has no checkpoint {checkpoint_id!r}: its history lists them")
+
+
+@router.post("/threads/{thread_id}/state/checkpoint")
+async def post_state_at(thread_id: str, body: CheckpointRef, api: Api, tenant: Tenant) -> dict[str, Any]:
+    return await get_state_at(thread_id, str(body.checkpoint.get("checkpoint_id")), api, tenant)
+
+
+@router.post("/threads/{thread_id}/state")
+async def update_state(thread_id: str, api: Api, tenant: Tenant) -> None:
+    await api.wp.store.get_thread(tenant, thread_id)
+    raise not_supported(
+        "a thread's state is its runs' append-only log: add to it with a new run on the thread, "
+        "or POST /v1/runs/{id}/send to a running run"
+    )
+
+
+@router.post("/threads/{thread_id}/history")
+async def history(thread_id: str, body: History, api: Api, tenant: Tenant) -> list[dict[str, Any]]:
+    found = await thread_states(api, tenant, thread_id)
+    before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
+    if before:
+        ids = [s["checkpoint"]["checkpoint_id"] for s in found]
+        found = found[ids.index(before) + 1 :] if before in ids else []
+    return found[: body.limit]
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+
+def _refuse_unsupported(body: RunCreate) -> None:
+    if body.command:
+        raise not_supported(
+            "commands (resume, goto) are not supported: approve or deny a waiting tool call with "
+            "POST /v1/runs/{id}/approve or /deny"
+        )
+    if body.multitask_strategy not in (None, "reject"):
+        raise not_supported("only multitask_strategy=reject is supported: wait for the thread's run, or cancel it")
+    if body.interrupt_before or body.interrupt_after:
+        raise not_supported(
+            "interrupt_before/after are not supported: tools declared requires_approval wait for a human"
+        )
+    if body.webhook or body.after_seconds:
+        raise not_supported("webhooks and delayed runs are not supported: start the run when it should run")
+
+
+def _options(body: RunCreate) -> tuple[str | None, int | None]:
+    """(model, max_steps) from `config.configurable` or `context`."""
+    found: dict[str, Any] = {**((body.config or {}).get("configurable") or {}), **(body.context or {})}
+    model = found.get("model")
+    max_steps = found.get("max_steps")
+    if model is not None and not isinstance(model, str):
+        raise InvalidInput("config model must be a model spec such as openai:gpt-4o-mini")
+    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        raise InvalidInput("config max_steps must be a positive whole number")
+    return model, max_steps
+
+
+async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, body: RunCreate) -> str:
+    """Start the run (a fork of the thread's newest run, or a new run) and return its id."""
+    _refuse_unsupported(body)
+    task = task_of(body.input or {})
+    model, max_steps = _options(body)
+    run_id = new_run_id()
+    if thread_id is None:
+        return await api.wp.start_run(
+            task, agent=body.assistant_id, model=model, max_steps=max_steps, tenant_id=tenant, run_id=run_id
+        )
+    thread = await _thread_for_run(api, tenant, thread_id, body)
+    last = thread.last
+    if last is not None and (last.run is None or last.run.status not in FINISHED):
+        raise Conflict(
+            f"thread {thread_id} is busy with run {last.run_id}: wait for it (join), "
+            f"or cancel it (POST /threads/{thread_id}/runs/{last.run_id}/cancel)"
+        )
+    parent, step = _fork_point(thread, body)
+    if parent is not None and parent.agent != body.assistant_id:
+        raise InvalidInput(f"thread {thread_id} talks to assistant {parent.agent!r}: a thread keeps its assistant")
+    await api.wp.store.reserve_thread_run(tenant, thread_id, last.position + 1 if last else 0, run_id)
+    try:
+        if parent is None:
+            await api.wp.start_run(
+                task, agent=body.assistant_id, model=model, max_steps=max_steps, tenant_id=tenant, run_id=run_id
+            )
+        else:
+            await api.wp.fork(parent.run_id, step, message=task, model=model, tenant_id=tenant, new_run_id=run_id)
+    except BaseException:
+        await api.wp.store.release_thread_run(thread_id, run_id)
+        raise
+    return run_id
+
+
+async def _thread_for_run(api: ApiState, tenant: str, thread_id: str, body: RunCreate) -> ThreadRow:
+    try:
+        return await api.wp.store.get_thread(tenant, thread_id)
+    except NotFound:
+        if body.if_not_exists != "create":
+            raise
+        return await api.wp.store.create_thread(tenant, thread_id=thread_id, if_exists="do_nothing")
+
+
+def _fork_point(thread: ThreadRow, body: RunCreate) -> tuple[RunRow | None, int]:
+    wanted = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
+    if wanted:
+        run_id, _, step = str(wanted).rpartition(":")
+        for member in thread.runs:
+            if member.run_id == run_id and member.run is not None and step.isdigit():
+                return member.run, int(step)
+        raise NotFound(f"thread {thread.thread_id} has no checkpoint {wanted!r}: its history lists them")
+    last = _newest_started(thread)
+    return (last, last.steps) if last is not None else (None, 0)
+
+
+async def _member(api: ApiState, tenant: str, thread_id: str, run_id: str) -> RunRow | None:
+    """The run's row if the run belongs to the thread (None while it starts); NotFound otherwise."""
+    thread = await api.wp.store.get_thread(tenant, thread_id)
+    for member in thread.runs:
+        if member.run_id == run_id:
+            return member.run
+    raise NotFound(f"thread {thread_id} has no run {run_id!r}: GET /threads/{thread_id}/runs lists them")
+
+
+def _locations(thread_id: str | None, run_id: str) -> dict[str, str]:
+    base = f"/threads/{thread_id}/runs/{run_id}" if thread_id else f"/runs/{run_id}"
+    return {"Location": f"{base}/stream", "Content-Location": base}
+
+
+async def _stream(
+    api: ApiState,
+    tenant: str,
+    thread_id: str | None,
+    run_id: str,
+    modes: list[str],
+    resume_after: int = 0,
+) -> Response:
+    """The run's stream in the protocol's format: its log from the start (state is rebuilt from it;
+    parts the client saw before `resume_after` are not sent again), then live."""
+    prior: list[dict[str, Any]] = []
+    forked = False
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+    except NotFound:
+        row = None
+    if row is not None and row.parent_run_id:
+        forked = True  # the conversation so far is its ancestors', up to each fork step
+        entries = await conversation(api.wp.store, tenant, run_id)
+        prior = flatten([e for e in entries if e.run_id != run_id])
+    fmt = ProtocolFormat(run_id, modes, prior, forked=forked, resume_after=resume_after)
+    deltas = "messages-tuple" in modes or "custom" in modes
+    items = run_items(api.hub, api.wp.store, tenant, run_id, 0, deltas=deltas)
+    return sse_response(
+        items,
+        fmt.render,
+        keepalive=api.settings.api_keepalive_seconds,
+        headers=_locations(thread_id, run_id),
+        opening=fmt.opening() if resume_after == 0 else [],
+    )
+
+
+async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, Any]:
+    result = await api.wp.result(run_id, tenant_id=tenant)
+    values: dict[str, Any] = {"messages": flatten(await conversation(api.wp.store, tenant, run_id))}
+    if result.status == "failed":
+        values["__error__"] = {"error": "RunFailed", "message": result.error}
+    return values
+
+
+@router.post("/threads/{thread_id}/runs")
+async def create_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+    """Start a run on the thread in the background."""
+    run_id = await start_on_thread(api, tenant, thread_id, body)
+    return JSONResponse(run_json(run_id, thread_id, body.assistant_id, None), headers=_locations(thread_id, run_id))
+
+
+@router.post("/threads/{thread_id}/runs/stream")
+async def stream_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> Response:
+    """Start a run on the thread and stream it (stream modes: values, updates, messages-tuple, custom)."""
+    modes = stream_modes(body.stream_mode)
+    run_id = await start_on_thread(api, tenant, thread_id, body)
+    return await _stream(api, tenant, thread_id, run_id, modes)
+
+
+@router.post("/threads/{thread_id}/runs/wait")
+async def wait_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+    """Start a run on the thread and answer its final values when it ends."""
+    run_id = await start_on_thread(api, tenant, thread_id, body)
+    return JSONResponse(await _final_values(api, tenant, run_id), headers=_locations(thread_id, run_id))
+
+
+@router.get("/threads/{thread_id}/runs")
+async def list_runs(
+    thread_id: str,
+    api: Api,
+    tenant: Tenant,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    status: str | None = None,
+) -> list[dict[str, Any]]:
+    """The thread's runs, newest first."""
+    thread = await api.wp.store.get_thread(tenant, thread_id)
+    shaped = [run_json(m.run_id, thread_id, "", m.run) for m in reversed(thread.runs)]
+    shaped = [r for r in shaped if status is None or r["status"] == status]
+    return shaped[offset : offset + limit]
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}")
+async def get_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    return run_json(run_id, thread_id, "", await _member(api, tenant, thread_id, run_id))
+
+
+@router.post("/threads/{thread_id}/runs/{run_id}/cancel")
+async def cancel_run(
+    thread_id: str,
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    wait: Annotated[bool, Query()] = False,
+    action: Annotated[str, Query()] = "interrupt",
+) -> JSONResponse:
+    """Cancel the run after its current step (`action=interrupt`); `wait=1` answers when it ended."""
+    await _member(api, tenant, thread_id, run_id)
+    if action != "interrupt":
+        raise not_supported("only action=interrupt is supported: the run's log is append-only (no rollback)")
+    await api.wp.cancel(run_id, "cancelled through the Agent Protocol", tenant_id=tenant)
+    if not wait:
+        return JSONResponse(run_json(run_id, thread_id, "", await _member(api, tenant, thread_id, run_id)), 202)
+    await api.wp.result(run_id, tenant_id=tenant)
+    return JSONResponse(run_json(run_id, thread_id, "", await _member(api, tenant, thread_id, run_id)))
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/join")
+async def join_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """Wait for the run to end; answers the thread's final values."""
+    await _member(api, tenant, thread_id, run_id)
+    return await _final_values(api, tenant, run_id)
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/stream")
+async def join_stream(
+    thread_id: str,
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    stream_mode: Annotated[list[str] | None, Query()] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    """Join a run's stream: from the start, or after Last-Event-ID, then live until it ends."""
+    await _member(api, tenant, thread_id, run_id)
+    return await _stream(api, tenant, thread_id, run_id, stream_modes(stream_mode), resume_point(last_event_id, None))
+
+
+@router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
+async def delete_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> Response:
+    """Delete a finished run (and everything it wrote) and take it off the thread."""
+    await _member(api, tenant, thread_id, run_id)
+    await api.wp.delete(run_id, tenant_id=tenant)
+    await api.wp.store.release_thread_run(thread_id, run_id)
+    return Response(status_code=204)
+
+
+# --- stateless runs (on no thread) ---------------------------------------------------------------
+
+
+@router.post("/runs")
+async def create_stateless(body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+    run_id = await start_on_thread(api, tenant, None, body)
+    return JSONResponse(run_json(run_id, None, body.assistant_id, None), headers=_locations(None, run_id))
+
+
+@router.post("/runs/stream")
+async def stream_stateless(body: RunCreate, api: Api, tenant: Tenant) -> Response:
+    modes = stream_modes(body.stream_mode)
+    run_id = await start_on_thread(api, tenant, None, body)
+    return await _stream(api, tenant, None, run_id, modes)
+
+
+@router.post("/runs/wait")
+async def wait_stateless(body: RunCreate, api: Api, tenant: Tenant) -> dict[str, Any]:
+    run_id = await start_on_thread(api, tenant, None, body)
+    return await _final_values(api, tenant, run_id)
+
+
+@router.get("/runs/{run_id}")
+async def get_stateless(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+    except NotFound:
+        if not await api.wp.starting(run_id, tenant_id=tenant):
+            raise
+        row = None
+    return run_json(run_id, await api.wp.store.thread_of_run(tenant, run_id), "", row)
+
+
+@router.get("/runs/{run_id}/stream")
+async def join_stateless(
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    stream_mode: Annotated[list[str] | None, Query()] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    await api.wp.check_run(run_id, tenant_id=tenant)
+    return await _stream(api, tenant, None, run_id, stream_modes(stream_mode), resume_point(last_event_id, None))
