@@ -79,6 +79,12 @@ async def test_a_thread_with_langgraph_sdk(api: ApiServer, worker):
         thread["thread_id"],
     }
 
+    # a streamed third run starts from all that: its first values are the conversation plus its message
+    third = [p async for p in lg.runs.stream(thread["thread_id"], "calculator", input=human("once more"))]
+    first_values = next(p.data for p in third if p.event == "values")["messages"]
+    assert first_values == [*messages, {**first_values[-1], "type": "human", "content": "once more"}]
+    assert len(await lg.runs.list(thread["thread_id"])) == 3
+
     stateless = await lg.runs.wait(None, "calculator", input=human("alone"))
     assert stateless["messages"][-1]["content"] == "The answer is 15."
     with pytest.raises(NotFoundError):

@@ -15,7 +15,7 @@ from waypoint.store.base import StoreBase, of_tenant
 from waypoint.store.rows import EventRow
 from waypoint.store.schema import events, runs
 
-EVENTS_CHANNEL = "waypoint_events"  # '<run_id> <last seq>' per INSERT statement (migration 0008's trigger)
+EVENTS_CHANNEL = "waypoint_events"  # '<run_id> <last seq> <last step>' per INSERT statement (migration 0008)
 DELTAS_CHANNEL = "waypoint_deltas"  # model token deltas, batched (waypoint.deltas)
 NOTIFY_MAX_BYTES = 7900  # Postgres refuses a payload of 8000 bytes or more
 

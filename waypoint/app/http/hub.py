@@ -10,8 +10,9 @@ Each subscriber has a bounded queue: when a client reads too slowly and its queu
 marked overflowed and its stream ends with an event that says so (it reconnects with
 Last-Event-ID and loses nothing); the run and the other clients never wait for it.
 
-Deltas are ephemeral: the hub keeps, per run, the text and tool calls of the newest attempt so
-far, so a client that joins mid-step starts from them. After a restart of the API process that
+Deltas are ephemeral: the hub keeps, per run, the text and tool calls of the attempt in flight
+(until the step's events commit, or the attempt's failure does), so a client that joins
+mid-step starts from them. After a restart of the API process that
 text is gone: a client joining then gets the next deltas and, when the step is recorded, the
 full answer in its `model_response` event.
 """
@@ -51,9 +52,10 @@ class Subscription:
     queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
     overflowed: bool = False
     snapshot: AttemptText | None = None  # the attempt in flight when it subscribed
+    wants_deltas: bool = True
 
     def put(self, item: Item) -> None:
-        if self.overflowed:
+        if self.overflowed or (item[0] == "delta" and not self.wants_deltas):
             return
         if self.queue.qsize() >= self.capacity:
             self.overflowed = True
@@ -145,7 +147,10 @@ class StreamHub:
     # --- notifications (called on the event loop by the listener) --------------------------------
 
     def _on_events(self, payload: str) -> None:
-        run_id, _, _seq = payload.rpartition(" ")
+        run_id, _seq, step = payload.rsplit(" ", 2)
+        current = self.attempts.get(run_id)
+        if current is not None and current.step <= int(step):
+            del self.attempts[run_id]  # that step is recorded (or its attempt failed): its text is history
         feed = self.feeds.get(run_id)
         if feed is not None:
             feed.notify("events", None)
@@ -173,11 +178,11 @@ class StreamHub:
 
     # --- subscribers ----------------------------------------------------------------------------
 
-    def subscribe(self, tenant_id: str, run_id: str) -> Subscription:
+    def subscribe(self, tenant_id: str, run_id: str, *, deltas: bool = True) -> Subscription:
         """Live items of the run from now on; the caller reads the log before them itself.
         The attempt in flight is captured in the same instant, so no delta is both in the
         snapshot and in the queue."""
-        sub = Subscription(tenant_id, run_id, self.buffer)
+        sub = Subscription(tenant_id, run_id, self.buffer, wants_deltas=deltas)
         current = self.attempts.get(run_id)
         if current is not None:
             sub.snapshot = AttemptText(

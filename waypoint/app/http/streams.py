@@ -68,7 +68,7 @@ async def run_items(
         yield StreamItem("event", event=row)
         if row.kind == EventKind.RUN_FINISHED:
             return
-    sub = hub.subscribe(tenant_id, run_id)
+    sub = hub.subscribe(tenant_id, run_id, deltas=deltas)
     try:
         async for row in backlog():
             yield StreamItem("event", event=row)

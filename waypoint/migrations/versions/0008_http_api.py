@@ -4,7 +4,7 @@
   creation); the tenant a request acts for comes from its key, never from the request.
 - `threads` and `thread_runs`: an Agent Protocol thread is a chain of runs, each forked from the
   previous one's last step; `thread_runs` orders them (a copied thread shares its runs).
-- A statement-level trigger on `events` sends `NOTIFY waypoint_events, '<run_id> <last seq>'`
+- A statement-level trigger on `events` sends `NOTIFY waypoint_events, '<run_id> <last seq> <last step>'`
   once per run per INSERT statement, delivered at commit: the API streams a run's log as it
   commits, reading the rows themselves from the table (the notification carries no payload).
 
@@ -55,7 +55,8 @@ def upgrade() -> None:
         """
         CREATE FUNCTION waypoint_notify_events() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            PERFORM pg_notify('waypoint_events', run_id || ' ' || max(seq)) FROM new_events GROUP BY run_id;
+            PERFORM pg_notify('waypoint_events', run_id || ' ' || max(seq) || ' ' || max(step))
+            FROM new_events GROUP BY run_id;
             RETURN NULL;
         END
         $$

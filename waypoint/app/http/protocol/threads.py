@@ -9,6 +9,9 @@ thread). A thread runs one run at a time: a new run while one is live is 409 (th
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -29,7 +32,7 @@ from waypoint.app.http.protocol.shapes import (
 from waypoint.app.http.protocol.stream import ProtocolFormat, stream_modes
 from waypoint.app.http.runs import resume_point
 from waypoint.app.http.state import ApiState
-from waypoint.app.http.streams import run_items, sse_response
+from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.ids import new_run_id
 from waypoint.names import FINISHED
@@ -361,26 +364,39 @@ async def _stream(
 ) -> Response:
     """The run's stream in the protocol's format: its log from the start (state is rebuilt from it;
     parts the client saw before `resume_after` are not sent again), then live."""
-    prior: list[dict[str, Any]] = []
-    forked = False
-    try:
-        row = await api.wp.run(run_id, tenant_id=tenant)
-    except NotFound:
-        row = None
-    if row is not None and row.parent_run_id:
-        forked = True  # the conversation so far is its ancestors', up to each fork step
-        entries = await conversation(api.wp.store, tenant, run_id)
-        prior = flatten([e for e in entries if e.run_id != run_id])
-    fmt = ProtocolFormat(run_id, modes, prior, forked=forked, resume_after=resume_after)
+    fmt = ProtocolFormat(run_id, modes, [], forked=False, resume_after=resume_after)
     deltas = "messages-tuple" in modes or "custom" in modes
-    items = run_items(api.hub, api.wp.store, tenant, run_id, 0, deltas=deltas)
+
+    async def items() -> AsyncIterator[StreamItem]:
+        row = await _written(api, tenant, run_id)
+        if row is not None and row.parent_run_id:
+            # a fork: the conversation so far is its ancestors', each up to the step it was forked at
+            entries = await conversation(api.wp.store, tenant, run_id)
+            fmt.messages = flatten([e for e in entries if e.run_id != run_id])
+            fmt.forked = True
+        async for item in run_items(api.hub, api.wp.store, tenant, run_id, 0, deltas=deltas):
+            yield item
+
     return sse_response(
-        items,
+        items(),
         fmt.render,
         keepalive=api.settings.api_keepalive_seconds,
         headers=_locations(thread_id, run_id),
         opening=fmt.opening() if resume_after == 0 else [],
     )
+
+
+async def _written(api: ApiState, tenant: str, run_id: str, wait: float = 30.0) -> RunRow | None:
+    """The run's row, once its worker has written it (a run started a moment ago has none yet; its
+    first event comes with the row, so waiting here delays nothing)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return await api.wp.run(run_id, tenant_id=tenant)
+        except NotFound:
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.02)
 
 
 async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, Any]:
