@@ -123,7 +123,7 @@ async def test_messages_to_a_running_run(api: ApiServer, worker):
         async def probe() -> list | None:
             row = (await http.get(f"/v1/runs/{careful}")).json()
             pending = (row.get("live") or {}).get("pending_approvals") or []
-            return pending if row["status"] == "waiting_approval" and pending[0]["step"] == step else None
+            return pending if row["status"] == "waiting_approval" and pending and pending[0]["step"] == step else None
 
         return probe
 
