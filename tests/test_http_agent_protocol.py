@@ -142,3 +142,50 @@ async def test_what_is_not_supported_says_so(api: ApiServer, worker):
     assert r.status_code == 400 and "user message" in r.json()["error"]["message"]
     assert (await api.http.post("/assistants", json={})).status_code == 501
     assert (await api.http.put("/store/items", json={})).status_code == 501
+
+
+async def test_the_rest_of_the_protocol_endpoints(api: ApiServer, worker):
+    http = api.http
+    assert (await http.post("/assistants/count", json={})).json() >= 1
+    graph = (await http.get("/assistants/calculator/graph")).json()
+    assert {"source": "tools", "target": "model"} in graph["edges"]
+    assert (await http.get("/assistants/nobody")).json()["error"]["code"] == "unknown_agent"
+
+    thread = (await http.post("/threads", json={"thread_id": "t-rest", "metadata": {"a": 1}})).json()
+    assert thread["status"] == "idle" and thread["values"] == {}
+    assert (await http.post("/threads", json={"thread_id": "t-rest"})).status_code == 409
+    same = await http.post("/threads", json={"thread_id": "t-rest", "if_exists": "do_nothing"})
+    assert same.json()["thread_id"] == "t-rest"
+    patched = (await http.patch("/threads/t-rest", json={"metadata": {"b": 2}})).json()
+    assert patched["metadata"] == {"a": 1, "b": 2}
+    assert (await http.post("/threads/count", json={"metadata": {"b": 2}})).json() == 1
+    assert (await http.get("/threads/t-rest/state")).json()["checkpoint"]["checkpoint_id"] is None
+
+    created = await http.post("/threads/t-rest/runs", json={"assistant_id": "calculator", "input": human("add")})
+    run_id = created.json()["run_id"]
+    assert created.headers["content-location"] == f"/threads/t-rest/runs/{run_id}"
+    assert (await http.get(f"/threads/t-rest/runs/{run_id}/join")).json()["messages"][-1][
+        "content"
+    ] == "The answer is 15."
+    at = await http.post("/threads/t-rest/state/checkpoint", json={"checkpoint": {"checkpoint_id": f"{run_id}:1"}})
+    assert [m["type"] for m in at.json()["values"]["messages"]] == ["human", "ai", "tool", "tool"]
+    assert (await http.post("/threads/t-rest/state", json={"values": {}})).status_code == 501
+    # a run from an earlier checkpoint forks there
+    rerun = await http.post(
+        "/threads/t-rest/runs/wait",
+        json={"assistant_id": "calculator", "input": human("redo"), "checkpoint_id": f"{run_id}:1"},
+    )
+    redo = rerun.json()["messages"]
+    assert [m["type"] for m in redo[:5]] == ["human", "ai", "tool", "tool", "human"] and redo[4]["content"] == "redo"
+    newest = (await http.get("/threads/t-rest/runs")).json()[0]["run_id"]
+    assert (await http.delete(f"/threads/t-rest/runs/{newest}")).status_code == 204
+    assert [r["run_id"] for r in (await http.get("/threads/t-rest/runs")).json()] == [run_id]
+    assert (await http.delete("/threads/t-rest")).status_code == 204
+    assert (await http.get("/threads/t-rest")).status_code == 404
+    assert (await http.get(f"/v1/runs/{run_id}")).json()["status"] == "completed"  # the run stays in the log
+
+    background = (await http.post("/runs", json={"assistant_id": "calculator", "input": human("add")})).json()
+    async with http.stream("GET", f"/runs/{background['run_id']}/stream", params={"stream_mode": "updates"}) as r:
+        lines = [line async for line in r.aiter_lines()]
+    assert "event: updates" in lines
+    assert (await http.get(f"/runs/{background['run_id']}")).json()["status"] == "success"

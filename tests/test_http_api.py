@@ -78,6 +78,9 @@ async def test_every_read_and_write_of_a_run(api: ApiServer, worker, settings: S
     assert (await http.get(f"/v1/runs/{run_id}/compactions")).json()["compactions"] == []
     compacted = (await http.post(f"/v1/runs/{run_id}/compact")).json()
     assert compacted["selected"] == 1
+    assert (await http.post("/v1/compact")).status_code == 200  # the tenant's runs past the threshold: none
+    listed = (await http.get("/v1/compactions")).json()["compactions"]
+    assert {c["run_id"] for c in listed} <= {run_id, other}
 
     forked = await http.post(f"/v1/runs/{run_id}/fork", json={"step": 2, "message": "once more"})
     assert forked.status_code == 201

@@ -104,7 +104,15 @@ async def test_tenant_b_gets_404_for_every_run_and_thread_of_tenant_a(api: ApiSe
         copy = await b.post("/threads", json={"thread_id": thread_id})
         assert copy.status_code == 409  # A's thread id is taken, but B learns nothing else about it
 
-    # nothing of A changed
+    # nothing of A changed, and A finds its memories through both faces of the API
     assert (await a.get(f"/v1/runs/{run_id}/verify")).json()["ok"] is True
     assert (await a.get(f"/threads/{thread_id}")).json()["metadata"] == {"owner": "a"}
-    assert (await a.get(f"/v1/runs/{run_id}/memories")).json()["memories"]
+    hits = (await a.get("/v1/memory/search", params={"q": "launch code", "k": 3})).json()["memories"]
+    assert hits and hits[0]["run_id"] == run_id
+    items = await a.post(
+        "/store/items/search", json={"namespace_prefix": ["memories", "scout"], "query": "launch code"}
+    )
+    assert items.json()["items"][0]["value"]["run_id"] == run_id
+    assert items.json()["items"][0]["namespace"] == ["memories", "scout", run_id]
+    forgotten = (await a.delete(f"/v1/runs/{run_id}/memories")).json()["deleted"]
+    assert forgotten >= 1 and (await a.get(f"/v1/runs/{run_id}/memories")).json()["memories"] == []

@@ -289,6 +289,19 @@ async def compact(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     return data
 
 
+@router.get("/compactions")
+async def all_compactions(api: Api, tenant: Tenant, limit: Annotated[int, Query(ge=1, le=500)] = 20) -> dict[str, Any]:
+    """The tenant's compactions, newest first."""
+    return {"compactions": as_json(await api.wp.compactions(tenant_id=tenant, limit=limit))}
+
+
+@router.post("/compact")
+async def compact_all(api: Api, tenant: Tenant) -> dict[str, Any]:
+    """A compaction pass now over the tenant's runs past the threshold; answers what it did."""
+    data: dict[str, Any] = as_json(await api.wp.compact(tenant_id=tenant))
+    return data
+
+
 # --- messages to a running run ------------------------------------------------------------------
 
 
