@@ -89,6 +89,7 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
     """The API on the configured stack; `waypoint` reuses a client (its Temporal connection and engine)."""
     from waypoint.app.http import agents, memory, runs
     from waypoint.app.http.protocol import assistants, store, threads
+    from waypoint.app.http.protocol import runs as protocol_runs
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -110,8 +111,9 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
         lifespan=lifespan,
     )
     errors.install(app)
-    for router in (runs.router, agents.router, memory.router, assistants.router, threads.router, store.router):
-        app.include_router(router)
+    routers = (runs, agents, memory, assistants, threads, protocol_runs, store)
+    for module in routers:
+        app.include_router(module.router)
 
     @app.get("/healthz", tags=["meta"])
     async def healthz() -> dict[str, Any]:

@@ -60,6 +60,12 @@ class Decide(Body):
     reason: str | None = None
 
 
+def json_of(value: Any) -> dict[str, Any]:
+    """A typed row (or the live state) as a JSON object."""
+    data: dict[str, Any] = as_json(value)
+    return data
+
+
 def encode_cursor(at: datetime, run_id: str) -> str:
     return base64.urlsafe_b64encode(f"{at.isoformat()}|{run_id}".encode()).decode().rstrip("=")
 
@@ -308,18 +314,18 @@ async def compact_all(api: Api, tenant: Tenant) -> dict[str, Any]:
 @router.post("/runs/{run_id}/pause")
 async def pause(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """Pause before the next step. Answers the run's live state; 409 with the reason if refused."""
-    return as_json(await api.wp.pause(run_id, tenant_id=tenant))  # type: ignore[no-any-return]
+    return json_of(await api.wp.pause(run_id, tenant_id=tenant))
 
 
 @router.post("/runs/{run_id}/resume")
 async def resume(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    return as_json(await api.wp.resume(run_id, tenant_id=tenant))  # type: ignore[no-any-return]
+    return json_of(await api.wp.resume(run_id, tenant_id=tenant))
 
 
 @router.post("/runs/{run_id}/cancel")
 async def cancel(run_id: str, api: Api, tenant: Tenant, body: Reason | None = None) -> dict[str, Any]:
     """End the run after its current step (status `cancelled`)."""
-    return as_json(await api.wp.cancel(run_id, body.reason if body else None, tenant_id=tenant))  # type: ignore[no-any-return]
+    return json_of(await api.wp.cancel(run_id, body.reason if body else None, tenant_id=tenant))
 
 
 @router.post("/runs/{run_id}/send")
@@ -327,18 +333,18 @@ async def send(run_id: str, body: Text, api: Api, tenant: Tenant) -> dict[str, A
     """A user message the run's next model call reads."""
     if not body.text.strip():
         raise InvalidInput("the message is empty: send some text")
-    return as_json(await api.wp.send(run_id, body.text, tenant_id=tenant))  # type: ignore[no-any-return]
+    return json_of(await api.wp.send(run_id, body.text, tenant_id=tenant))
 
 
 @router.post("/runs/{run_id}/approve")
 async def approve(run_id: str, api: Api, tenant: Tenant, body: Decide | None = None) -> dict[str, Any]:
     """Let a tool call that waits for approval run."""
     body = body or Decide(call_id=None)
-    return as_json(await api.wp.approve(run_id, body.call_id, body.reason, tenant_id=tenant))  # type: ignore[no-any-return]
+    return json_of(await api.wp.approve(run_id, body.call_id, body.reason, tenant_id=tenant))
 
 
 @router.post("/runs/{run_id}/deny")
 async def deny(run_id: str, api: Api, tenant: Tenant, body: Decide | None = None) -> dict[str, Any]:
     """Refuse a waiting tool call; the model reads the reason."""
     body = body or Decide(call_id=None)
-    return as_json(await api.wp.deny(run_id, body.call_id, body.reason, tenant_id=tenant))  # type: ignore[no-any-return]
+    return json_of(await api.wp.deny(run_id, body.call_id, body.reason, tenant_id=tenant))
