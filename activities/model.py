@@ -3,7 +3,8 @@
 The context never travels through Temporal history (it grows with the run); only the model's
 answer does. A failed attempt is written to the event log before it is retried, so a 503 storm
 is visible in Postgres, not only as an attempt counter in Temporal; the rules of what retries are
-in `waypoint.retry`.
+in `waypoint.retry`. With a `DeltaPublisher` injected, a streaming adapter's text and tool-call
+pieces are published while the call runs, tagged with run, step and attempt (waypoint.deltas).
 
 With episodic memory (`CallModelInput.memory`) the same activity runs on a worker that holds the
 store: it stores the episodes of every step not stored yet (beside the model call, so it costs no
@@ -15,9 +16,11 @@ not (`ModelTurn.remembered_through` tells record_step how far memory got).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -27,6 +30,7 @@ from activities.boundary import boundary, heartbeating
 from waypoint import telemetry, working_memory
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
+from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, ModelError, PayloadTooLarge, ScriptError, WaypointError
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore
@@ -71,12 +75,14 @@ class ModelActivities:
         *,
         memory: EpisodicStore | None = None,
         mcp: MCPHub | None = None,
+        deltas: DeltaPublisher | None = None,
     ):
         self.store = store
         self.agents = agents
         self.settings = settings
         self.memory = memory  # the episodic store, on the worker that holds it
         self.mcp = mcp or MCPHub(store)
+        self.deltas = deltas
         self._openai: Any = None
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
@@ -148,6 +154,12 @@ class ModelActivities:
             tools += [t.openai_schema() for t in (await self.mcp.recorded(inp.tenant_id, inp.run_id)).values()]
         return tools
 
+    def _deltas(self, inp: CallModelInput, attempt: int, adapter: ModelAdapter) -> AbstractAsyncContextManager[Any]:
+        """Where this attempt's deltas go: nowhere for adapters that do not stream."""
+        if self.deltas is None or isinstance(adapter, ScriptedModel):
+            return contextlib.nullcontext()
+        return self.deltas.attempt(inp.run_id, inp.step, attempt)
+
     @activity.defn(name=Activity.CALL_MODEL)
     @boundary
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
@@ -170,7 +182,10 @@ class ModelActivities:
                 with chat_span(
                     inp.model, messages, run_id=inp.run_id, step=inp.step, tenant=inp.tenant_id, attempt=attempt
                 ) as chat:
-                    turn = await adapter.complete(messages, tools, step=inp.step, attempt=attempt, retry=inp.retry)
+                    async with self._deltas(inp, attempt, adapter) as sink:
+                        turn = await adapter.complete(
+                            messages, tools, step=inp.step, attempt=attempt, retry=inp.retry, deltas=sink
+                        )
                     chat.record(turn)
         except ModelError as error:
             await self.record_failure(inp, error, attempt)

@@ -361,3 +361,16 @@ remote_scout = Agent(
     tools=[lookup],
 )
 TEST_AGENTS.append(remote_scout)
+# --- the HTTP API's streams (tests/test_http_stream.py) -----------------------------------------
+
+hopper = Agent(
+    name="hopper",
+    instructions="Adds six times, continuing as new every two steps.",
+    model=ScriptedModel(
+        [*(ScriptedTurn(tool_calls=[("add", {"a": i, "b": 1})]) for i in range(6)), ScriptedTurn(content="hopped")]
+    ),
+    tools=(add,),
+    continue_as_new_every=2,
+)
+
+TEST_AGENTS.append(hopper)

@@ -12,8 +12,10 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -165,3 +167,30 @@ async def worker(
     w = build_worker(client, engine, settings, agents)
     async with w:
         yield w
+
+
+@dataclass
+class ApiServer:
+    """`waypoint serve` in this test's event loop: its URL, a key of the test's tenant, a client with it."""
+
+    url: str
+    key: str
+    http: httpx.AsyncClient
+    settings: Settings
+
+    def headers(self, key: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key or self.key}"}
+
+
+@pytest.fixture
+async def api(client: Client, engine: AsyncEngine, settings: Settings) -> AsyncIterator[ApiServer]:
+    from waypoint.app.http.server import api_server, start_api, stop_api, url_of
+
+    wp = Waypoint(client, engine, settings)
+    server = api_server(settings, host="127.0.0.1", port=free_port(), waypoint=wp)
+    task = await start_api(server)
+    key, _ = await wp.store.create_key(settings.tenant, "test")
+    url = url_of(server)
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+        yield ApiServer(url, key, http, settings)
+    await stop_api(server, task)

@@ -129,3 +129,34 @@ async def replays(path: Path, workflows: list[type]) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     result = await Replayer(workflows=workflows).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+# --- server-sent events --------------------------------------------------------------------------
+
+
+@dataclass
+class Sse:
+    event: str
+    data: Any
+    id: str | None = None
+
+
+async def sse_events(response: Any) -> Any:
+    """The events of an SSE response (httpx, streaming), parsed: comments are skipped."""
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if line == "":
+            if "data" in fields or "event" in fields:
+                data = fields.get("data", "")
+                try:
+                    parsed: Any = json.loads(data) if data else None
+                except json.JSONDecodeError:
+                    parsed = data
+                yield Sse(fields.get("event", "message"), parsed, fields.get("id"))
+            fields = {}
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        fields[name] = fields[name] + "\n" + value if name == "data" and name in fields else value

@@ -21,7 +21,7 @@ from waypoint.config import Settings
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-WAYPOINT_IMAGES = ("migrate", "worker")  # the services built from the Dockerfile
+WAYPOINT_IMAGES = ("migrate", "worker", "api")  # the services built from the Dockerfile
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +78,7 @@ def test_the_stack_has_every_part(compose: dict[str, Any]):
         assert services[name]["build"] == "."
     assert services["migrate"]["command"] == ["waypoint", "migrate"]
     assert services["worker"]["deploy"]["replicas"] >= 2
+    assert services["api"]["command"][:2] == ["waypoint", "serve"] and "8000:8000" in services["api"]["ports"]
     volumes = {v.split(":", 1)[0] for svc in services.values() for v in svc.get("volumes", [])}
     assert {"postgres-data", "qdrant-data"} <= volumes <= set(compose["volumes"])
 

@@ -23,8 +23,13 @@ from waypoint.app.embedded import free_port
 from waypoint.config import Settings
 
 
-def env_for(state: Path, temporal_port: int, ui_port: int) -> dict[str, str]:
-    settings = Settings(state_dir=state, temporal_address=f"localhost:{temporal_port}", temporal_ui_port=ui_port)
+def env_for(state: Path, temporal_port: int, ui_port: int, api_port: int = 0) -> dict[str, str]:
+    settings = Settings(
+        state_dir=state,
+        temporal_address=f"localhost:{temporal_port}",
+        temporal_ui_port=ui_port,
+        api_port=api_port or free_port(),
+    )
     return settings.child_environment(COLUMNS="200")
 
 
@@ -86,7 +91,8 @@ def dev_processes() -> Iterator[list[subprocess.Popen[str]]]:
 
 def test_dev_serves_runs_stops_cleanly_and_keeps_its_data(tmp_path: Path, dev_processes):
     state = tmp_path / "state"
-    env = env_for(state, free_port(), free_port())
+    api_port = free_port()
+    env = env_for(state, free_port(), free_port(), api_port)
 
     proc = start_dev(env, state)
     dev_processes.append(proc)
@@ -98,8 +104,12 @@ def test_dev_serves_runs_stops_cleanly_and_keeps_its_data(tmp_path: Path, dev_pr
     done = cli(env, "run", "summarize the notes", "--agent", "demo", "--follow")
     assert done.returncode == 0, done.stderr
     run_id = done.stdout.split("started ", 1)[1].split()[0]
+    # the HTTP API runs in dev too, without keys (loopback only), and sees the same runs
+    with urllib.request.urlopen(f"http://127.0.0.1:{api_port}/v1/runs/{run_id}", timeout=10) as page:
+        assert json.loads(page.read())["status"] == "completed"
     out = stop_dev(proc, pids)
     assert "Temporal UI" in out and "stack stopped" in out
+    assert f"http://127.0.0.1:{api_port}" in out and "auth off" in out
     assert not (state / "stack.json").exists()
     assert (state / "qdrant" / "edge_config.json").exists()  # the worker created, flushed and closed the shard
 

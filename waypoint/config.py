@@ -146,6 +146,30 @@ class Settings(BaseSettings):
         description="Bearer key every request to `waypoint mcp --transport http` must carry; it acts for "
         "`WAYPOINT_TENANT`. Required for HTTP (stdio acts for the configured tenant).",
     )
+    # The HTTP API (waypoint/app/http/) and live streams.
+    api_host: str = Field("127.0.0.1", description="Address `waypoint serve` (and `waypoint dev`) listens on.")
+    api_port: int = Field(8000, ge=0, le=65535, description="Port of the HTTP API.")
+    api_cors_origins: str = Field(
+        "", description="Comma-separated origins browsers may call the HTTP API from (CORS); empty: none."
+    )
+    api_max_body_bytes: int = Field(
+        1_048_576, gt=0, description="Largest request body the HTTP API reads; a larger one is refused with 413."
+    )
+    api_stream_buffer: int = Field(
+        1_000,
+        gt=0,
+        description="Events and deltas a stream holds for one slow client; past it the client is cut off "
+        "(it reconnects with Last-Event-ID), so a slow client never slows a run.",
+    )
+    api_keepalive_seconds: float = Field(
+        15.0, gt=0, description="Seconds between keep-alive comments on a quiet stream."
+    )
+    model_deltas: bool = Field(
+        True, description="Workers publish model token deltas while a streaming model call runs (live streams)."
+    )
+    model_delta_flush_ms: int = Field(
+        40, ge=1, description="Workers send a model call's deltas in batches, at most one per this many ms."
+    )
     db_pool_size: int = Field(5, ge=1, description="Postgres connections each process keeps open.")
     db_max_overflow: int = Field(10, ge=0, description="Extra Postgres connections a process may open under load.")
     db_statement_timeout_ms: int = Field(
@@ -197,6 +221,10 @@ class Settings(BaseSettings):
     @property
     def agent_modules(self) -> list[str]:
         return [m.strip() for m in self.agents.split(",") if m.strip()]
+
+    @property
+    def cors_origins(self) -> list[str]:
+        return [o.strip() for o in self.api_cors_origins.split(",") if o.strip()]
 
     @property
     def temporal_port(self) -> int:

@@ -16,18 +16,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from waypoint.checks import check_choice, check_count, check_tenant, new_run_id
+from waypoint.checks import check_choice, check_count, check_tenant
+from waypoint.checks import new_run_id as make_run_id
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, NotFound
 from waypoint.models.spec import Provider, parse_model_spec
 from waypoint.names import EventKind, MemoryOp, RunStatus, Update
 from waypoint.store import RunStore
+from waypoint.store.base import not_found
 from waypoint.store.db import engine_for
 from waypoint.store.rows import (
     CompactionRow,
@@ -131,8 +134,9 @@ class Waypoint:
         model: str | None = None,
         max_steps: int | None = None,
         budget: Budget | None = None,
+        run_id: str | None = None,
     ) -> str:
-        """Start a run and return its id (the Temporal workflow id)."""
+        """Start a run and return its id (the Temporal workflow id; `run_id` to choose it)."""
         if not task.strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         budget = budget or Budget()
@@ -145,7 +149,7 @@ class Waypoint:
             agent=agent, task=task, tenant_id=self.tenant(tenant_id), model=model or self.settings.model, budget=budget
         )
         await self.check_start(inp.agent, inp.model)
-        return await self._start(new_run_id(), inp)
+        return await self._start(run_id or make_run_id(), inp)
 
     async def check_start(self, agent: str, model: str | None) -> None:
         """Refuse a run that cannot start before anything starts (and before it gets an id): an agent
@@ -168,6 +172,7 @@ class Waypoint:
         message: str | None = None,
         model: str | None = None,
         tenant_id: str | None = None,
+        new_run_id: str | None = None,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step."""
@@ -182,7 +187,7 @@ class Waypoint:
             model=model,
             fork=ForkOrigin(run_id=run_id, step=step, message=message),
         )
-        return await self._start(new_run_id(), inp)
+        return await self._start(new_run_id or make_run_id(), inp)
 
     async def _start(self, run_id: str, inp: RunInput) -> str:
         gateway = await self.temporal()
@@ -212,6 +217,21 @@ class Waypoint:
         if self._trace_ids.get(run_id):
             return self._trace_ids[run_id]
         return (await self.run(run_id, tenant_id=tenant_id)).trace_id
+
+    async def check_run(self, run_id: str, *, tenant_id: str | None = None) -> None:
+        """NotFound unless the run is the tenant's (a run so new it has no row yet is asked of Temporal)."""
+        await self._check_tenant(run_id, tenant_id)
+
+    async def starting(self, run_id: str, *, tenant_id: str | None = None) -> bool:
+        """Whether the run is the tenant's and so new that its row is not written yet (Temporal runs
+        it); False once it has a row, NotFound if it is not the tenant's or is gone."""
+        tenant = self.tenant(tenant_id)
+        if await self.store.run_exists(tenant, run_id):
+            return False
+        await self._check_tenant(run_id, tenant)
+        if await (await self.temporal()).ended_without_row(run_id) is not None:
+            raise not_found(tenant, run_id)
+        return True
 
     async def _check_tenant(self, run_id: str, tenant_id: str | None) -> None:
         """Another tenant's run is "not found". A run so new that its row is not written yet
@@ -274,11 +294,21 @@ class Waypoint:
 
     # --- reads (Postgres) ----------------------------------------------------------------------------
 
-    async def runs(self, *, tenant_id: str | None = None, limit: int = 20, status: str | None = None) -> list[RunRow]:
+    async def runs(
+        self,
+        *,
+        tenant_id: str | None = None,
+        limit: int = 20,
+        status: str | None = None,
+        agent: str | None = None,
+        before: tuple[datetime, str] | None = None,
+    ) -> list[RunRow]:
+        """Newest first; `before` is the (created_at, run_id) of the last run of the previous page."""
         check_count("the limit", limit)
         if status is not None:
             check_choice("status", status, RunStatus)
-        return await self.store.list_runs(self.tenant(tenant_id), limit=limit, status=status)
+        tenant = self.tenant(tenant_id)
+        return await self.store.list_runs(tenant, limit=limit, status=status, agent=agent, before=before)
 
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
         return await self.store.get_run(self.tenant(tenant_id), run_id)
@@ -305,15 +335,20 @@ class Waypoint:
         *,
         kinds: list[str] | None = None,
         since_step: int = 0,
+        after_seq: int = 0,
         limit: int | None = None,
         tenant_id: str | None = None,
     ) -> list[EventRow]:
+        """Events in log order; `after_seq` (keyset pagination) is the last seq seen."""
         for kind in kinds or []:
             check_choice("event kind", kind, EventKind)
         if limit is not None:
             check_count("the limit", limit, high=1_000_000)
         check_count("since_step", since_step, low=0, high=10**9)
-        return await self.store.events(self.tenant(tenant_id), run_id, kinds=kinds, since_step=since_step, limit=limit)
+        check_count("after_seq", after_seq, low=0, high=2**62)
+        return await self.store.events(
+            self.tenant(tenant_id), run_id, kinds=kinds, since_step=since_step, after_seq=after_seq, limit=limit
+        )
 
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
         """The full transcript as JSON lines (streamed)."""
@@ -333,13 +368,21 @@ class Waypoint:
         the run's row is the last thing to go."""
         tenant = self.tenant(tenant_id)
         run = await self.store.deletable(tenant, run_id)
-        if self.settings.memory:
+        if self.settings.memory and await self._has_episodes(run):
             await (await self.temporal()).memory(MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id))
         if run.trace_id:
             from waypoint.telemetry.spanfile import remove_trace, span_file
 
             remove_trace(span_file(self.settings.state_dir), run.trace_id)
         await self.store.delete_run(tenant, run_id)
+
+    async def _has_episodes(self, run: RunRow) -> bool:
+        """Whether long-term memory may hold episodes of the run: its steps were stored (by the run,
+        or by a compaction pass), or it ran with memory (its memory tools write episodes too)."""
+        if run.remembered_step > (run.fork_step or 0):
+            return True
+        plan = await self.store.recorded_plan(run.tenant_id, run.run_id)
+        return plan is not None and plan.memory_queue is not None
 
     async def replay(
         self, run_id: str, *, tenant_id: str | None = None, workflows: Sequence[type] | None = None

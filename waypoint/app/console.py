@@ -14,7 +14,7 @@ from rich.table import Table
 
 from waypoint.config import Settings
 from waypoint.names import RunStatus
-from waypoint.store.rows import RunRow, StepLine, as_json
+from waypoint.store.rows import ApiKeyRow, RunRow, StepLine, as_json
 
 console = Console()
 # Status is never told by colour alone: the word is always printed too.
@@ -135,6 +135,16 @@ def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
     return table
 
 
+def keys_table(rows: Sequence[ApiKeyRow]) -> Table:
+    def when(at: Any) -> str:
+        return at.strftime("%Y-%m-%d %H:%M") if at else "-"
+
+    lines = [
+        (str(k.id), k.prefix + "...", k.tenant_id, k.name or "", when(k.created_at), when(k.revoked_at)) for k in rows
+    ]
+    return columns("API keys", ("id", "prefix", "tenant", "name", "created", "revoked"), lines)
+
+
 def columns(title: str | None, names: Sequence[str], rows: Sequence[Sequence[str]], *, wrap: str = "") -> Table:
     """A plain table: `wrap` names the one column that may wrap (the others never do)."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
@@ -145,13 +155,14 @@ def columns(title: str | None, names: Sequence[str], rows: Sequence[Sequence[str
     return table
 
 
-def endpoints_table(settings: Settings, info: Any, worker: str) -> Table:
+def endpoints_table(settings: Settings, info: Any, worker: str, api: str = "-") -> Table:
     """What `waypoint dev` started (`info`: its StackInfo, or None), printed whole whatever the width."""
     table = Table(show_header=False, box=None, title="Waypoint dev stack", title_justify="left")
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")  # a URL is copied: fold it, never cut it
     table.add_row("Temporal", f"{settings.temporal_address} (namespace {settings.temporal_namespace})")
     table.add_row("Temporal UI", (info.ui_url if info else None) or "-")
+    table.add_row("HTTP API", api)
     table.add_row("Postgres", settings.database_url or "-")
     table.add_row("Qdrant", settings.qdrant_url or str(settings.resolved_qdrant_path))
     table.add_row("Task queue", settings.task_queue)

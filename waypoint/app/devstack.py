@@ -9,12 +9,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.agents import AgentRegistry
 from waypoint.app import console as out
-from waypoint.app.client import database_url
+from waypoint.app.client import Waypoint, database_url
 from waypoint.app.embedded import EmbeddedStack, StackInfo
 from waypoint.app.temporal import connect
 from waypoint.app.worker import load_agents, run_worker, stop_event
@@ -73,10 +74,12 @@ async def _serve(settings: Settings, info: StackInfo | None, agents: AgentRegist
     stop = stop_event()
     seed_workspace(settings.resolved_workspace)  # so `waypoint run --agent demo` has notes to read
     engine = await prepare_database(settings.database_url or "")
+    api: tuple[Any, asyncio.Task[None]] | None = None
     try:
         client = await connect(settings)
         here = f"running here, agents: {', '.join(agents.names())}" if agents else "none (start `waypoint worker`)"
-        out.console.print(out.endpoints_table(settings, info, here))
+        api, api_text = await _start_api(settings, Waypoint(client, engine, settings))
+        out.console.print(out.endpoints_table(settings, info, here, api_text))
         from waypoint.app.schedule import apply_schedule
 
         outcome = await apply_schedule(client, settings)
@@ -90,7 +93,25 @@ async def _serve(settings: Settings, info: StackInfo | None, agents: AgentRegist
         else:
             await stop.wait()
     finally:
+        if api is not None:
+            from waypoint.app.http.server import stop_api
+
+            await stop_api(*api)
         await engine.dispose()
+
+
+async def _start_api(settings: Settings, wp: Waypoint) -> tuple[tuple[Any, asyncio.Task[None]] | None, str]:
+    """The HTTP API in this process, without keys: on the loopback address only. A taken port
+    leaves the rest of the stack running, and says how to pick another."""
+    from waypoint.app.http.server import api_server, start_api, url_of
+
+    server = api_server(settings, host="127.0.0.1", port=settings.api_port, auth=False, waypoint=wp)
+    try:
+        task = await start_api(server)
+    except WaypointError as exc:
+        return None, f"not started: {exc}"
+    url = url_of(server)
+    return (server, task), f"{url} (docs {url}/docs); auth off: no API key needed, loopback only"
 
 
 async def worker_main(settings: Settings) -> None:

@@ -25,12 +25,14 @@ from activities.tools import ToolActivities
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
+from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, StackError
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, open_store
 from waypoint.names import memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
+from waypoint.store.streams import DELTAS_CHANNEL
 from workflows.agent_run import AgentRunWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.memory import MemoryRequestWorkflow
@@ -81,6 +83,17 @@ class CatalogWorker(Worker):
             await self.mcp.close()
 
 
+def delta_publisher(store: RunStore, settings: Settings) -> DeltaPublisher | None:
+    """Model token deltas go out as Postgres notifications, for the HTTP API's live streams."""
+    if not settings.model_deltas:
+        return None
+
+    async def send(payloads: list[str]) -> None:
+        await store.notify(DELTAS_CHANNEL, payloads)
+
+    return DeltaPublisher(send, flush_ms=settings.model_delta_flush_ms)
+
+
 def build_worker(
     client: Client,
     engine: AsyncEngine,
@@ -98,7 +111,7 @@ def build_worker(
     checkpoints = CheckpointActivities(
         store, agents, memory_queue=memory_task_queue(queue) if memory else None, mcp=mcp
     )
-    models = ModelActivities(store, agents, settings, mcp=mcp)
+    models = ModelActivities(store, agents, settings, mcp=mcp, deltas=delta_publisher(store, settings))
     tools = ToolActivities(store, agents, settings, mcp=mcp)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
@@ -143,7 +156,7 @@ def build_memory_worker(
     runs = RunStore(engine)
     memory = MemoryActivities(runs, store)
     tools = ToolActivities(runs, agents, settings, memory=store)
-    models = ModelActivities(runs, agents, settings, memory=store)
+    models = ModelActivities(runs, agents, settings, memory=store, deltas=delta_publisher(runs, settings))
     return Worker(
         client,
         task_queue=memory_task_queue(task_queue or settings.task_queue),

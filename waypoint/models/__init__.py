@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from waypoint.deltas import DeltaSink
 from waypoint.models.scripted import ScriptedModel, ScriptedTurn, TurnSource
 from waypoint.models.spec import ModelSpec, parse_model_spec
 from waypoint.types import Message, ModelTurn, RetrySpec
@@ -26,9 +27,11 @@ class ModelAdapter(Protocol):
         step: int | None = None,
         attempt: int = 1,
         retry: RetrySpec | None = None,
+        deltas: DeltaSink | None = None,
     ) -> ModelTurn:
         """One model call. A failure raises a `waypoint.errors.ModelError` that says whether it may
-        be retried and after how long."""
+        be retried and after how long. A streaming adapter hands each piece of the answer to
+        `deltas` as it arrives; others may ignore it."""
         ...
 
 

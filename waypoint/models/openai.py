@@ -4,6 +4,12 @@ The client has the SDK's own retries off (`max_retries=0`): Temporal owns retrie
 retries inside one activity attempt would hide them. Every failure becomes a
 `waypoint.errors.ModelError` by the rules of `waypoint.retry.classify_model_failure`,
 including an HTTP 200 whose body is not a chat completion.
+
+Calls stream (`stream=True`, usage in the last chunk): each text and tool-call piece goes to
+the optional `DeltaSink` as it arrives (`waypoint.deltas`), and the pieces are joined into the
+same `ModelTurn` a plain completion gives. A stream that ends before its finish reason (a
+dropped connection) is a retryable failure; an endpoint that answers plain JSON anyway is read
+as a plain completion.
 """
 
 from __future__ import annotations
@@ -11,12 +17,15 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import openai
 
 from waypoint.config import Settings
+from waypoint.deltas import AttemptText, DeltaSink
 from waypoint.errors import ConfigError, ModelError
 from waypoint.retry import classify_model_failure
 from waypoint.tokens import estimate_tokens
@@ -69,43 +78,107 @@ class OpenAIChatModel:
         step: int | None = None,
         attempt: int = 1,
         retry: RetrySpec | None = None,
+        deltas: DeltaSink | None = None,
     ) -> ModelTurn:
         spec = retry or RetrySpec()
         started = time.monotonic()
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             kwargs["tools"] = tools
+        body = ""
         try:
-            raw = await self.client.chat.completions.with_raw_response.create(**kwargs)
+            async with self.client.chat.completions.with_streaming_response.create(
+                **kwargs, stream=True, stream_options={"include_usage": True}
+            ) as raw:
+                if "text/event-stream" not in raw.headers.get("content-type", ""):
+                    body = await raw.text()
+                    turn = self.plain_turn(body, messages)
+                else:
+                    turn = await self.streamed_turn(await raw.parse(), messages, deltas)
         except openai.OpenAIError as exc:
             raise self.failure(exc, attempt, spec) from exc
-        body = raw.text
-        try:
-            response = raw.parse()
-            choice = response.choices[0]
-            message = choice.message
-            usage = response.usage
-            calls = [
-                ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
-                for c in (message.tool_calls or [])
-                if getattr(c, "function", None) is not None
-            ]
-            turn = ModelTurn(
-                model=response.model or self.model,
-                content=message.content,
-                tool_calls=calls,
-                usage=Usage(
-                    input_tokens=usage.prompt_tokens if usage else estimate_tokens(messages),
-                    output_tokens=usage.completion_tokens if usage else 0,
-                ),
-                finish_reason=choice.finish_reason,
-                latency_ms=int((time.monotonic() - started) * 1000),
-            )
-        except (AttributeError, IndexError, TypeError, ValueError, json.JSONDecodeError, openai.OpenAIError):
+        except httpx.TransportError as exc:  # the connection dropped mid-stream
+            raise classify_model_failure(
+                endpoint=self.endpoint,
+                attempt=attempt,
+                spec=spec,
+                jitter=random.uniform(0.5, 1.0),
+                unreachable=True,
+                message=f"the answer stream broke off: {type(exc).__name__}: {exc}",
+            ) from exc
+        except _Incomplete as exc:
+            raise classify_model_failure(
+                endpoint=self.endpoint,
+                attempt=attempt,
+                spec=spec,
+                jitter=random.uniform(0.5, 1.0),
+                unreachable=True,
+                message=str(exc),
+            ) from None
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError, json.JSONDecodeError):
             raise classify_model_failure(
                 endpoint=self.endpoint, attempt=attempt, spec=spec, jitter=random.uniform(0.5, 1.0), malformed=body
             ) from None
-        return turn
+        return replace(turn, latency_ms=int((time.monotonic() - started) * 1000))
+
+    async def streamed_turn(self, stream: Any, messages: list[Message], deltas: DeltaSink | None) -> ModelTurn:
+        """Join a stream of chat.completion.chunk objects into one turn, handing out each piece."""
+        said = AttemptText(step=0, attempt=0)
+        model, finish, usage = self.model, None, None
+        async for chunk in stream:
+            model = chunk.model or model
+            usage = chunk.usage or usage
+            for choice in chunk.choices[:1]:
+                delta = choice.delta
+                if delta.content:
+                    said.add(["text", delta.content])
+                    if deltas is not None:
+                        deltas.text(delta.content)
+                for call in delta.tool_calls or []:
+                    fn = call.function
+                    piece = ["tool", call.index, call.id, fn.name if fn else None, (fn.arguments if fn else None) or ""]
+                    said.add(piece)
+                    if deltas is not None:
+                        deltas.tool_call(*piece[1:])
+                finish = choice.finish_reason or finish
+        if finish is None:
+            raise _Incomplete(
+                "the answer stream ended before the model finished (no finish reason): the connection dropped"
+            )
+        return ModelTurn(
+            model=model,
+            content=said.text or None,
+            tool_calls=[
+                ToolCall(id=c["id"] or f"call_{i}", name=c["name"] or "", arguments=c["arguments"] or "{}")
+                for i, c in sorted(said.tool_calls.items())
+            ],
+            usage=Usage(
+                input_tokens=usage.prompt_tokens if usage else estimate_tokens(messages),
+                output_tokens=usage.completion_tokens if usage else 0,
+            ),
+            finish_reason=finish,
+        )
+
+    def plain_turn(self, body: str, messages: list[Message]) -> ModelTurn:
+        """A whole chat completion (an endpoint that does not stream)."""
+        from openai.types.chat import ChatCompletion
+
+        response = ChatCompletion.model_validate_json(body)
+        choice = response.choices[0]
+        message = choice.message
+        usage = response.usage
+        functions = [(c.id, getattr(c, "function", None)) for c in (message.tool_calls or [])]
+        calls = [ToolCall(id=i, name=f.name, arguments=f.arguments or "{}") for i, f in functions if f is not None]
+        return ModelTurn(
+            model=response.model or self.model,
+            content=message.content,
+            tool_calls=calls,
+            usage=Usage(
+                input_tokens=usage.prompt_tokens if usage else estimate_tokens(messages),
+                output_tokens=usage.completion_tokens if usage else 0,
+            ),
+            finish_reason=choice.finish_reason,
+        )
 
     def failure(self, exc: openai.OpenAIError, attempt: int, spec: RetrySpec) -> ModelError:
         """What an SDK error means for the retry policy."""
@@ -124,3 +197,7 @@ class OpenAIChatModel:
         if isinstance(exc, openai.APIConnectionError):
             return classify_model_failure(**common, unreachable=True, message=str(exc))
         return classify_model_failure(**common, message=f"{type(exc).__name__}: {exc}")
+
+
+class _Incomplete(Exception):
+    """A stream that ended before the model's finish reason."""

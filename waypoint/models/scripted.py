@@ -40,6 +40,7 @@ class ScriptedModel:
         step: int | None = None,
         attempt: int = 1,
         retry: RetrySpec | None = None,
+        deltas: object = None,  # canned turns do not stream: their text arrives with the step's events
     ) -> ModelTurn:
         started = time.monotonic()
         # By step, not by counting assistant messages: old turns leave a bounded context.

@@ -6,7 +6,8 @@
 
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
-listings, time travel, integrity and retention, the agent catalog. `waypoint.store.db` has connections and
+listings, time travel, integrity and retention, the agent catalog, the HTTP API's keys and
+threads, and what live streams read. `waypoint.store.db` has connections and
 migrations, `waypoint.store.schema` the tables.
 """
 
@@ -17,15 +18,31 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
 from waypoint.store.integrity import Integrity
+from waypoint.store.keys import ApiKeys
 from waypoint.store.ledger import Ledger
 from waypoint.store.log import RunLog
 from waypoint.store.reads import Reads
 from waypoint.store.steps import StepWriter
+from waypoint.store.streams import Streams
+from waypoint.store.threads import Threads
 from waypoint.store.travel import TimeTravel
 from waypoint.store.working import WorkingReads
 
 
-class RunStore(RunLog, StepWriter, Ledger, CompactionStore, WorkingReads, Reads, TimeTravel, Integrity, Catalog):
+class RunStore(
+    RunLog,
+    StepWriter,
+    Ledger,
+    CompactionStore,
+    WorkingReads,
+    Reads,
+    TimeTravel,
+    Integrity,
+    Catalog,
+    ApiKeys,
+    Threads,
+    Streams,
+):
     """Every read and write of the Postgres mirror."""
 
     def __init__(self, engine: AsyncEngine):

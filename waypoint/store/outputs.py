@@ -10,9 +10,11 @@ ledger through `EVENTS_WITH_OUTPUTS` and `resolved()`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from waypoint.store.hashing import text_digest
+from waypoint.store.rows import EventRow
 from waypoint.store.schema import events, tool_effects
 
 OUTPUT_REF = "output_ref"
@@ -39,6 +41,12 @@ def resolved(payload: dict[str, Any], ledger_output: str | None) -> dict[str, An
     if ledger_output is None:
         return {**payload, "output": "[the output of this call is missing from the tool ledger]"}
     return {**payload, "output": ledger_output}
+
+
+def event_row(row: Any) -> EventRow:
+    """An event read with `LEDGER_OUTPUT`, its tool output in place."""
+    event = EventRow.of(row)
+    return replace(event, payload=resolved(event.payload, row["ledger_output"]))
 
 
 def mismatch(payload: dict[str, Any], ledger_output: str | None) -> str | None:

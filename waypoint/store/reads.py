@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import column, select, table
+from sqlalchemy import and_, column, or_, select, table
 
 from waypoint.names import EventKind
 from waypoint.store.base import StoreBase, of_tenant, run_filter
@@ -39,11 +40,25 @@ run_steps = table(
 
 
 class Reads(StoreBase):
-    async def list_runs(self, tenant_id: str, *, limit: int = 20, status: str | None = None) -> list[RunRow]:
-        """The tenant's runs, newest first."""
+    async def list_runs(
+        self,
+        tenant_id: str,
+        *,
+        limit: int = 20,
+        status: str | None = None,
+        agent: str | None = None,
+        before: tuple[datetime, str] | None = None,
+    ) -> list[RunRow]:
+        """The tenant's runs, newest first; `before` (keyset pagination): the (created_at, run_id)
+        of the last run seen."""
         query = select(runs).where(of_tenant(tenant_id))
         if status:
             query = query.where(runs.c.status == status)
+        if agent:
+            query = query.where(runs.c.agent == agent)
+        if before is not None:
+            at, run_id = before
+            query = query.where(or_(runs.c.created_at < at, and_(runs.c.created_at == at, runs.c.run_id > run_id)))
         query = query.order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
         async with self.engine.connect() as conn:
             return [RunRow.of(r) for r in (await conn.execute(query)).mappings()]

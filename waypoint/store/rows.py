@@ -175,6 +175,47 @@ class Verdict:
         return not self.problems
 
 
+@dataclass(frozen=True)
+class ApiKeyRow:
+    """One API key as listings show it (never the key itself: only its first characters)."""
+
+    id: int
+    prefix: str
+    tenant_id: str
+    name: str | None
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> ApiKeyRow:
+        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class ThreadRun:
+    """One run of a thread, in order; `run` is None while its row is not written yet."""
+
+    position: int
+    run_id: str
+    run: RunRow | None
+
+
+@dataclass(frozen=True)
+class ThreadRow:
+    """An Agent Protocol thread: a conversation, as the chain of runs it holds."""
+
+    thread_id: str
+    tenant_id: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    runs: list[ThreadRun] = field(default_factory=list)
+
+    @property
+    def last(self) -> ThreadRun | None:
+        return self.runs[-1] if self.runs else None
+
+
 def as_json(value: Any) -> Any:
     """Dataclasses, datetimes, decimals and enums as JSON-ready values, recursively."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

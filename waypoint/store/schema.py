@@ -22,6 +22,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -137,4 +138,37 @@ agents = Table(
     Column("worker", Text, nullable=False),  # host:pid of the worker that registered it last
     Column("registered_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("key_hash", Text, nullable=False, unique=True),  # SHA-256 of the key; the key is never stored
+    Column("prefix", Text, nullable=False),  # its first characters, to tell keys apart in listings
+    Column("tenant_id", Text, nullable=False),
+    Column("name", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+threads = Table(
+    "threads",
+    metadata,
+    Column("thread_id", Text, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# An Agent Protocol thread's runs, in order: each forked from the previous one's last step.
+thread_runs = Table(
+    "thread_runs",
+    metadata,
+    Column("thread_id", Text, ForeignKey("threads.thread_id", ondelete="CASCADE"), nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("run_id", Text, nullable=False),  # reserved before the run (and its row) exists
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("thread_id", "position", name="thread_runs_pkey"),
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select
@@ -16,7 +15,7 @@ from waypoint.store import context
 from waypoint.store.base import StoreBase, of_tenant
 from waypoint.store.compactions import compaction_by_id
 from waypoint.store.hashing import hashed_json
-from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
+from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, event_row
 from waypoint.store.rows import EventRow, LineageLink, StateDiff, StepState, as_json
 from waypoint.store.schema import events, runs
 from waypoint.store.working import read_parts
@@ -96,10 +95,16 @@ class TimeTravel(StoreBase):
         kinds: Sequence[str] | None = None,
         since_step: int = 0,
         step: int | None = None,
+        after_seq: int = 0,
         limit: int | None = None,
     ) -> list[EventRow]:
-        """The run's events in log order: of one step, or from `since_step` on; of some kinds."""
-        query = select(events, LEDGER_OUTPUT).select_from(EVENTS_WITH_OUTPUTS).where(events.c.run_id == run_id)
+        """The run's events in log order: of one step, or from `since_step` on; of some kinds; after
+        `after_seq` (keyset pagination: pass the last seq seen)."""
+        query = (
+            select(events, LEDGER_OUTPUT)
+            .select_from(EVENTS_WITH_OUTPUTS)
+            .where(events.c.run_id == run_id, events.c.seq > after_seq)
+        )
         if step is not None:
             query = query.where(events.c.step == step)
         else:
@@ -163,12 +168,6 @@ class TimeTravel(StoreBase):
             )
             chain += [LineageLink(f.run_id, f.fork_step, "fork") for f in forks]
         return chain
-
-
-def event_row(row: Any) -> EventRow:
-    """An event with its tool output in place (read from the ledger when the event holds a reference)."""
-    event = EventRow.of(row)
-    return replace(event, payload=resolved(event.payload, row["ledger_output"]))
 
 
 def _key(message: dict) -> str:

@@ -6,6 +6,12 @@ What it answers is up to a responder: by default, the next item queued with
 `Reply` (any status, headers, raw body, delay). So 503s, 429s, slow answers and
 broken JSON all go over a real socket, and the `openai` SDK sees them as it
 would from a provider.
+
+A request with `"stream": true` gets a `Turn` as server-sent events, the way providers stream:
+one chunk per word of the content, the tool calls as a name chunk then argument pieces, the
+finish reason, the usage in a last chunk without choices (with `stream_options.include_usage`),
+then `data: [DONE]`. `Turn.chunk_delay` spaces the chunks out, and `Turn.cut_after` drops the
+connection after that many chunks, as a provider that fails mid-answer does.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ class Turn:
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     prompt_tokens: int = 11
     completion_tokens: int = 7
+    chunk_delay: float = 0.0  # seconds between streamed chunks
+    cut_after: int | None = None  # streamed: drop the connection after this many chunks
 
 
 @dataclass
@@ -68,6 +76,34 @@ def completion(turn: Turn, model: str, index: int) -> dict[str, Any]:
             "total_tokens": turn.prompt_tokens + turn.completion_tokens,
         },
     }
+
+
+def pieces(text: str) -> list[str]:
+    """A text cut as a model streams it: one piece per word, with the spaces that follow it."""
+    return re.findall(r"\s*\S+\s*|\s+", text) or [text]
+
+
+def stream_chunks(turn: Turn, model: str, index: int, *, usage: bool) -> list[dict[str, Any]]:
+    """The chat.completion.chunk objects that stream `turn`."""
+    base = {"id": f"chatcmpl-{index}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": piece}) for piece in pieces(turn.content or "")] if turn.content else []
+    for i, (name, args) in enumerate(turn.tool_calls):
+        call_id = f"call_{index}_{i}"
+        head = {"index": i, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        chunks.append(chunk({"tool_calls": [head]}))
+        for piece in pieces(json.dumps(args)):
+            chunks.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+    chunks.append(chunk({}, "tool_calls" if turn.tool_calls else "stop"))
+    if usage:
+        total = turn.prompt_tokens + turn.completion_tokens
+        counts = {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens}
+        chunks.append({**base, "choices": [], "usage": {**counts, "total_tokens": total}})
+    return chunks
 
 
 def fake_embedding(text: str, dim: int) -> list[float]:
@@ -171,11 +207,30 @@ class FakeOpenAI:
                     item = Reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 elif item is None:
                     item = Reply(500, {"error": {"message": "fake server: no scripted answer left", "type": "x"}})
+                if isinstance(item, Turn) and body.get("stream"):
+                    usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                    self._stream(item, stream_chunks(item, body.get("model", "fake"), index, usage=usage))
+                    return
                 if isinstance(item, Turn):
                     item = Reply(200, completion(item, body.get("model", "fake"), index))
                 if item.delay:
                     time.sleep(item.delay)
                 self._send(item)
+
+            def _stream(self, turn: Turn, chunks: list[dict[str, Any]]) -> None:
+                # HTTP/1.0 without a length: the body ends when the connection closes.
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for n, chunk in enumerate(chunks):
+                    if turn.cut_after is not None and n >= turn.cut_after:
+                        self.close_connection = True
+                        return  # the connection drops without [DONE]
+                    if n and turn.chunk_delay:
+                        time.sleep(turn.chunk_delay)
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
 
             def _send(self, item: Reply) -> None:
                 payload = item.body if isinstance(item.body, str) else json.dumps(item.body)
@@ -195,7 +250,7 @@ def load_script(path: str) -> list[Turn | Reply]:
     """A script file: a JSON list, one item per request, in order. An item with `status` is a raw
     reply (`{"status": 503, "body": {...}, "headers": {...}, "delay": 1.5}`); any other is a turn
     (`{"content": "..."}` or `{"tool_calls": [["add", {"a": 1, "b": 2}]]}`, with optional
-    `prompt_tokens` and `completion_tokens`)."""
+    `prompt_tokens`, `completion_tokens`, `chunk_delay` and `cut_after`)."""
     with open(path) as fh:
         items = json.load(fh)
     if not isinstance(items, list):

@@ -1,0 +1,191 @@
+"""The Agent Protocol, spoken to by a client nobody here wrote: LangGraph's `langgraph-sdk`
+against a real `waypoint serve` (uvicorn), a real worker and Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import ConflictError, NotFoundError
+
+from tests.conftest import ApiServer
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.postgres
+
+
+def human(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+async def test_a_thread_with_langgraph_sdk(api: ApiServer, worker):
+    lg = get_client(url=api.url, api_key=api.key)
+    assistants = await lg.assistants.search()
+    assert "calculator" in {a["assistant_id"] for a in assistants}
+    calculator = await lg.assistants.get("calculator")
+    assert calculator["graph_id"] == "calculator" and "add" in calculator["metadata"]["tools"]
+    schemas = await lg.assistants.get_schemas("calculator")
+    assert schemas["input_schema"]["required"] == ["messages"]
+    assert schemas["tools"][0]["parameters"]["required"] == ["a", "b"]
+
+    thread = await lg.threads.create(metadata={"user": "ada"})
+    parts = [
+        part
+        async for part in lg.runs.stream(
+            thread["thread_id"],
+            "calculator",
+            input=human("add 2 and 3"),
+            stream_mode=["values", "updates", "messages-tuple"],
+        )
+    ]
+    events = [p.event for p in parts]
+    assert events[0] == "metadata" and "values" in events and "updates" in events and "messages" in events
+    final = [p.data for p in parts if p.event == "values"][-1]["messages"]
+    assert [m["type"] for m in final] == ["human", "ai", "tool", "tool", "ai", "tool", "ai"]
+    assert final[0]["content"] == "add 2 and 3" and final[-1]["content"] == "The answer is 15."
+    updates = [p.data for p in parts if p.event == "updates"]
+    assert list(updates[0]) == ["model"] and list(updates[1]) == ["tools"]
+    chunk, meta = [p.data for p in parts if p.event == "messages"][0]
+    assert chunk["type"] == "AIMessageChunk" and meta["langgraph_node"] == "model"
+
+    state = await lg.threads.get_state(thread["thread_id"])
+    assert state["values"]["messages"] == final and state["next"] == []
+    got = await lg.threads.get(thread["thread_id"])
+    assert (got["status"], got["metadata"]) == ("idle", {"user": "ada"})
+
+    # a second run continues the conversation: it forks the first at its last step
+    second = await lg.runs.wait(thread["thread_id"], "calculator", input=human("and again"))
+    messages = second["messages"]
+    assert messages[: len(final)] == final and messages[len(final)]["content"] == "and again"
+    runs = await lg.runs.list(thread["thread_id"])
+    assert [r["status"] for r in runs] == ["success", "success"]
+    newest = await lg.runs.get(thread["thread_id"], runs[0]["run_id"])
+    assert newest["run_id"] == runs[0]["run_id"]
+
+    history = await lg.threads.get_history(thread["thread_id"], limit=100)
+    ids = [h["checkpoint"]["checkpoint_id"] for h in history]
+    assert ids[0] == f"{runs[0]['run_id']}:4" and ids[-1] == f"{runs[1]['run_id']}:0"
+    assert history[0]["values"] == {"messages": messages}
+    assert history[-1]["values"]["messages"] == [final[0]]  # the first checkpoint: only the task
+    assert history[0]["parent_checkpoint"]["checkpoint_id"] == ids[1]
+    at = await lg.threads.get_state(thread["thread_id"], checkpoint_id=ids[-1])
+    assert at["values"] == history[-1]["values"]
+
+    copy = await lg.threads.copy(thread["thread_id"])
+    assert copy["values"] == {"messages": messages} and copy["thread_id"] != thread["thread_id"]
+    assert (await lg.threads.search(metadata={"user": "ada"}))[0]["thread_id"] in {
+        copy["thread_id"],
+        thread["thread_id"],
+    }
+
+    # a streamed third run starts from all that: its first values are the conversation plus its message
+    third = [p async for p in lg.runs.stream(thread["thread_id"], "calculator", input=human("once more"))]
+    first_values = next(p.data for p in third if p.event == "values")["messages"]
+    assert first_values == [*messages, {**first_values[-1], "type": "human", "content": "once more"}]
+    assert len(await lg.runs.list(thread["thread_id"])) == 3
+
+    stateless = await lg.runs.wait(None, "calculator", input=human("alone"))
+    assert stateless["messages"][-1]["content"] == "The answer is 15."
+    with pytest.raises(NotFoundError):
+        await lg.threads.get("no-such-thread")
+
+
+async def test_cancel_and_join_a_running_stream(api: ApiServer, worker):
+    lg = get_client(url=api.url, api_key=api.key)
+    thread = await lg.threads.create()
+    tid = thread["thread_id"]
+    run = await lg.runs.create(tid, "listener", input=human("count"), stream_mode=["values", "custom"])
+    with pytest.raises(ConflictError):  # one run at a time on a thread
+        await lg.runs.create(tid, "listener", input=human("count again"))
+
+    joined: list = []
+
+    async def join() -> None:
+        async for part in lg.runs.join_stream(tid, run["run_id"], stream_mode=["values", "custom"]):
+            joined.append(part)
+
+    reader = asyncio.create_task(join())
+
+    async def two_steps() -> bool:
+        return sum(1 for p in joined if p.event == "custom" and p.data["event"]["kind"] == "model_response") >= 2
+
+    await eventually(two_steps, timeout=60)
+    cancelled = await lg.runs.cancel(tid, run["run_id"], wait=True)
+    assert cancelled["status"] == "interrupted"
+    await asyncio.wait_for(reader, 30)  # the joined stream ends with the run
+    kinds = [p.data["event"]["kind"] for p in joined if p.event == "custom" and "event" in p.data]
+    assert kinds[-1] == "run_finished" and joined[-1].id is not None
+    assert [p.data["event"]["seq"] for p in joined if p.event == "custom"] == list(range(1, len(kinds) + 1))
+
+    # rejoin after the last event seen: nothing is sent twice
+    last_id = [p.id for p in joined if p.id][-3]
+    rest = [p async for p in lg.runs.join_stream(tid, run["run_id"], stream_mode="custom", last_event_id=last_id)]
+    assert [p.data["event"]["seq"] for p in rest] == [int(last_id) + 1, int(last_id) + 2]
+    assert (await lg.threads.get(tid))["status"] == "idle"
+
+
+async def test_what_is_not_supported_says_so(api: ApiServer, worker):
+    lg = get_client(url=api.url, api_key=api.key)
+    thread = await lg.threads.create()
+    r = await api.http.post(
+        f"/threads/{thread['thread_id']}/runs",
+        json={"assistant_id": "calculator", "input": human("x"), "command": {"resume": 1}},
+    )
+    assert r.status_code == 501 and r.json()["error"]["code"] == "not_supported"
+    r = await api.http.post(
+        f"/threads/{thread['thread_id']}/runs/stream",
+        json={"assistant_id": "calculator", "input": human("x"), "stream_mode": ["debug"]},
+    )
+    assert r.status_code == 400 and "messages-tuple" in r.json()["error"]["message"]
+    r = await api.http.post(f"/threads/{thread['thread_id']}/runs", json={"assistant_id": "calculator", "input": {}})
+    assert r.status_code == 400 and "user message" in r.json()["error"]["message"]
+    assert (await api.http.post("/assistants", json={})).status_code == 501
+    assert (await api.http.put("/store/items", json={})).status_code == 501
+
+
+async def test_the_rest_of_the_protocol_endpoints(api: ApiServer, worker):
+    http = api.http
+    assert (await http.post("/assistants/count", json={})).json() >= 1
+    graph = (await http.get("/assistants/calculator/graph")).json()
+    assert {"source": "tools", "target": "model"} in graph["edges"]
+    assert (await http.get("/assistants/nobody")).json()["error"]["code"] == "unknown_agent"
+
+    thread = (await http.post("/threads", json={"thread_id": "t-rest", "metadata": {"a": 1}})).json()
+    assert thread["status"] == "idle" and thread["values"] == {}
+    assert (await http.post("/threads", json={"thread_id": "t-rest"})).status_code == 409
+    same = await http.post("/threads", json={"thread_id": "t-rest", "if_exists": "do_nothing"})
+    assert same.json()["thread_id"] == "t-rest"
+    patched = (await http.patch("/threads/t-rest", json={"metadata": {"b": 2}})).json()
+    assert patched["metadata"] == {"a": 1, "b": 2}
+    assert (await http.post("/threads/count", json={"metadata": {"b": 2}})).json() == 1
+    assert (await http.get("/threads/t-rest/state")).json()["checkpoint"]["checkpoint_id"] is None
+
+    created = await http.post("/threads/t-rest/runs", json={"assistant_id": "calculator", "input": human("add")})
+    run_id = created.json()["run_id"]
+    assert created.headers["content-location"] == f"/threads/t-rest/runs/{run_id}"
+    assert (await http.get(f"/threads/t-rest/runs/{run_id}/join")).json()["messages"][-1][
+        "content"
+    ] == "The answer is 15."
+    at = await http.post("/threads/t-rest/state/checkpoint", json={"checkpoint": {"checkpoint_id": f"{run_id}:1"}})
+    assert [m["type"] for m in at.json()["values"]["messages"]] == ["human", "ai", "tool", "tool"]
+    assert (await http.post("/threads/t-rest/state", json={"values": {}})).status_code == 501
+    # a run from an earlier checkpoint forks there
+    rerun = await http.post(
+        "/threads/t-rest/runs/wait",
+        json={"assistant_id": "calculator", "input": human("redo"), "checkpoint_id": f"{run_id}:1"},
+    )
+    redo = rerun.json()["messages"]
+    assert [m["type"] for m in redo[:5]] == ["human", "ai", "tool", "tool", "human"] and redo[4]["content"] == "redo"
+    newest = (await http.get("/threads/t-rest/runs")).json()[0]["run_id"]
+    assert (await http.delete(f"/threads/t-rest/runs/{newest}")).status_code == 204
+    assert [r["run_id"] for r in (await http.get("/threads/t-rest/runs")).json()] == [run_id]
+    assert (await http.delete("/threads/t-rest")).status_code == 204
+    assert (await http.get("/threads/t-rest")).status_code == 404
+    assert (await http.get(f"/v1/runs/{run_id}")).json()["status"] == "completed"  # the run stays in the log
+
+    background = (await http.post("/runs", json={"assistant_id": "calculator", "input": human("add")})).json()
+    async with http.stream("GET", f"/runs/{background['run_id']}/stream", params={"stream_mode": "updates"}) as r:
+        lines = [line async for line in r.aiter_lines()]
+    assert "event: updates" in lines
+    assert (await http.get(f"/runs/{background['run_id']}")).json()["status"] == "success"

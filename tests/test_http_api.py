@@ -1,0 +1,218 @@
+"""Waypoint's own HTTP API against a real uvicorn, a real worker and Postgres: every endpoint,
+its errors as JSON with stable codes, and API keys (`waypoint keys ...`)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.conftest import ApiServer
+from tests.helpers import eventually, waypoint
+from waypoint.config import Settings
+
+pytestmark = pytest.mark.postgres
+
+
+async def finished(api: ApiServer, run_id: str, timeout: float = 60) -> dict:
+    async def probe() -> dict | None:
+        r = await api.http.get(f"/v1/runs/{run_id}")
+        live = ("starting", "running", "paused", "waiting_approval")
+        return r.json() if r.status_code == 200 and r.json()["status"] not in live else None
+
+    return await eventually(probe, timeout=timeout, what=f"run {run_id} to finish")
+
+
+def error_of(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, (r.status_code, r.text)
+    error = r.json()["error"]
+    assert set(error) >= {"code", "message"} and error["message"]
+    return error
+
+
+async def test_every_read_and_write_of_a_run(api: ApiServer, worker, settings: Settings):
+    http = api.http
+    started = await http.post("/v1/runs", json={"task": "add", "agent": "calculator", "max_steps": 10})
+    assert started.status_code == 201 and started.headers["location"] == f"/v1/runs/{started.json()['run_id']}"
+    run_id = started.json()["run_id"]
+    row = await finished(api, run_id)
+    assert (row["status"], row["steps"], row["output"], row["live"]) == ("completed", 3, "The answer is 15.", None)
+    assert row["tenant_id"] == settings.tenant  # from the key
+
+    other = (await http.post("/v1/runs", json={"task": "add again", "agent": "calculator"})).json()["run_id"]
+    await finished(api, other)
+    page1 = (await http.get("/v1/runs", params={"limit": 1})).json()
+    page2 = (await http.get("/v1/runs", params={"limit": 1, "cursor": page1["next_cursor"]})).json()
+    assert [r["run_id"] for r in page1["runs"] + page2["runs"]] == [other, run_id]  # newest first, keyset
+    filtered = (await http.get("/v1/runs", params={"status": "completed", "agent": "calculator"})).json()
+    assert {r["run_id"] for r in filtered["runs"]} == {run_id, other} and filtered["next_cursor"] is None
+
+    steps = (await http.get(f"/v1/runs/{run_id}/steps", params={"limit": 2})).json()
+    assert [s["step"] for s in steps["steps"]] == [1, 2] and steps["next_after_step"] == 2
+    rest = (await http.get(f"/v1/runs/{run_id}/steps", params={"after_step": 2})).json()
+    assert [(s["step"], s["action"]) for s in rest["steps"]] == [(3, "answer")]
+
+    state = (await http.get(f"/v1/runs/{run_id}/steps/2/state")).json()
+    assert state["step"] == 2 and state["messages"][1] == {"role": "user", "content": "add"}
+    assert [e["kind"] for e in state["events"]] == ["model_response", "tool_result"]
+    diff = (await http.get(f"/v1/runs/{run_id}/diff", params={"a": 1, "b": 3})).json()
+    assert diff["added"][-1]["content"] == "The answer is 15." and diff["tokens_b"] > diff["tokens_a"]
+
+    events = (await http.get(f"/v1/runs/{run_id}/events", params={"limit": 3})).json()
+    assert [e["seq"] for e in events["events"]] == [1, 2, 3] and events["next_after_seq"] == 3
+    more = (await http.get(f"/v1/runs/{run_id}/events", params={"after_seq": 3})).json()
+    assert [e["seq"] for e in more["events"]] == [4, 5, 6, 7, 8]
+    kinds = await http.get(f"/v1/runs/{run_id}/events", params=[("kind", "tool_result"), ("kind", "run_finished")])
+    assert [e["kind"] for e in kinds.json()["events"]] == ["tool_result"] * 3 + ["run_finished"]
+
+    export = await http.get(f"/v1/runs/{run_id}/export")
+    assert export.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in export.text.splitlines()]
+    assert lines[0]["type"] == "run" and [x["seq"] for x in lines[1:]] == list(range(1, 9))
+
+    assert (await http.get(f"/v1/runs/{run_id}/verify")).json()["ok"] is True
+    replay = (await http.get(f"/v1/runs/{run_id}/replay")).json()
+    assert replay["ok"] is True and len(replay["executions"]) == 1
+    assert set((await http.get(f"/v1/runs/{run_id}/trace")).json()) == {"run_id", "trace_id", "url"}
+    assert (await http.get(f"/v1/runs/{run_id}/compactions")).json()["compactions"] == []
+    compacted = (await http.post(f"/v1/runs/{run_id}/compact")).json()
+    assert compacted["selected"] == 1
+    assert (await http.post("/v1/compact")).status_code == 200  # the tenant's runs past the threshold: none
+    listed = (await http.get("/v1/compactions")).json()["compactions"]
+    assert {c["run_id"] for c in listed} <= {run_id, other}
+
+    forked = await http.post(f"/v1/runs/{run_id}/fork", json={"step": 2, "message": "once more"})
+    assert forked.status_code == 201
+    fork_id = forked.json()["run_id"]
+    fork_row = await finished(api, fork_id)
+    assert (fork_row["parent_run_id"], fork_row["fork_step"], fork_row["status"]) == (run_id, 2, "completed")
+    lineage = (await http.get(f"/v1/runs/{run_id}/lineage")).json()["lineage"]
+    assert lineage == [{"run_id": fork_id, "forked_at": 2, "relation": "fork"}]
+
+    agents = (await http.get("/v1/agents")).json()["agents"]
+    assert "calculator" in {a["name"] for a in agents}
+    calculator = (await http.get("/v1/agents/calculator")).json()
+    assert calculator["tools"][0]["parameters"]["required"] == ["a", "b"]
+
+    error_of(await http.delete(f"/v1/runs/{run_id}"), 409)  # it has a fork: delete that first
+    assert (await http.delete(f"/v1/runs/{fork_id}")).status_code == 204
+    assert (await http.delete(f"/v1/runs/{run_id}")).status_code == 204
+    assert error_of(await http.get(f"/v1/runs/{run_id}"), 404)["code"] == "not_found"
+
+
+async def test_messages_to_a_running_run(api: ApiServer, worker):
+    http = api.http
+    run_id = (await http.post("/v1/runs", json={"task": "count", "agent": "listener"})).json()["run_id"]
+
+    async def stepped() -> bool:
+        return (await http.get(f"/v1/runs/{run_id}")).json()["steps"] >= 1
+
+    await eventually(stepped)
+    live = (await http.get(f"/v1/runs/{run_id}")).json()["live"]
+    assert live["status"] in ("running", "paused") and live["step"] >= 1
+    assert error_of(await http.post(f"/v1/runs/{run_id}/resume"), 409)["code"] == "conflict"  # not paused
+    assert (await http.post(f"/v1/runs/{run_id}/pause")).json()["status"] in ("running", "paused")
+    assert (await http.post(f"/v1/runs/{run_id}/resume")).status_code == 200
+    assert error_of(await http.post(f"/v1/runs/{run_id}/send", json={"text": " "}), 400)["code"] == "invalid_input"
+    assert (await http.post(f"/v1/runs/{run_id}/send", json={"text": "stop now"})).json()["queued_messages"] >= 0
+    row = await finished(api, run_id)
+    assert row["output"] == "heard: stop now"
+    assert error_of(await http.post(f"/v1/runs/{run_id}/cancel", json={"reason": "late"}), 409)["code"] == "conflict"
+
+    careful = (await http.post("/v1/runs", json={"task": "delete two files", "agent": "careful"})).json()["run_id"]
+
+    def waiting(step: int):
+        async def probe() -> list | None:
+            row = (await http.get(f"/v1/runs/{careful}")).json()
+            pending = (row.get("live") or {}).get("pending_approvals") or []
+            return pending if row["status"] == "waiting_approval" and pending and pending[0]["step"] == step else None
+
+        return probe
+
+    pending = await eventually(waiting(1))
+    assert [p["tool"] for p in pending] == ["delete_file"]
+    assert (await http.post(f"/v1/runs/{careful}/approve", json={"call_id": pending[0]["call_id"]})).status_code == 200
+    await eventually(waiting(2))
+    assert (await http.post(f"/v1/runs/{careful}/deny", json={"reason": "keep b"})).status_code == 200
+    row = await finished(api, careful)
+    assert "denied" in row["output"] and "keep b" in row["output"]
+
+    looping = (await http.post("/v1/runs", json={"task": "loop", "agent": "listener"})).json()["run_id"]
+    await eventually(lambda: _has_row(api, looping))
+    assert (await http.post(f"/v1/runs/{looping}/cancel", json={"reason": "enough"})).status_code == 200
+    row = await finished(api, looping)
+    assert (row["status"], row["error"]) == ("cancelled", "enough")
+
+
+async def _has_row(api: ApiServer, run_id: str) -> bool:
+    return (await api.http.get(f"/v1/runs/{run_id}")).status_code == 200
+
+
+async def test_bad_requests_get_json_errors_with_stable_codes(api: ApiServer, worker, settings: Settings):
+    http = api.http
+    assert error_of(await http.get("/v1/runs/run-nope"), 404)["code"] == "not_found"
+    assert "waypoint runs" in error_of(await http.get("/v1/runs/run-nope/events"), 404)["message"]
+    bad = await http.post("/v1/runs", content=b'{"task": ', headers={"content-type": "application/json"})
+    assert error_of(bad, 400)["code"] == "bad_json"
+    assert error_of(await http.post("/v1/runs", json={"agent": "calculator"}), 422)["code"] == "invalid_body"
+    assert error_of(await http.post("/v1/runs", json={"task": "x", "max_steps": 0}), 422)["code"] == "invalid_body"
+    assert error_of(await http.post("/v1/runs", json={"task": "   "}), 400)["code"] == "invalid_input"
+    unknown = error_of(await http.post("/v1/runs", json={"task": "x", "agent": "nobody"}), 404)
+    assert unknown["code"] == "unknown_agent" and "WAYPOINT_AGENTS" in unknown["message"]
+    spec = error_of(await http.post("/v1/runs", json={"task": "x", "agent": "calculator", "model": "gpt"}), 400)
+    assert "openai:<model>" in spec["message"]
+    assert error_of(await http.get("/v1/runs", params={"cursor": "!!"}), 400)["code"] == "invalid_input"
+    assert error_of(await http.get("/v1/runs", params={"status": "sleeping"}), 422)["code"] == "invalid_body"
+    assert error_of(await http.get("/v1/nothing-here"), 404)["code"] == "route_not_found"
+    assert error_of(await http.put("/v1/runs"), 405)["code"] == "method_not_allowed"
+
+    big = {"task": "x" * (settings.api_max_body_bytes + 1)}
+    assert error_of(await http.post("/v1/runs", json=big), 413)["code"] == "body_too_large"
+
+    async def chunks():  # no Content-Length: counted as it streams in
+        for _ in range(settings.api_max_body_bytes // 65536 + 2):
+            yield b" " * 65536
+
+    assert error_of(await http.post("/v1/runs", content=chunks()), 413)["code"] == "body_too_large"
+
+    run_id = (await http.post("/v1/runs", json={"task": "add", "agent": "calculator"})).json()["run_id"]
+    row = await finished(api, run_id)
+    assert error_of(await http.get(f"/v1/runs/{run_id}/steps/99/state"), 404)["code"] == "not_found"
+    assert error_of(await http.get(f"/v1/runs/{run_id}/steps/-1/state"), 400)["code"] == "invalid_input"
+    assert (
+        error_of(await http.get(f"/v1/runs/{run_id}/diff", params={"a": "x", "b": 1}), 400)["code"] == "invalid_input"
+    )
+    assert row["status"] == "completed"
+    assert (await http.get("/healthz", headers={"Authorization": ""})).json() == {"ok": True}
+    assert (await http.get("/openapi.json")).json()["info"]["title"] == "Waypoint"
+
+
+async def test_keys_no_key_a_wrong_key_and_a_revoked_key_are_401(api: ApiServer, settings: Settings):
+    raw = httpx.AsyncClient(base_url=api.url)
+    async with raw:
+        for headers in ({}, {"Authorization": "Bearer wp_not-a-key"}, {"Authorization": "Basic abc"}):
+            r = await raw.get("/v1/runs", headers=headers)
+            assert error_of(r, 401)["code"] == "unauthorized" and r.headers["www-authenticate"] == "Bearer"
+
+        made = await waypoint(settings, "keys", "create", "--tenant", "acme", "--name", "ci")
+        assert made.code == 0, made.err
+        key = made.out.strip()
+        assert key.startswith("wp_") and "not shown again" in made.err
+        assert (await raw.get("/v1/runs", headers={"Authorization": f"Bearer {key}"})).json() == {
+            "runs": [],
+            "next_cursor": None,
+        }
+        assert (await raw.get("/v1/runs", headers={"X-Api-Key": key})).status_code == 200  # LangGraph's header
+
+        listed = json.loads((await waypoint(settings, "keys", "list", "--tenant", "acme", "--json")).out)
+        assert [(k["tenant_id"], k["name"], k["revoked_at"]) for k in listed] == [("acme", "ci", None)]
+        assert key not in json.dumps(listed) and key.startswith(listed[0]["prefix"])
+        revoked = await waypoint(settings, "keys", "revoke", listed[0]["prefix"])
+        assert revoked.code == 0 and "revoked" in revoked.out
+        assert error_of(await raw.get("/v1/runs", headers={"Authorization": f"Bearer {key}"}), 401)
+
+    bad = await waypoint(settings, "keys", "create", "--tenant", "no spaces")
+    assert bad.code == 1 and bad.err.startswith("error: invalid tenant id")
+    missing = await waypoint(settings, "keys", "revoke", "999999")
+    assert missing.code == 1 and "waypoint keys list" in missing.err

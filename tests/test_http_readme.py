@@ -1,0 +1,64 @@
+"""The README's curl examples, run by bash as a user would run them: `waypoint serve`, a key from
+`waypoint keys create`, curl against the API, a worker serving the demo agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from waypoint.app.embedded import free_port
+from waypoint.config import Settings
+from waypoint.demo import seed_workspace
+
+pytestmark = pytest.mark.postgres
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+
+
+def curl_block() -> str:
+    section = README.split("### Try it with curl", 1)[1]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.timeout(240)
+async def test_the_readme_curl_examples_run(worker, settings: Settings):
+    seed_workspace(settings.resolved_workspace)
+    port = free_port()
+    script = "set -e\n" + curl_block().replace("8000", str(port))
+    proc = await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        script,
+        env=settings.child_environment(COLUMNS="200"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    text = out.decode().replace("\r\n", "\n")  # SSE lines may end in CRLF
+    assert proc.returncode == 0, (text, err.decode())
+    assert '{"ok":true}' in text
+    blocks = re.findall(r"id: (\d+)\nevent: (\w+)\n", text)
+    ids = [int(i) for i, _ in blocks]
+    last = ids.index(max(ids))
+    assert blocks[last][1] == "run_finished"
+    assert ids == list(range(1, max(ids) + 1)) + list(range(6, max(ids) + 1))  # whole, then after event 5
+    bodies = json_bodies(text.rsplit("event: run_finished\n", 1)[1].split("\n\n", 1)[1])
+    steps, events, fork, refused = bodies[-4:]
+    assert steps["steps"][0]["step"] == 1
+    assert [e["kind"] for e in events["events"]] == ["tool_result", "tool_result"]
+    assert fork["fork_step"] == 2 and fork["parent_run_id"] == steps["run_id"]
+    assert refused["error"]["code"] == "unauthorized"
+
+
+def json_bodies(text: str) -> list:
+    """The JSON values printed one after another (curl adds no newline)."""
+    decoder = json.JSONDecoder()
+    found, at = [], 0
+    while (at := text.find("{", at)) != -1:
+        value, at = decoder.raw_decode(text, at)
+        found.append(value)
+    return found

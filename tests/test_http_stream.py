@@ -1,0 +1,144 @@
+"""Streams of a run over SSE: every event once, in order, resumable with Last-Event-ID across a
+SIGKILLed worker and continue-as-new; keep-alive comments; a slow client is cut off, not waited for."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from tests.conftest import ApiServer
+from tests.helpers import Sse, sse_events, start, step
+from tests.test_crash_recovery import kill, wait_for, worker_env
+from waypoint.app.client import Waypoint
+from waypoint.app.devstack import spawn_worker
+from waypoint.app.embedded import free_port
+from waypoint.app.http.server import api_server, start_api, stop_api, url_of
+from waypoint.names import RunStatus
+from waypoint.store.schema import events
+from waypoint.types import StepRecord
+
+pytestmark = pytest.mark.postgres
+
+
+async def read(api: ApiServer, run_id: str, *, last_id: str | None = None, until=None, **params) -> list[Sse]:
+    """Events of the run's stream until `until(event)` says stop (or the stream ends)."""
+    headers = {"Last-Event-ID": last_id} if last_id else {}
+    got: list[Sse] = []
+    async with api.http.stream("GET", f"/v1/runs/{run_id}/stream", headers=headers, params=params) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        async for event in sse_events(response):
+            got.append(event)
+            if until is not None and until(event):
+                break  # leaving the block drops the connection mid-run
+    return got
+
+
+async def log_seqs(engine, run_id: str) -> list[int]:
+    async with engine.connect() as conn:
+        return list(await conn.scalars(select(events.c.seq).where(events.c.run_id == run_id).order_by(events.c.seq)))
+
+
+@pytest.mark.timeout(240)
+async def test_reconnecting_with_last_event_id_across_a_sigkilled_worker(api: ApiServer, client, engine, settings):
+    env = worker_env(settings)
+    workers = [await asyncio.to_thread(spawn_worker, env)]
+    try:
+        wp = Waypoint(client, engine, settings)
+        run_id = await wp.start_run("append three lines", agent="crashy")
+        first = await read(api, run_id, until=lambda e: e.event == "model_response")  # step 1 asked for a tool
+        await wait_for(settings.resolved_workspace / "tool-started-1-attempt-1")
+        kill(workers[-1])  # mid-tool, while no client is connected
+        workers.append(await asyncio.to_thread(spawn_worker, env))
+        second = await read(api, run_id, last_id=first[-1].id, until=lambda e: e.data["step"] >= 2)
+        await wait_for(settings.resolved_workspace / "model-started-3")
+        kill(workers[-1])  # mid-model-call of step 3
+        workers.append(await asyncio.to_thread(spawn_worker, env))
+        third = await read(api, run_id, last_id=second[-1].id)  # to the end
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(15)
+
+    received = [e for e in first + second + third if e.id is not None]
+    ids = [int(e.id) for e in received]
+    assert ids == list(range(1, len(ids) + 1))  # gapless, none twice
+    assert ids == await log_seqs(engine, run_id)  # exactly the log
+    assert [e.data["seq"] for e in received] == ids and all(e.event == e.data["kind"] for e in received)
+    assert received[-1].event == "run_finished" and received[-1].data["payload"]["status"] == "completed"
+
+
+async def test_a_stream_spans_continue_as_new_and_resumes_anywhere(api: ApiServer, worker, engine, settings):
+    started = await api.http.post("/v1/runs", json={"task": "hop", "agent": "hopper"})
+    run_id = started.json()["run_id"]
+    whole = await read(api, run_id)  # joined at once: live to the end
+    seqs = await log_seqs(engine, run_id)
+    assert [int(e.id) for e in whole] == seqs and whole[-1].event == "run_finished"
+    assert whole[-1].data["payload"]["output"] == "hopped"
+    wp = Waypoint(None, engine, settings)  # the run really continued as new
+    assert (await wp.run(run_id)).steps == 7
+    for cut in (0, 1, len(seqs) // 2, len(seqs) - 1):  # resumed from any position: exactly the rest
+        assert [int(e.id) for e in await read(api, run_id, last_id=str(cut) if cut else None)] == seqs[cut:]
+        assert [int(e.id) for e in await read(api, run_id, after=cut)] == seqs[cut:]
+    assert await read(api, run_id, last_id=str(seqs[-1])) == []  # nothing after the end
+
+
+async def test_an_unknown_or_bad_position_is_refused(api: ApiServer, settings, store):
+    assert (await api.http.get("/v1/runs/run-nope/stream")).status_code == 404
+    run_id = await start(store, settings)
+    r = await api.http.get(f"/v1/runs/{run_id}/stream", headers={"Last-Event-ID": "yesterday"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_input"
+    r = await api.http.get(f"/v1/runs/{run_id}/stream", params={"format": "xml"})
+    assert r.status_code == 422
+
+
+async def test_keep_alive_comments_while_nothing_happens(client, engine, settings, store):
+    quiet = settings.model_copy(update={"api_keepalive_seconds": 0.2})
+    server = api_server(quiet, host="127.0.0.1", port=free_port(), auth=False, waypoint=Waypoint(client, engine, quiet))
+    task = await start_api(server)
+    try:
+        run_id = await start(store, settings)  # a run that never moves
+        comments = []
+        async with httpx.AsyncClient(base_url=url_of(server), timeout=10) as http:
+            async with http.stream("GET", f"/v1/runs/{run_id}/stream") as response:
+                async for line in response.aiter_lines():
+                    if line.startswith(":"):
+                        comments.append(line)
+                        if len(comments) == 3:
+                            break
+        assert comments == [": keep-alive"] * 3
+    finally:
+        await stop_api(server, task)
+
+
+async def test_a_slow_client_is_cut_off_with_an_event_and_resumes(client, engine, settings, store):
+    tight = settings.model_copy(update={"api_stream_buffer": 3})
+    server = api_server(tight, host="127.0.0.1", port=free_port(), auth=False, waypoint=Waypoint(client, engine, tight))
+    task = await start_api(server)
+    run_id = await start(store, settings)
+    big = "x" * 400_000
+    try:
+        async with httpx.AsyncClient(base_url=url_of(server), timeout=60) as http:
+            async with http.stream("GET", f"/v1/runs/{run_id}/stream") as response:
+                # The client reads nothing while the run writes 20 MB: the socket fills, then its buffer.
+                for n in range(1, 51):
+                    turn, results, _ = step(n, [("add", {"a": n, "b": 1}, big), ("add", {"a": 0, "b": 0}, big)])
+                    await store.record_step(StepRecord(run_id, settings.tenant, n, turn, results))
+                received = [e async for e in sse_events(response)]
+            cut = received[-1]
+            assert cut.event == "error" and cut.data["error"]["code"] == "slow_client"
+            assert "Last-Event-ID" in cut.data["error"]["message"]
+            ids = [int(e.id) for e in received[:-1]]
+            assert ids == list(range(1, len(ids) + 1)) and cut.data["last_event_id"] == ids[-1]
+            assert ids[-1] < 151  # it was cut off before the end...
+            await store.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "done", None)
+            headers = {"Last-Event-ID": str(ids[-1])}
+            async with http.stream("GET", f"/v1/runs/{run_id}/stream", headers=headers) as response:
+                rest = [e async for e in sse_events(response)]
+        assert [int(e.id) for e in rest] == list(range(ids[-1] + 1, 153))  # ...and lost nothing
+        assert rest[-1].event == "run_finished"
+    finally:
+        await stop_api(server, task)

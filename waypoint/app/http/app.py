@@ -1,0 +1,132 @@
+"""The ASGI app: `create_app(settings)` for uvicorn (`waypoint serve`), one router per noun.
+
+    /v1/...                      Waypoint's own API: runs, their steps, state, events, streams...
+    /assistants, /threads, /runs, /store
+                                 the Agent Protocol (the API of LangGraph Server)
+    /healthz                     liveness, without a key
+    /docs, /openapi.json         the OpenAPI documentation
+
+Requests are authenticated by API key (`auth.py`), bodies are capped at
+`WAYPOINT_API_MAX_BODY_BYTES` (413 past it), and browsers may call from `WAYPOINT_API_CORS_ORIGINS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from waypoint.app.client import Waypoint
+from waypoint.app.http import errors
+from waypoint.app.http.hub import StreamHub
+from waypoint.app.http.state import ApiState
+from waypoint.config import Settings
+
+
+class BodyLimit:
+    """Refuse a body over `limit` bytes with 413: by its Content-Length, or (a chunked body) by
+    reading it, up to the limit, before the app sees it."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.limit:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)
+            return
+        if b"chunked" not in headers.get(b"transfer-encoding", b""):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            if not message.get("more_body"):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        response = errors.error_response(
+            413,
+            "body_too_large",
+            f"the request body is over {self.limit} bytes (WAYPOINT_API_MAX_BODY_BYTES): send less, "
+            "or pass large content by reference",
+        )
+        await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+
+def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | None = None) -> FastAPI:
+    """The API on the configured stack; `waypoint` reuses a client (its Temporal connection and engine)."""
+    from waypoint.app.http import agents, memory, runs
+    from waypoint.app.http.protocol import assistants, store, threads
+    from waypoint.app.http.protocol import runs as protocol_runs
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        wp = waypoint or await Waypoint.connect(settings, temporal=False)
+        url = wp.engine.url.render_as_string(hide_password=False)
+        hub = await StreamHub(wp.store, url, buffer=settings.api_stream_buffer).start()
+        app.state.api = ApiState(wp=wp, hub=hub, settings=settings, auth=auth)
+        try:
+            yield
+        finally:
+            await hub.close()
+            if waypoint is None:
+                await wp.close()
+
+    app = FastAPI(
+        title="Waypoint",
+        summary="Durable, time-travelling LLM agent runs: start, inspect, stream, fork; and the Agent Protocol.",
+        version="1",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    routers = (runs, agents, memory, assistants, threads, protocol_runs, store)
+    for module in routers:
+        app.include_router(module.router)
+
+    @app.get("/healthz", tags=["meta"])
+    async def healthz() -> dict[str, Any]:
+        """Liveness: the process answers (no key needed)."""
+        return {"ok": True}
+
+    app.add_middleware(BodyLimit, limit=settings.api_max_body_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Location", "Content-Location", "X-Pagination-Next"],
+        )
+    return app

@@ -1,0 +1,127 @@
+"""Errors over HTTP: one JSON shape, a stable `code`, the status that fits, a message naming the fix.
+
+    {"error": {"code": "not_found", "message": "no run 'run-1' for tenant 'acme': ..."}}
+
+| Waypoint error          | status | code                |
+|-------------------------|--------|---------------------|
+| InvalidInput            | 400    | invalid_input       |
+| ConfigError             | 400    | config_error        |
+| NotFound (UnknownAgent) | 404    | not_found (unknown_agent) |
+| Conflict                | 409    | conflict            |
+| PayloadTooLarge         | 413    | payload_too_large   |
+| Unavailable, StackError | 503    | unavailable         |
+| any other               | 400    | error               |
+
+and the HTTP layer's own: 400 `bad_json`, 401 `unauthorized`, 404 `route_not_found`,
+405 `method_not_allowed`, 413 `body_too_large`, 422 `invalid_body` (a body or query that does not
+fit the endpoint), 501 `not_supported`, 500 `internal`. Another tenant's run is `not_found`,
+exactly like a run that does not exist.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from waypoint.errors import (
+    ConfigError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    StackError,
+    Unavailable,
+    UnknownAgent,
+    WaypointError,
+)
+
+log = logging.getLogger(__name__)
+
+# Most specific first: the first class an error is an instance of decides.
+STATUS: list[tuple[type[WaypointError], int, str]] = [
+    (UnknownAgent, 404, "unknown_agent"),
+    (NotFound, 404, "not_found"),
+    (Conflict, 409, "conflict"),
+    (InvalidInput, 400, "invalid_input"),
+    (ConfigError, 400, "config_error"),
+    (PayloadTooLarge, 413, "payload_too_large"),
+    (Unavailable, 503, "unavailable"),
+    (StackError, 503, "unavailable"),
+]
+
+
+class HttpError(Exception):
+    """An error of the HTTP layer itself (no key, an unsupported feature), with its status and code."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.headers = headers or {}
+
+
+def unauthorized(message: str) -> HttpError:
+    return HttpError(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
+
+
+def not_supported(message: str) -> HttpError:
+    return HttpError(501, "not_supported", message)
+
+
+def body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def status_of(exc: WaypointError) -> tuple[int, str]:
+    for cls, status, code in STATUS:
+        if isinstance(exc, cls):
+            return status, code
+    return 400, "error"
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body(code, message), status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Every error the app can raise, answered as JSON."""
+
+    @app.exception_handler(WaypointError)
+    async def waypoint_error(request: Request, exc: WaypointError) -> JSONResponse:
+        status, code = status_of(exc)
+        return error_response(status, code, str(exc))
+
+    @app.exception_handler(HttpError)
+    async def http_error(request: Request, exc: HttpError) -> JSONResponse:
+        return error_response(exc.status, exc.code, str(exc), exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = exc.errors()
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return error_response(400, "bad_json", "the body is not valid JSON: send a JSON object")
+        where = "; ".join(
+            f"{'.'.join(str(x) for x in p.get('loc', ()) if x != 'body') or 'body'}: {p.get('msg')}" for p in problems
+        )
+        return error_response(422, "invalid_body", f"the request does not fit this endpoint: {where}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def starlette_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}: the endpoints are listed at /docs"
+            return error_response(404, "route_not_found", message)
+        if exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}: see /docs for its methods"
+            return error_response(405, "method_not_allowed", message)
+        return error_response(exc.status_code, "http_error", str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        message = f"internal error ({type(exc).__name__}): the server log has the details"
+        return error_response(500, "internal", message)

@@ -1,0 +1,1 @@
+"""The Agent Protocol (the API of LangGraph Server) over Waypoint runs."""

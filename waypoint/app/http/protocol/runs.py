@@ -1,0 +1,342 @@
+"""Agent Protocol runs: on a thread (each forks the thread's newest run) and stateless.
+
+The first run on a thread starts the assistant's agent with the last user message of the input
+as its task; each later run forks the previous run at its last step with the new message, so it
+continues from that run's final state (or from `checkpoint_id`, a `<run_id>:<step>` of the
+thread). A thread runs one run at a time: a new run while one is live is 409 (the protocol's
+`reject` strategy). Stateless runs (`/runs/...`) are runs on no thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from waypoint.app.http.auth import Api, Tenant
+from waypoint.app.http.errors import not_supported
+from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of
+from waypoint.app.http.protocol.stream import ProtocolFormat, stream_modes
+from waypoint.app.http.protocol.threads import newest_started
+from waypoint.app.http.runs import resume_point
+from waypoint.app.http.state import ApiState
+from waypoint.app.http.streams import StreamItem, run_items, sse_response
+from waypoint.checks import new_run_id
+from waypoint.errors import Conflict, InvalidInput, NotFound
+from waypoint.names import FINISHED
+from waypoint.store.rows import RunRow, ThreadRow
+
+router = APIRouter(tags=["agent protocol: runs"])
+
+
+class RunCreate(BaseModel):
+    # LangGraph clients send many optional fields; the ones Waypoint cannot honour are refused below.
+    model_config = ConfigDict(extra="ignore")
+    assistant_id: str
+    input: dict[str, Any] | None = None
+    command: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    stream_mode: str | list[str] | None = None
+    multitask_strategy: str | None = None
+    checkpoint_id: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    interrupt_before: Any = None
+    interrupt_after: Any = None
+    webhook: str | None = None
+    after_seconds: int | None = None
+    if_not_exists: str | None = None
+
+
+def _refuse_unsupported(body: RunCreate) -> None:
+    if body.command:
+        raise not_supported(
+            "commands (resume, goto) are not supported: approve or deny a waiting tool call with "
+            "POST /v1/runs/{id}/approve or /deny"
+        )
+    if body.multitask_strategy not in (None, "reject"):
+        raise not_supported("only multitask_strategy=reject is supported: wait for the thread's run, or cancel it")
+    if body.interrupt_before or body.interrupt_after:
+        raise not_supported(
+            "interrupt_before/after are not supported: tools declared requires_approval wait for a human"
+        )
+    if body.webhook or body.after_seconds:
+        raise not_supported("webhooks and delayed runs are not supported: start the run when it should run")
+
+
+def _options(body: RunCreate) -> tuple[str | None, int | None]:
+    """(model, max_steps) from `config.configurable` or `context`."""
+    found: dict[str, Any] = {**((body.config or {}).get("configurable") or {}), **(body.context or {})}
+    model = found.get("model")
+    max_steps = found.get("max_steps")
+    if model is not None and not isinstance(model, str):
+        raise InvalidInput("config model must be a model spec such as openai:gpt-4o-mini")
+    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        raise InvalidInput("config max_steps must be a positive whole number")
+    return model, max_steps
+
+
+async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, body: RunCreate) -> str:
+    """Start the run (a fork of the thread's newest run, or a new run) and return its id."""
+    _refuse_unsupported(body)
+    task = task_of(body.input or {})
+    model, max_steps = _options(body)
+    run_id = new_run_id()
+    if thread_id is None:
+        return await api.wp.start_run(
+            task, agent=body.assistant_id, model=model, max_steps=max_steps, tenant_id=tenant, run_id=run_id
+        )
+    thread = await _thread_for_run(api, tenant, thread_id, body)
+    last = thread.last
+    if last is not None and (last.run is None or last.run.status not in FINISHED):
+        raise Conflict(
+            f"thread {thread_id} is busy with run {last.run_id}: wait for it (join), "
+            f"or cancel it (POST /threads/{thread_id}/runs/{last.run_id}/cancel)"
+        )
+    parent, step = _fork_point(thread, body)
+    if parent is not None and parent.agent != body.assistant_id:
+        raise InvalidInput(f"thread {thread_id} talks to assistant {parent.agent!r}: a thread keeps its assistant")
+    await api.wp.store.reserve_thread_run(tenant, thread_id, last.position + 1 if last else 0, run_id)
+    try:
+        if parent is None:
+            await api.wp.start_run(
+                task, agent=body.assistant_id, model=model, max_steps=max_steps, tenant_id=tenant, run_id=run_id
+            )
+        else:
+            await api.wp.fork(parent.run_id, step, message=task, model=model, tenant_id=tenant, new_run_id=run_id)
+    except BaseException:
+        await api.wp.store.release_thread_run(thread_id, run_id)
+        raise
+    return run_id
+
+
+async def _thread_for_run(api: ApiState, tenant: str, thread_id: str, body: RunCreate) -> ThreadRow:
+    try:
+        return await api.wp.store.get_thread(tenant, thread_id)
+    except NotFound:
+        if body.if_not_exists != "create":
+            raise
+        return await api.wp.store.create_thread(tenant, thread_id=thread_id, if_exists="do_nothing")
+
+
+def _fork_point(thread: ThreadRow, body: RunCreate) -> tuple[RunRow | None, int]:
+    wanted = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
+    if wanted:
+        run_id, _, step = str(wanted).rpartition(":")
+        for member in thread.runs:
+            if member.run_id == run_id and member.run is not None and step.isdigit():
+                return member.run, int(step)
+        raise NotFound(f"thread {thread.thread_id} has no checkpoint {wanted!r}: its history lists them")
+    last = newest_started(thread)
+    return (last, last.steps) if last is not None else (None, 0)
+
+
+async def _member(api: ApiState, tenant: str, thread_id: str, run_id: str) -> RunRow | None:
+    """The run's row if the run belongs to the thread (None while it starts); NotFound otherwise."""
+    thread = await api.wp.store.get_thread(tenant, thread_id)
+    for member in thread.runs:
+        if member.run_id == run_id:
+            return member.run
+    raise NotFound(f"thread {thread_id} has no run {run_id!r}: GET /threads/{thread_id}/runs lists them")
+
+
+def _locations(thread_id: str | None, run_id: str) -> dict[str, str]:
+    base = f"/threads/{thread_id}/runs/{run_id}" if thread_id else f"/runs/{run_id}"
+    return {"Location": f"{base}/stream", "Content-Location": base}
+
+
+async def _stream(
+    api: ApiState,
+    tenant: str,
+    thread_id: str | None,
+    run_id: str,
+    modes: list[str],
+    resume_after: int = 0,
+) -> Response:
+    """The run's stream in the protocol's format: its log from the start (state is rebuilt from it;
+    parts the client saw before `resume_after` are not sent again), then live."""
+    fmt = ProtocolFormat(run_id, modes, [], forked=False, resume_after=resume_after)
+    deltas = "messages-tuple" in modes or "custom" in modes
+
+    async def items() -> AsyncIterator[StreamItem]:
+        row = await _written(api, tenant, run_id)
+        if row is not None and row.parent_run_id:
+            # a fork: the conversation so far is its ancestors', each up to the step it was forked at
+            entries = await conversation(api.wp.store, tenant, run_id)
+            fmt.messages = flatten([e for e in entries if e.run_id != run_id])
+            fmt.forked = True
+        async for item in run_items(api.hub, api.wp.store, tenant, run_id, 0, deltas=deltas):
+            yield item
+
+    return sse_response(
+        items(),
+        fmt.render,
+        keepalive=api.settings.api_keepalive_seconds,
+        headers=_locations(thread_id, run_id),
+        opening=fmt.opening() if resume_after == 0 else [],
+    )
+
+
+async def _written(api: ApiState, tenant: str, run_id: str, wait: float = 30.0) -> RunRow | None:
+    """The run's row, once its worker has written it (a run started a moment ago has none yet; its
+    first event comes with the row, so waiting here delays nothing)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return await api.wp.run(run_id, tenant_id=tenant)
+        except NotFound:
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.02)
+
+
+async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, Any]:
+    result = await api.wp.result(run_id, tenant_id=tenant)
+    values: dict[str, Any] = {"messages": flatten(await conversation(api.wp.store, tenant, run_id))}
+    if result.status == "failed":
+        values["__error__"] = {"error": "RunFailed", "message": result.error}
+    return values
+
+
+@router.post("/threads/{thread_id}/runs")
+async def create_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+    """Start a run on the thread in the background."""
+    run_id = await start_on_thread(api, tenant, thread_id, body)
+    return JSONResponse(run_json(run_id, thread_id, body.assistant_id, None), headers=_locations(thread_id, run_id))
+
+
+@router.post("/threads/{thread_id}/runs/stream")
+async def stream_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> Response:
+    """Start a run on the thread and stream it (stream modes: values, updates, messages-tuple, custom)."""
+    modes = stream_modes(body.stream_mode)
+    run_id = await start_on_thread(api, tenant, thread_id, body)
+    return await _stream(api, tenant, thread_id, run_id, modes)
+
+
+@router.post("/threads/{thread_id}/runs/wait")
+async def wait_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+    """Start a run on the thread and answer its final values when it ends."""
+    run_id = await start_on_thread(api, tenant, thread_id, body)
+    return JSONResponse(await _final_values(api, tenant, run_id), headers=_locations(thread_id, run_id))
+
+
+@router.get("/threads/{thread_id}/runs")
+async def list_runs(
+    thread_id: str,
+    api: Api,
+    tenant: Tenant,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    status: str | None = None,
+) -> list[dict[str, Any]]:
+    """The thread's runs, newest first."""
+    thread = await api.wp.store.get_thread(tenant, thread_id)
+    shaped = [run_json(m.run_id, thread_id, "", m.run) for m in reversed(thread.runs)]
+    shaped = [r for r in shaped if status is None or r["status"] == status]
+    return shaped[offset : offset + limit]
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}")
+async def get_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    return run_json(run_id, thread_id, "", await _member(api, tenant, thread_id, run_id))
+
+
+@router.post("/threads/{thread_id}/runs/{run_id}/cancel")
+async def cancel_run(
+    thread_id: str,
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    wait: Annotated[bool, Query()] = False,
+    action: Annotated[str, Query()] = "interrupt",
+) -> JSONResponse:
+    """Cancel the run after its current step (`action=interrupt`); `wait=1` answers when it ended."""
+    await _member(api, tenant, thread_id, run_id)
+    if action != "interrupt":
+        raise not_supported("only action=interrupt is supported: the run's log is append-only (no rollback)")
+    await api.wp.cancel(run_id, "cancelled through the Agent Protocol", tenant_id=tenant)
+    if not wait:
+        return JSONResponse(run_json(run_id, thread_id, "", await _member(api, tenant, thread_id, run_id)), 202)
+    await api.wp.result(run_id, tenant_id=tenant)
+    return JSONResponse(run_json(run_id, thread_id, "", await _member(api, tenant, thread_id, run_id)))
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/join")
+async def join_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """Wait for the run to end; answers the thread's final values."""
+    await _member(api, tenant, thread_id, run_id)
+    return await _final_values(api, tenant, run_id)
+
+
+@router.get("/threads/{thread_id}/runs/{run_id}/stream")
+async def join_stream(
+    thread_id: str,
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    stream_mode: Annotated[list[str] | None, Query()] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    """Join a run's stream: from the start, or after Last-Event-ID, then live until it ends."""
+    await _member(api, tenant, thread_id, run_id)
+    return await _stream(api, tenant, thread_id, run_id, stream_modes(stream_mode), resume_point(last_event_id, None))
+
+
+@router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
+async def delete_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> Response:
+    """Delete a finished run (and everything it wrote) and take it off the thread."""
+    await _member(api, tenant, thread_id, run_id)
+    await api.wp.delete(run_id, tenant_id=tenant)
+    await api.wp.store.release_thread_run(thread_id, run_id)
+    return Response(status_code=204)
+
+
+# --- stateless runs (on no thread) ---------------------------------------------------------------
+
+
+@router.post("/runs")
+async def create_stateless(body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+    run_id = await start_on_thread(api, tenant, None, body)
+    return JSONResponse(run_json(run_id, None, body.assistant_id, None), headers=_locations(None, run_id))
+
+
+@router.post("/runs/stream")
+async def stream_stateless(body: RunCreate, api: Api, tenant: Tenant) -> Response:
+    modes = stream_modes(body.stream_mode)
+    run_id = await start_on_thread(api, tenant, None, body)
+    return await _stream(api, tenant, None, run_id, modes)
+
+
+@router.post("/runs/wait")
+async def wait_stateless(body: RunCreate, api: Api, tenant: Tenant) -> dict[str, Any]:
+    run_id = await start_on_thread(api, tenant, None, body)
+    return await _final_values(api, tenant, run_id)
+
+
+@router.get("/runs/{run_id}")
+async def get_stateless(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+    except NotFound:
+        if not await api.wp.starting(run_id, tenant_id=tenant):
+            raise
+        row = None
+    return run_json(run_id, await api.wp.store.thread_of_run(tenant, run_id), "", row)
+
+
+@router.get("/runs/{run_id}/stream")
+async def join_stateless(
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    stream_mode: Annotated[list[str] | None, Query()] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    await api.wp.check_run(run_id, tenant_id=tenant)
+    return await _stream(api, tenant, None, run_id, stream_modes(stream_mode), resume_point(last_event_id, None))

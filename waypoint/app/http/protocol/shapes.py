@@ -1,0 +1,236 @@
+"""Waypoint's rows in the Agent Protocol's shapes (the JSON of LangGraph Server), in one place.
+
+- an assistant is an agent of the catalog (its id and graph id are the agent's name);
+- a thread's values are `{"messages": [...]}`: the conversation of its newest run, read from the
+  log of that run and of the runs it was forked from (LangChain message dicts: human, ai, tool);
+- a checkpoint is a step of a run: `checkpoint_id` is `"<run_id>:<step>"`;
+- run statuses: starting -> pending; running, paused, waiting_approval -> running;
+  completed, max_steps -> success; budget_exceeded -> timeout; cancelled -> interrupted;
+  failed -> error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from waypoint.errors import InvalidInput
+from waypoint.names import MESSAGE_KINDS, EventKind, RunStatus
+from waypoint.store import RunStore
+from waypoint.store.rows import EventRow, RunRow, ThreadRow
+from waypoint.transcript import event_messages
+from waypoint.types import AgentInfo
+
+RUN_STATUS = {
+    RunStatus.RUNNING: "running",
+    RunStatus.PAUSED: "running",
+    RunStatus.WAITING_APPROVAL: "running",
+    RunStatus.COMPLETED: "success",
+    RunStatus.MAX_STEPS: "success",
+    RunStatus.BUDGET_EXCEEDED: "timeout",
+    RunStatus.CANCELLED: "interrupted",
+    RunStatus.FAILED: "error",
+}
+NODES = ("model", "tools")  # the "graph" every Waypoint agent runs: model, then tools, until an answer
+
+
+def iso(at: datetime | None) -> str:
+    return (at or datetime.now(UTC)).isoformat()
+
+
+def run_status(row: RunRow | None) -> str:
+    return "pending" if row is None else RUN_STATUS.get(RunStatus(row.status), "running")
+
+
+def thread_status(thread: ThreadRow) -> str:
+    last = thread.last
+    if last is None:
+        return "idle"
+    row = last.run
+    if row is None or row.status in (RunStatus.RUNNING, RunStatus.PAUSED):
+        return "busy"
+    if row.status == RunStatus.WAITING_APPROVAL:
+        return "interrupted"
+    return "error" if row.status == RunStatus.FAILED else "idle"
+
+
+def assistant(info: AgentInfo) -> dict[str, Any]:
+    return {
+        "assistant_id": info.name,
+        "graph_id": info.name,
+        "name": info.name,
+        "description": info.description,
+        "config": {"configurable": {"model": info.model}},
+        "context": {},
+        "metadata": {
+            "model": info.model,
+            "providers": list(info.providers),
+            "tools": [t.name for t in info.tools],
+            "worker": info.worker,
+        },
+        "version": 1,
+        "created_at": iso(info.updated_at),
+        "updated_at": iso(info.updated_at),
+    }
+
+
+MESSAGES_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "messages": {
+            "type": "array",
+            "description": "Chat messages; the last user message of the input is the run's task.",
+            "items": {"type": "object", "properties": {"role": {"type": "string"}, "content": {}}},
+        }
+    },
+    "required": ["messages"],
+}
+CONFIG_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "model": {"type": "string", "description": "Model spec overriding the agent's, e.g. openai:gpt-4o-mini."},
+        "max_steps": {"type": "integer", "minimum": 1},
+    },
+}
+
+
+def schemas(info: AgentInfo) -> dict[str, Any]:
+    return {
+        "graph_id": info.name,
+        "input_schema": MESSAGES_SCHEMA,
+        "output_schema": MESSAGES_SCHEMA,
+        "state_schema": MESSAGES_SCHEMA,
+        "config_schema": CONFIG_SCHEMA,
+        "context_schema": CONFIG_SCHEMA,
+        "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in info.tools],
+    }
+
+
+def graph(info: AgentInfo) -> dict[str, Any]:
+    nodes = [{"id": n, "type": "runnable", "data": n} for n in ("__start__", *NODES, "__end__")]
+    edges = [
+        {"source": "__start__", "target": "model"},
+        {"source": "model", "target": "tools", "conditional": True},
+        {"source": "model", "target": "__end__", "conditional": True},
+        {"source": "tools", "target": "model"},
+    ]
+    return {"nodes": nodes, "edges": edges}
+
+
+def run_json(run_id: str, thread_id: str | None, assistant_id: str, row: RunRow | None) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "thread_id": thread_id,
+        "assistant_id": row.agent if row else assistant_id,
+        "created_at": iso(row.created_at if row else None),
+        "updated_at": iso(row.updated_at if row else None),
+        "status": run_status(row),
+        "metadata": {"waypoint_status": row.status if row else "starting", "steps": row.steps if row else 0},
+        "multitask_strategy": "reject",
+        "kwargs": {},
+    }
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+
+def ai_id(run_id: str, step: int, attempt: int) -> str:
+    """The id of a step's answer; its streamed chunks carry the same id (one per attempt)."""
+    return f"{run_id}:{step}:{attempt}"
+
+
+def lc_messages(row: EventRow, *, forked: bool = False) -> list[dict[str, Any]]:
+    """The LangChain message dicts an event stands for; a fork's `run_started` stands for none (its
+    conversation so far comes from its parent), nor do system messages (the agent's instructions)."""
+    if row.kind == EventKind.RUN_STARTED and forked:
+        return []
+    out: list[dict[str, Any]] = []
+    for m in event_messages(row.kind, row.payload):
+        if m["role"] == "user":
+            out.append({"type": "human", "content": m["content"], "id": f"{row.run_id}:{row.seq}"})
+        elif m["role"] == "assistant":
+            attempt = int(row.payload.get("attempt") or 1)
+            calls = [
+                {"id": c["id"], "name": c["name"], "args": _args(c["arguments"]), "type": "tool_call"}
+                for c in row.payload.get("tool_calls") or []
+            ]
+            out.append(
+                {
+                    "type": "ai",
+                    "content": m["content"] or "",
+                    "id": ai_id(row.run_id, row.step, attempt),
+                    "tool_calls": calls,
+                }
+            )
+        elif m["role"] == "tool":
+            out.append(
+                {
+                    "type": "tool",
+                    "content": m["content"],
+                    "tool_call_id": m["tool_call_id"],
+                    "name": row.payload.get("name"),
+                    "id": f"{row.run_id}:{row.seq}",
+                    "status": "error" if row.payload.get("is_error") else "success",
+                }
+            )
+    return out
+
+
+def _args(arguments: str) -> Any:
+    try:
+        return json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return {"__raw__": arguments}
+
+
+def task_of(value: Any) -> str:
+    """The run's task: the last user message of `{"messages": [...]}` (LangChain or OpenAI shape)."""
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput('the input must be {"messages": [...]} with a user message last: the run\'s task')
+    for m in reversed(messages):
+        if isinstance(m, str):
+            return m
+        if isinstance(m, dict) and (m.get("role") in ("user", "human") or m.get("type") == "human"):
+            content = m.get("content")
+            if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            if isinstance(content, str) and content.strip():
+                return content
+    raise InvalidInput("input.messages has no user message with text: add one (role user, or type human)")
+
+
+# --- a run's conversation, across the runs it was forked from ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One message-bearing event of a conversation, with the messages it stands for."""
+
+    run_id: str
+    step: int
+    seq: int
+    at: datetime
+    messages: list[dict[str, Any]]
+
+
+async def conversation(store: RunStore, tenant_id: str, run_id: str) -> list[Entry]:
+    """Every message event of the run and of its ancestors (each up to the step its child forked at)."""
+    # Each ancestor link carries the step its child forked at: the last step of it in the conversation.
+    chain = [link for link in await store.lineage(tenant_id, run_id) if link.relation == "ancestor"]
+    upto = [(link.run_id, link.forked_at, i > 0) for i, link in enumerate(chain)]
+    upto.append((run_id, None, bool(chain)))
+    entries: list[Entry] = []
+    for rid, last_step, forked in upto:
+        for row in await store.events(tenant_id, rid, kinds=list(MESSAGE_KINDS)):
+            if last_step is not None and row.step > last_step:
+                break
+            entries.append(Entry(rid, row.step, row.seq, row.created_at, lc_messages(row, forked=forked)))
+    return entries
+
+
+def flatten(entries: Sequence[Entry]) -> list[dict[str, Any]]:
+    return [m for e in entries for m in e.messages]

@@ -1,0 +1,143 @@
+"""A run's stream in the Agent Protocol's SSE format (what LangGraph clients read).
+
+    event: metadata   data: {"run_id": ..., "attempt": 1}           first, once
+    event: values     data: {"messages": [...]}                      the conversation after each node
+    event: updates    data: {"model": {"messages": [...]}} or {"tools": {...}}
+    event: messages   data: [message chunk, metadata]                "messages-tuple": token deltas
+    event: custom     data: {"event": {...}} or {"delta": {...}}     Waypoint's own log events and deltas
+    event: error      data: {"error": ..., "message": ...}           a failed run, or a client cut off
+
+The log event behind a part gives it its SSE id (its seq, on the last part it yields), so the
+SDK's reconnect with Last-Event-ID resumes exactly; deltas carry no id. A failed attempt's
+chunks carry their own message id (`<run>:<step>:<attempt>`), the retry's another.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sse_starlette import ServerSentEvent
+
+from waypoint.app.http.protocol.shapes import ai_id, lc_messages
+from waypoint.app.http.streams import StreamItem, delta_data, event_data, merged
+from waypoint.deltas import AttemptText
+from waypoint.errors import InvalidInput
+from waypoint.names import EventKind, RunStatus
+from waypoint.store.rows import EventRow
+
+SUPPORTED_MODES = ("values", "updates", "messages-tuple", "custom")
+
+
+def stream_modes(value: str | Sequence[str] | None) -> list[str]:
+    modes = [value] if isinstance(value, str) else list(value or ["values"])
+    unknown = [m for m in modes if m not in SUPPORTED_MODES]
+    if unknown:
+        raise InvalidInput(
+            f"stream mode {', '.join(unknown)} is not supported: use {', '.join(SUPPORTED_MODES)} "
+            "(messages-tuple carries the model's tokens)"
+        )
+    return modes or ["values"]
+
+
+def sse(event: str, data: Any) -> ServerSentEvent:
+    return ServerSentEvent(json.dumps(data), event=event)
+
+
+class ProtocolFormat:
+    """Renders a run's stream items; `prior` is the conversation before the run, `resume_after`
+    the seq a reconnecting client saw last (earlier events update the state but are not sent)."""
+
+    def __init__(
+        self, run_id: str, modes: list[str], prior: list[dict[str, Any]], *, forked: bool, resume_after: int = 0
+    ):
+        self.run_id = run_id
+        self.modes = set(modes)
+        self.messages = list(prior)
+        self.forked = forked
+        self.resume_after = resume_after
+        self.expected_tools: dict[int, int] = {}
+        self.tool_messages: dict[int, list[dict[str, Any]]] = {}
+        self.streamed: set[tuple[int, int]] = set()
+
+    def opening(self) -> list[ServerSentEvent]:
+        return [sse("metadata", {"run_id": self.run_id, "attempt": 1})]
+
+    def render(self, item: StreamItem) -> list[ServerSentEvent]:
+        if item.kind == "event" and item.event is not None:
+            row = item.event
+            out = self._event(row)
+            if row.seq <= self.resume_after:
+                return []
+            if out:
+                out[-1].id = str(row.seq)
+            return out
+        if item.kind == "snapshot" and item.snapshot is not None:
+            return self._delta(item.snapshot, snapshot=True)
+        if item.kind == "delta" and item.batch is not None:
+            _, joined = merged(item.batch)
+            return self._delta(joined, snapshot=False)
+        message = (
+            f"this client read too slowly and was cut off after event {item.last_seq}: "
+            f"reconnect with Last-Event-ID: {item.last_seq}"
+        )
+        return [sse("error", {"error": "SlowClient", "message": message})]
+
+    def _meta(self, step: int, node: str, attempt: int | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"run_id": self.run_id, "langgraph_step": step, "langgraph_node": node}
+        if attempt is not None:
+            meta["waypoint_attempt"] = attempt
+        return meta
+
+    def _delta(self, joined: AttemptText, *, snapshot: bool) -> list[ServerSentEvent]:
+        out: list[ServerSentEvent] = []
+        if "custom" in self.modes:
+            data = delta_data(self.run_id, joined.step, joined.attempt, joined.text, joined.tool_calls)
+            out.append(sse("custom", {"delta": {**data, "snapshot": snapshot}}))
+        if "messages-tuple" in self.modes and (joined.text or joined.tool_calls):
+            self.streamed.add((joined.step, joined.attempt))
+            chunk = {
+                "type": "AIMessageChunk",
+                "content": joined.text,
+                "id": ai_id(self.run_id, joined.step, joined.attempt),
+                "tool_call_chunks": [
+                    {"index": i, "id": c["id"], "name": c["name"], "args": c["arguments"], "type": "tool_call_chunk"}
+                    for i, c in sorted(joined.tool_calls.items())
+                ],
+            }
+            out.append(sse("messages", [chunk, self._meta(joined.step, "model", joined.attempt)]))
+        return out
+
+    def _values(self) -> list[ServerSentEvent]:
+        return [sse("values", {"messages": list(self.messages)})] if "values" in self.modes else []
+
+    def _event(self, row: EventRow) -> list[ServerSentEvent]:
+        out: list[ServerSentEvent] = []
+        if "custom" in self.modes:
+            out.append(sse("custom", {"event": event_data(row)}))
+        new = lc_messages(row, forked=self.forked)
+        self.messages += new
+        if row.kind in (EventKind.RUN_STARTED, EventKind.USER_MESSAGE) and new:
+            out += self._values()
+        elif row.kind == EventKind.MODEL_RESPONSE:
+            attempt = int(row.payload.get("attempt") or 1)
+            self.expected_tools[row.step] = len(row.payload.get("tool_calls") or [])
+            if "messages-tuple" in self.modes and (row.step, attempt) not in self.streamed:
+                whole = {**new[0], "type": "AIMessageChunk"}  # not streamed (a scripted model): all at once
+                out.append(sse("messages", [whole, self._meta(row.step, "model", attempt)]))
+            if "updates" in self.modes:
+                out.append(sse("updates", {"model": {"messages": new}}))
+            out += self._values()
+        elif row.kind == EventKind.TOOL_RESULT:
+            if "messages-tuple" in self.modes:
+                out.append(sse("messages", [new[0], self._meta(row.step, "tools")]))
+            done = self.tool_messages.setdefault(row.step, [])
+            done += new
+            if len(done) == self.expected_tools.get(row.step, -1):
+                if "updates" in self.modes:
+                    out.append(sse("updates", {"tools": {"messages": done}}))
+                out += self._values()
+        elif row.kind == EventKind.RUN_FINISHED and row.payload.get("status") == RunStatus.FAILED:
+            out.append(sse("error", {"error": "RunFailed", "message": row.payload.get("error") or "the run failed"}))
+        return out

@@ -1,0 +1,221 @@
+"""Agent Protocol threads: a thread is a conversation, a chain of Waypoint runs (protocol/runs.py
+starts them); its state is the conversation of its newest run, and its checkpoints are the steps
+of that run and of the runs it was forked from (`<run_id>:<step>`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from waypoint.app.http.auth import Api, Tenant
+from waypoint.app.http.errors import not_supported
+from waypoint.app.http.protocol.shapes import (
+    Entry,
+    conversation,
+    flatten,
+    iso,
+    thread_status,
+)
+from waypoint.app.http.state import ApiState
+from waypoint.errors import InvalidInput, NotFound
+from waypoint.names import FINISHED
+from waypoint.store.rows import RunRow, ThreadRow
+
+router = APIRouter(tags=["agent protocol: threads"])
+
+
+class Loose(BaseModel):
+    # LangGraph clients send many optional fields; the ones Waypoint cannot honour are refused below.
+    model_config = ConfigDict(extra="ignore")
+
+
+class ThreadCreate(Loose):
+    thread_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    if_exists: str = "raise"
+
+
+class ThreadPatch(Loose):
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ThreadSearch(Loose):
+    metadata: dict[str, Any] | None = None
+    status: str | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0)
+
+
+class History(Loose):
+    limit: int = Field(10, ge=1, le=1000)
+    before: dict[str, Any] | str | None = None
+
+
+class CheckpointRef(Loose):
+    checkpoint: dict[str, Any]
+
+
+# --- threads ------------------------------------------------------------------------------------
+
+
+async def thread_json(api: ApiState, tenant: str, thread: ThreadRow) -> dict[str, Any]:
+    last = newest_started(thread)
+    values = {"messages": flatten(await conversation(api.wp.store, tenant, last.run_id))} if last else {}
+    return {
+        "thread_id": thread.thread_id,
+        "created_at": iso(thread.created_at),
+        "updated_at": iso(thread.updated_at),
+        "metadata": thread.metadata,
+        "status": thread_status(thread),
+        "values": values,
+        "interrupts": {},
+    }
+
+
+def newest_started(thread: ThreadRow) -> RunRow | None:
+    """The newest run of the thread that started (has a checkpoint): where the next run forks."""
+    for member in reversed(thread.runs):
+        if member.run is not None and member.run.max_steps > 0:
+            return member.run
+    return None
+
+
+@router.post("/threads")
+async def create_thread(body: ThreadCreate, api: Api, tenant: Tenant) -> dict[str, Any]:
+    if body.if_exists not in ("raise", "do_nothing"):
+        raise InvalidInput("if_exists is raise or do_nothing")
+    thread = await api.wp.store.create_thread(
+        tenant, thread_id=body.thread_id, metadata=body.metadata, if_exists=body.if_exists
+    )
+    return await thread_json(api, tenant, thread)
+
+
+@router.post("/threads/search")
+async def search_threads(body: ThreadSearch, api: Api, tenant: Tenant) -> list[dict[str, Any]]:
+    found = await api.wp.store.search_threads(tenant, metadata=body.metadata, limit=body.limit, offset=body.offset)
+    shaped = [await thread_json(api, tenant, t) for t in found]
+    return [t for t in shaped if body.status is None or t["status"] == body.status]
+
+
+@router.post("/threads/count")
+async def count_threads(body: ThreadSearch, api: Api, tenant: Tenant) -> int:
+    return await api.wp.store.count_threads(tenant, metadata=body.metadata)
+
+
+@router.get("/threads/{thread_id}")
+async def get_thread(thread_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    return await thread_json(api, tenant, await api.wp.store.get_thread(tenant, thread_id))
+
+
+@router.patch("/threads/{thread_id}")
+async def patch_thread(thread_id: str, body: ThreadPatch, api: Api, tenant: Tenant) -> dict[str, Any]:
+    return await thread_json(api, tenant, await api.wp.store.update_thread(tenant, thread_id, body.metadata))
+
+
+@router.delete("/threads/{thread_id}", status_code=204)
+async def delete_thread(thread_id: str, api: Api, tenant: Tenant) -> Response:
+    """Forget the thread; its runs stay in the log (DELETE /v1/runs/{id} removes one)."""
+    await api.wp.store.delete_thread(tenant, thread_id)
+    return Response(status_code=204)
+
+
+@router.post("/threads/{thread_id}/copy")
+async def copy_thread(thread_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """A new thread with the same history: its next run forks from the same place (nothing is copied)."""
+    return await thread_json(api, tenant, await api.wp.store.copy_thread(tenant, thread_id))
+
+
+# --- state and history (checkpoints are steps: "<run_id>:<step>") ---------------------------------
+
+
+def checkpoint_ref(thread_id: str, run_id: str, step: int) -> dict[str, Any]:
+    return {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": f"{run_id}:{step}", "checkpoint_map": None}
+
+
+def states(thread: ThreadRow, entries: list[Entry], last: RunRow) -> list[dict[str, Any]]:
+    """Every checkpoint of the conversation, newest first, with its values."""
+    points: list[tuple[str, int]] = []
+    for e in entries:
+        if not points or points[-1] != (e.run_id, e.step):
+            points.append((e.run_id, e.step))
+    if (last.run_id, last.steps) not in points:
+        points.append((last.run_id, last.steps))
+    out: list[dict[str, Any]] = []
+    for i, (run_id, step) in enumerate(points):
+        upto = [e for e in entries if (e.run_id, e.step) in points[: i + 1]]
+        at = upto[-1].at if upto else None
+        live = (run_id, step) == points[-1] and last.status not in FINISHED
+        out.append(
+            {
+                "values": {"messages": flatten(upto)},
+                "next": ["model"] if live else [],
+                "checkpoint": checkpoint_ref(thread.thread_id, run_id, step),
+                "metadata": {"run_id": run_id, "step": step, "source": "input" if i == 0 else "loop"},
+                "created_at": iso(at),
+                "parent_checkpoint": checkpoint_ref(thread.thread_id, *points[i - 1]) if i else None,
+                "tasks": [],
+                "interrupts": [],
+            }
+        )
+    return list(reversed(out))
+
+
+async def thread_states(api: ApiState, tenant: str, thread_id: str) -> list[dict[str, Any]]:
+    thread = await api.wp.store.get_thread(tenant, thread_id)
+    last = newest_started(thread)
+    if last is None:
+        return []
+    return states(thread, await conversation(api.wp.store, tenant, last.run_id), last)
+
+
+def empty_state(thread_id: str) -> dict[str, Any]:
+    return {
+        "values": {},
+        "next": [],
+        "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": None, "checkpoint_map": None},
+        "metadata": {},
+        "created_at": None,
+        "parent_checkpoint": None,
+        "tasks": [],
+        "interrupts": [],
+    }
+
+
+@router.get("/threads/{thread_id}/state")
+async def get_state(thread_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    found = await thread_states(api, tenant, thread_id)
+    return found[0] if found else empty_state(thread_id)
+
+
+@router.get("/threads/{thread_id}/state/{checkpoint_id}")
+async def get_state_at(thread_id: str, checkpoint_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    for state in await thread_states(api, tenant, thread_id):
+        if state["checkpoint"]["checkpoint_id"] == checkpoint_id:
+            return state
+    raise NotFound(f"thread {thread_id} has no checkpoint {checkpoint_id!r}: its history lists them")
+
+
+@router.post("/threads/{thread_id}/state/checkpoint")
+async def post_state_at(thread_id: str, body: CheckpointRef, api: Api, tenant: Tenant) -> dict[str, Any]:
+    return await get_state_at(thread_id, str(body.checkpoint.get("checkpoint_id")), api, tenant)
+
+
+@router.post("/threads/{thread_id}/state")
+async def update_state(thread_id: str, api: Api, tenant: Tenant) -> None:
+    await api.wp.store.get_thread(tenant, thread_id)
+    raise not_supported(
+        "a thread's state is its runs' append-only log: add to it with a new run on the thread, "
+        "or POST /v1/runs/{id}/send to a running run"
+    )
+
+
+@router.post("/threads/{thread_id}/history")
+async def history(thread_id: str, body: History, api: Api, tenant: Tenant) -> list[dict[str, Any]]:
+    found = await thread_states(api, tenant, thread_id)
+    before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
+    if before:
+        ids = [s["checkpoint"]["checkpoint_id"] for s in found]
+        found = found[ids.index(before) + 1 :] if before in ids else []
+    return found[: body.limit]

@@ -1,0 +1,350 @@
+"""Waypoint's own API for runs: everything the CLI does, under /v1/runs.
+
+Bodies and answers are JSON (`waypoint.store.rows.as_json` of the typed rows the Python client
+returns); every call acts for the tenant of the API key, and another tenant's run is 404.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from waypoint.app.http.auth import Api, Tenant
+from waypoint.app.http.streams import NativeFormat, run_items, sse_response
+from waypoint.errors import InvalidInput, NotFound, WaypointError
+from waypoint.names import FINISHED, EventKind, RunStatus
+from waypoint.store.rows import as_json
+from waypoint.store.travel import parse_step
+from waypoint.types import Budget
+
+router = APIRouter(prefix="/v1", tags=["runs"])
+STARTING = "starting"  # the status shown for a run Temporal has and Postgres has not yet
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartRun(Body):
+    task: str = Field(description="What the agent should do.")
+    agent: str = Field("demo", description="Agent name (GET /v1/agents lists them).")
+    model: str | None = Field(None, description="Model spec overriding the agent's, e.g. openai:gpt-4o-mini.")
+    max_steps: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0, description="Token budget (input + output).")
+    max_cost_usd: float | None = Field(None, gt=0)
+    deadline_seconds: float | None = Field(None, gt=0, description="Wall-clock budget.")
+
+
+class Fork(Body):
+    step: int = Field(ge=0, description="Fork from the state at this step.")
+    message: str | None = Field(None, description="A user message added to that state.")
+    model: str | None = None
+
+
+class Reason(Body):
+    reason: str | None = None
+
+
+class Text(Body):
+    text: str
+
+
+class Decide(Body):
+    call_id: str | None = Field(None, description="The waiting tool call, when several wait.")
+    reason: str | None = None
+
+
+def json_of(value: Any) -> dict[str, Any]:
+    """A typed row (or the live state) as a JSON object."""
+    data: dict[str, Any] = as_json(value)
+    return data
+
+
+def encode_cursor(at: datetime, run_id: str) -> str:
+    return base64.urlsafe_b64encode(f"{at.isoformat()}|{run_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        at, _, run_id = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().partition("|")
+        return datetime.fromisoformat(at), run_id
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidInput(f"cursor {cursor!r} is not one this API gave out: pass `next_cursor` as it came") from None
+
+
+@router.post("/runs", status_code=201)
+async def start_run(body: StartRun, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
+    """Start a run; answers its id (and trace id) at once, before the first step."""
+    budget = Budget(
+        max_steps=body.max_steps,
+        max_tokens=body.max_tokens,
+        max_cost_usd=body.max_cost_usd,
+        deadline_seconds=body.deadline_seconds,
+    )
+    run_id = await api.wp.start_run(body.task, agent=body.agent, model=body.model, budget=budget, tenant_id=tenant)
+    response.headers["Location"] = f"/v1/runs/{run_id}"
+    return {"run_id": run_id, "trace_id": api.wp.started_trace(run_id)}
+
+
+@router.get("/runs")
+async def list_runs(
+    api: Api,
+    tenant: Tenant,
+    limit: Annotated[int, Query(ge=1, le=500)] = 20,
+    status: RunStatus | None = None,
+    agent: str | None = None,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+) -> dict[str, Any]:
+    """The tenant's runs, newest first, a page at a time (keyset pagination)."""
+    before = decode_cursor(cursor) if cursor else None
+    rows = await api.wp.runs(tenant_id=tenant, limit=limit, status=status, agent=agent, before=before)
+    last = rows[-1] if len(rows) == limit else None
+    nxt = encode_cursor(last.created_at, last.run_id) if last is not None and last.created_at else None
+    return {"runs": as_json(rows), "next_cursor": nxt}
+
+
+@router.get("/runs/{run_id}")
+async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """The run's row and, while it runs, its live state from Temporal (step, pending approvals).
+    A run started a moment ago whose worker has not written its row yet is `starting`."""
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+    except NotFound:
+        if not await api.wp.starting(run_id, tenant_id=tenant):
+            raise
+        return {"run_id": run_id, "tenant_id": tenant, "status": STARTING, "steps": 0, "live": None}
+    live = None
+    if row.status not in FINISHED:
+        try:
+            live = await api.wp.progress(run_id, tenant_id=tenant)
+        except WaypointError:
+            live = None  # Temporal unreachable: Postgres still answers
+    return {**as_json(row), "live": as_json(live)}
+
+
+@router.get("/runs/{run_id}/steps")
+async def steps(
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    after_step: Annotated[int, Query(ge=0, description="The last step seen (keyset pagination).")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    """The step timeline: one line per step (action, tools, tokens, model and tool time)."""
+    lines = await api.wp.timeline(run_id, tenant_id=tenant, after_step=after_step, limit=limit)
+    nxt = lines[-1].step if len(lines) == limit else None
+    return {"run_id": run_id, "steps": as_json(lines), "next_after_step": nxt}
+
+
+@router.get("/runs/{run_id}/lineage")
+async def lineage(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """The runs it was forked from (oldest first) and its own forks."""
+    return {"run_id": run_id, "lineage": as_json(await api.wp.lineage(run_id, tenant_id=tenant))}
+
+
+@router.get("/runs/{run_id}/steps/{step}/state")
+async def state(run_id: str, step: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """The state at a step: the working memory the next model call saw, and the step's events."""
+    found = await api.wp.state(run_id, parse_step(step), tenant_id=tenant)
+    data: dict[str, Any] = as_json(found)
+    return data
+
+
+@router.get("/runs/{run_id}/diff")
+async def diff(run_id: str, a: str, b: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """What changed between the states at steps a and b."""
+    data: dict[str, Any] = as_json(await api.wp.diff(run_id, parse_step(a), parse_step(b), tenant_id=tenant))
+    return data
+
+
+@router.get("/runs/{run_id}/events")
+async def events(
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    kind: Annotated[list[EventKind] | None, Query(description="Only these kinds (repeat the parameter).")] = None,
+    since_step: Annotated[int, Query(ge=0)] = 0,
+    after_seq: Annotated[int, Query(ge=0, description="The last seq seen (keyset pagination).")] = 0,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> dict[str, Any]:
+    """The append-only event log, in order, a page at a time."""
+    rows = await api.wp.events(
+        run_id, kinds=list(kind or []), since_step=since_step, after_seq=after_seq, limit=limit, tenant_id=tenant
+    )
+    nxt = rows[-1].seq if len(rows) == limit else None
+    return {"run_id": run_id, "events": as_json(rows), "next_after_seq": nxt}
+
+
+@router.get("/runs/{run_id}/export")
+async def export(run_id: str, api: Api, tenant: Tenant) -> StreamingResponse:
+    """The full transcript, streamed as JSON lines: the run row, then every event in order."""
+    lines = api.wp.export(run_id, tenant_id=tenant)
+    first = await anext(lines)  # an unknown run is a 404 before the stream starts
+
+    async def body() -> Any:
+        yield first + "\n"
+        async for line in lines:
+            yield line + "\n"
+
+    return StreamingResponse(
+        body(),
+        media_type="application/x-ndjson",
+        headers={"Content-Disposition": f'attachment; filename="{run_id}.jsonl"'},
+    )
+
+
+@router.get("/runs/{run_id}/stream")
+async def stream(
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    last_event_id: Annotated[str | None, Header(description="Resume after this event (the SSE id).")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, description="Resume after this seq (for clients without headers).")
+    ] = None,
+    format: Annotated[
+        str, Query(pattern="^(waypoint|agui)$", description="waypoint, or agui (AG-UI events).")
+    ] = "waypoint",
+    deltas: Annotated[bool, Query(description="Include model token deltas.")] = True,
+) -> Response:
+    """Server-sent events: the run's log from a position on, then live as it commits, with model
+    token deltas, until the run ends. Reconnect with Last-Event-ID to resume exactly."""
+    await api.wp.check_run(run_id, tenant_id=tenant)
+    position = resume_point(last_event_id, after)
+    items = run_items(api.hub, api.wp.store, tenant, run_id, position, deltas=deltas)
+    keepalive = api.settings.api_keepalive_seconds
+    if format == "agui":
+        from waypoint.app.http.agui import AguiFormat
+
+        agui = AguiFormat(run_id, thread_id=run_id)
+        return sse_response(items, agui.render, keepalive=keepalive)
+    return sse_response(items, NativeFormat(run_id).render, keepalive=keepalive)
+
+
+def resume_point(last_event_id: str | None, after: int | None) -> int:
+    """The seq a stream resumes after: Last-Event-ID wins over ?after=."""
+    if last_event_id:
+        head = last_event_id.strip().split(".", 1)[0]
+        if not head.isdigit():
+            raise InvalidInput(f"Last-Event-ID {last_event_id!r} is not an id this API sent: it sends seqs (1, 2, ...)")
+        return int(head)
+    return after or 0
+
+
+@router.post("/runs/{run_id}/fork", status_code=201)
+async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
+    """A new run from the state of this one at a step (plus an optional message); the parent is untouched."""
+    new_id = await api.wp.fork(run_id, body.step, message=body.message, model=body.model, tenant_id=tenant)
+    response.headers["Location"] = f"/v1/runs/{new_id}"
+    return {"run_id": new_id, "parent_run_id": run_id, "fork_step": body.step}
+
+
+@router.get("/runs/{run_id}/replay")
+async def replay(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """Replay every Temporal execution of the run against the current workflow code."""
+    outcomes = await api.wp.replay(run_id, tenant_id=tenant)
+    return {"run_id": run_id, "ok": all(o.error is None for o in outcomes), "executions": as_json(outcomes)}
+
+
+@router.get("/runs/{run_id}/verify")
+async def verify(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """Recompute the run's event hash chain and checkpoint hashes."""
+    data: dict[str, Any] = as_json(await api.wp.verify(run_id, tenant_id=tenant))
+    return data
+
+
+@router.delete("/runs/{run_id}", status_code=204)
+async def delete(run_id: str, api: Api, tenant: Tenant) -> Response:
+    """Remove a finished run and everything it wrote (the retention path)."""
+    await api.wp.delete(run_id, tenant_id=tenant)
+    return Response(status_code=204)
+
+
+@router.get("/runs/{run_id}/trace")
+async def trace(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """The run's trace id, and a link when WAYPOINT_TRACE_UI_URL is set."""
+    trace_id = await api.wp.trace_id(run_id, tenant_id=tenant)
+    template = api.settings.trace_ui_url
+    return {
+        "run_id": run_id,
+        "trace_id": trace_id,
+        "url": template.format(trace_id=trace_id) if template and trace_id else None,
+    }
+
+
+@router.get("/runs/{run_id}/compactions")
+async def compactions(
+    run_id: str, api: Api, tenant: Tenant, limit: Annotated[int, Query(ge=1, le=500)] = 20
+) -> dict[str, Any]:
+    """The run's compactions, newest first."""
+    await api.wp.run(run_id, tenant_id=tenant)
+    rows = await api.wp.compactions(run_id, tenant_id=tenant, limit=limit)
+    return {"run_id": run_id, "compactions": as_json(rows)}
+
+
+@router.post("/runs/{run_id}/compact")
+async def compact(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """Compact the run now and wait for the pass."""
+    data: dict[str, Any] = as_json(await api.wp.compact(run_id, tenant_id=tenant))
+    return data
+
+
+@router.get("/compactions")
+async def all_compactions(api: Api, tenant: Tenant, limit: Annotated[int, Query(ge=1, le=500)] = 20) -> dict[str, Any]:
+    """The tenant's compactions, newest first."""
+    return {"compactions": as_json(await api.wp.compactions(tenant_id=tenant, limit=limit))}
+
+
+@router.post("/compact")
+async def compact_all(api: Api, tenant: Tenant) -> dict[str, Any]:
+    """A compaction pass now over the tenant's runs past the threshold; answers what it did."""
+    data: dict[str, Any] = as_json(await api.wp.compact(tenant_id=tenant))
+    return data
+
+
+# --- messages to a running run ------------------------------------------------------------------
+
+
+@router.post("/runs/{run_id}/pause")
+async def pause(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """Pause before the next step. Answers the run's live state; 409 with the reason if refused."""
+    return json_of(await api.wp.pause(run_id, tenant_id=tenant))
+
+
+@router.post("/runs/{run_id}/resume")
+async def resume(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    return json_of(await api.wp.resume(run_id, tenant_id=tenant))
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel(run_id: str, api: Api, tenant: Tenant, body: Reason | None = None) -> dict[str, Any]:
+    """End the run after its current step (status `cancelled`)."""
+    return json_of(await api.wp.cancel(run_id, body.reason if body else None, tenant_id=tenant))
+
+
+@router.post("/runs/{run_id}/send")
+async def send(run_id: str, body: Text, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """A user message the run's next model call reads."""
+    if not body.text.strip():
+        raise InvalidInput("the message is empty: send some text")
+    return json_of(await api.wp.send(run_id, body.text, tenant_id=tenant))
+
+
+@router.post("/runs/{run_id}/approve")
+async def approve(run_id: str, api: Api, tenant: Tenant, body: Decide | None = None) -> dict[str, Any]:
+    """Let a tool call that waits for approval run."""
+    body = body or Decide(call_id=None)
+    return json_of(await api.wp.approve(run_id, body.call_id, body.reason, tenant_id=tenant))
+
+
+@router.post("/runs/{run_id}/deny")
+async def deny(run_id: str, api: Api, tenant: Tenant, body: Decide | None = None) -> dict[str, Any]:
+    """Refuse a waiting tool call; the model reads the reason."""
+    body = body or Decide(call_id=None)
+    return json_of(await api.wp.deny(run_id, body.call_id, body.reason, tenant_id=tenant))

@@ -1,0 +1,72 @@
+"""Running the API: uvicorn on the configured address, in its own process or inside `waypoint dev`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from collections.abc import Iterator
+
+import uvicorn
+
+from waypoint.app.client import Waypoint
+from waypoint.app.http.app import create_app
+from waypoint.config import Settings
+from waypoint.errors import InvalidInput, WaypointError
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn's server without its own signal handling: the process that runs it (`serve`, `dev`, a
+    test) owns SIGINT and SIGTERM and stops it with `stop_api`."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def api_server(
+    settings: Settings, *, host: str, port: int, auth: bool = True, waypoint: Waypoint | None = None
+) -> uvicorn.Server:
+    """A uvicorn server of the API (not started). Auth can be off on a loopback address only."""
+    if not auth and not is_loopback(host):
+        raise InvalidInput(
+            f"the API runs without keys on loopback addresses only, not on {host}: drop the address or turn auth on"
+        )
+    app = create_app(settings, auth=auth, waypoint=waypoint)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False)
+    return ApiServer(config)
+
+
+async def start_api(server: uvicorn.Server) -> asyncio.Task[None]:
+    """Start the server on this event loop; returns once it listens (or raises why it could not)."""
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            exc = task.exception() if not task.cancelled() else None
+            where = f"{server.config.host}:{server.config.port}"
+            raise WaypointError(
+                f"the HTTP API could not start on {where} ({exc or 'it stopped'}): "
+                "pick another port with --port or WAYPOINT_API_PORT"
+            )
+        await asyncio.sleep(0.02)
+    return task
+
+
+async def stop_api(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+    server.should_exit = True
+    await task
+
+
+def url_of(server: uvicorn.Server) -> str:
+    host = server.config.host
+    port = server.servers[0].sockets[0].getsockname()[1] if server.servers else server.config.port
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"

@@ -1,0 +1,24 @@
+"""What every request handler shares: the client, the stream hub, the settings, whether auth is on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from waypoint.app.client import Waypoint
+from waypoint.app.http.hub import StreamHub
+from waypoint.config import Settings
+
+
+@dataclass
+class ApiState:
+    wp: Waypoint
+    hub: StreamHub
+    settings: Settings
+    auth: bool
+
+
+def api_state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.api
+    return state

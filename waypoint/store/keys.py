@@ -1,0 +1,88 @@
+"""API keys of the HTTP API: minted here, stored as their SHA-256, resolved to a tenant.
+
+A key is `wp_` plus 32 random bytes (URL-safe base64); it is shown once, when it is created.
+The table keeps its hash and its first characters (to tell keys apart in listings), so a
+database dump reveals no usable key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from sqlalchemy import func, select, update
+
+from waypoint.checks import check_tenant
+from waypoint.errors import InvalidInput, NotFound
+from waypoint.store.base import StoreBase
+from waypoint.store.rows import ApiKeyRow
+from waypoint.store.schema import api_keys
+
+KEY_PREFIX = "wp_"
+SHOWN_CHARS = 10  # "wp_" and 7 characters: enough to tell keys apart, far too few to guess one
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ApiKeys(StoreBase):
+    async def create_key(self, tenant_id: str, name: str | None = None) -> tuple[str, ApiKeyRow]:
+        """A new key for `tenant_id`: (the key itself, shown this once; its row)."""
+        check_tenant(tenant_id)
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        async with self.engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    api_keys.insert()
+                    .values(key_hash=key_hash(key), prefix=key[:SHOWN_CHARS], tenant_id=tenant_id, name=name)
+                    .returning(*api_keys.c)
+                )
+            ).mappings()
+            return key, ApiKeyRow.of(row.one())
+
+    async def tenant_of_key(self, key: str) -> str | None:
+        """The tenant of a valid key; None for an unknown or revoked one."""
+        if not key.startswith(KEY_PREFIX):
+            return None
+        query = select(api_keys.c.tenant_id).where(
+            api_keys.c.key_hash == key_hash(key), api_keys.c.revoked_at.is_(None)
+        )
+        async with self.engine.connect() as conn:
+            tenant: str | None = await conn.scalar(query)
+        return tenant
+
+    async def list_keys(self, tenant_id: str | None = None) -> list[ApiKeyRow]:
+        """Every key (of one tenant, if given), oldest first; revoked ones too."""
+        query = select(api_keys).order_by(api_keys.c.id)
+        if tenant_id is not None:
+            query = query.where(api_keys.c.tenant_id == tenant_id)
+        async with self.engine.connect() as conn:
+            return [ApiKeyRow.of(r) for r in (await conn.execute(query)).mappings()]
+
+    async def revoke_key(self, key_ref: str) -> ApiKeyRow:
+        """Revoke a key by its id or the prefix `keys list` shows; requests with it get 401 at once."""
+        ref = key_ref.strip()
+        if ref.isdigit():
+            where = api_keys.c.id == int(ref)
+        elif ref.startswith(KEY_PREFIX) and len(ref) >= SHOWN_CHARS:
+            where = api_keys.c.prefix == ref[:SHOWN_CHARS]
+        else:
+            raise InvalidInput(
+                f"{key_ref!r} names no key: give the id or the prefix (wp_...) that `waypoint keys list` shows"
+            )
+        async with self.engine.begin() as conn:
+            found = (await conn.execute(select(api_keys).where(where))).mappings().all()
+            if not found:
+                raise NotFound(f"no API key {key_ref!r}: `waypoint keys list` shows them")
+            if len(found) > 1:
+                raise InvalidInput(f"{len(found)} keys start with {ref!r}: revoke one by its id")
+            row = (
+                await conn.execute(
+                    update(api_keys)
+                    .where(api_keys.c.id == found[0]["id"])
+                    .values(revoked_at=func.coalesce(api_keys.c.revoked_at, func.now()))
+                    .returning(*api_keys.c)
+                )
+            ).mappings()
+            return ApiKeyRow.of(row.one())
