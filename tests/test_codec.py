@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
@@ -55,6 +56,31 @@ def payloads_in(message: Message) -> Iterator[Payload]:
                 yield from payloads_in(item)
 
 
+SDK_MARKER_FIELDS = {
+    "id",
+    "deprecated",
+    "seq",
+    "attempt",
+    "activity_id",
+    "activity_type",
+    "complete_time",
+    "backoff",
+    "original_schedule_time",
+    "activation_index",
+}
+SDK_MARKER_DETAILS = {"core_local_activity": "data", "core_patch": "patch-data"}
+
+
+def sdk_marker_data(event: HistoryEvent) -> Iterator[Payload]:
+    """The payloads a marker holds for the SDK itself (not a run's data)."""
+    if not event.HasField("marker_recorded_event_attributes"):
+        return
+    marker = event.marker_recorded_event_attributes
+    key = SDK_MARKER_DETAILS.get(marker.marker_name)
+    if key is not None and key in marker.details:
+        yield from marker.details[key].payloads
+
+
 @pytest.mark.postgres
 async def test_history_holds_only_ciphertext_and_the_run_replays(
     client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry
@@ -74,9 +100,28 @@ async def test_history_holds_only_ciphertext_and_the_run_replays(
     raw = await client.get_workflow_handle(run_id).fetch_history()
     payloads = [p for event in raw.events for p in payloads_in(event)]
     assert len(payloads) > 10  # inputs and results of the workflow and of every activity
-    plain = [(dict(p.metadata), p.data[:60]) for p in payloads if p.metadata.get("encoding") != ENCODING]
+    # Markers carry the SDK's own bookkeeping in plain JSON (a patch's id; a local activity's seq,
+    # attempt and type), never a value of the run: the local activity's result beside it is sealed.
+    bookkeeping = [p for event in raw.events for p in sdk_marker_data(event)]
+    assert bookkeeping and all(json.loads(p.data).keys() <= SDK_MARKER_FIELDS for p in bookkeeping)
+    # Patches also set the TemporalChangeVersion search attribute (search attributes are indexed by
+    # the server, so never sealed): the patch ids, nothing else.
+    upserts = [
+        e.upsert_workflow_search_attributes_event_attributes.search_attributes
+        for e in raw.events
+        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+    ]
+    indexed = [(name, value) for attrs in upserts for name, value in attrs.indexed_fields.items()]
+    assert {name for name, _ in indexed} <= {"TemporalChangeVersion"}
+    plain = [
+        (dict(p.metadata), p.data[:60])
+        for p in payloads
+        if p.metadata.get("encoding") != ENCODING and p not in bookkeeping and p not in [v for _, v in indexed]
+    ]
     assert not plain
-    assert {p.metadata["encryption-key-id"] for p in payloads} == {b"new"}  # the newest key encrypts
+    sealed = [p for p in payloads if p.metadata.get("encoding") == ENCODING]
+    assert len(sealed) > 10
+    assert {p.metadata["encryption-key-id"] for p in sealed} == {b"new"}  # the newest key encrypts
     assert secret.encode() not in raw.to_json().encode()
     assert all(secret.encode() not in p.data for p in payloads)
     assert b"calculator" not in b"".join(p.data for p in payloads)

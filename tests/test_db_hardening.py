@@ -4,6 +4,7 @@ statement timeout follow the settings, and a Postgres restart in the middle of a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
@@ -185,11 +186,19 @@ async def _restart_at(marker: Path, own_postgres: OwnPostgres, down_seconds: flo
 
 
 async def _retried_attempts(client: Client, run_id: str) -> list[tuple[str, int]]:
-    return [
-        (e.activity_task_started_event_attributes.identity, e.activity_task_started_event_attributes.attempt)
-        async for e in client.get_workflow_handle(run_id).fetch_history_events()
-        if e.activity_task_started_event_attributes.attempt > 1
-    ]
+    """Activities that needed more than one attempt: (who or what, attempt). A local activity (the
+    store's writes) tells its last attempt in its marker."""
+    found = []
+    async for e in client.get_workflow_handle(run_id).fetch_history_events():
+        if e.activity_task_started_event_attributes.attempt > 1:
+            attrs = e.activity_task_started_event_attributes
+            found.append((attrs.identity, attrs.attempt))
+        marker = e.marker_recorded_event_attributes
+        if marker.marker_name == "core_local_activity":
+            data = json.loads(marker.details["data"].payloads[0].data)
+            if data["attempt"] > 1:
+                found.append((data["activity_type"], data["attempt"]))
+    return found
 
 
 async def _assert_contiguous(engine: AsyncEngine, run_id: str, steps: int) -> None:

@@ -91,7 +91,7 @@ async def test_a_run_records_its_metrics(
     assert {p.attributes["waypoint.tenant"] for p in recall} == {settings.tenant}
 
 
-async def test_qdrant_spans_sit_under_the_memory_step(
+async def test_qdrant_spans_sit_under_the_memory_activities(
     stack: StackInfo, engine: AsyncEngine, settings: Settings, agents, fake_openai: FakeOpenAI, memory_traced
 ):
     (spans, _), _ = memory_traced
@@ -101,12 +101,16 @@ async def test_qdrant_spans_sit_under_the_memory_step(
     by_id = {s["span_id"]: s for s in found}
     qdrant = [s for s in found if s["name"].startswith("qdrant ")]
     assert {s["name"] for s in qdrant} == {"qdrant search", "qdrant upsert"}, dump(found)
+    parents = {(s["name"], by_id[s["parent_id"]]["name"]) for s in qdrant}
+    # Recall (and storing the steps before it) runs inside the model call, on the memory queue's
+    # worker; the run's last step is stored by memory_step once it has ended.
+    assert ("qdrant search", "RunActivity:call_model") in parents, dump(found)
+    assert ("qdrant upsert", "RunActivity:memory_step") in parents, dump(found)
+    assert {p for _, p in parents} <= {"RunActivity:call_model", "RunActivity:memory_step"}, dump(found)
     for s in qdrant:
-        parent = by_id[s["parent_id"]]
-        assert parent["name"] == "RunActivity:memory_step", dump(found)
         assert s["attributes"]["db.system"] == "qdrant" and s["attributes"]["waypoint.run_id"] == run_id
         assert s["status"] == "UNSET"
-    # The memory activity runs on the memory queue's worker and still joins the run's one trace.
+    # The memory queue's worker still joins the run's one trace.
     assert "StartActivity:memory_step" in dump(found)
 
 
