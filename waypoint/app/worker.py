@@ -73,10 +73,26 @@ def build_worker(
     *,
     task_queue: str | None = None,
     memory: bool = False,
+    max_cached_workflows: int | None = None,
+    max_concurrent_workflow_tasks: int | None = None,
+    max_concurrent_activities: int | None = None,
 ) -> Worker:
     """The main worker. `memory`: runs use episodic memory, served on the memory task queue by
-    `build_memory_worker` (in this process or another)."""
+    `build_memory_worker` (in this process or another).
+
+    The three limits go to Temporal's `Worker` as they are (None: the SDK's default): runs kept in the
+    sticky cache, workflow tasks and activities in flight at once. They bound what one worker process
+    holds in memory and how many runs it moves at a time (`benchmarks/many_runs.py` measures them)."""
     queue = task_queue or settings.task_queue
+    limits: dict[str, int] = {
+        name: value
+        for name, value in (
+            ("max_cached_workflows", max_cached_workflows),
+            ("max_concurrent_workflow_tasks", max_concurrent_workflow_tasks),
+            ("max_concurrent_activities", max_concurrent_activities),
+        )
+        if value is not None
+    }
     store = RunStore(engine)
     checkpoints = CheckpointActivities(store, agents, memory_queue=memory_task_queue(queue) if memory else None)
     models = ModelActivities(store, agents, settings)
@@ -105,6 +121,7 @@ def build_worker(
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         graceful_shutdown_timeout=timedelta(seconds=10),
+        **limits,
     )
 
 
