@@ -174,9 +174,13 @@ async def run_worker(
     settings: Settings,
     stop: asyncio.Event,
     ready: Callable[[], None] | None = None,
+    *,
+    max_cached_workflows: int | None = None,
+    max_concurrent_workflow_tasks: int | None = None,
+    max_concurrent_activities: int | None = None,
 ) -> None:
     """Run a worker until `stop` is set; in-flight activities get the graceful shutdown timeout.
-    `ready` is called once the worker polls."""
+    `ready` is called once the worker polls. The limits go to the main worker (`build_worker`)."""
     await check_schema(engine)
     agents = AgentRegistry.from_modules(settings.agent_modules)
     async with contextlib.AsyncExitStack() as stack:
@@ -188,7 +192,17 @@ async def run_worker(
                 log.warning("this worker serves no memory: %s", exc)
             else:
                 await stack.enter_async_context(build_memory_worker(client, engine, settings, agents, store))
-        async with build_worker(client, engine, settings, agents, memory=settings.memory):
+        main = build_worker(
+            client,
+            engine,
+            settings,
+            agents,
+            memory=settings.memory,
+            max_cached_workflows=max_cached_workflows,
+            max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
+            max_concurrent_activities=max_concurrent_activities,
+        )
+        async with main:
             if ready is not None:
                 ready()
             await stop.wait()
