@@ -170,6 +170,17 @@ class Settings(BaseSettings):
     model_delta_flush_ms: int = Field(
         40, ge=1, description="Workers send a model call's deltas in batches, at most one per this many ms."
     )
+    # Worker limits (Temporal's Worker options; benchmarks/many_runs.py measured them on 2 cores).
+    worker_max_cached_workflows: int = Field(
+        1_000, ge=0, description="Runs a worker keeps in its sticky cache (memory grows with it; 0: none)."
+    )
+    worker_max_concurrent_workflow_tasks: int = Field(100, ge=1, description="Workflow tasks a worker runs at once.")
+    worker_max_concurrent_activities: int = Field(
+        1_000,
+        ge=1,
+        description="Activities a worker runs at once. Model calls mostly wait on the provider, so a "
+        "worker holds many; 1,000 runs waiting on a 30 s model fit in 450 MiB.",
+    )
     db_pool_size: int = Field(5, ge=1, description="Postgres connections each process keeps open.")
     db_max_overflow: int = Field(10, ge=0, description="Extra Postgres connections a process may open under load.")
     db_statement_timeout_ms: int = Field(

@@ -232,7 +232,8 @@ async def run_worker(
     max_concurrent_activities: int | None = None,
 ) -> None:
     """Run a worker until `stop` is set; in-flight activities get the graceful shutdown timeout.
-    `ready` is called once the worker polls. The limits go to the main worker (`build_worker`)."""
+    `ready` is called once the worker polls. The limits go to the main worker (`build_worker`); unset,
+    the settings' `worker_max_*` apply."""
     await check_schema(engine)
     agents = agents or load_agents(settings)
     async with contextlib.AsyncExitStack() as stack:
@@ -250,14 +251,20 @@ async def run_worker(
             settings,
             agents,
             memory=settings.memory,
-            max_cached_workflows=max_cached_workflows,
-            max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
-            max_concurrent_activities=max_concurrent_activities,
+            max_cached_workflows=_or(max_cached_workflows, settings.worker_max_cached_workflows),
+            max_concurrent_workflow_tasks=_or(
+                max_concurrent_workflow_tasks, settings.worker_max_concurrent_workflow_tasks
+            ),
+            max_concurrent_activities=_or(max_concurrent_activities, settings.worker_max_concurrent_activities),
         )
         async with main:
             if ready is not None:
                 ready()
             await stop.wait()
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def stop_event() -> asyncio.Event:
