@@ -178,6 +178,8 @@ def build_memory_worker(
         client,
         task_queue=memory_task_queue(task_queue or settings.task_queue),
         workflows=[MemoryRequestWorkflow],
+        # The model calls of runs with memory run here: as many slots as the main worker's.
+        max_concurrent_activities=settings.worker_max_concurrent_activities,
         activities=[
             models.call_model,
             memory.memory_step,
