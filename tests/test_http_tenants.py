@@ -17,6 +17,7 @@ RUN_ENDPOINTS = [
     ("GET", "/v1/runs/{run}/lineage", None),
     ("GET", "/v1/runs/{run}/steps/1/state", None),
     ("GET", "/v1/runs/{run}/diff?a=1&b=2", None),
+    ("GET", "/v1/runs/{run}/compare/{run}", None),
     ("GET", "/v1/runs/{run}/events", None),
     ("GET", "/v1/runs/{run}/export", None),
     ("GET", "/v1/runs/{run}/stream", None),

@@ -36,6 +36,7 @@ from waypoint.store.rows import (
     CompactionRow,
     EventRow,
     LineageLink,
+    RunComparison,
     RunRow,
     StateDiff,
     StepLine,
@@ -353,6 +354,10 @@ class Waypoint:
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
         """The full transcript as JSON lines (streamed)."""
         return self.store.export(self.tenant(tenant_id), run_id)
+
+    async def compare(self, run_a: str, run_b: str, *, tenant_id: str | None = None) -> RunComparison:
+        """Two runs of the tenant step by step: tool calls, answers, tokens, cost, model time, outcome."""
+        return await self.store.compare(self.tenant(tenant_id), run_a, run_b)
 
     async def lineage(self, run_id: str, *, tenant_id: str | None = None) -> list[LineageLink]:
         return await self.store.lineage(self.tenant(tenant_id), run_id)

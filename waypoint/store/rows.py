@@ -216,12 +216,76 @@ class ThreadRow:
         return self.runs[-1] if self.runs else None
 
 
+@dataclass(frozen=True)
+class CallLine:
+    """One tool call of a step, as `compare` matches them: the name, the arguments as canonical JSON
+    (keys sorted), and how it ended (a ToolOutcome, or None when no result was recorded)."""
+
+    name: str
+    arguments: str
+    outcome: str | None = None
+
+
+@dataclass(frozen=True)
+class StepSide:
+    """What one run did at one step: the model's answer, its tool calls and what they cost."""
+
+    model: str | None
+    content: str | None
+    calls: list[CallLine] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    model_ms: int = 0
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """One step of two runs side by side; `a` or `b` is None when that run has no such step."""
+
+    step: int
+    a: StepSide | None
+    b: StepSide | None
+    same_calls: bool
+    same_answer: bool
+    answer_diff: list[str] = field(default_factory=list)  # unified diff lines of the answer text
+
+    @property
+    def same(self) -> bool:
+        return self.same_calls and self.same_answer
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """Two runs step by step (`waypoint compare`): where they part and what that costs."""
+
+    a: RunRow
+    b: RunRow
+    steps: list[StepComparison]
+    first_divergence: int | None  # the first step that differs, None when every step is the same
+    same_output: bool
+    output_diff: list[str] = field(default_factory=list)
+    steps_delta: int = 0  # b - a, counted over the steps compared
+    input_tokens_delta: int = 0
+    output_tokens_delta: int = 0
+    cost_delta_usd: float = 0.0
+    model_ms_delta: int = 0
+
+    @property
+    def diverged(self) -> bool:
+        return self.first_divergence is not None or not self.same_output or self.a.status != self.b.status
+
+
 def as_json(value: Any) -> Any:
     """Dataclasses, datetimes, decimals and enums as JSON-ready values, recursively."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         data = {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
         if isinstance(value, Verdict):
             data["ok"] = value.ok
+        if isinstance(value, StepComparison):
+            data["same"] = value.same
+        if isinstance(value, RunComparison):
+            data["diverged"] = value.diverged
         return data
     if isinstance(value, Mapping):
         return {str(k): as_json(v) for k, v in value.items()}

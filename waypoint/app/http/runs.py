@@ -148,6 +148,13 @@ async def lineage(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     return {"run_id": run_id, "lineage": as_json(await api.wp.lineage(run_id, tenant_id=tenant))}
 
 
+@router.get("/runs/{run_id}/compare/{other}")
+async def compare(run_id: str, other: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """This run and `other` step by step: tool calls, answers, tokens, cost, model time, outcome."""
+    data: dict[str, Any] = as_json(await api.wp.compare(run_id, other, tenant_id=tenant))
+    return data
+
+
 @router.get("/runs/{run_id}/steps/{step}/state")
 async def state(run_id: str, step: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The state at a step: the working memory the next model call saw, and the step's events."""
