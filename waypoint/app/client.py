@@ -28,7 +28,7 @@ from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, NotFound
 from waypoint.models.spec import Provider, parse_model_spec
-from waypoint.names import EventKind, MemoryOp, RunStatus, Update
+from waypoint.names import EventKind, LineageKind, MemoryOp, RunStatus, ToolMode, Update
 from waypoint.store import RunStore
 from waypoint.store.base import not_found
 from waypoint.store.db import engine_for
@@ -187,6 +187,40 @@ class Waypoint:
             tenant_id=tenant,
             model=model,
             fork=ForkOrigin(run_id=run_id, step=step, message=message),
+        )
+        return await self._start(new_run_id or make_run_id(), inp)
+
+    async def rerun(
+        self,
+        run_id: str,
+        *,
+        from_step: int = 0,
+        model: str | None = None,
+        agent: str | None = None,
+        tools: str = ToolMode.RECORDED,
+        batch_id: str | None = None,
+        tenant_id: str | None = None,
+        new_run_id: str | None = None,
+    ) -> str:
+        """Run `run_id` again from its state at `from_step` with another model or agent, as a new run
+        (lineage kind `rerun`). With `tools="recorded"` a tool call matching the original's at the
+        same step and position gets the recorded result without running; `"live"` runs every tool.
+        The original is untouched; `compare(run_id, new_id)` shows what changed."""
+        check_choice("tool mode", tools, ToolMode)
+        tenant = self.tenant(tenant_id)
+        await self.store.owner_of_step(tenant, run_id, from_step)  # the run and the step exist
+        source = await self.store.get_run(tenant, run_id)
+        agent = agent or source.agent
+        model = model or (source.model if agent == source.agent else None)
+        await self.check_start(agent, model)
+        inp = RunInput(
+            agent=agent,
+            task=source.task,
+            tenant_id=tenant,
+            model=model,
+            fork=ForkOrigin(
+                run_id=run_id, step=from_step, kind=LineageKind.RERUN, tools=ToolMode(tools), batch_id=batch_id
+            ),
         )
         return await self._start(new_run_id or make_run_id(), inp)
 

@@ -191,6 +191,7 @@ def comparison_summary(c: RunComparison) -> str:
     return (
         f"{where}; steps {c.steps_delta:+d}, tokens {c.input_tokens_delta:+d}/{c.output_tokens_delta:+d}, "
         f"cost {c.cost_delta_usd:+.4f} USD, model time {c.model_ms_delta:+d} ms"
+        + (f"; {c.not_recorded_b} call(s) not recorded" if c.not_recorded_b else "")
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from waypoint.names import EventKind
+from waypoint.names import EventKind, ToolOutcome
 from waypoint.store.base import StoreBase
 from waypoint.store.rows import CallLine, RunComparison, RunRow, StepComparison, StepSide
 from waypoint.store.schema import events
@@ -92,7 +92,13 @@ def compare_sides(a: RunRow, b: RunRow, sides_a: dict[int, StepSide], sides_b: d
         output_tokens_delta=total(sides_b, "output_tokens") - total(sides_a, "output_tokens"),
         cost_delta_usd=round(total(sides_b, "cost_usd") - total(sides_a, "cost_usd"), 6),
         model_ms_delta=total(sides_b, "model_ms") - total(sides_a, "model_ms"),
+        not_recorded_a=not_recorded(sides_a),
+        not_recorded_b=not_recorded(sides_b),
     )
+
+
+def not_recorded(sides: dict[int, StepSide]) -> int:
+    return sum(c.outcome == ToolOutcome.NOT_RECORDED for s in sides.values() for c in s.calls)
 
 
 class Compare(StoreBase):

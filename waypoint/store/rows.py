@@ -42,6 +42,8 @@ class RunRow:
     updated_at: datetime | None = None
     finished_at: datetime | None = None
     remembered_step: int = 0  # the newest step whose episodes are in long-term memory
+    lineage_kind: str | None = None  # a LineageKind: how it came from its parent
+    batch_id: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> RunRow:
@@ -270,6 +272,9 @@ class RunComparison:
     output_tokens_delta: int = 0
     cost_delta_usd: float = 0.0
     model_ms_delta: int = 0
+    # Tool calls a rerun with recorded tools refused (no recorded call matched, not replay-safe).
+    not_recorded_a: int = 0
+    not_recorded_b: int = 0
 
     @property
     def diverged(self) -> bool:

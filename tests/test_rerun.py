@@ -1,0 +1,150 @@
+"""`rerun`: a recorded run again with another model, on a real worker and the fake OpenAI server
+answering per model name. With recorded tools, a call matching the original's (same step,
+position, tool and canonical arguments) gets the recorded result and the tool does not run (its
+side-effect file stays untouched); a diverging call gets a "not recorded" error, counted, unless
+its tool is replay-safe; `compare` finds the first divergence; another tenant can do neither."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from tests.helpers import one_line_error, waypoint
+from waypoint import Agent, ToolContext, tool
+from waypoint.agents import AgentRegistry
+from waypoint.app.client import Waypoint
+from waypoint.demo import demo as demo_agent
+from waypoint.errors import NotFound
+from waypoint.store.schema import tool_effects
+from waypoint.testing.fake_openai import Turn
+
+pytestmark = pytest.mark.postgres
+
+LOOKUPS: list[str] = []
+
+
+@tool
+def append_line(ctx: ToolContext, text: str) -> str:
+    """Append a line to effects.txt in the workspace (a side effect)."""
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    with (ctx.workspace / "effects.txt").open("a") as f:
+        f.write(text + "\n")
+    return f"appended {text!r}"
+
+
+@tool(replay_safe=True)
+def lookup(key: str) -> str:
+    """Read a value (no side effects)."""
+    LOOKUPS.append(key)
+    return f"value of {key}"
+
+
+writer = Agent(
+    name="writer", instructions="Write lines.", model="openai:model-a", tools=(append_line, lookup), max_steps=10
+)
+
+# What each model does at each step (the number of assistant turns so far + 1).
+SCRIPTS: dict[str, list[Turn]] = {
+    "model-a": [
+        Turn(tool_calls=[("append_line", {"text": "one"})], prompt_tokens=100, completion_tokens=10),
+        Turn(tool_calls=[("append_line", {"text": "two"})], prompt_tokens=120, completion_tokens=10),
+        Turn(content="wrote one and two", prompt_tokens=140, completion_tokens=5),
+    ],
+    "model-b": [
+        Turn(tool_calls=[("append_line", {"text": "one"})], prompt_tokens=100, completion_tokens=10),  # matches
+        Turn(tool_calls=[("append_line", {"text": "TWO"})], prompt_tokens=120, completion_tokens=12),  # diverges
+        Turn(tool_calls=[("lookup", {"key": "x"})], prompt_tokens=150, completion_tokens=8),  # replay-safe
+        Turn(content="wrote one, could not write TWO", prompt_tokens=170, completion_tokens=9),
+    ],
+}
+
+
+def by_model(body: dict[str, Any], n: int) -> Turn:
+    step = sum(m["role"] == "assistant" for m in body["messages"])
+    return SCRIPTS[body["model"]][step]
+
+
+@pytest.fixture
+def agents() -> AgentRegistry:
+    return AgentRegistry([demo_agent, writer])
+
+
+async def ledger(engine, run_id: str) -> list[Any]:
+    async with engine.connect() as conn:
+        query = select(tool_effects).where(tool_effects.c.run_id == run_id).order_by(tool_effects.c.step)
+        return list((await conn.execute(query)).mappings())
+
+
+@pytest.mark.timeout(240)
+async def test_rerun_with_recorded_tools(client, engine, settings, worker, fake_openai):
+    fake_openai.responder = by_model
+    LOOKUPS.clear()
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Write two lines", agent="writer")
+    assert (await wp.result(original)).status == "completed"
+    effects = Path(settings.resolved_workspace) / "effects.txt"
+    assert effects.read_text() == "one\ntwo\n"
+    before = effects.stat().st_mtime_ns
+
+    rerun = await wp.rerun(original, model="openai:model-b")
+    result = await wp.result(rerun)
+    assert (result.status, result.steps, result.output) == ("completed", 4, "wrote one, could not write TWO")
+    assert effects.read_text() == "one\ntwo\n" and effects.stat().st_mtime_ns == before  # nothing ran again
+    assert LOOKUPS == ["x"]  # the replay-safe tool ran live
+
+    row = await wp.run(rerun)
+    assert (row.lineage_kind, row.parent_run_id, row.fork_step, row.model) == ("rerun", original, 0, "openai:model-b")
+    calls = await ledger(engine, rerun)
+    assert [(c["step"], c["tool"], c["outcome"], c["duration_ms"]) for c in calls[:2]] == [
+        (1, "append_line", "ok", 0),  # answered from the record: it did not run
+        (2, "append_line", "not_recorded", 0),
+    ]
+    assert calls[0]["output"] == "appended 'one'"  # the original's recorded output
+    assert "not recorded" in calls[1]["output"] and "append_line" in calls[1]["output"]
+    assert (calls[2]["tool"], calls[2]["outcome"], calls[2]["output"]) == ("lookup", "ok", "value of x")
+    # the model read the error: the third request carries it as a tool message
+    third = [s.body for s in fake_openai.seen if s.body["model"] == "model-b"][2]
+    assert "not recorded" in [m for m in third["messages"] if m["role"] == "tool"][-1]["content"]
+    assert [c["outcome"] for c in await ledger(engine, original)] == ["ok", "ok"]  # the original is untouched
+
+    found = await wp.compare(original, rerun)
+    assert found.first_divergence == 2 and found.steps[0].same
+    assert found.not_recorded_b == 1 and found.steps_delta == 1
+    assert found.input_tokens_delta == 150 + 170 - 140 and found.a.output == "wrote one and two"
+
+    done = await waypoint(settings, "compare", original, rerun, "--fail-on-divergence")
+    assert done.code == 1 and "first divergence at step 2" in done.out and "1 call(s) not recorded" in done.out
+
+    # another tenant: neither rerun nor compare finds the run
+    b = Waypoint(client, engine, settings.model_copy(update={"tenant": "tenant-b"}))
+    with pytest.raises(NotFound):
+        await b.rerun(original, model="openai:model-b")
+    with pytest.raises(NotFound):
+        await b.compare(original, rerun)
+    error = one_line_error(await waypoint(settings, "--tenant", "tenant-b", "rerun", original))
+    assert "no run" in error and "waypoint runs" in error
+
+
+@pytest.mark.timeout(240)
+async def test_rerun_from_a_step_with_live_tools_over_the_cli(client, engine, settings, worker, fake_openai):
+    fake_openai.responder = by_model
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Write two lines", agent="writer")
+    assert (await wp.result(original)).status == "completed"
+    effects = Path(settings.resolved_workspace) / "effects.txt"
+
+    done = await waypoint(settings, "rerun", original, "--from-step", "1", "--tools", "live", "--follow", "--json")
+    assert done.code == 0, done.err
+    rerun = (await wp.runs(limit=1))[0].run_id
+    assert rerun != original and rerun in done.out
+    row = await wp.run(rerun)
+    assert (row.status, row.fork_step, row.lineage_kind) == ("completed", 1, "rerun")
+    assert effects.read_text() == "one\ntwo\ntwo\n"  # live: step 2 ran again for real
+    found = await wp.compare(original, rerun)
+    assert found.first_divergence is None and not found.diverged  # same model, same calls
+
+    assert "recorded, live" in one_line_error(await waypoint(settings, "rerun", original, "--tools", "maybe"))
+    assert "step" in one_line_error(await waypoint(settings, "rerun", original, "--from-step", "99"))
