@@ -28,6 +28,7 @@ RUN_ENDPOINTS = [
     ("GET", "/v1/runs/{run}/compactions", None),
     ("GET", "/v1/runs/{run}/memories", None),
     ("POST", "/v1/runs/{run}/fork", {"step": 1}),
+    ("POST", "/v1/runs/{run}/rerun", {}),
     ("POST", "/v1/runs/{run}/compact", None),
     ("POST", "/v1/runs/{run}/pause", None),
     ("POST", "/v1/runs/{run}/resume", None),

@@ -6,6 +6,7 @@ its tool is replay-safe; `compare` finds the first divergence; another tenant ca
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +149,70 @@ async def test_rerun_from_a_step_with_live_tools_over_the_cli(client, engine, se
 
     assert "recorded, live" in one_line_error(await waypoint(settings, "rerun", original, "--tools", "maybe"))
     assert "step" in one_line_error(await waypoint(settings, "rerun", original, "--from-step", "99"))
+
+
+@pytest.mark.timeout(300)
+async def test_a_batch_of_20_reruns_and_its_summary(client, engine, settings, worker, fake_openai):
+    fake_openai.responder = by_model
+    wp = Waypoint(client, engine, settings)
+    originals = [await wp.start_run(f"Write two lines ({n})", agent="writer") for n in range(20)]
+    for run_id in originals:
+        assert (await wp.result(run_id)).status == "completed"
+    effects = Path(settings.resolved_workspace) / "effects.txt"
+    written = effects.read_text()
+    assert written.count("\n") == 40
+
+    done = await waypoint(
+        settings,
+        "rerun",
+        "--select",
+        "status=completed agent=writer since=1h",
+        "--limit",
+        "25",
+        "--concurrency",
+        "5",
+        "--model",
+        "openai:model-b",
+        "--json",
+        timeout=240,
+    )
+    assert done.code == 0, done.err
+    report = json.loads(done.out)
+    assert report["runs"] == 20 and {i["source_run_id"] for i in report["items"]} == set(originals)
+    assert report["diverged_pct"] == 100.0 and report["completed_pct"] == 100.0
+    # model-b: 4 steps of 100+10, 120+12, 150+8, 170+9 tokens; model-a: 3 of 100+10, 120+10, 140+5
+    assert report["tokens_delta_p50_p95"] == [194, 194]  # 579 - 385
+    assert all(i["first_divergence"] == 2 and i["not_recorded"] == 1 for i in report["items"])
+    assert effects.read_text() == written  # no recorded tool ran again
+
+    listed = json.loads(
+        (await waypoint(settings, "runs", "--batch", report["batch_id"], "--limit", "50", "--json")).out
+    )
+    assert sorted(r["run_id"] for r in listed) == sorted(i["run_id"] for i in report["items"])
+    assert {(r["lineage_kind"], r["batch_id"]) for r in listed} == {("rerun", report["batch_id"])}
+
+    # a second batch picks originals only, never the reruns just made
+    again = await wp.rerun_batch("agent=writer", limit=50, model="openai:model-a", concurrency=5)
+    assert {i.source_run_id for i in again.items} == set(originals)
+    assert again.diverged_pct == 0.0 and again.tokens_delta == (0.0, 0.0)
+
+    assert "key=value" in one_line_error(await waypoint(settings, "rerun", "--select", "colour=red"))
+    assert "not both" in one_line_error(await waypoint(settings, "rerun", originals[0], "--select", "agent=writer"))
+    assert "no run matches" in one_line_error(await waypoint(settings, "rerun", "--select", "agent=nobody"))
+
+
+@pytest.mark.timeout(240)
+async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
+    fake_openai.responder = by_model
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Write two lines", agent="writer")
+    assert (await wp.result(original)).status == "completed"
+    r = await api.http.post(f"/v1/runs/{original}/rerun", json={"model": "openai:model-b"})
+    assert r.status_code == 201, r.text
+    rerun = r.json()["run_id"]
+    assert r.headers["location"] == f"/v1/runs/{rerun}"
+    assert (await wp.result(rerun)).output == "wrote one, could not write TWO"
+    compared = (await api.http.get(f"/v1/runs/{original}/compare/{rerun}")).json()
+    assert compared["first_divergence"] == 2 and compared["not_recorded_b"] == 1
+    bad = await api.http.post(f"/v1/runs/{original}/rerun", json={"tools": "maybe"})
+    assert bad.status_code == 400 and "recorded, live" in bad.json()["error"]["message"]

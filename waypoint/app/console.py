@@ -14,9 +14,10 @@ from rich.table import Table
 
 from waypoint.config import Settings
 from waypoint.names import RunStatus
-from waypoint.store.rows import ApiKeyRow, CallLine, RunComparison, RunRow, StepLine, StepSide, as_json
+from waypoint.store.rows import ApiKeyRow, BatchReport, CallLine, RunComparison, RunRow, StepLine, StepSide, as_json
 
 console = Console()
+err_console = Console(stderr=True)  # progress bars: stdout stays the table (or the JSON)
 # Status is never told by colour alone: the word is always printed too.
 STATUS_STYLE: dict[str, str] = {
     RunStatus.RUNNING: "cyan",
@@ -232,3 +233,33 @@ def comparison_diffs(c: RunComparison) -> list[str]:
         lines.append("[bold]final answer[/bold]")
         lines += [escape(d) for d in c.output_diff]
     return lines
+
+
+def batch_table(report: BatchReport) -> Table:
+    """One line per rerun of a batch: its source, the rerun, outcome, divergence and deltas."""
+    rows = [
+        (
+            i.source_run_id,
+            i.run_id or "-",
+            status_text(i.status) if i.status else f"[red]not started[/red]: {escape(i.error or '')}",
+            "-"
+            if i.run_id is None
+            else ("no" if not i.diverged else f"step {i.first_divergence}" if i.first_divergence else "outcome"),
+            f"{i.tokens_delta:+d}",
+            f"{i.cost_delta_usd:+.4f}",
+            str(i.not_recorded),
+        )
+        for i in report.items
+    ]
+    names = ("source", "rerun", "status", "diverged", "tokens Δ", "cost Δ USD", "not recorded")
+    return columns(f"Batch {report.batch_id}", names, rows, wrap="status")
+
+
+def batch_summary(report: BatchReport) -> str:
+    t50, t95 = report.tokens_delta
+    c50, c95 = report.cost_delta_usd
+    return (
+        f"{report.runs} runs: {report.diverged_pct:g}% diverged, {report.completed_pct:g}% completed; "
+        f"tokens Δ p50 {t50:+g} p95 {t95:+g}; cost Δ p50 {c50:+.4f} p95 {c95:+.4f} USD; "
+        f"list them with `waypoint runs --batch {report.batch_id}`"
+    )

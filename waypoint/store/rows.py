@@ -8,6 +8,7 @@ of them into JSON-ready data (timestamps as ISO 8601 text, decimals as floats) f
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -281,6 +282,70 @@ class RunComparison:
         return self.first_divergence is not None or not self.same_output or self.a.status != self.b.status
 
 
+@dataclass(frozen=True)
+class BatchItem:
+    """One rerun of a batch: the run it reran, the rerun, and how they compare."""
+
+    source_run_id: str
+    run_id: str | None  # None when the rerun could not start (`error` says why)
+    status: str | None = None
+    diverged: bool = False
+    first_divergence: int | None = None
+    steps_delta: int = 0
+    tokens_delta: int = 0  # input + output, rerun - source
+    cost_delta_usd: float = 0.0
+    not_recorded: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """A batch of reruns (`waypoint rerun --select ...`): each run, and the summary over them."""
+
+    batch_id: str
+    items: list[BatchItem]
+
+    def _done(self) -> list[BatchItem]:
+        return [i for i in self.items if i.run_id is not None]
+
+    @property
+    def runs(self) -> int:
+        return len(self.items)
+
+    @property
+    def diverged_pct(self) -> float:
+        return percent(sum(i.diverged for i in self._done()), len(self._done()))
+
+    @property
+    def completed_pct(self) -> float:
+        return percent(sum(i.status == "completed" for i in self._done()), len(self._done()))
+
+    @property
+    def tokens_delta(self) -> tuple[float, float]:
+        """(p50, p95) of the token deltas."""
+        return quantiles([i.tokens_delta for i in self._done()])
+
+    @property
+    def cost_delta_usd(self) -> tuple[float, float]:
+        return quantiles([i.cost_delta_usd for i in self._done()])
+
+
+def percent(part: int, whole: int) -> float:
+    return round(100.0 * part / whole, 1) if whole else 0.0
+
+
+def quantiles(values: list[int] | list[float]) -> tuple[float, float]:
+    """(p50, p95), nearest rank; (0, 0) for none."""
+    if not values:
+        return 0.0, 0.0
+    ordered = sorted(values)
+
+    def rank(q: float) -> float:
+        return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
+
+    return rank(0.5), rank(0.95)
+
+
 def as_json(value: Any) -> Any:
     """Dataclasses, datetimes, decimals and enums as JSON-ready values, recursively."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -291,6 +356,14 @@ def as_json(value: Any) -> Any:
             data["same"] = value.same
         if isinstance(value, RunComparison):
             data["diverged"] = value.diverged
+        if isinstance(value, BatchReport):
+            data.update(
+                runs=value.runs,
+                diverged_pct=value.diverged_pct,
+                completed_pct=value.completed_pct,
+                tokens_delta_p50_p95=list(value.tokens_delta),
+                cost_delta_usd_p50_p95=list(value.cost_delta_usd),
+            )
         return data
     if isinstance(value, Mapping):
         return {str(k): as_json(v) for k, v in value.items()}
