@@ -14,12 +14,12 @@ import pytest
 from sqlalchemy import select
 
 from tests.helpers import one_line_error, waypoint
-from waypoint import Agent, ToolContext, tool
+from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.demo import demo as demo_agent
 from waypoint.errors import NotFound
-from waypoint.store.schema import tool_effects
+from waypoint.store.schema import compactions, tool_effects
 from waypoint.testing.fake_openai import Turn
 
 pytestmark = pytest.mark.postgres
@@ -47,6 +47,30 @@ writer = Agent(
     name="writer", instructions="Write lines.", model="openai:model-a", tools=(append_line, lookup), max_steps=10
 )
 
+
+@tool
+def log_line(ctx: ToolContext, n: int) -> str:
+    """Append line n to long.txt in the workspace (a side effect) and return a long receipt."""
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    with (ctx.workspace / "long.txt").open("a") as f:
+        f.write(f"{n}\n")
+    return f"logged {n}: " + "receipt " * 40
+
+
+long_writer = Agent(
+    name="long_writer",
+    instructions="Log lines for a long time.",
+    model=ScriptedModel(
+        [*(ScriptedTurn(tool_calls=[("log_line", {"n": i})]) for i in range(30)), ScriptedTurn(content="logged")]
+    ),
+    tools=(log_line,),
+    max_steps=40,
+    continue_as_new_every=8,
+    context_tokens=1_500,
+    compact_at=0.5,
+    memory=False,
+)
+
 # What each model does at each step (the number of assistant turns so far + 1).
 SCRIPTS: dict[str, list[Turn]] = {
     "model-a": [
@@ -70,7 +94,7 @@ def by_model(body: dict[str, Any], n: int) -> Turn:
 
 @pytest.fixture
 def agents() -> AgentRegistry:
-    return AgentRegistry([demo_agent, writer])
+    return AgentRegistry([demo_agent, writer, long_writer])
 
 
 async def ledger(engine, run_id: str) -> list[Any]:
@@ -216,3 +240,27 @@ async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
     assert compared["first_divergence"] == 2 and compared["not_recorded_b"] == 1
     bad = await api.http.post(f"/v1/runs/{original}/rerun", json={"tools": "maybe"})
     assert bad.status_code == 400 and "recorded, live" in bad.json()["error"]["message"]
+
+
+@pytest.mark.timeout(300)
+async def test_rerun_of_a_run_with_continue_as_new_and_compactions(client, engine, settings, worker):
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Log thirty lines", agent="long_writer")
+    assert (await wp.result(original)).steps == 31
+    executions = [e async for e in client.list_workflows(f"WorkflowId = '{original}'")]
+    assert len(executions) >= 3  # continued as new every 8 steps
+    async with engine.connect() as conn:
+        compacted = (await conn.execute(select(compactions.c.id).where(compactions.c.run_id == original))).all()
+    assert compacted  # its context was compacted inline
+    log = Path(settings.resolved_workspace) / "long.txt"
+    written = log.read_text()
+    assert written.count("\n") == 30
+
+    rerun = await wp.rerun(original, from_step=12, model="scripted")
+    result = await wp.result(rerun)
+    assert (result.status, result.steps, result.output) == ("completed", 31, "logged")
+    assert log.read_text() == written  # every call of steps 13-30 was answered from the record
+    calls = await ledger(engine, rerun)
+    assert len(calls) == 18 and {(c["outcome"], c["duration_ms"]) for c in calls} == {("ok", 0)}
+    found = await wp.compare(original, rerun)
+    assert found.first_divergence is None and len(found.steps) == 31 and found.not_recorded_b == 0
