@@ -1,4 +1,4 @@
-"""The MCP server `benchmarks/mcp.py` measures: one `echo` tool, over stdio or streamable HTTP.
+"""The MCP server `benchmarks/mcp_tools.py` measures: one `echo` tool, over stdio or streamable HTTP.
 
 python benchmarks/_mcp_echo.py               # stdio
 python benchmarks/_mcp_echo.py --http PORT   # streamable HTTP on 127.0.0.1:PORT

@@ -4,6 +4,7 @@ to Waypoint and points at services that exist."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -15,7 +16,12 @@ import opentelemetry.environment_variables as otel_api_env
 import opentelemetry.sdk.environment_variables as otel_sdk_env
 import pytest
 from ruamel.yaml import YAML
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client
 
+from tests.helpers import cli_env
+from waypoint.agents import AgentRegistry
+from waypoint.app.worker import build_worker
 from waypoint.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,3 +165,24 @@ def test_the_dockerfile_builds_a_slim_non_root_image_with_the_package():
     copied = " ".join(arg for op, arg in instructions if op == "COPY")
     for part in ("pyproject.toml", "waypoint", "workflows", "activities", "worker.py"):
         assert part in copied, f"the image misses {part}"
+
+
+async def test_the_worker_healthcheck_says_whether_a_worker_polls(
+    compose: dict[str, Any], settings: Settings, client: Client, engine: AsyncEngine, agents: AgentRegistry
+):
+    """The worker's healthcheck command, run as the container would (with the worker's settings):
+    unhealthy while nothing polls the queue, healthy once a worker does."""
+    command = compose["services"]["worker"]["healthcheck"]["test"]
+    assert command[0] == "CMD" and command[1] == "python"
+
+    async def check() -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *command[2:], env=cli_env(settings), stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode or 0, err.decode()
+
+    code, err = await check()
+    assert code == 1 and err.strip() == f"unhealthy: no worker polls task queue {settings.task_queue}"
+    async with build_worker(client, engine, settings, agents):
+        assert await check() == (0, "")

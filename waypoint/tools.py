@@ -27,6 +27,17 @@ from waypoint.errors import ConfigError, ToolError
 from waypoint.names import idempotency_key
 
 
+def json_arguments(tool: str, raw: str) -> dict[str, Any]:
+    """The model's arguments for `tool` as a JSON object, or a ToolError the model can act on."""
+    try:
+        data = json.loads(raw or "{}")
+    except json.JSONDecodeError as exc:
+        raise ToolError(f"arguments of {tool} are not valid JSON ({exc.msg} at {exc.pos})") from None
+    if not isinstance(data, dict):
+        raise ToolError(f"arguments of {tool} must be a JSON object")
+    return data
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What a tool may know about the call it serves."""
@@ -114,12 +125,7 @@ class Tool:
 
     def parse_arguments(self, raw: str) -> dict[str, Any]:
         """Validate the model's JSON arguments; raise ToolError with a message the model can act on."""
-        try:
-            data = json.loads(raw or "{}")
-        except json.JSONDecodeError as exc:
-            raise ToolError(f"arguments of {self.name} are not valid JSON ({exc.msg} at {exc.pos})") from None
-        if not isinstance(data, dict):
-            raise ToolError(f"arguments of {self.name} must be a JSON object")
+        data = json_arguments(self.name, raw)
         try:
             parsed = self.args_model.model_validate(data)
         except pydantic.ValidationError as exc:

@@ -102,10 +102,26 @@ def build_worker(
     *,
     task_queue: str | None = None,
     memory: bool = False,
+    max_cached_workflows: int | None = None,
+    max_concurrent_workflow_tasks: int | None = None,
+    max_concurrent_activities: int | None = None,
 ) -> Worker:
     """The main worker. `memory`: runs use episodic memory, served on the memory task queue by
-    `build_memory_worker` (in this process or another)."""
+    `build_memory_worker` (in this process or another).
+
+    The three limits go to Temporal's `Worker` as they are (None: the SDK's default): runs kept in the
+    sticky cache, workflow tasks and activities in flight at once. They bound what one worker process
+    holds in memory and how many runs it moves at a time (`benchmarks/many_runs.py` measures them)."""
     queue = task_queue or settings.task_queue
+    limits: dict[str, int] = {
+        name: value
+        for name, value in (
+            ("max_cached_workflows", max_cached_workflows),
+            ("max_concurrent_workflow_tasks", max_concurrent_workflow_tasks),
+            ("max_concurrent_activities", max_concurrent_activities),
+        )
+        if value is not None
+    }
     store = RunStore(engine)
     mcp = MCPHub(store)  # one session per MCP server for this worker, shared by its activities
     checkpoints = CheckpointActivities(
@@ -138,6 +154,7 @@ def build_worker(
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         graceful_shutdown_timeout=timedelta(seconds=10),
+        **limits,
     )
 
 
@@ -209,9 +226,13 @@ async def run_worker(
     stop: asyncio.Event,
     ready: Callable[[], None] | None = None,
     agents: AgentRegistry | None = None,
+    *,
+    max_cached_workflows: int | None = None,
+    max_concurrent_workflow_tasks: int | None = None,
+    max_concurrent_activities: int | None = None,
 ) -> None:
     """Run a worker until `stop` is set; in-flight activities get the graceful shutdown timeout.
-    `ready` is called once the worker polls."""
+    `ready` is called once the worker polls. The limits go to the main worker (`build_worker`)."""
     await check_schema(engine)
     agents = agents or load_agents(settings)
     async with contextlib.AsyncExitStack() as stack:
@@ -223,7 +244,17 @@ async def run_worker(
                 log.warning("this worker serves no memory: %s", exc)
             else:
                 await stack.enter_async_context(build_memory_worker(client, engine, settings, agents, store))
-        async with build_worker(client, engine, settings, agents, memory=settings.memory):
+        main = build_worker(
+            client,
+            engine,
+            settings,
+            agents,
+            memory=settings.memory,
+            max_cached_workflows=max_cached_workflows,
+            max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
+            max_concurrent_activities=max_concurrent_activities,
+        )
+        async with main:
             if ready is not None:
                 ready()
             await stop.wait()

@@ -17,6 +17,7 @@ from typing import Any
 
 from waypoint.errors import ConfigError, ToolError
 from waypoint.mcp.servers import MCPServer
+from waypoint.tools import json_arguments
 from waypoint.types import ToolSpec
 
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
@@ -57,12 +58,7 @@ class MCPTool:
     def parse_arguments(self, raw: str) -> dict[str, Any]:
         """The model's JSON arguments, checked against the tool's input schema; a ToolError (a bad
         call the model can repair) says what is wrong."""
-        try:
-            data = json.loads(raw or "{}")
-        except json.JSONDecodeError as exc:
-            raise ToolError(f"arguments of {self.name} are not valid JSON ({exc.msg} at {exc.pos})") from None
-        if not isinstance(data, dict):
-            raise ToolError(f"arguments of {self.name} must be a JSON object")
+        data = json_arguments(self.name, raw)
         problems = schema_problems(self.parameters, data)
         if problems:
             raise ToolError(f"invalid arguments for {self.name}: {'; '.join(problems)}")

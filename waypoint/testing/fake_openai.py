@@ -22,6 +22,7 @@ import json
 import math
 import re
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -139,6 +140,17 @@ def embeddings_answer(body: dict[str, Any], dim: int) -> dict[str, Any]:
 Responder = Callable[[dict[str, Any], int], "Turn | Reply | None"]
 
 
+class _Server(ThreadingHTTPServer):
+    # Room for many clients connecting at once (a benchmark's thousand runs), and no traceback when a
+    # client hangs up before its answer: a cancelled or timed-out call is something a server sees.
+    request_queue_size = 1024
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeOpenAI:
     """`FakeOpenAI().start()`; point `OPENAI_BASE_URL` at `.base_url`; `.stop()` when done.
 
@@ -155,7 +167,7 @@ class FakeOpenAI:
         self.embedding_dim = 32
         self.embedding_requests: list[Seen] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self._server = _Server(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -268,7 +280,6 @@ def load_script(path: str) -> list[Turn | Reply]:
 def main(argv: list[str] | None = None) -> None:
     """`python -m waypoint.testing.fake_openai --port N --script FILE`: serve until Ctrl-C."""
     import argparse
-    import sys
 
     parser = argparse.ArgumentParser(
         prog="python -m waypoint.testing.fake_openai",

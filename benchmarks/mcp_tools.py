@@ -1,6 +1,6 @@
 """Per-call cost of an MCP tool (stdio and streamable HTTP) against the same tool as a Python function.
 
-    python benchmarks/mcp.py [--steps 30] [--runs 3]
+    python benchmarks/mcp_tools.py [--steps 30] [--runs 3]
 
 Three agents run the same script on one embedded stack, one worker: `--steps` steps that each call
 `echo` once, then an answer. Only where `echo` lives differs: a Python function, an MCP server the
@@ -10,41 +10,37 @@ worker runs as a child process (stdio), or an MCP server in a process of its own
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import socket
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
+import uuid
+from itertools import pairwise
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import select
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+
+from waypoint.agents import Agent, AgentRegistry
+from waypoint.app.client import Waypoint
+from waypoint.app.devstack import prepare_database
+from waypoint.app.embedded import EmbeddedStack, free_port
+from waypoint.app.worker import build_worker
+from waypoint.config import Settings
+from waypoint.mcp import MCPServer
+from waypoint.models.scripted import ScriptedModel, ScriptedTurn
+from waypoint.names import Activity
+from waypoint.store.schema import tool_effects
+from waypoint.tools import tool
+
 HERE = Path(__file__).resolve().parent
-# This file is named like the SDK: keep its folder off the import path, so `import mcp` finds the SDK.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
-
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import socket  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from itertools import pairwise  # noqa: E402
-
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from sqlalchemy import select  # noqa: E402
-from temporalio.api.enums.v1 import EventType  # noqa: E402
-from temporalio.client import Client, WorkflowHistory  # noqa: E402
-
-from waypoint.agents import Agent, AgentRegistry  # noqa: E402
-from waypoint.app.client import Waypoint  # noqa: E402
-from waypoint.app.devstack import prepare_database  # noqa: E402
-from waypoint.app.embedded import EmbeddedStack, free_port  # noqa: E402
-from waypoint.app.worker import build_worker  # noqa: E402
-from waypoint.config import Settings  # noqa: E402
-from waypoint.mcp import MCPServer  # noqa: E402
-from waypoint.models.scripted import ScriptedModel, ScriptedTurn  # noqa: E402
-from waypoint.names import Activity  # noqa: E402
-from waypoint.store.schema import tool_effects  # noqa: E402
-from waypoint.tools import tool  # noqa: E402
-
 ECHO_SERVER = str(HERE / "_mcp_echo.py")
 console = Console(width=150)
 DIRECT_CALLS = 300
