@@ -10,6 +10,11 @@ A bad call (unknown tool, invalid arguments) or a `ToolError` raised by the tool
 failure: it comes back as an error result the model can read. Any other exception fails the
 attempt, and Temporal retries it.
 
+In a rerun with recorded tools (`waypoint rerun`), a call matching the source run's call at the
+same step and position (same tool, same canonical arguments) gets the source's recorded outcome
+and the tool does not run; a call that matches none runs only if its tool is replay-safe, and
+otherwise gets a "not recorded" error result (outcome `not_recorded`, counted by `compare`).
+
 A tool the agent does not define itself may be one of the MCP tools the run recorded when it
 started: it is called through the worker's `MCPHub` with the idempotency key in the request's
 `_meta`. An error result (`isError`) is a ToolError; no answer (a dead or unreachable server, a
@@ -33,13 +38,14 @@ from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ToolError, UnknownTool
 from waypoint.mcp import MCPHub, MCPTool
-from waypoint.names import Activity, ToolOutcome
+from waypoint.names import Activity, LineageKind, ToolMode, ToolOutcome
 from waypoint.retry import LEDGER_PATIENCE_SECONDS
 from waypoint.store import RunStore
+from waypoint.store.compare import canonical_arguments
 from waypoint.store.ledger import Effect, patiently
 from waypoint.telemetry import tool_span
 from waypoint.tools import ToolContext
-from waypoint.types import RunToolInput, ToolResult
+from waypoint.types import ForkOrigin, RunToolInput, ToolResult
 
 # Outputs longer than this stay in the ledger (every output is there); history gets a preview of
 # the first INLINE_OUTPUT_CHARS, enough to read a run in the Temporal UI.
@@ -66,6 +72,10 @@ def result_of(effect: Effect, call_id: str, *, from_ledger: bool) -> ToolResult:
     )
 
 
+def same_arguments(a: str, b: str) -> bool:
+    return canonical_arguments(a) == canonical_arguments(b)
+
+
 @dataclass(frozen=True)
 class Invocation:
     """A resolved call: how to run it, and the MCP server it goes to (None for a Python tool)."""
@@ -89,6 +99,7 @@ class ToolActivities:
         self.settings = settings
         self.memory = memory  # the episodic store, on the memory worker (for memory tools)
         self.mcp = mcp or MCPHub(store)
+        self._origins: dict[str, ForkOrigin | None] = {}
 
     async def _ledger(self, key: str, op: Any) -> Any:
         async with heartbeating(key):
@@ -104,6 +115,9 @@ class ToolActivities:
             activity.logger.info("tool call %s already in the ledger: not running it again", key)
             return result_of(done, call.id, from_ledger=True)
 
+        answered = await self._from_record(inp)
+        if answered is not None:
+            return answered
         started = time.monotonic()
         attempt = activity.info().attempt
         # Heartbeat details: the call's key and, for an MCP task, its id (a retry resumes polling it).
@@ -141,6 +155,62 @@ class ToolActivities:
         )
         await self._ledger(key, lambda: self.store.record_effect(inp.tenant_id, effect))
         return result_of(effect, call.id, from_ledger=False)
+
+    async def _from_record(self, inp: RunToolInput) -> ToolResult | None:
+        """In a rerun with recorded tools: the source run's result of the matching call (same step,
+        same position, same tool, same canonical arguments), without running the tool; for a call
+        that matches none, a "not recorded" error unless the tool is replay-safe (None: run it)."""
+        origin = await self._ledger(inp.idempotency_key, lambda: self._origin(inp.tenant_id, inp.run_id))
+        if origin is None or origin.kind != LineageKind.RERUN or origin.tools != ToolMode.RECORDED:
+            return None
+        call = inp.call
+        source = await self._ledger(
+            inp.idempotency_key,
+            lambda: self.store.recorded_call(inp.tenant_id, origin.run_id, inp.step, inp.call_index),
+        )
+        if source is not None and source.tool == call.name and same_arguments(source.arguments, call.arguments):
+            output, outcome = source.output, source.outcome
+            activity.logger.info(
+                "rerun %s: %s answered from %s", inp.run_id, inp.idempotency_key, source.idempotency_key
+            )
+        elif self._replay_safe(inp):
+            return None
+        else:
+            recorded = f"{source.tool}({source.arguments})" if source is not None else "no call"
+            output = (
+                f"error: not recorded: this is a rerun with recorded tool results, and {origin.run_id} made "
+                f"{recorded} at step {inp.step} position {inp.call_index}, not {call.name}({call.arguments}); "
+                f"{call.name} is not marked replay_safe, so it did not run"
+            )
+            outcome = ToolOutcome.NOT_RECORDED
+        effect = Effect(
+            idempotency_key=inp.idempotency_key,
+            run_id=inp.run_id,
+            step=inp.step,
+            call_index=inp.call_index,
+            tool=call.name,
+            arguments=call.arguments,
+            output=output,
+            outcome=outcome,
+            duration_ms=0,
+            attempt=activity.info().attempt,
+        )
+        await self._ledger(inp.idempotency_key, lambda: self.store.record_effect(inp.tenant_id, effect))
+        return result_of(effect, call.id, from_ledger=False)
+
+    async def _origin(self, tenant_id: str, run_id: str) -> ForkOrigin | None:
+        """Where the run came from (cached: it never changes), None for a run without a parent."""
+        if run_id not in self._origins:
+            payload = await self.store.run_started(tenant_id, run_id)
+            fork = (payload or {}).get("fork")
+            if len(self._origins) > 1024:
+                self._origins.clear()
+            self._origins[run_id] = ForkOrigin(**fork) if fork else None
+        return self._origins[run_id]
+
+    def _replay_safe(self, inp: RunToolInput) -> bool:
+        agent = self.agents.get(inp.agent)
+        return agent.has_tool(inp.call.name) and agent.tool(inp.call.name).replay_safe
 
     async def _resolve(self, inp: RunToolInput, attempt: int, progress: dict[str, Any]) -> Invocation:
         """The agent's own tool of that name, else the MCP tool the run recorded under it; a bad call

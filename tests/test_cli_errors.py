@@ -59,7 +59,7 @@ async def test_values_that_cannot_work_say_so(settings: Settings, worker, client
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("runz",), "No such command 'runz'. Did you mean 'run', 'runs'?"),
+        (("runz",), "No such command 'runz'. Did you mean 'run', 'runs', 'rerun'?"),
         (("run", "hi", "--folow"), "No such option: --folow (Possible options: --follow)"),
         (("status",), "Missing argument 'run_id'"),
     ],

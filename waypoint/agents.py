@@ -76,6 +76,7 @@ class Agent:
                 max_attempts=t.max_attempts,
                 memory=t.memory,
                 local=t.local,
+                replay_safe=t.replay_safe,
             )
             for t in self.tools
         ]

@@ -40,3 +40,30 @@ def check_choice(name: str, value: str, choices: type[StrEnum]) -> str:
     if value not in {c.value for c in choices}:
         raise InvalidInput(f"unknown {name} {value!r}: use one of {', '.join(c.value for c in choices)}")
     return value
+
+
+_AGE = re.compile(r"(\d+)([smhdw])")
+_AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+SELECT_KEYS = ("status", "agent", "since")
+
+
+def parse_selection(text: str) -> dict[str, str | int]:
+    """`status=completed agent=X since=7d` -> {"status": ..., "agent": ..., "since": seconds}."""
+    found: dict[str, str | int] = {}
+    for word in text.split():
+        key, sep, value = word.partition("=")
+        if not sep or key not in SELECT_KEYS or not value:
+            raise InvalidInput(
+                f"cannot read {word!r} in the selection: write key=value words with keys "
+                f'{", ".join(SELECT_KEYS)}, e.g. "status=completed agent=demo since=7d"'
+            )
+        if key == "since":
+            age = _AGE.fullmatch(value)
+            if age is None:
+                raise InvalidInput(f"since={value!r}: write an age such as 30m, 12h, 7d or 2w")
+            found[key] = int(age.group(1)) * _AGE_SECONDS[age.group(2)]
+        else:
+            found[key] = value
+    if not found:
+        raise InvalidInput('the selection is empty: say which runs, e.g. "status=completed since=7d"')
+    return found

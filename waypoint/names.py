@@ -68,11 +68,28 @@ class ToolOutcome(StrEnum):
     DENIED = "denied"  # by a human
     CANCELLED = "cancelled"  # the run was cancelled (or its deadline passed) while the call waited
     FAILED = "failed"  # its attempts ran out
+    NOT_RECORDED = (
+        "not_recorded"  # a rerun with recorded tools: no recorded call matched, and the tool may not run again
+    )
 
     @property
     def in_ledger(self) -> bool:
         """`run_tool` wrote it to the tool_effects ledger (the others are decided by the workflow)."""
-        return self in (ToolOutcome.OK, ToolOutcome.BAD_CALL, ToolOutcome.TOOL_ERROR)
+        return self in (ToolOutcome.OK, ToolOutcome.BAD_CALL, ToolOutcome.TOOL_ERROR, ToolOutcome.NOT_RECORDED)
+
+
+class LineageKind(StrEnum):
+    """Values of `runs.lineage_kind`: how a run came from its parent."""
+
+    FORK = "fork"  # `waypoint fork`: the parent's state at a step, maybe a new message or model
+    RERUN = "rerun"  # `waypoint rerun`: the same run again with a change, tools answered from the record
+
+
+class ToolMode(StrEnum):
+    """How a rerun's tool calls run (`waypoint rerun --tools`)."""
+
+    RECORDED = "recorded"  # a call matching the parent's at the same step and position gets the recorded result
+    LIVE = "live"  # every call runs
 
 
 class Activity(StrEnum):

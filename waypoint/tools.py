@@ -72,6 +72,7 @@ class Tool:
         max_attempts: int = 3,
         memory: bool = False,
         local: bool = False,
+        replay_safe: bool = False,
     ):
         if local and (memory or requires_approval):
             raise ConfigError(
@@ -85,6 +86,7 @@ class Tool:
         self.max_attempts = max_attempts
         self.memory = memory
         self.local = local
+        self.replay_safe = replay_safe
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
         hints = get_type_hints(fn)
         fields: dict[str, Any] = {}
@@ -160,6 +162,7 @@ def tool(
     max_attempts: int = 3,
     memory: bool = False,
     local: bool = False,
+    replay_safe: bool = False,
 ) -> Any:
     """Register a function as a tool: `@tool`, or `@tool(timeout=30, requires_approval=True, ...)`.
 
@@ -176,6 +179,9 @@ def tool(
     runs (keep it well under a few seconds: no network calls, no long computations), it does not
     heartbeat, and after a worker crash it runs again on whichever worker takes the run over rather
     than moving on its own. Long or remote calls belong in ordinary tools.
+
+    `replay_safe=True` lets the tool run again in a rerun with recorded tools (`waypoint rerun`)
+    when the call matches none the original run made: for tools without side effects.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
@@ -188,6 +194,7 @@ def tool(
             max_attempts=max_attempts,
             memory=memory,
             local=local,
+            replay_safe=replay_safe,
         )
 
     return wrap(fn) if fn is not None else wrap

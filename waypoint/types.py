@@ -108,6 +108,8 @@ class ToolSpec:
     memory: bool = False
     # Run as a local activity, in the worker that runs the workflow (`@tool(local=True)`).
     local: bool = False
+    # May run again in a rerun with recorded tools when no recorded call matches (`@tool(replay_safe=True)`).
+    replay_safe: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,9 @@ class ForkOrigin:
     run_id: str
     step: int
     message: str | None = None
+    kind: str = "fork"  # a LineageKind
+    tools: str = "live"  # a ToolMode: "recorded" answers matching calls from the parent's ledger
+    batch_id: str | None = None  # the batch of reruns it belongs to
 
 
 @dataclass(frozen=True)

@@ -13,29 +13,34 @@ first use). Every method takes `tenant_id`, default the configured tenant.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from waypoint.checks import check_choice, check_count, check_tenant
+from waypoint.checks import check_choice, check_count, check_tenant, parse_selection
 from waypoint.checks import new_run_id as make_run_id
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
-from waypoint.errors import ConfigError, InvalidInput, NotFound
+from waypoint.errors import ConfigError, InvalidInput, NotFound, WaypointError
 from waypoint.models.spec import Provider, parse_model_spec
-from waypoint.names import EventKind, MemoryOp, RunStatus, Update
+from waypoint.names import EventKind, LineageKind, MemoryOp, RunStatus, ToolMode, Update
 from waypoint.store import RunStore
 from waypoint.store.base import not_found
 from waypoint.store.db import engine_for
 from waypoint.store.rows import (
+    BatchItem,
+    BatchReport,
     CompactionRow,
     EventRow,
     LineageLink,
+    RunComparison,
     RunRow,
     StateDiff,
     StepLine,
@@ -189,6 +194,113 @@ class Waypoint:
         )
         return await self._start(new_run_id or make_run_id(), inp)
 
+    async def rerun(
+        self,
+        run_id: str,
+        *,
+        from_step: int = 0,
+        model: str | None = None,
+        agent: str | None = None,
+        tools: str = ToolMode.RECORDED,
+        batch_id: str | None = None,
+        tenant_id: str | None = None,
+        new_run_id: str | None = None,
+    ) -> str:
+        """Run `run_id` again from its state at `from_step` with another model or agent, as a new run
+        (lineage kind `rerun`). With `tools="recorded"` a tool call matching the original's at the
+        same step and position gets the recorded result without running; `"live"` runs every tool.
+        The original is untouched; `compare(run_id, new_id)` shows what changed."""
+        check_choice("tool mode", tools, ToolMode)
+        tenant = self.tenant(tenant_id)
+        await self.store.owner_of_step(tenant, run_id, from_step)  # the run and the step exist
+        source = await self.store.get_run(tenant, run_id)
+        agent = agent or source.agent
+        model = model or (source.model if agent == source.agent else None)
+        await self.check_start(agent, model)
+        inp = RunInput(
+            agent=agent,
+            task=source.task,
+            tenant_id=tenant,
+            model=model,
+            fork=ForkOrigin(
+                run_id=run_id, step=from_step, kind=LineageKind.RERUN, tools=ToolMode(tools), batch_id=batch_id
+            ),
+        )
+        return await self._start(new_run_id or make_run_id(), inp)
+
+    async def rerun_batch(
+        self,
+        select: str,
+        *,
+        limit: int = 20,
+        concurrency: int = 4,
+        from_step: int = 0,
+        model: str | None = None,
+        agent: str | None = None,
+        tools: str = ToolMode.RECORDED,
+        tenant_id: str | None = None,
+        on_done: Callable[[BatchItem], None] | None = None,
+    ) -> BatchReport:
+        """Rerun the tenant's runs that `select` picks (`status=completed agent=X since=7d`, newest
+        first, reruns left out, at most `limit`) with the same change, `concurrency` at a time; wait
+        for each and compare it with its source. Every rerun is an ordinary run tagged with the
+        batch id (`runs(batch_id=...)`)."""
+        check_count("the limit", limit)
+        check_count("the concurrency", concurrency, high=100)
+        check_choice("tool mode", tools, ToolMode)
+        chosen = parse_selection(select)
+        if "status" in chosen:
+            check_choice("status", str(chosen["status"]), RunStatus)
+        since = datetime.now(UTC) - timedelta(seconds=int(chosen["since"])) if "since" in chosen else None
+        tenant = self.tenant(tenant_id)
+        sources = await self.store.list_runs(
+            tenant,
+            limit=limit,
+            status=str(chosen["status"]) if "status" in chosen else None,
+            agent=str(chosen["agent"]) if "agent" in chosen else None,
+            since=since,
+            originals=True,
+        )
+        if not sources:
+            raise NotFound(f"no run matches {select!r}: list runs with `waypoint runs`")
+        batch_id = f"batch-{uuid.uuid4().hex[:12]}"
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(source: RunRow) -> BatchItem:
+            async with gate:
+                try:
+                    new_id = await self.rerun(
+                        source.run_id,
+                        from_step=from_step,
+                        model=model,
+                        agent=agent,
+                        tools=tools,
+                        batch_id=batch_id,
+                        tenant_id=tenant,
+                    )
+                except WaypointError as exc:
+                    item = BatchItem(source.run_id, None, error=str(exc))
+                else:
+                    result = await self.result(new_id, tenant_id=tenant)
+                    found = await self.store.compare(tenant, source.run_id, new_id)
+                    item = BatchItem(
+                        source.run_id,
+                        new_id,
+                        status=result.status,
+                        diverged=found.diverged,
+                        first_divergence=found.first_divergence,
+                        steps_delta=found.steps_delta,
+                        tokens_delta=found.input_tokens_delta + found.output_tokens_delta,
+                        cost_delta_usd=found.cost_delta_usd,
+                        not_recorded=found.not_recorded_b,
+                    )
+            if on_done is not None:
+                on_done(item)
+            return item
+
+        items = await asyncio.gather(*(one(s) for s in sources))
+        return BatchReport(batch_id, list(items))
+
     async def _start(self, run_id: str, inp: RunInput) -> str:
         gateway = await self.temporal()
         with self._traced_start(gateway.traced, run_id, inp):
@@ -302,13 +414,17 @@ class Waypoint:
         status: str | None = None,
         agent: str | None = None,
         before: tuple[datetime, str] | None = None,
+        batch_id: str | None = None,
     ) -> list[RunRow]:
-        """Newest first; `before` is the (created_at, run_id) of the last run of the previous page."""
+        """Newest first; `before` is the (created_at, run_id) of the last run of the previous page;
+        `batch_id`: the reruns of one batch."""
         check_count("the limit", limit)
         if status is not None:
             check_choice("status", status, RunStatus)
         tenant = self.tenant(tenant_id)
-        return await self.store.list_runs(tenant, limit=limit, status=status, agent=agent, before=before)
+        return await self.store.list_runs(
+            tenant, limit=limit, status=status, agent=agent, before=before, batch_id=batch_id
+        )
 
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
         return await self.store.get_run(self.tenant(tenant_id), run_id)
@@ -353,6 +469,10 @@ class Waypoint:
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
         """The full transcript as JSON lines (streamed)."""
         return self.store.export(self.tenant(tenant_id), run_id)
+
+    async def compare(self, run_a: str, run_b: str, *, tenant_id: str | None = None) -> RunComparison:
+        """Two runs of the tenant step by step: tool calls, answers, tokens, cost, model time, outcome."""
+        return await self.store.compare(self.tenant(tenant_id), run_a, run_b)
 
     async def lineage(self, run_id: str, *, tenant_id: str | None = None) -> list[LineageLink]:
         return await self.store.lineage(self.tenant(tenant_id), run_id)

@@ -14,9 +14,10 @@ from rich.table import Table
 
 from waypoint.config import Settings
 from waypoint.names import RunStatus
-from waypoint.store.rows import ApiKeyRow, RunRow, StepLine, as_json
+from waypoint.store.rows import ApiKeyRow, BatchReport, CallLine, RunComparison, RunRow, StepLine, StepSide, as_json
 
 console = Console()
+err_console = Console(stderr=True)  # progress bars: stdout stays the table (or the JSON)
 # Status is never told by colour alone: the word is always printed too.
 STATUS_STYLE: dict[str, str] = {
     RunStatus.RUNNING: "cyan",
@@ -169,3 +170,96 @@ def endpoints_table(settings: Settings, info: Any, worker: str, api: str = "-") 
     table.add_row("Worker", worker)
     table.add_row("State folder", str(settings.state_dir.resolve()))
     return table
+
+
+def calls_text(calls: Sequence[CallLine], width: int = 60) -> str:
+    """`search({"q":"x"}) ok, read_file(...)` for one side of a compared step."""
+    parts = [f"{c.name}({c.arguments})" + (f" {c.outcome}" if c.outcome and c.outcome != "ok" else "") for c in calls]
+    text = ", ".join(parts) or "answer"
+    return escape(text if len(text) <= width else text[: width - 1] + "…")
+
+
+def side_cost(side: StepSide | None) -> str:
+    if side is None:
+        return "-"
+    return f"{side.input_tokens}/{side.output_tokens} ${side.cost_usd:.4f} {side.model_ms} ms"
+
+
+def comparison_summary(c: RunComparison) -> str:
+    where = "no divergence" if c.first_divergence is None else f"first divergence at step {c.first_divergence}"
+    if c.first_divergence is None and c.diverged:
+        where = "same steps, different outcome"
+    return (
+        f"{where}; steps {c.steps_delta:+d}, tokens {c.input_tokens_delta:+d}/{c.output_tokens_delta:+d}, "
+        f"cost {c.cost_delta_usd:+.4f} USD, model time {c.model_ms_delta:+d} ms"
+        + (f"; {c.not_recorded_b} call(s) not recorded" if c.not_recorded_b else "")
+    )
+
+
+def comparison_table(c: RunComparison) -> Table:
+    """Two runs side by side: one line per step, `=` where both did the same."""
+    table = Table(title=f"{c.a.run_id} (a) vs {c.b.run_id} (b)", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("step", "", "a: calls / answer", "b: calls / answer", "a: tok $ ms", "b: tok $ ms"):
+        table.add_column(col, justify="right" if col == "step" else "left", no_wrap=True)
+    for s in c.steps:
+        mark = "[green]=[/green]" if s.same else "[red]≠[/red]"
+        table.add_row(
+            str(s.step),
+            mark,
+            calls_text(s.a.calls) if s.a else "-",
+            calls_text(s.b.calls) if s.b else "-",
+            side_cost(s.a),
+            side_cost(s.b),
+        )
+    table.add_row(
+        "",
+        "[green]=[/green]" if c.a.status == c.b.status else "[red]≠[/red]",
+        "outcome: " + status_text(c.a.status),
+        "outcome: " + status_text(c.b.status),
+        "",
+        "",
+    )
+    return table
+
+
+def comparison_diffs(c: RunComparison) -> list[str]:
+    """The answer diffs of the steps that differ, then of the final answers."""
+    lines: list[str] = []
+    for s in c.steps:
+        if s.answer_diff:
+            lines.append(f"[bold]step {s.step} answer[/bold]")
+            lines += [escape(d) for d in s.answer_diff]
+    if c.output_diff:
+        lines.append("[bold]final answer[/bold]")
+        lines += [escape(d) for d in c.output_diff]
+    return lines
+
+
+def batch_table(report: BatchReport) -> Table:
+    """One line per rerun of a batch: its source, the rerun, outcome, divergence and deltas."""
+    rows = [
+        (
+            i.source_run_id,
+            i.run_id or "-",
+            status_text(i.status) if i.status else f"[red]not started[/red]: {escape(i.error or '')}",
+            "-"
+            if i.run_id is None
+            else ("no" if not i.diverged else f"step {i.first_divergence}" if i.first_divergence else "outcome"),
+            f"{i.tokens_delta:+d}",
+            f"{i.cost_delta_usd:+.4f}",
+            str(i.not_recorded),
+        )
+        for i in report.items
+    ]
+    names = ("source", "rerun", "status", "diverged", "tokens Δ", "cost Δ USD", "not recorded")
+    return columns(f"Batch {report.batch_id}", names, rows, wrap="status")
+
+
+def batch_summary(report: BatchReport) -> str:
+    t50, t95 = report.tokens_delta
+    c50, c95 = report.cost_delta_usd
+    return (
+        f"{report.runs} runs: {report.diverged_pct:g}% diverged, {report.completed_pct:g}% completed; "
+        f"tokens Δ p50 {t50:+g} p95 {t95:+g}; cost Δ p50 {c50:+.4f} p95 {c95:+.4f} USD; "
+        f"list them with `waypoint runs --batch {report.batch_id}`"
+    )

@@ -6,7 +6,7 @@
 
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
-listings, time travel, integrity and retention, the agent catalog, the HTTP API's keys and
+listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
 threads, and what live streams read. `waypoint.store.db` has connections and
 migrations, `waypoint.store.schema` the tables.
 """
@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
+from waypoint.store.compare import Compare
 from waypoint.store.integrity import Integrity
 from waypoint.store.keys import ApiKeys
 from waypoint.store.ledger import Ledger
@@ -42,6 +43,7 @@ class RunStore(
     ApiKeys,
     Threads,
     Streams,
+    Compare,
 ):
     """Every read and write of the Postgres mirror."""
 

@@ -18,6 +18,8 @@ from sqlalchemy import literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from waypoint.errors import NotFound
+from waypoint.names import idempotency_key
 from waypoint.store.base import StoreBase, of_tenant, run_filter
 from waypoint.store.schema import runs, tool_effects
 
@@ -76,6 +78,15 @@ class Ledger(StoreBase):
         async with self.engine.connect() as conn:
             row = (await conn.execute(query)).mappings().first()
         return None if row is None else Effect(**{k: row[k] for k in Effect.__dataclass_fields__})
+
+    async def recorded_call(self, tenant_id: str, run_id: str, step: int, call_index: int) -> Effect | None:
+        """The ledger row of call `call_index` at `step` of `run_id` (or of the ancestor a fork
+        inherited the step from), None when there is none."""
+        try:
+            owner = await self.owner_of_step(tenant_id, run_id, step)
+        except NotFound:
+            return None
+        return await self.recorded_effect(tenant_id, idempotency_key(owner, step, call_index))
 
     async def effects(self, tenant_id: str, run_id: str) -> list[Effect]:
         """Every ledger row of a run, by step and call index."""

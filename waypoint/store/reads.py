@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import and_, column, or_, select, table
 
-from waypoint.names import EventKind
+from waypoint.names import EventKind, LineageKind
 from waypoint.store.base import StoreBase, of_tenant, run_filter
 from waypoint.store.rows import RunRow, StepLine
 from waypoint.store.schema import events, runs
@@ -48,10 +48,20 @@ class Reads(StoreBase):
         status: str | None = None,
         agent: str | None = None,
         before: tuple[datetime, str] | None = None,
+        since: datetime | None = None,
+        batch_id: str | None = None,
+        originals: bool = False,
     ) -> list[RunRow]:
         """The tenant's runs, newest first; `before` (keyset pagination): the (created_at, run_id)
-        of the last run seen."""
+        of the last run seen; `since`: created then or later; `batch_id`: the reruns of one batch;
+        `originals`: no reruns."""
         query = select(runs).where(of_tenant(tenant_id))
+        if since is not None:
+            query = query.where(runs.c.created_at >= since)
+        if batch_id is not None:
+            query = query.where(runs.c.batch_id == batch_id)
+        if originals:
+            query = query.where(or_(runs.c.lineage_kind.is_(None), runs.c.lineage_kind != LineageKind.RERUN))
         if status:
             query = query.where(runs.c.status == status)
         if agent:

@@ -8,6 +8,7 @@ of them into JSON-ready data (timestamps as ISO 8601 text, decimals as floats) f
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +43,8 @@ class RunRow:
     updated_at: datetime | None = None
     finished_at: datetime | None = None
     remembered_step: int = 0  # the newest step whose episodes are in long-term memory
+    lineage_kind: str | None = None  # a LineageKind: how it came from its parent
+    batch_id: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> RunRow:
@@ -216,12 +219,151 @@ class ThreadRow:
         return self.runs[-1] if self.runs else None
 
 
+@dataclass(frozen=True)
+class CallLine:
+    """One tool call of a step, as `compare` matches them: the name, the arguments as canonical JSON
+    (keys sorted), and how it ended (a ToolOutcome, or None when no result was recorded)."""
+
+    name: str
+    arguments: str
+    outcome: str | None = None
+
+
+@dataclass(frozen=True)
+class StepSide:
+    """What one run did at one step: the model's answer, its tool calls and what they cost."""
+
+    model: str | None
+    content: str | None
+    calls: list[CallLine] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    model_ms: int = 0
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """One step of two runs side by side; `a` or `b` is None when that run has no such step."""
+
+    step: int
+    a: StepSide | None
+    b: StepSide | None
+    same_calls: bool
+    same_answer: bool
+    answer_diff: list[str] = field(default_factory=list)  # unified diff lines of the answer text
+
+    @property
+    def same(self) -> bool:
+        return self.same_calls and self.same_answer
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """Two runs step by step (`waypoint compare`): where they part and what that costs."""
+
+    a: RunRow
+    b: RunRow
+    steps: list[StepComparison]
+    first_divergence: int | None  # the first step that differs, None when every step is the same
+    same_output: bool
+    output_diff: list[str] = field(default_factory=list)
+    steps_delta: int = 0  # b - a, counted over the steps compared
+    input_tokens_delta: int = 0
+    output_tokens_delta: int = 0
+    cost_delta_usd: float = 0.0
+    model_ms_delta: int = 0
+    # Tool calls a rerun with recorded tools refused (no recorded call matched, not replay-safe).
+    not_recorded_a: int = 0
+    not_recorded_b: int = 0
+
+    @property
+    def diverged(self) -> bool:
+        return self.first_divergence is not None or not self.same_output or self.a.status != self.b.status
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One rerun of a batch: the run it reran, the rerun, and how they compare."""
+
+    source_run_id: str
+    run_id: str | None  # None when the rerun could not start (`error` says why)
+    status: str | None = None
+    diverged: bool = False
+    first_divergence: int | None = None
+    steps_delta: int = 0
+    tokens_delta: int = 0  # input + output, rerun - source
+    cost_delta_usd: float = 0.0
+    not_recorded: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """A batch of reruns (`waypoint rerun --select ...`): each run, and the summary over them."""
+
+    batch_id: str
+    items: list[BatchItem]
+
+    def _done(self) -> list[BatchItem]:
+        return [i for i in self.items if i.run_id is not None]
+
+    @property
+    def runs(self) -> int:
+        return len(self.items)
+
+    @property
+    def diverged_pct(self) -> float:
+        return percent(sum(i.diverged for i in self._done()), len(self._done()))
+
+    @property
+    def completed_pct(self) -> float:
+        return percent(sum(i.status == "completed" for i in self._done()), len(self._done()))
+
+    @property
+    def tokens_delta(self) -> tuple[float, float]:
+        """(p50, p95) of the token deltas."""
+        return quantiles([i.tokens_delta for i in self._done()])
+
+    @property
+    def cost_delta_usd(self) -> tuple[float, float]:
+        return quantiles([i.cost_delta_usd for i in self._done()])
+
+
+def percent(part: int, whole: int) -> float:
+    return round(100.0 * part / whole, 1) if whole else 0.0
+
+
+def quantiles(values: list[int] | list[float]) -> tuple[float, float]:
+    """(p50, p95), nearest rank; (0, 0) for none."""
+    if not values:
+        return 0.0, 0.0
+    ordered = sorted(values)
+
+    def rank(q: float) -> float:
+        return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
+
+    return rank(0.5), rank(0.95)
+
+
 def as_json(value: Any) -> Any:
     """Dataclasses, datetimes, decimals and enums as JSON-ready values, recursively."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         data = {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
         if isinstance(value, Verdict):
             data["ok"] = value.ok
+        if isinstance(value, StepComparison):
+            data["same"] = value.same
+        if isinstance(value, RunComparison):
+            data["diverged"] = value.diverged
+        if isinstance(value, BatchReport):
+            data.update(
+                runs=value.runs,
+                diverged_pct=value.diverged_pct,
+                completed_pct=value.completed_pct,
+                tokens_delta_p50_p95=list(value.tokens_delta),
+                cost_delta_usd_p50_p95=list(value.cost_delta_usd),
+            )
         return data
     if isinstance(value, Mapping):
         return {str(k): as_json(v) for k, v in value.items()}

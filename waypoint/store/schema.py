@@ -54,6 +54,8 @@ runs = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     # The newest step whose episodes are in episodic memory (the next model call stores those after it).
     Column("remembered_step", Integer, nullable=False, server_default="0"),
+    Column("lineage_kind", Text, nullable=True),  # a LineageKind, for a run with a parent
+    Column("batch_id", Text, nullable=True),  # the batch of reruns it belongs to
 )
 
 events = Table(

@@ -174,6 +174,8 @@ class StepWriter(StoreBase):
                         max_steps=plan.max_steps,
                         parent_run_id=fork.run_id if fork else None,
                         fork_step=fork.step if fork else None,
+                        lineage_kind=fork.kind if fork else None,
+                        batch_id=fork.batch_id if fork else None,
                         steps=plan.start_step,
                         remembered_step=plan.start_step,  # a fork's earlier steps are its parent's
                         trace_id=new.trace_id,

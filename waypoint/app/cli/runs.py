@@ -22,13 +22,16 @@ def register(app: typer.Typer) -> None:
 async def runs(
     limit: Annotated[int, typer.Option(help="How many runs, newest first.")] = 20,
     status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+    batch: Annotated[
+        str | None, typer.Option(help="Only the reruns of this batch (`waypoint rerun --select`).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List runs from Postgres."""
     from waypoint.app import console as out
 
     async with await connect() as wp:
-        rows = await wp.runs(limit=limit, status=status)
+        rows = await wp.runs(limit=limit, status=status, batch_id=batch)
     if as_json:
         out.print_json(rows)
         return

@@ -47,6 +47,13 @@ class Fork(Body):
     model: str | None = None
 
 
+class Rerun(Body):
+    from_step: int = Field(0, ge=0, description="Start from the state at this step.")
+    model: str | None = Field(None, description="Model spec (default: the run's own).")
+    agent: str | None = Field(None, description="Agent name (default: the run's own).")
+    tools: str = Field("recorded", description="recorded (answer matching calls from the ledger) or live.")
+
+
 class Reason(Body):
     reason: str | None = None
 
@@ -148,6 +155,13 @@ async def lineage(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     return {"run_id": run_id, "lineage": as_json(await api.wp.lineage(run_id, tenant_id=tenant))}
 
 
+@router.get("/runs/{run_id}/compare/{other}")
+async def compare(run_id: str, other: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """This run and `other` step by step: tool calls, answers, tokens, cost, model time, outcome."""
+    data: dict[str, Any] = as_json(await api.wp.compare(run_id, other, tenant_id=tenant))
+    return data
+
+
 @router.get("/runs/{run_id}/steps/{step}/state")
 async def state(run_id: str, step: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The state at a step: the working memory the next model call saw, and the step's events."""
@@ -243,6 +257,16 @@ async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Resp
     new_id = await api.wp.fork(run_id, body.step, message=body.message, model=body.model, tenant_id=tenant)
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "fork_step": body.step}
+
+
+@router.post("/runs/{run_id}/rerun", status_code=201)
+async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
+    """Run it again with another model or agent, tools answered from the record; a new run."""
+    new_id = await api.wp.rerun(
+        run_id, from_step=body.from_step, model=body.model, agent=body.agent, tools=body.tools, tenant_id=tenant
+    )
+    response.headers["Location"] = f"/v1/runs/{new_id}"
+    return {"run_id": new_id, "parent_run_id": run_id, "from_step": body.from_step}
 
 
 @router.get("/runs/{run_id}/replay")

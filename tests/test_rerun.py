@@ -1,0 +1,266 @@
+"""`rerun`: a recorded run again with another model, on a real worker and the fake OpenAI server
+answering per model name. With recorded tools, a call matching the original's (same step,
+position, tool and canonical arguments) gets the recorded result and the tool does not run (its
+side-effect file stays untouched); a diverging call gets a "not recorded" error, counted, unless
+its tool is replay-safe; `compare` finds the first divergence; another tenant can do neither."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from tests.helpers import one_line_error, waypoint
+from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
+from waypoint.agents import AgentRegistry
+from waypoint.app.client import Waypoint
+from waypoint.demo import demo as demo_agent
+from waypoint.errors import NotFound
+from waypoint.store.schema import compactions, tool_effects
+from waypoint.testing.fake_openai import Turn
+
+pytestmark = pytest.mark.postgres
+
+LOOKUPS: list[str] = []
+
+
+@tool
+def append_line(ctx: ToolContext, text: str) -> str:
+    """Append a line to effects.txt in the workspace (a side effect)."""
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    with (ctx.workspace / "effects.txt").open("a") as f:
+        f.write(text + "\n")
+    return f"appended {text!r}"
+
+
+@tool(replay_safe=True)
+def lookup(key: str) -> str:
+    """Read a value (no side effects)."""
+    LOOKUPS.append(key)
+    return f"value of {key}"
+
+
+writer = Agent(
+    name="writer", instructions="Write lines.", model="openai:model-a", tools=(append_line, lookup), max_steps=10
+)
+
+
+@tool
+def log_line(ctx: ToolContext, n: int) -> str:
+    """Append line n to long.txt in the workspace (a side effect) and return a long receipt."""
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    with (ctx.workspace / "long.txt").open("a") as f:
+        f.write(f"{n}\n")
+    return f"logged {n}: " + "receipt " * 40
+
+
+long_writer = Agent(
+    name="long_writer",
+    instructions="Log lines for a long time.",
+    model=ScriptedModel(
+        [*(ScriptedTurn(tool_calls=[("log_line", {"n": i})]) for i in range(30)), ScriptedTurn(content="logged")]
+    ),
+    tools=(log_line,),
+    max_steps=40,
+    continue_as_new_every=8,
+    context_tokens=1_500,
+    compact_at=0.5,
+    memory=False,
+)
+
+# What each model does at each step (the number of assistant turns so far + 1).
+SCRIPTS: dict[str, list[Turn]] = {
+    "model-a": [
+        Turn(tool_calls=[("append_line", {"text": "one"})], prompt_tokens=100, completion_tokens=10),
+        Turn(tool_calls=[("append_line", {"text": "two"})], prompt_tokens=120, completion_tokens=10),
+        Turn(content="wrote one and two", prompt_tokens=140, completion_tokens=5),
+    ],
+    "model-b": [
+        Turn(tool_calls=[("append_line", {"text": "one"})], prompt_tokens=100, completion_tokens=10),  # matches
+        Turn(tool_calls=[("append_line", {"text": "TWO"})], prompt_tokens=120, completion_tokens=12),  # diverges
+        Turn(tool_calls=[("lookup", {"key": "x"})], prompt_tokens=150, completion_tokens=8),  # replay-safe
+        Turn(content="wrote one, could not write TWO", prompt_tokens=170, completion_tokens=9),
+    ],
+}
+
+
+def by_model(body: dict[str, Any], n: int) -> Turn:
+    step = sum(m["role"] == "assistant" for m in body["messages"])
+    return SCRIPTS[body["model"]][step]
+
+
+@pytest.fixture
+def agents() -> AgentRegistry:
+    return AgentRegistry([demo_agent, writer, long_writer])
+
+
+async def ledger(engine, run_id: str) -> list[Any]:
+    async with engine.connect() as conn:
+        query = select(tool_effects).where(tool_effects.c.run_id == run_id).order_by(tool_effects.c.step)
+        return list((await conn.execute(query)).mappings())
+
+
+@pytest.mark.timeout(240)
+async def test_rerun_with_recorded_tools(client, engine, settings, worker, fake_openai):
+    fake_openai.responder = by_model
+    LOOKUPS.clear()
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Write two lines", agent="writer")
+    assert (await wp.result(original)).status == "completed"
+    effects = Path(settings.resolved_workspace) / "effects.txt"
+    assert effects.read_text() == "one\ntwo\n"
+    before = effects.stat().st_mtime_ns
+
+    rerun = await wp.rerun(original, model="openai:model-b")
+    result = await wp.result(rerun)
+    assert (result.status, result.steps, result.output) == ("completed", 4, "wrote one, could not write TWO")
+    assert effects.read_text() == "one\ntwo\n" and effects.stat().st_mtime_ns == before  # nothing ran again
+    assert LOOKUPS == ["x"]  # the replay-safe tool ran live
+
+    row = await wp.run(rerun)
+    assert (row.lineage_kind, row.parent_run_id, row.fork_step, row.model) == ("rerun", original, 0, "openai:model-b")
+    calls = await ledger(engine, rerun)
+    assert [(c["step"], c["tool"], c["outcome"], c["duration_ms"]) for c in calls[:2]] == [
+        (1, "append_line", "ok", 0),  # answered from the record: it did not run
+        (2, "append_line", "not_recorded", 0),
+    ]
+    assert calls[0]["output"] == "appended 'one'"  # the original's recorded output
+    assert "not recorded" in calls[1]["output"] and "append_line" in calls[1]["output"]
+    assert (calls[2]["tool"], calls[2]["outcome"], calls[2]["output"]) == ("lookup", "ok", "value of x")
+    # the model read the error: the third request carries it as a tool message
+    third = [s.body for s in fake_openai.seen if s.body["model"] == "model-b"][2]
+    assert "not recorded" in [m for m in third["messages"] if m["role"] == "tool"][-1]["content"]
+    assert [c["outcome"] for c in await ledger(engine, original)] == ["ok", "ok"]  # the original is untouched
+
+    found = await wp.compare(original, rerun)
+    assert found.first_divergence == 2 and found.steps[0].same
+    assert found.not_recorded_b == 1 and found.steps_delta == 1
+    assert found.input_tokens_delta == 150 + 170 - 140 and found.a.output == "wrote one and two"
+
+    done = await waypoint(settings, "compare", original, rerun, "--fail-on-divergence")
+    assert done.code == 1 and "first divergence at step 2" in done.out and "1 call(s) not recorded" in done.out
+
+    # another tenant: neither rerun nor compare finds the run
+    b = Waypoint(client, engine, settings.model_copy(update={"tenant": "tenant-b"}))
+    with pytest.raises(NotFound):
+        await b.rerun(original, model="openai:model-b")
+    with pytest.raises(NotFound):
+        await b.compare(original, rerun)
+    error = one_line_error(await waypoint(settings, "--tenant", "tenant-b", "rerun", original))
+    assert "no run" in error and "waypoint runs" in error
+
+
+@pytest.mark.timeout(240)
+async def test_rerun_from_a_step_with_live_tools_over_the_cli(client, engine, settings, worker, fake_openai):
+    fake_openai.responder = by_model
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Write two lines", agent="writer")
+    assert (await wp.result(original)).status == "completed"
+    effects = Path(settings.resolved_workspace) / "effects.txt"
+
+    done = await waypoint(settings, "rerun", original, "--from-step", "1", "--tools", "live", "--follow", "--json")
+    assert done.code == 0, done.err
+    rerun = (await wp.runs(limit=1))[0].run_id
+    assert rerun != original and rerun in done.out
+    row = await wp.run(rerun)
+    assert (row.status, row.fork_step, row.lineage_kind) == ("completed", 1, "rerun")
+    assert effects.read_text() == "one\ntwo\ntwo\n"  # live: step 2 ran again for real
+    found = await wp.compare(original, rerun)
+    assert found.first_divergence is None and not found.diverged  # same model, same calls
+
+    assert "recorded, live" in one_line_error(await waypoint(settings, "rerun", original, "--tools", "maybe"))
+    assert "step" in one_line_error(await waypoint(settings, "rerun", original, "--from-step", "99"))
+
+
+@pytest.mark.timeout(300)
+async def test_a_batch_of_20_reruns_and_its_summary(client, engine, settings, worker, fake_openai):
+    fake_openai.responder = by_model
+    wp = Waypoint(client, engine, settings)
+    originals = [await wp.start_run(f"Write two lines ({n})", agent="writer") for n in range(20)]
+    for run_id in originals:
+        assert (await wp.result(run_id)).status == "completed"
+    effects = Path(settings.resolved_workspace) / "effects.txt"
+    written = effects.read_text()
+    assert written.count("\n") == 40
+
+    done = await waypoint(
+        settings,
+        "rerun",
+        "--select",
+        "status=completed agent=writer since=1h",
+        "--limit",
+        "25",
+        "--concurrency",
+        "5",
+        "--model",
+        "openai:model-b",
+        "--json",
+        timeout=240,
+    )
+    assert done.code == 0, done.err
+    report = json.loads(done.out)
+    assert report["runs"] == 20 and {i["source_run_id"] for i in report["items"]} == set(originals)
+    assert report["diverged_pct"] == 100.0 and report["completed_pct"] == 100.0
+    # model-b: 4 steps of 100+10, 120+12, 150+8, 170+9 tokens; model-a: 3 of 100+10, 120+10, 140+5
+    assert report["tokens_delta_p50_p95"] == [194, 194]  # 579 - 385
+    assert all(i["first_divergence"] == 2 and i["not_recorded"] == 1 for i in report["items"])
+    assert effects.read_text() == written  # no recorded tool ran again
+
+    listed = json.loads(
+        (await waypoint(settings, "runs", "--batch", report["batch_id"], "--limit", "50", "--json")).out
+    )
+    assert sorted(r["run_id"] for r in listed) == sorted(i["run_id"] for i in report["items"])
+    assert {(r["lineage_kind"], r["batch_id"]) for r in listed} == {("rerun", report["batch_id"])}
+
+    # a second batch picks originals only, never the reruns just made
+    again = await wp.rerun_batch("agent=writer", limit=50, model="openai:model-a", concurrency=5)
+    assert {i.source_run_id for i in again.items} == set(originals)
+    assert again.diverged_pct == 0.0 and again.tokens_delta == (0.0, 0.0)
+
+    assert "key=value" in one_line_error(await waypoint(settings, "rerun", "--select", "colour=red"))
+    assert "not both" in one_line_error(await waypoint(settings, "rerun", originals[0], "--select", "agent=writer"))
+    assert "no run matches" in one_line_error(await waypoint(settings, "rerun", "--select", "agent=nobody"))
+
+
+@pytest.mark.timeout(240)
+async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
+    fake_openai.responder = by_model
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Write two lines", agent="writer")
+    assert (await wp.result(original)).status == "completed"
+    r = await api.http.post(f"/v1/runs/{original}/rerun", json={"model": "openai:model-b"})
+    assert r.status_code == 201, r.text
+    rerun = r.json()["run_id"]
+    assert r.headers["location"] == f"/v1/runs/{rerun}"
+    assert (await wp.result(rerun)).output == "wrote one, could not write TWO"
+    compared = (await api.http.get(f"/v1/runs/{original}/compare/{rerun}")).json()
+    assert compared["first_divergence"] == 2 and compared["not_recorded_b"] == 1
+    bad = await api.http.post(f"/v1/runs/{original}/rerun", json={"tools": "maybe"})
+    assert bad.status_code == 400 and "recorded, live" in bad.json()["error"]["message"]
+
+
+@pytest.mark.timeout(300)
+async def test_rerun_of_a_run_with_continue_as_new_and_compactions(client, engine, settings, worker):
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Log thirty lines", agent="long_writer")
+    assert (await wp.result(original)).steps == 31
+    executions = [e async for e in client.list_workflows(f"WorkflowId = '{original}'")]
+    assert len(executions) >= 3  # continued as new every 8 steps
+    async with engine.connect() as conn:
+        compacted = (await conn.execute(select(compactions.c.id).where(compactions.c.run_id == original))).all()
+    assert compacted  # its context was compacted inline
+    log = Path(settings.resolved_workspace) / "long.txt"
+    written = log.read_text()
+    assert written.count("\n") == 30
+
+    rerun = await wp.rerun(original, from_step=12, model="scripted")
+    result = await wp.result(rerun)
+    assert (result.status, result.steps, result.output) == ("completed", 31, "logged")
+    assert log.read_text() == written  # every call of steps 13-30 was answered from the record
+    calls = await ledger(engine, rerun)
+    assert len(calls) == 18 and {(c["outcome"], c["duration_ms"]) for c in calls} == {("ok", 0)}
+    found = await wp.compare(original, rerun)
+    assert found.first_divergence is None and len(found.steps) == 31 and found.not_recorded_b == 0

@@ -1,0 +1,132 @@
+"""Two runs side by side, step by step (`waypoint compare`): the tool calls each made (name and
+canonical arguments), the answer text, tokens, cost, model time and how each ended.
+
+Both runs are read for the tenant (another tenant's run is "not found"); a fork or a rerun is read
+with the steps it inherited from its parent, so steps line up by number.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from waypoint.names import EventKind, ToolOutcome
+from waypoint.store.base import StoreBase
+from waypoint.store.rows import CallLine, RunComparison, RunRow, StepComparison, StepSide
+from waypoint.store.schema import events
+
+COMPARED_KINDS = (EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT)
+
+
+def canonical_arguments(arguments: str | None) -> str:
+    """A tool call's arguments as canonical JSON (keys sorted), or the raw text when it is not JSON."""
+    try:
+        return json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except json.JSONDecodeError:
+        return arguments or ""
+
+
+def text_diff(a: str | None, b: str | None) -> list[str]:
+    """Unified diff lines (no headers) of two texts; empty when they are equal."""
+    if (a or "") == (b or ""):
+        return []
+    lines = difflib.unified_diff((a or "").splitlines(), (b or "").splitlines(), "a", "b", n=1, lineterm="")
+    return [line for line in lines if not line.startswith(("---", "+++"))]
+
+
+def step_sides(rows: list[tuple[int, str, dict[str, Any]]]) -> dict[int, StepSide]:
+    """(step, kind, payload) in log order -> what the run did at each step."""
+    sides: dict[int, StepSide] = {}
+    outcomes: dict[tuple[int, str], str] = {}
+    for step, kind, payload in rows:
+        if kind == EventKind.TOOL_RESULT:
+            outcomes[(step, payload.get("call_id", ""))] = payload.get("outcome") or (
+                "tool_error" if payload.get("is_error") else "ok"
+            )
+    for step, kind, payload in rows:
+        if kind != EventKind.MODEL_RESPONSE:
+            continue
+        usage = payload.get("usage") or {}
+        calls = [
+            CallLine(c["name"], canonical_arguments(c.get("arguments")), outcomes.get((step, c.get("id", ""))))
+            for c in payload.get("tool_calls") or []
+        ]
+        sides[step] = StepSide(
+            model=payload.get("model"),
+            content=payload.get("content"),
+            calls=calls,
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+            cost_usd=float(payload.get("cost_usd") or 0),
+            model_ms=int(payload.get("latency_ms") or 0),
+        )
+    return sides
+
+
+def compare_sides(a: RunRow, b: RunRow, sides_a: dict[int, StepSide], sides_b: dict[int, StepSide]) -> RunComparison:
+    compared: list[StepComparison] = []
+    for n in sorted(set(sides_a) | set(sides_b)):
+        x, y = sides_a.get(n), sides_b.get(n)
+        same_calls = x is not None and y is not None and x.calls == y.calls
+        same_answer = x is not None and y is not None and (x.content or "") == (y.content or "")
+        diff = text_diff(x.content if x else None, y.content if y else None)
+        compared.append(StepComparison(n, x, y, same_calls, same_answer, diff))
+    first = next((c.step for c in compared if not c.same), None)
+
+    def total(sides: dict[int, StepSide], attr: str) -> Any:
+        return sum(getattr(s, attr) for s in sides.values())
+
+    return RunComparison(
+        a=a,
+        b=b,
+        steps=compared,
+        first_divergence=first,
+        same_output=(a.output or "") == (b.output or ""),
+        output_diff=text_diff(a.output, b.output),
+        steps_delta=len(sides_b) - len(sides_a),
+        input_tokens_delta=total(sides_b, "input_tokens") - total(sides_a, "input_tokens"),
+        output_tokens_delta=total(sides_b, "output_tokens") - total(sides_a, "output_tokens"),
+        cost_delta_usd=round(total(sides_b, "cost_usd") - total(sides_a, "cost_usd"), 6),
+        model_ms_delta=total(sides_b, "model_ms") - total(sides_a, "model_ms"),
+        not_recorded_a=not_recorded(sides_a),
+        not_recorded_b=not_recorded(sides_b),
+    )
+
+
+def not_recorded(sides: dict[int, StepSide]) -> int:
+    return sum(c.outcome == ToolOutcome.NOT_RECORDED for s in sides.values() for c in s.calls)
+
+
+class Compare(StoreBase):
+    async def _compared_events(self, conn: AsyncConnection, tenant_id: str, run: RunRow) -> list[tuple[int, str, Any]]:
+        """The run's model answers and tool results in step order, with those it inherited (a fork's
+        or a rerun's steps up to its fork step, read from its ancestors)."""
+        found: list[tuple[int, str, Any]] = []
+        upto: int | None = None
+        current: RunRow | None = run
+        while current is not None:
+            query = select(events.c.step, events.c.kind, events.c.payload).where(
+                events.c.run_id == current.run_id, events.c.kind.in_(COMPARED_KINDS)
+            )
+            if upto is not None:
+                query = query.where(events.c.step <= upto)
+            rows = [(r.step, r.kind, r.payload) for r in await conn.execute(query.order_by(events.c.seq))]
+            found = rows + found
+            if current.parent_run_id is None or current.fork_step is None:
+                break
+            upto = current.fork_step if upto is None else min(upto, current.fork_step)
+            current = await self._run(conn, tenant_id, current.parent_run_id)
+        return found
+
+    async def compare(self, tenant_id: str, run_a: str, run_b: str) -> RunComparison:
+        """Runs `run_a` and `run_b` of the tenant, step by step."""
+        async with self.engine.connect() as conn:
+            a = await self._run(conn, tenant_id, run_a)
+            b = await self._run(conn, tenant_id, run_b)
+            sides_a = step_sides(await self._compared_events(conn, tenant_id, a))
+            sides_b = step_sides(await self._compared_events(conn, tenant_id, b))
+        return compare_sides(a, b, sides_a, sides_b)
