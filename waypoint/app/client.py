@@ -302,13 +302,15 @@ class Waypoint:
         status: str | None = None,
         agent: str | None = None,
         before: tuple[datetime, str] | None = None,
+        text: str | None = None,
     ) -> list[RunRow]:
-        """Newest first; `before` is the (created_at, run_id) of the last run of the previous page."""
+        """Newest first; `before` is the (created_at, run_id) of the last run of the previous page;
+        `text` keeps the runs whose task contains it."""
         check_count("the limit", limit)
         if status is not None:
             check_choice("status", status, RunStatus)
         tenant = self.tenant(tenant_id)
-        return await self.store.list_runs(tenant, limit=limit, status=status, agent=agent, before=before)
+        return await self.store.list_runs(tenant, limit=limit, status=status, agent=agent, before=before, text=text)
 
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
         return await self.store.get_run(self.tenant(tenant_id), run_id)

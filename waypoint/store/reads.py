@@ -48,10 +48,13 @@ class Reads(StoreBase):
         status: str | None = None,
         agent: str | None = None,
         before: tuple[datetime, str] | None = None,
+        text: str | None = None,
     ) -> list[RunRow]:
         """The tenant's runs, newest first; `before` (keyset pagination): the (created_at, run_id)
-        of the last run seen."""
+        of the last run seen; `text`: only runs whose task contains it (any case)."""
         query = select(runs).where(of_tenant(tenant_id))
+        if text:
+            query = query.where(runs.c.task.icontains(text, autoescape=True))
         if status:
             query = query.where(runs.c.status == status)
         if agent:
