@@ -4,8 +4,10 @@ binary these tests skip and say how to install one."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,6 +23,13 @@ needs_browser = pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium binary: `apt-get install -y chromium` (.ci/run does it)"
 )
 STEP_MS = 15_000  # the longest a page waits for something to appear
+# WAYPOINT_VIEWER_SCREENSHOTS=docs: the first test saves the README's screenshots there.
+SHOTS = os.environ.get("WAYPOINT_VIEWER_SCREENSHOTS")
+
+
+async def shot(page, name: str) -> None:
+    if SHOTS:
+        await page.screenshot(path=str(Path(SHOTS) / f"viewer-{name}.png"), full_page=False)
 
 
 @pytest.fixture(scope="session")
@@ -72,20 +81,24 @@ def reached(api: ApiServer, run_id: str, *wanted: str):
 @pytest.mark.timeout(60)
 async def test_runs_page_lists_a_new_run_and_its_step_view(browser, api: ApiServer, worker):
     context, page = await logged_in(browser, api)
+    await page.set_viewport_size({"width": 1280, "height": 800})
     run_id = await start(api, "add for the viewer", "calculator")
     await eventually(reached(api, run_id, "completed"), timeout=30)
     await page.goto("/ui?text=for+the+viewer")
     row = page.locator("table.runs tbody tr", has=page.locator(f"a[href='/ui/runs/{run_id}']"))
     await row.wait_for()
     assert "completed" in await row.inner_text()  # status as text, not colour only
+    await shot(page, "runs")
     await page.click(f"a[href='/ui/runs/{run_id}']")
     await page.wait_for_url(f"**/ui/runs/{run_id}")
     assert await page.locator("#steps tr[data-step]").count() == 3
+    await shot(page, "run")
     await page.click("#steps a:text-is('2')")
     await page.wait_for_url("**/steps/2")
     text = await page.locator("main").inner_text()
     assert "The request the model received" in text and "add for the viewer" in text  # the rebuilt request
     assert "Tool calls (1)" in text
+    await shot(page, "step")
     await page.goto(f"/ui/runs/{run_id}/diff?a=1&b=3")
     assert "The answer is 15." in await page.locator("main").inner_text()
     await context.close()

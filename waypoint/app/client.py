@@ -340,8 +340,10 @@ class Waypoint:
         after_seq: int = 0,
         limit: int | None = None,
         tenant_id: str | None = None,
+        step: int | None = None,
     ) -> list[EventRow]:
-        """Events in log order; `after_seq` (keyset pagination) is the last seq seen."""
+        """Events in log order (of one `step`, or from `since_step` on); `after_seq` (keyset
+        pagination) is the last seq seen."""
         for kind in kinds or []:
             check_choice("event kind", kind, EventKind)
         if limit is not None:
@@ -349,7 +351,13 @@ class Waypoint:
         check_count("since_step", since_step, low=0, high=10**9)
         check_count("after_seq", after_seq, low=0, high=2**62)
         return await self.store.events(
-            self.tenant(tenant_id), run_id, kinds=kinds, since_step=since_step, after_seq=after_seq, limit=limit
+            self.tenant(tenant_id),
+            run_id,
+            kinds=kinds,
+            since_step=since_step,
+            step=step,
+            after_seq=after_seq,
+            limit=limit,
         )
 
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:

@@ -258,18 +258,20 @@ async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: 
         if step < 0:
             raise InvalidInput(f"step {step} is negative: steps count from 0")
         row = await api.wp.run(run_id, tenant_id=tenant)
-        found = await api.wp.state(run_id, step, tenant_id=tenant)
-        # The request the model received AT this step is the state after the step before it.
+        if step > row.steps:
+            raise NotFound(f"run {run_id} has no step {step} yet: it has {row.steps}; pick one from its timeline")
+        # The request the model received AT this step is the state after the step before it (one
+        # rebuild); the step's own events are a keyset read of the log, not a second rebuild.
         before = await api.wp.state(run_id, step - 1, tenant_id=tenant) if step >= 1 else None
+        events = await api.wp.events(run_id, step=step, tenant_id=tenant)
     except WaypointError as exc:
         return error_page(request, exc)
-    events = found.events
     return render(
         request,
         "step.html",
         run=row,
         step=step,
-        state=found,
+        owner_run_id=before.owner_run_id if before is not None else run_id,
         received=before,
         request_json=as_json(before.request) if before is not None and before.request else None,
         responses=[e for e in events if e.kind == EventKind.MODEL_RESPONSE],
