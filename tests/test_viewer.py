@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import ApiServer
 from tests.helpers import eventually
+from waypoint.app.embedded import free_port
 from waypoint.app.http.ui import session
 
 pytestmark = pytest.mark.postgres
@@ -225,3 +226,36 @@ async def test_session_cookies_are_signed_and_only_read(api: ApiServer):
         assert (await http.get("/v1/runs")).status_code == 200  # reads with the cookie
         write = await http.post("/v1/runs", json={"task": "x", "agent": "calculator"})
         assert write.status_code == 401  # writes need the key
+
+
+@pytest.mark.timeout(90)
+async def test_dev_mode_needs_no_login_and_shows_memory_and_compactions(api: ApiServer, memory_worker, settings):
+    """With auth off (`waypoint dev`) the pages open without a session; the memory tab lists the
+    run's episodes and searches the tenant's memory; the compactions tab lists what each pass did."""
+    from waypoint.app.http.server import api_server, start_api, stop_api, url_of
+
+    wp, _ = memory_worker
+    run_id = await start(api, "What is the launch code?", "scout")
+    await eventually(reached(api, run_id, "completed"), timeout=60)
+
+    async def remembered() -> bool:
+        return bool((await api.http.get(f"/v1/runs/{run_id}/memories")).json()["memories"])
+
+    await eventually(remembered, timeout=60)
+    assert (await api.http.post(f"/v1/runs/{run_id}/compact")).json()["selected"] == 1
+    listed = (await api.http.get(f"/v1/runs/{run_id}/compactions")).json()["compactions"]
+    server = api_server(settings, host="127.0.0.1", port=free_port(), auth=False, waypoint=wp)
+    task = await start_api(server)
+    try:
+        async with httpx.AsyncClient(base_url=url_of(server), timeout=60) as http:
+            runs = await http.get("/ui", follow_redirects=False)
+            assert runs.status_code == 200 and run_id in runs.text  # no login page
+            memory = await http.get(f"/ui/runs/{run_id}/memory", params={"q": "launch code"})
+            assert memory.status_code == 200 and 'role="alert"' not in memory.text
+            assert "None yet." not in memory.text and f"{run_id} step" in memory.text  # episodes and a hit
+            compactions = await http.get(f"/ui/runs/{run_id}/compactions")
+            assert compactions.status_code == 200 and ("No compactions" in compactions.text) == (not listed)
+            for c in listed:  # the page shows what the API lists
+                assert f"{c['tokens_before']} → {c['tokens_after']}" in compactions.text
+    finally:
+        await stop_api(server, task)

@@ -7,6 +7,8 @@
     GET  /ui/runs/{id}/rows?after=N  timeline rows after step N (what the script appends)
     GET  /ui/runs/{id}/steps/{n}     the request the model received, its answer, tool calls, failures
     GET  /ui/runs/{id}/diff?a=&b=    what changed between two steps
+    GET  /ui/runs/{id}/memory?q=     the run's episodes; a search over the tenant's memory
+    GET  /ui/runs/{id}/compactions   what each compaction pruned and kept
     POST /ui/runs/{id}/{action}      pause, resume, cancel, send, approve, deny, fork
     GET|POST /ui/login, POST /ui/logout
 
@@ -294,6 +296,32 @@ async def diff_page(request: Request, run_id: str, api: Api, tenant: Tenant, a: 
     except WaypointError as exc:
         return error_page(request, exc)
     return render(request, "diff.html", run=row, diff=found)
+
+
+@router.get("/runs/{run_id}/memory")
+async def memory_page(request: Request, run_id: str, api: Api, tenant: Tenant, q: str = "") -> Response:
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+    except WaypointError as exc:
+        return error_page(request, exc)
+    episodes, hits, problem = [], [], None
+    try:  # memory lives behind the memory worker: when it is down, the page says so
+        episodes = await api.wp.memory_show(run_id, tenant_id=tenant)
+        if q.strip():
+            hits = await api.wp.memory_search(q.strip(), k=10, tenant_id=tenant)
+    except WaypointError as exc:
+        problem = str(exc)
+    return render(request, "memory.html", run=row, episodes=episodes, hits=hits, q=q, problem=problem)
+
+
+@router.get("/runs/{run_id}/compactions")
+async def compactions_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> Response:
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+        rows = await api.wp.compactions(run_id, tenant_id=tenant, limit=100)
+    except WaypointError as exc:
+        return error_page(request, exc)
+    return render(request, "compactions.html", run=row, compactions=rows)
 
 
 # --- actions -------------------------------------------------------------------------------------
