@@ -45,9 +45,20 @@ async def browser() -> AsyncIterator[object]:
         await b.close()
 
 
-async def logged_in(browser, api: ApiServer, key: str | None = None):
+@pytest.fixture
+async def contexts(browser, api: ApiServer) -> AsyncIterator[list]:
+    """The test's browser contexts, closed before the server stops (an open live stream would keep
+    uvicorn's graceful shutdown waiting), even when the test fails."""
+    opened: list = []
+    yield opened
+    for context in opened:
+        await context.close()
+
+
+async def logged_in(browser, contexts: list, api: ApiServer, key: str | None = None) -> tuple:
     """A fresh browser context logged in through the login form with an API key."""
     context = await browser.new_context(base_url=api.url)
+    contexts.append(context)
     page = await context.new_page()
     page.set_default_timeout(STEP_MS)
     await page.goto("/ui")
@@ -80,8 +91,8 @@ def reached(api: ApiServer, run_id: str, *wanted: str):
 
 @needs_browser
 @pytest.mark.timeout(60)
-async def test_runs_page_lists_a_new_run_and_its_step_view(browser, api: ApiServer, worker):
-    context, page = await logged_in(browser, api)
+async def test_runs_page_lists_a_new_run_and_its_step_view(browser, contexts, api: ApiServer, worker):
+    _, page = await logged_in(browser, contexts, api)
     await page.set_viewport_size({"width": 1280, "height": 800})
     run_id = await start(api, "add for the viewer", "calculator")
     await eventually(reached(api, run_id, "completed"), timeout=30)
@@ -102,12 +113,11 @@ async def test_runs_page_lists_a_new_run_and_its_step_view(browser, api: ApiServ
     await shot(page, "step")
     await page.goto(f"/ui/runs/{run_id}/diff?a=1&b=3")
     assert "The answer is 15." in await page.locator("main").inner_text()
-    await context.close()
 
 
 @needs_browser
 @pytest.mark.timeout(60)
-async def test_run_page_shows_a_step_appear_live(browser, api: ApiServer, worker):
+async def test_run_page_shows_a_step_appear_live(browser, contexts, api: ApiServer, worker):
     run_id = await start(api, "count", "listener")
 
     async def stepped() -> bool:
@@ -115,7 +125,7 @@ async def test_run_page_shows_a_step_appear_live(browser, api: ApiServer, worker
         return r.status_code == 200 and r.json()["steps"] >= 1
 
     await eventually(stepped, timeout=30)
-    context, page = await logged_in(browser, api)
+    _, page = await logged_in(browser, contexts, api)
     await page.goto(f"/ui/runs/{run_id}")
     first = await page.locator("#steps tr[data-step]").count()
     await page.evaluate("window.notReloaded = true")
@@ -126,15 +136,14 @@ async def test_run_page_shows_a_step_appear_live(browser, api: ApiServer, worker
     await page.wait_for_url("**notice=*")
     assert "cancel asked" in await page.locator(".notice").inner_text()
     assert await eventually(reached(api, run_id, "cancelled"), timeout=30) == "cancelled"
-    await context.close()
 
 
 @needs_browser
 @pytest.mark.timeout(60)
-async def test_approve_unblocks_a_waiting_run_and_refusals_are_messages(browser, api: ApiServer, worker):
+async def test_approve_unblocks_a_waiting_run_and_refusals_are_messages(browser, contexts, api: ApiServer, worker):
     run_id = await start(api, "delete two files", "careful")
     await eventually(reached(api, run_id, "waiting_approval"), timeout=30)
-    context, page = await logged_in(browser, api)
+    _, page = await logged_in(browser, contexts, api)
     await page.goto(f"/ui/runs/{run_id}")
     assert "waiting approval" in await page.locator("#run-status").inner_text()
     await page.click("form.approval button:text-is('Approve')")
@@ -155,15 +164,14 @@ async def test_approve_unblocks_a_waiting_run_and_refusals_are_messages(browser,
     # A refused action is a message on the page, not a traceback.
     r = await page.request.post(f"/ui/runs/{run_id}/fork", form={"step": "99"})
     assert r.ok and "Refused:" in await r.text() and "Traceback" not in await r.text()
-    await context.close()
 
 
 @needs_browser
 @pytest.mark.timeout(60)
-async def test_fork_from_a_step_creates_a_run_and_jumps_to_it(browser, api: ApiServer, worker):
+async def test_fork_from_a_step_creates_a_run_and_jumps_to_it(browser, contexts, api: ApiServer, worker):
     parent = await start(api, "add to fork", "calculator")
     await eventually(reached(api, parent, "completed"), timeout=30)
-    context, page = await logged_in(browser, api)
+    _, page = await logged_in(browser, contexts, api)
     await page.goto(f"/ui/runs/{parent}")
     await page.fill("#fork-step", "2")
     await page.fill("#fork-message", "once more")
@@ -183,12 +191,11 @@ async def test_fork_from_a_step_creates_a_run_and_jumps_to_it(browser, api: ApiS
     assert states[fork_id, 2] == [*states[parent, 2], {"role": "user", "content": "once more"}]
     await page.goto(f"/ui/runs/{parent}")
     assert fork_id in await page.locator("#run-header").inner_text()  # and from the parent to its fork
-    await context.close()
 
 
 @needs_browser
 @pytest.mark.timeout(60)
-async def test_another_tenants_session_gets_a_404_page(browser, api: ApiServer, worker):
+async def test_another_tenants_session_gets_a_404_page(browser, contexts, api: ApiServer, worker):
     run_id = await start(api, "mine", "calculator")
     await eventually(reached(api, run_id, "completed"), timeout=30)
     from waypoint.app.client import Waypoint
@@ -198,7 +205,7 @@ async def test_another_tenants_session_gets_a_404_page(browser, api: ApiServer, 
         other_key, _ = await wp.store.create_key("tenant-b", "viewer test")
     finally:
         await wp.close()
-    context, page = await logged_in(browser, api, other_key)
+    _, page = await logged_in(browser, contexts, api, other_key)
     response = await page.goto(f"/ui/runs/{run_id}")
     assert response is not None and response.status == 404
     assert "Not found" in await page.locator("h1").inner_text()
@@ -206,7 +213,6 @@ async def test_another_tenants_session_gets_a_404_page(browser, api: ApiServer, 
     assert run_id not in await page.locator("table.runs").inner_text()  # nor is it listed
     stream = await page.request.get(f"/v1/runs/{run_id}/stream")
     assert stream.status == 404  # the cookie reads only the session's own tenant
-    await context.close()
 
 
 async def test_session_cookies_are_signed_and_only_read(api: ApiServer):
