@@ -106,6 +106,11 @@ class Settings(BaseSettings):
     trace_ui_url: str | None = Field(
         None, description="Trace UI link template with {trace_id}, e.g. http://localhost:16686/trace/{trace_id}."
     )
+    ui_secret: str | None = Field(
+        None,
+        description="Key signing the web viewer's session cookies; unset: a random one per process "
+        "(sessions end when the server restarts).",
+    )
     temporal_metrics: bool = Field(
         False, description="Export the Temporal SDK's own worker metrics to the OTLP endpoint as well."
     )

@@ -415,15 +415,16 @@ class Waypoint:
         agent: str | None = None,
         before: tuple[datetime, str] | None = None,
         batch_id: str | None = None,
+        text: str | None = None,
     ) -> list[RunRow]:
         """Newest first; `before` is the (created_at, run_id) of the last run of the previous page;
-        `batch_id`: the reruns of one batch."""
+        `batch_id`: the reruns of one batch; `text` keeps the runs whose task contains it."""
         check_count("the limit", limit)
         if status is not None:
             check_choice("status", status, RunStatus)
         tenant = self.tenant(tenant_id)
         return await self.store.list_runs(
-            tenant, limit=limit, status=status, agent=agent, before=before, batch_id=batch_id
+            tenant, limit=limit, status=status, agent=agent, before=before, batch_id=batch_id, text=text
         )
 
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
@@ -454,8 +455,10 @@ class Waypoint:
         after_seq: int = 0,
         limit: int | None = None,
         tenant_id: str | None = None,
+        step: int | None = None,
     ) -> list[EventRow]:
-        """Events in log order; `after_seq` (keyset pagination) is the last seq seen."""
+        """Events in log order (of one `step`, or from `since_step` on); `after_seq` (keyset
+        pagination) is the last seq seen."""
         for kind in kinds or []:
             check_choice("event kind", kind, EventKind)
         if limit is not None:
@@ -463,7 +466,13 @@ class Waypoint:
         check_count("since_step", since_step, low=0, high=10**9)
         check_count("after_seq", after_seq, low=0, high=2**62)
         return await self.store.events(
-            self.tenant(tenant_id), run_id, kinds=kinds, since_step=since_step, after_seq=after_seq, limit=limit
+            self.tenant(tenant_id),
+            run_id,
+            kinds=kinds,
+            since_step=since_step,
+            step=step,
+            after_seq=after_seq,
+            limit=limit,
         )
 
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:

@@ -111,7 +111,7 @@ async def _start_api(settings: Settings, wp: Waypoint) -> tuple[tuple[Any, async
     except WaypointError as exc:
         return None, f"not started: {exc}"
     url = url_of(server)
-    return (server, task), f"{url} (docs {url}/docs); auth off: no API key needed, loopback only"
+    return (server, task), f"{url} (viewer {url}/ui, docs {url}/docs); auth off: no API key needed, loopback only"
 
 
 async def worker_main(settings: Settings) -> None:

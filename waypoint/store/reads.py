@@ -51,10 +51,11 @@ class Reads(StoreBase):
         since: datetime | None = None,
         batch_id: str | None = None,
         originals: bool = False,
+        text: str | None = None,
     ) -> list[RunRow]:
         """The tenant's runs, newest first; `before` (keyset pagination): the (created_at, run_id)
         of the last run seen; `since`: created then or later; `batch_id`: the reruns of one batch;
-        `originals`: no reruns."""
+        `originals`: no reruns; `text`: only runs whose task contains it (any case)."""
         query = select(runs).where(of_tenant(tenant_id))
         if since is not None:
             query = query.where(runs.c.created_at >= since)
@@ -62,6 +63,8 @@ class Reads(StoreBase):
             query = query.where(runs.c.batch_id == batch_id)
         if originals:
             query = query.where(or_(runs.c.lineage_kind.is_(None), runs.c.lineage_kind != LineageKind.RERUN))
+        if text:
+            query = query.where(runs.c.task.icontains(text, autoescape=True))
         if status:
             query = query.where(runs.c.status == status)
         if agent:

@@ -3,6 +3,7 @@
     /v1/...                      Waypoint's own API: runs, their steps, state, events, streams...
     /assistants, /threads, /runs, /store
                                  the Agent Protocol (the API of LangGraph Server)
+    /ui                          the web viewer (server-rendered pages; a key exchanged for a cookie)
     /healthz                     liveness, without a key
     /docs, /openapi.json         the OpenAPI documentation
 
@@ -114,6 +115,10 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
     routers = (runs, agents, memory, assistants, threads, protocol_runs, store)
     for module in routers:
         app.include_router(module.router)
+
+    from waypoint.app.http import ui
+
+    ui.install(app)
 
     @app.get("/healthz", tags=["meta"])
     async def healthz() -> dict[str, Any]:

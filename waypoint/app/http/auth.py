@@ -2,7 +2,8 @@
 
 The key comes as `Authorization: Bearer <key>` (or `X-Api-Key: <key>`, which LangGraph's
 clients send). No key, an unknown key and a revoked key are all 401; a key is checked against
-the database on every request, so a revoked key stops working at once. With auth off (only
+the database on every request, so a revoked key stops working at once. The web viewer's session
+cookie (`ui/session.py`) is accepted on GET requests only, so no cookie can make a /v1 write. With auth off (only
 `waypoint dev`, on a loopback address) every request acts for the configured tenant.
 """
 
@@ -29,6 +30,12 @@ async def tenant_of(request: Request) -> str:
     if not api.auth:
         return api.settings.tenant
     key = presented_key(request)
+    if key is None and request.method == "GET":
+        from waypoint.app.http.ui.session import COOKIE, secret_of, tenant_in
+
+        tenant = tenant_in(secret_of(api.settings.ui_secret), request.cookies.get(COOKIE))
+        if tenant is not None:
+            return tenant
     if key is None:
         raise unauthorized(
             "no API key: send `Authorization: Bearer <key>`; create a key with `waypoint keys create --tenant T`"

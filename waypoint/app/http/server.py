@@ -33,6 +33,9 @@ class ApiServer(uvicorn.Server):
         yield
 
 
+STOP_GRACE_SECONDS = 5
+
+
 def api_server(
     settings: Settings, *, host: str, port: int, auth: bool = True, waypoint: Waypoint | None = None
 ) -> uvicorn.Server:
@@ -42,7 +45,17 @@ def api_server(
             f"the API runs without keys on loopback addresses only, not on {host}: drop the address or turn auth on"
         )
     app = create_app(settings, auth=auth, waypoint=waypoint)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        access_log=False,
+        # A browser following a live run keeps its stream open: on stop, give open requests this
+        # long, then close them (a client resumes with Last-Event-ID), so stopping never hangs.
+        timeout_graceful_shutdown=STOP_GRACE_SECONDS,
+    )
     return ApiServer(config)
 
 

@@ -1,0 +1,267 @@
+"""The web viewer (/ui) in a real browser: Debian's chromium driven by Playwright, against a real
+uvicorn, a real worker, Temporal and Postgres. Nothing downloads a browser: without a chromium
+binary these tests skip and say how to install one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ApiServer
+from tests.helpers import eventually
+from waypoint.app.embedded import free_port
+from waypoint.app.http.ui import session
+
+pytestmark = pytest.mark.postgres
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_browser = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium binary: `apt-get install -y chromium` (.ci/run does it)"
+)
+STEP_MS = 15_000  # the longest a page waits for something to appear
+# WAYPOINT_VIEWER_SCREENSHOTS=docs: the first test saves the README's screenshots there.
+SHOTS = os.environ.get("WAYPOINT_VIEWER_SCREENSHOTS")
+
+
+async def shot(page, name: str) -> None:
+    if SHOTS:
+        await page.screenshot(path=str(Path(SHOTS) / f"viewer-{name}.png"), full_page=False)
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[object]:
+    if CHROMIUM is None:
+        pytest.skip("no chromium binary: `apt-get install -y chromium` (.ci/run does it)")
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        await b.close()
+
+
+@pytest.fixture
+async def contexts(browser, api: ApiServer) -> AsyncIterator[list]:
+    """The test's browser contexts, closed before the server stops (an open live stream would keep
+    uvicorn's graceful shutdown waiting), even when the test fails."""
+    opened: list = []
+    yield opened
+    for context in opened:
+        await context.close()
+
+
+async def logged_in(browser, contexts: list, api: ApiServer, key: str | None = None) -> tuple:
+    """A fresh browser context logged in through the login form with an API key."""
+    context = await browser.new_context(base_url=api.url)
+    contexts.append(context)
+    page = await context.new_page()
+    page.set_default_timeout(STEP_MS)
+    await page.goto("/ui")
+    assert "/ui/login" in page.url  # no session: the login page
+    await page.fill("#key", key or api.key)
+    await page.click("button[type=submit]:has-text('Log in')")
+    await page.wait_for_url("**/ui")
+    return context, page
+
+
+async def start(api: ApiServer, task: str, agent: str) -> str:
+    r = await api.http.post("/v1/runs", json={"task": task, "agent": agent})
+    assert r.status_code == 201, r.text
+    run_id: str = r.json()["run_id"]
+    return run_id
+
+
+async def status_of(api: ApiServer, run_id: str) -> str | None:
+    r = await api.http.get(f"/v1/runs/{run_id}")
+    return r.json()["status"] if r.status_code == 200 else None
+
+
+def reached(api: ApiServer, run_id: str, *wanted: str):
+    async def probe() -> str | None:
+        status = await status_of(api, run_id)
+        return status if status in wanted else None
+
+    return probe
+
+
+@needs_browser
+@pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
+async def test_runs_page_lists_a_new_run_and_its_step_view(browser, contexts, api: ApiServer, worker):
+    _, page = await logged_in(browser, contexts, api)
+    await page.set_viewport_size({"width": 1280, "height": 800})
+    run_id = await start(api, "add for the viewer", "calculator")
+    await eventually(reached(api, run_id, "completed"), timeout=30)
+    await page.goto("/ui?text=for+the+viewer")
+    row = page.locator("table.runs tbody tr", has=page.locator(f"a[href='/ui/runs/{run_id}']"))
+    await row.wait_for()
+    assert "completed" in await row.inner_text()  # status as text, not colour only
+    await shot(page, "runs")
+    await page.click(f"a[href='/ui/runs/{run_id}']")
+    await page.wait_for_url(f"**/ui/runs/{run_id}")
+    assert await page.locator("#steps tr[data-step]").count() == 3
+    await shot(page, "run")
+    await page.click("#steps a:text-is('2')")
+    await page.wait_for_url("**/steps/2")
+    text = await page.locator("main").inner_text()
+    assert "The request the model received" in text and "add for the viewer" in text  # the rebuilt request
+    assert "Tool calls (1)" in text
+    await shot(page, "step")
+    await page.goto(f"/ui/runs/{run_id}/diff?a=1&b=3")
+    assert "The answer is 15." in await page.locator("main").inner_text()
+
+
+@needs_browser
+@pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
+async def test_run_page_shows_a_step_appear_live(browser, contexts, api: ApiServer, worker):
+    run_id = await start(api, "count", "listener")
+
+    async def stepped() -> bool:
+        r = await api.http.get(f"/v1/runs/{run_id}")
+        return r.status_code == 200 and r.json()["steps"] >= 1
+
+    await eventually(stepped, timeout=30)
+    _, page = await logged_in(browser, contexts, api)
+    await page.goto(f"/ui/runs/{run_id}")
+    first = await page.locator("#steps tr[data-step]").count()
+    await page.evaluate("window.notReloaded = true")
+    await page.locator(f"#steps tr[data-step='{first + 2}']").wait_for()  # appended by the script
+    assert await page.evaluate("window.notReloaded") is True  # live, not a reload
+    await page.fill("#cancel-reason", "seen enough")
+    await page.click("button:text-is('Cancel')")
+    await page.wait_for_url("**notice=*")
+    assert "cancel asked" in await page.locator(".notice").inner_text()
+    assert await eventually(reached(api, run_id, "cancelled"), timeout=30) == "cancelled"
+
+
+@needs_browser
+@pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
+async def test_approve_unblocks_a_waiting_run_and_refusals_are_messages(browser, contexts, api: ApiServer, worker):
+    run_id = await start(api, "delete two files", "careful")
+    await eventually(reached(api, run_id, "waiting_approval"), timeout=30)
+    _, page = await logged_in(browser, contexts, api)
+    await page.goto(f"/ui/runs/{run_id}")
+    assert "waiting approval" in await page.locator("#run-status").inner_text()
+    await page.click("form.approval button:text-is('Approve')")
+    assert "approved" in await page.locator(".notice").inner_text()
+
+    async def second_wait() -> bool:
+        r = (await api.http.get(f"/v1/runs/{run_id}")).json()
+        pending = (r.get("live") or {}).get("pending_approvals") or []
+        return r["status"] == "waiting_approval" and bool(pending) and pending[0]["step"] == 2
+
+    await eventually(second_wait, timeout=30)  # the first approval let step 1's call run
+    await page.goto(f"/ui/runs/{run_id}")
+    await page.fill("form.approval input[name=reason]", "keep b")
+    await page.click("form.approval button:text-is('Deny')")
+    await eventually(reached(api, run_id, "completed"), timeout=30)
+    await page.goto(f"/ui/runs/{run_id}")
+    assert "keep b" in await page.locator("#run-header").inner_text()
+    # A refused action is a message on the page, not a traceback.
+    r = await page.request.post(f"/ui/runs/{run_id}/fork", form={"step": "99"})
+    assert r.ok and "Refused:" in await r.text() and "Traceback" not in await r.text()
+
+
+@needs_browser
+@pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
+async def test_fork_from_a_step_creates_a_run_and_jumps_to_it(browser, contexts, api: ApiServer, worker):
+    parent = await start(api, "add to fork", "calculator")
+    await eventually(reached(api, parent, "completed"), timeout=30)
+    _, page = await logged_in(browser, contexts, api)
+    await page.goto(f"/ui/runs/{parent}")
+    await page.fill("#fork-step", "2")
+    await page.fill("#fork-message", "once more")
+    await page.click("#fork-form button")
+    await page.wait_for_url(lambda url: "/ui/runs/" in url and parent not in url.split("?")[0])
+    fork_id = page.url.split("/ui/runs/")[1].split("?")[0]
+    assert "forked from" in await page.locator(".notice").inner_text()
+    assert parent in await page.locator("#run-header").inner_text()  # lineage link to the parent
+    await eventually(reached(api, fork_id, "completed"), timeout=30)
+    row = (await api.http.get(f"/v1/runs/{fork_id}")).json()
+    assert (row["parent_run_id"], row["fork_step"]) == (parent, 2)
+    states = {}
+    for run in (fork_id, parent):
+        for step in (1, 2):
+            states[run, step] = (await api.http.get(f"/v1/runs/{run}/steps/{step}/state")).json()["messages"]
+    assert states[fork_id, 1] == states[parent, 1]  # its first steps are the parent's
+    assert states[fork_id, 2] == [*states[parent, 2], {"role": "user", "content": "once more"}]
+    await page.goto(f"/ui/runs/{parent}")
+    assert fork_id in await page.locator("#run-header").inner_text()  # and from the parent to its fork
+
+
+@needs_browser
+@pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
+async def test_another_tenants_session_gets_a_404_page(browser, contexts, api: ApiServer, worker):
+    run_id = await start(api, "mine", "calculator")
+    await eventually(reached(api, run_id, "completed"), timeout=30)
+    from waypoint.app.client import Waypoint
+
+    wp = await Waypoint.connect(api.settings, temporal=False)
+    try:
+        other_key, _ = await wp.store.create_key("tenant-b", "viewer test")
+    finally:
+        await wp.close()
+    _, page = await logged_in(browser, contexts, api, other_key)
+    response = await page.goto(f"/ui/runs/{run_id}")
+    assert response is not None and response.status == 404
+    assert "Not found" in await page.locator("h1").inner_text()
+    await page.goto("/ui")
+    assert run_id not in await page.locator("table.runs").inner_text()  # nor is it listed
+    stream = await page.request.get(f"/v1/runs/{run_id}/stream")
+    assert stream.status == 404  # the cookie reads only the session's own tenant
+
+
+async def test_session_cookies_are_signed_and_only_read(api: ApiServer):
+    """Without a browser: a forged or expired cookie is no session, and a cookie never makes a /v1 write."""
+    secret = session.secret_of(api.settings.ui_secret)
+    good = session.issue(secret, "acme")
+    assert session.tenant_in(secret, good) == "acme"
+    assert session.tenant_in(secret, good.replace("acme", "evil")) is None
+    assert session.tenant_in(secret, session.issue(secret, "acme", now=0)) is None  # expired
+    async with httpx.AsyncClient(base_url=api.url) as http:
+        assert (await http.get("/ui", follow_redirects=False)).status_code == 303
+        bad = await http.post("/ui/login", data={"key": "nope"})
+        assert bad.status_code == 401 and "unknown or revoked API key" in bad.text
+        login = await http.post("/ui/login", data={"key": api.key}, follow_redirects=False)
+        assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
+        assert (await http.get("/ui")).status_code == 200
+        assert (await http.get("/v1/runs")).status_code == 200  # reads with the cookie
+        write = await http.post("/v1/runs", json={"task": "x", "agent": "calculator"})
+        assert write.status_code == 401  # writes need the key
+
+
+@pytest.mark.timeout(90)
+async def test_dev_mode_needs_no_login_and_shows_memory_and_compactions(api: ApiServer, memory_worker, settings):
+    """With auth off (`waypoint dev`) the pages open without a session; the memory tab lists the
+    run's episodes and searches the tenant's memory; the compactions tab lists what each pass did."""
+    from waypoint.app.http.server import api_server, start_api, stop_api, url_of
+
+    wp, _ = memory_worker
+    run_id = await start(api, "What is the launch code?", "scout")
+    await eventually(reached(api, run_id, "completed"), timeout=60)
+
+    async def remembered() -> bool:
+        return bool((await api.http.get(f"/v1/runs/{run_id}/memories")).json()["memories"])
+
+    await eventually(remembered, timeout=60)
+    assert (await api.http.post(f"/v1/runs/{run_id}/compact")).json()["selected"] == 1
+    listed = (await api.http.get(f"/v1/runs/{run_id}/compactions")).json()["compactions"]
+    server = api_server(settings, host="127.0.0.1", port=free_port(), auth=False, waypoint=wp)
+    task = await start_api(server)
+    try:
+        async with httpx.AsyncClient(base_url=url_of(server), timeout=60) as http:
+            runs = await http.get("/ui", follow_redirects=False)
+            assert runs.status_code == 200 and run_id in runs.text  # no login page
+            memory = await http.get(f"/ui/runs/{run_id}/memory", params={"q": "launch code"})
+            assert memory.status_code == 200 and 'role="alert"' not in memory.text
+            assert "None yet." not in memory.text and f"{run_id} step" in memory.text  # episodes and a hit
+            compactions = await http.get(f"/ui/runs/{run_id}/compactions")
+            assert compactions.status_code == 200 and ("No compactions" in compactions.text) == (not listed)
+            for c in listed:  # the page shows what the API lists
+                assert f"{c['tokens_before']} → {c['tokens_after']}" in compactions.text
+    finally:
+        await stop_api(server, task)

@@ -1,0 +1,395 @@
+"""The web viewer under /ui: server-rendered pages (Jinja2) over the same `Waypoint` client the
+/v1 API calls, and one small script (static/viewer.js) that follows a live run through
+/v1/runs/{id}/stream. No build step; every asset ships in the package.
+
+    GET  /ui                         runs: filters (status, agent, text), keyset pages
+    GET  /ui/runs/{id}               header, lineage, links, the step timeline (one query)
+    GET  /ui/runs/{id}/rows?after=N  timeline rows after step N (what the script appends)
+    GET  /ui/runs/{id}/steps/{n}     the request the model received, its answer, tool calls, failures
+    GET  /ui/runs/{id}/diff?a=&b=    what changed between two steps
+    GET  /ui/runs/{id}/memory?q=     the run's episodes; a search over the tenant's memory
+    GET  /ui/runs/{id}/compactions   what each compaction pruned and kept
+    POST /ui/runs/{id}/{action}      pause, resume, cancel, send, approve, deny, fork
+    GET|POST /ui/login, POST /ui/logout
+
+Auth: the tenant comes from the session cookie (an API key exchanged at /ui/login); with auth
+off (`waypoint dev`) every page acts for the configured tenant. Errors are pages, never tracebacks:
+another tenant's run is the same 404 page as a run that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from waypoint.app.http.errors import status_of
+from waypoint.app.http.runs import decode_cursor, encode_cursor
+from waypoint.app.http.state import ApiState, api_state
+from waypoint.app.http.ui import session
+from waypoint.errors import InvalidInput, NotFound, WaypointError
+from waypoint.names import FINISHED, EventKind, RunStatus
+from waypoint.store.rows import as_json
+
+log = logging.getLogger(__name__)
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=HERE / "templates")
+router = APIRouter(prefix="/ui", include_in_schema=False)
+static = StaticFiles(directory=HERE / "static")
+PAGE_SIZE = 50
+COLLAPSE_CHARS = 2000  # a tool result longer than this starts collapsed
+
+
+class LoginNeeded(Exception):
+    pass
+
+
+def tenant_of(request: Request) -> str:
+    api = api_state(request)
+    if not api.auth:
+        return api.settings.tenant
+    tenant = session.tenant_in(session.secret_of(api.settings.ui_secret), request.cookies.get(session.COOKIE))
+    if tenant is None:
+        raise LoginNeeded()
+    return tenant
+
+
+Tenant = Annotated[str, Depends(tenant_of)]
+Api = Annotated[ApiState, Depends(api_state)]
+
+
+def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    api = api_state(request)
+    context.setdefault("auth", api.auth)
+    context.setdefault("notice", request.query_params.get("notice"))
+    context.setdefault("refusal", request.query_params.get("refusal"))
+    return templates.TemplateResponse(request, name, context, status_code=status)
+
+
+def error_page(request: Request, exc: WaypointError) -> HTMLResponse:
+    status, code = status_of(exc)
+    return render(request, "error.html", status=status, status_code=status, code=code, message=str(exc))
+
+
+def install(app: Any) -> None:
+    """Mount the viewer: its router, its static files, its own answers to a missing session and errors."""
+    app.include_router(router)
+    app.mount("/ui/static", static, name="ui-static")
+
+    @app.exception_handler(LoginNeeded)
+    async def login_needed(request: Request, exc: LoginNeeded) -> Response:
+        return RedirectResponse("/ui/login?" + urlencode({"next": request.url.path}), status_code=303)
+
+
+def back_to(run_id: str, **query: str) -> RedirectResponse:
+    return RedirectResponse(f"/ui/runs/{run_id}?{urlencode(query)}" if query else f"/ui/runs/{run_id}", 303)
+
+
+# --- login ---------------------------------------------------------------------------------------
+
+
+@router.get("/login")
+async def login_page(request: Request, next: str = "/ui") -> Response:
+    return render(request, "login.html", next=next if next.startswith("/ui") else "/ui")
+
+
+@router.post("/login")
+async def login(
+    request: Request, api: Api, key: Annotated[str, Form()], next: Annotated[str, Form()] = "/ui"
+) -> Response:
+    tenant = await api.wp.store.tenant_of_key(key.strip()) if key.strip() else None
+    if tenant is None:
+        message = "unknown or revoked API key: create one with `waypoint keys create --tenant T`"
+        return render(request, "login.html", status=401, next=next, refusal=message)
+    target = next if next.startswith("/ui") else "/ui"
+    response = RedirectResponse(target, status_code=303)
+    cookie = session.issue(session.secret_of(api.settings.ui_secret), tenant)
+    response.set_cookie(
+        session.COOKIE,
+        cookie,
+        max_age=session.LIFETIME_SECONDS,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout() -> Response:
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(session.COOKIE)
+    return response
+
+
+# --- pages ---------------------------------------------------------------------------------------
+
+
+@router.get("")
+async def runs_page(
+    request: Request,
+    api: Api,
+    tenant: Tenant,
+    status: str = "",
+    agent: str = "",
+    text: str = "",
+    cursor: str = "",
+) -> Response:
+    try:
+        before = decode_cursor(cursor) if cursor else None
+        rows = await api.wp.runs(
+            tenant_id=tenant,
+            limit=PAGE_SIZE,
+            status=status or None,
+            agent=agent.strip() or None,
+            text=text.strip() or None,
+            before=before,
+        )
+    except WaypointError as exc:
+        return error_page(request, exc)
+    last = rows[-1] if len(rows) == PAGE_SIZE else None
+    nxt = None
+    if last is not None and last.created_at is not None:
+        nxt = urlencode(
+            {"status": status, "agent": agent, "text": text, "cursor": encode_cursor(last.created_at, last.run_id)}
+        )
+    return render(
+        request,
+        "runs.html",
+        runs=rows,
+        statuses=list(RunStatus),
+        filters={"status": status, "agent": agent, "text": text},
+        next_query=nxt,
+        tenant=tenant,
+    )
+
+
+@router.get("/runs/{run_id}")
+async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> Response:
+    wp = api.wp
+    try:
+        row = await wp.run(run_id, tenant_id=tenant)
+    except NotFound as exc:
+        try:
+            starting = await wp.starting(run_id, tenant_id=tenant)
+        except WaypointError:
+            starting = False
+        if not starting:
+            return error_page(request, exc)
+        return render(request, "starting.html", run_id=run_id)  # Temporal runs it; its row comes next
+    except WaypointError as exc:
+        return error_page(request, exc)
+    try:
+        lines = await wp.timeline(run_id, tenant_id=tenant)
+        lineage = await wp.lineage(run_id, tenant_id=tenant)
+    except WaypointError as exc:
+        return error_page(request, exc)
+    live = None
+    after_seq = 0
+    if row.status not in FINISHED:
+        try:
+            live = await wp.progress(run_id, tenant_id=tenant)
+        except WaypointError:
+            live = None  # Temporal unreachable: Postgres still answers
+        last_step = lines[-1].step if lines else 0
+        tail = await wp.events(run_id, since_step=last_step, limit=5000, tenant_id=tenant)
+        after_seq = max((e.seq for e in tail), default=0)  # the stream sends what lands after the page
+    settings = api.settings
+    trace_url = settings.trace_ui_url.format(trace_id=row.trace_id) if settings.trace_ui_url and row.trace_id else None
+    temporal_url = (
+        f"http://{request.url.hostname}:{settings.temporal_ui_port}/namespaces/{settings.temporal_namespace}"
+        f"/workflows/{run_id}"
+    )
+    return render(
+        request,
+        "run.html",
+        run=row,
+        lines=lines,
+        lineage=lineage,
+        live=live,
+        finished=row.status in FINISHED,
+        after_seq=after_seq,
+        trace_url=trace_url,
+        temporal_url=temporal_url,
+    )
+
+
+@router.get("/runs/{run_id}/rows")
+async def rows_fragment(
+    request: Request, run_id: str, api: Api, tenant: Tenant, after: Annotated[int, Query(ge=0)] = 0
+) -> Response:
+    try:
+        lines = await api.wp.timeline(run_id, tenant_id=tenant, after_step=after)
+        row = await api.wp.run(run_id, tenant_id=tenant)
+    except WaypointError as exc:
+        return error_page(request, exc)
+    return render(request, "rows.html", run=row, lines=lines)
+
+
+def pretty(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def counted(names: list[str]) -> list[tuple[str, int]]:
+    """Tool names with how often each was called, in first-call order."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return list(counts.items())
+
+
+templates.env.filters["pretty"] = pretty
+templates.env.filters["groupby_count"] = counted
+
+
+@router.get("/runs/{run_id}/steps/{step}")
+async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: Tenant) -> Response:
+    try:
+        if step < 0:
+            raise InvalidInput(f"step {step} is negative: steps count from 0")
+        row = await api.wp.run(run_id, tenant_id=tenant)
+        if step > row.steps:
+            raise NotFound(f"run {run_id} has no step {step} yet: it has {row.steps}; pick one from its timeline")
+        # The request the model received AT this step is the state after the step before it (one
+        # rebuild); the step's own events are a keyset read of the log, not a second rebuild.
+        before = await api.wp.state(run_id, step - 1, tenant_id=tenant) if step >= 1 else None
+        events = await api.wp.events(run_id, step=step, tenant_id=tenant)
+    except WaypointError as exc:
+        return error_page(request, exc)
+    return render(
+        request,
+        "step.html",
+        run=row,
+        step=step,
+        owner_run_id=before.owner_run_id if before is not None else run_id,
+        received=before,
+        request_json=as_json(before.request) if before is not None and before.request else None,
+        responses=[e for e in events if e.kind == EventKind.MODEL_RESPONSE],
+        tools=[e for e in events if e.kind == EventKind.TOOL_RESULT],
+        failures=[e for e in events if e.kind == EventKind.MODEL_ATTEMPT_FAILED],
+        others=[
+            e
+            for e in events
+            if e.kind not in (EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT, EventKind.MODEL_ATTEMPT_FAILED)
+        ],
+        collapse=COLLAPSE_CHARS,
+    )
+
+
+@router.get("/runs/{run_id}/diff")
+async def diff_page(request: Request, run_id: str, api: Api, tenant: Tenant, a: int, b: int) -> Response:
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+        found = await api.wp.diff(run_id, a, b, tenant_id=tenant)
+    except WaypointError as exc:
+        return error_page(request, exc)
+    return render(request, "diff.html", run=row, diff=found)
+
+
+@router.get("/runs/{run_id}/memory")
+async def memory_page(request: Request, run_id: str, api: Api, tenant: Tenant, q: str = "") -> Response:
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+    except WaypointError as exc:
+        return error_page(request, exc)
+    episodes, hits, problem = [], [], None
+    try:  # memory lives behind the memory worker: when it is down, the page says so
+        episodes = await api.wp.memory_show(run_id, tenant_id=tenant)
+        if q.strip():
+            hits = await api.wp.memory_search(q.strip(), k=10, tenant_id=tenant)
+    except WaypointError as exc:
+        problem = str(exc)
+    return render(request, "memory.html", run=row, episodes=episodes, hits=hits, q=q, problem=problem)
+
+
+@router.get("/runs/{run_id}/compactions")
+async def compactions_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> Response:
+    try:
+        row = await api.wp.run(run_id, tenant_id=tenant)
+        rows = await api.wp.compactions(run_id, tenant_id=tenant, limit=100)
+    except WaypointError as exc:
+        return error_page(request, exc)
+    return render(request, "compactions.html", run=row, compactions=rows)
+
+
+# --- actions -------------------------------------------------------------------------------------
+
+
+async def act(run_id: str, done: str, call: Any) -> RedirectResponse:
+    """Run an action; back to the run page with what happened, or with the refusal's reason."""
+    try:
+        progress = await call
+    except WaypointError as exc:
+        return back_to(run_id, refusal=str(exc))
+    return back_to(run_id, notice=f"{done}: the run is {progress.status} at step {progress.step}")
+
+
+@router.post("/runs/{run_id}/pause")
+async def pause(run_id: str, api: Api, tenant: Tenant) -> Response:
+    return await act(run_id, "paused", api.wp.pause(run_id, tenant_id=tenant))
+
+
+@router.post("/runs/{run_id}/resume")
+async def resume(run_id: str, api: Api, tenant: Tenant) -> Response:
+    return await act(run_id, "resumed", api.wp.resume(run_id, tenant_id=tenant))
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel(run_id: str, api: Api, tenant: Tenant, reason: Annotated[str, Form()] = "") -> Response:
+    return await act(run_id, "cancel asked", api.wp.cancel(run_id, reason.strip() or None, tenant_id=tenant))
+
+
+@router.post("/runs/{run_id}/send")
+async def send(run_id: str, api: Api, tenant: Tenant, text: Annotated[str, Form()] = "") -> Response:
+    if not text.strip():
+        return back_to(run_id, refusal="the message is empty: type some text")
+    return await act(run_id, "message sent", api.wp.send(run_id, text, tenant_id=tenant))
+
+
+@router.post("/runs/{run_id}/approve")
+async def approve(
+    run_id: str, api: Api, tenant: Tenant, call_id: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = ""
+) -> Response:
+    call = api.wp.approve(run_id, call_id or None, reason.strip() or None, tenant_id=tenant)
+    return await act(run_id, "approved", call)
+
+
+@router.post("/runs/{run_id}/deny")
+async def deny(
+    run_id: str, api: Api, tenant: Tenant, call_id: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = ""
+) -> Response:
+    call = api.wp.deny(run_id, call_id or None, reason.strip() or None, tenant_id=tenant)
+    return await act(run_id, "denied", call)
+
+
+@router.post("/runs/{run_id}/fork")
+async def fork(
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    step: Annotated[int, Form()],
+    message: Annotated[str, Form()] = "",
+    model: Annotated[str, Form()] = "",
+) -> Response:
+    try:
+        new_id = await api.wp.fork(
+            run_id, step, message=message.strip() or None, model=model.strip() or None, tenant_id=tenant
+        )
+    except WaypointError as exc:
+        return back_to(run_id, refusal=str(exc))
+    return back_to(new_id, notice=f"forked from {run_id} at step {step}")
+
+
+__all__ = ["install", "router"]

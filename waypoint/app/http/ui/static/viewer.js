@@ -1,0 +1,60 @@
+// Follows a live run: /v1/runs/{id}/stream (server-sent events, the session cookie authenticates),
+// appends the server-rendered rows of new steps, shows the model's tokens as they stream in,
+// and reloads the page when the run's status changes (approvals, the end).
+const body = document.getElementById("steps");
+const liveText = document.getElementById("live-text");
+
+function lastStep() {
+  const rows = body.querySelectorAll("tr[data-step]");
+  return rows.length ? Number(rows[rows.length - 1].dataset.step) : 0;
+}
+
+let fetching = null;
+async function appendRows() {
+  if (fetching) return fetching;
+  fetching = (async () => {
+    const response = await fetch(`/ui/runs/${encodeURIComponent(body.dataset.run)}/rows?after=${lastStep()}`);
+    if (response.ok) {
+      const template = document.createElement("template");
+      template.innerHTML = await response.text();
+      for (const row of template.content.querySelectorAll("tr[data-step]")) {
+        if (document.getElementById(row.id)) continue;
+        row.classList.add("new");
+        body.appendChild(row);
+        document.getElementById("run-steps").textContent = row.dataset.step;
+      }
+    }
+  })().finally(() => { fetching = null; });
+  return fetching;
+}
+
+// Once the page is being left (a form posted, a link followed), a status change must not reload
+// it: that would cancel the navigation in flight.
+let leaving = false;
+window.addEventListener("beforeunload", () => { leaving = true; });
+document.addEventListener("submit", () => { leaving = true; });
+
+function follow() {
+  const url = `/v1/runs/${encodeURIComponent(body.dataset.run)}/stream?after=${body.dataset.afterSeq}`;
+  const source = new EventSource(url);
+  const onLog = () => { liveText.hidden = true; liveText.textContent = ""; appendRows(); };
+  for (const kind of ["model_response", "tool_result", "user_message", "decision"]) source.addEventListener(kind, onLog);
+  source.addEventListener("attempt_started", () => { liveText.textContent = ""; });
+  source.addEventListener("model_delta", (event) => {
+    const data = JSON.parse(event.data);
+    const text = data.text ?? data.delta ?? "";
+    if (data.snapshot) liveText.textContent = text; else liveText.textContent += text;
+    liveText.hidden = !liveText.textContent;
+  });
+  const reload = () => {
+    source.close();
+    if (!leaving) appendRows().then(() => { if (!leaving) window.location.reload(); });
+  };
+  source.addEventListener("status_changed", reload);
+  source.addEventListener("run_finished", reload);
+  source.addEventListener("error", () => {
+    if (source.readyState === EventSource.CLOSED && !leaving) setTimeout(follow, 2000);
+  });
+}
+
+if (body && body.dataset.live === "1") follow();
