@@ -247,10 +247,10 @@ async def added_latency(
     }
 
 
-async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -> None:
+def bench_settings(stack: EmbeddedStack, workdir: Path, tenant: str) -> Settings:
+    """Settings of a benchmark on `stack`: the fake model's key, no tracing."""
     assert stack.info is not None
-    tenant = "bench"
-    settings = Settings(
+    return Settings(
         state_dir=workdir / "state",
         temporal_address=stack.info.temporal_address,
         database_url=stack.info.database_url,
@@ -259,6 +259,12 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
         openai_api_key="fake",
         tracing=False,
     )
+
+
+async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -> None:
+    assert stack.info is not None
+    tenant = "bench"
+    settings = bench_settings(stack, workdir, tenant)
     engine = await prepare_database(stack.info.database_url)
     store = RunStore(engine)
     await store.register_agents(settings.task_queue, [demo.info(openai=False, worker=worker_identity())])

@@ -32,11 +32,10 @@ from pathlib import Path
 import httpx
 from rich.table import Table
 from step_overhead import console, on_stack
-from stream import a_step, new_run, pct
+from stream import a_step, bench_settings, new_run, pct
 
 from waypoint.app.devstack import prepare_database
 from waypoint.app.embedded import EmbeddedStack, free_port
-from waypoint.config import Settings
 from waypoint.names import RunStatus
 from waypoint.store import RunStore
 
@@ -46,15 +45,7 @@ TARGET_P50_MS = 150.0
 async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -> None:
     assert stack.info is not None
     tenant = "bench"
-    settings = Settings(
-        state_dir=workdir / "state",
-        temporal_address=stack.info.temporal_address,
-        database_url=stack.info.database_url,
-        task_queue="bench",
-        tenant=tenant,
-        openai_api_key="fake",
-        tracing=False,
-    )
+    settings = bench_settings(stack, workdir, tenant)
     engine = await prepare_database(stack.info.database_url)
     store = RunStore(engine)
     key, _ = await store.create_key(tenant, "bench")
