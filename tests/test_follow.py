@@ -94,3 +94,17 @@ async def test_ctrl_c_stops_following_not_the_run(client: Client, engine, settin
     assert (await wp.run(run_id)).steps > before  # it went on without the follower
     await wp.send(run_id, "stop now")
     assert (await wp.result(run_id)).status == "completed"
+
+
+async def test_following_wakes_on_the_logs_notifications_not_its_poll(
+    client: Client, engine, settings: Settings, agents: AgentRegistry
+):
+    """Each step shows when it lands: with a poll a minute apart, only the LISTEN on the log's
+    channel can bring the steps and the end of the run within seconds."""
+    from waypoint.app.follow import follow
+
+    wp = Waypoint(client, engine, settings)
+    async with build_worker(client, engine, settings, agents):
+        run_id = await wp.start_run("add 7 and 8", agent="calculator")
+        row = await asyncio.wait_for(follow(wp, run_id, poll_seconds=60), 30)
+    assert row.status == "completed" and row.steps >= 2

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from waypoint.app import console as out
-from waypoint.app.chaos import chaos_demo
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, start_stack, with_stack
 from waypoint.app.embedded import running_stack
@@ -31,6 +30,8 @@ def run_demo(settings: Settings, *, model: str | None, chaos: bool = False) -> N
 
     def play(cfg: Settings) -> Coroutine[Any, Any, None]:
         if chaos:
+            from waypoint.app.chaos import chaos_demo  # its process tools cost a plain demo nothing
+
             return chaos_demo(cfg, started, shared_stack=info is not None)
         return _demo(cfg, model, started)
 

@@ -132,8 +132,11 @@ class EmbeddedStack:
         self.log_dir.mkdir(exist_ok=True)
         self._take_lock()
         try:
+            # Both servers boot at once: Temporal's process starts first, Postgres starts while it
+            # boots, then Temporal's port is awaited (about a third of a second saved per start).
+            self._spawn_temporal()
             database_url = self._start_postgres() if self.with_postgres else ""
-            self._start_temporal()
+            self._await_temporal()
         except BaseException:
             self.stop()
             raise
@@ -173,7 +176,7 @@ class EmbeddedStack:
         uri = self._postgres.get_uri(database=DATABASE_NAME)
         return uri
 
-    def _start_temporal(self) -> None:
+    def _spawn_temporal(self) -> None:
         ports = {"Temporal": self.temporal_port}
         if self.ui_port:
             ports["Temporal UI"] = self.ui_port
@@ -215,6 +218,10 @@ class EmbeddedStack:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+
+    def _await_temporal(self) -> None:
+        assert self._temporal is not None
+        log_path = self.log_dir / "temporal.log"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self._temporal.poll() is not None:
@@ -225,8 +232,16 @@ class EmbeddedStack:
         raise StackError(f"Temporal dev server did not open port {self.temporal_port} within 60 s: see {log_path}")
 
     def stop(self) -> None:
+        # Temporal is asked to stop first and awaited last: both servers shut down at once.
         if self._temporal is not None and self._temporal.poll() is None:
             self._temporal.terminate()
+        if self._postgres is not None:
+            user = self._postgres.system_user
+            self._postgres.cleanup()  # pg_ctl stop, once the last handle in this process goes
+            self._postgres = None
+            # It stops the postmaster it started; one restarted since (a new pid) is stopped here.
+            self._stop_postmaster(user)
+        if self._temporal is not None:
             try:
                 self._temporal.wait(10)
             except subprocess.TimeoutExpired:
@@ -236,12 +251,6 @@ class EmbeddedStack:
         if self._temporal_log is not None:
             self._temporal_log.close()
             self._temporal_log = None
-        if self._postgres is not None:
-            user = self._postgres.system_user
-            self._postgres.cleanup()  # pg_ctl stop, once the last handle in this process goes
-            self._postgres = None
-            # It stops the postmaster it started; one restarted since (a new pid) is stopped here.
-            self._stop_postmaster(user)
         if self._lock is not None:
             with contextlib.suppress(FileNotFoundError):
                 (self.state_dir / "stack.json").unlink()

@@ -1,5 +1,7 @@
 """Following a run as it goes: print each step as it lands in Postgres, until the run ends.
 
+A step shows the moment it lands: following listens for the log's notifications (the channel
+the HTTP streams use) and polls only as a fallback, when listening is not possible.
 When nothing lands for a few seconds it asks Temporal why (no worker polls the queue, workflow
 tasks keep failing, an activity keeps failing) and says so once, with the fix, and keeps waiting.
 Ctrl-C stops following, not the run, and says how to follow it again.
@@ -8,21 +10,25 @@ Ctrl-C stops following, not the run, and says how to follow it again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
+from collections.abc import AsyncIterator
 
 from waypoint.app import console as out
 from waypoint.app.client import Waypoint
 from waypoint.errors import NotFound, WaypointError
 from waypoint.names import FINISHED
+from waypoint.store.listen import Listener
 from waypoint.store.rows import RunRow, as_json
+from waypoint.store.streams import EVENTS_CHANNEL
 
 # Seconds without a new step before following asks Temporal what blocks the run (and between asks).
 QUIET_SECONDS = 3.0
 
 
-async def follow(wp: Waypoint, run_id: str, *, as_json_lines: bool = False, poll_seconds: float = 0.3) -> RunRow:
+async def follow(wp: Waypoint, run_id: str, *, as_json_lines: bool = False, poll_seconds: float = 1.0) -> RunRow:
     """Print steps as they land until the run ends; returns the final run row."""
     try:
         return await _follow(wp, run_id, as_json_lines, poll_seconds)
@@ -34,13 +40,38 @@ async def follow(wp: Waypoint, run_id: str, *, as_json_lines: bool = False, poll
         raise
 
 
+@contextlib.asynccontextmanager
+async def log_grew(wp: Waypoint, run_id: str) -> AsyncIterator[asyncio.Event]:
+    """An event set whenever the run's log grows (a Postgres notification); never set when the
+    database cannot LISTEN (a pooler in transaction mode, say): following then polls."""
+    moved = asyncio.Event()
+
+    def on_events(payload: str) -> None:
+        if payload.rsplit(" ", 2)[0] == run_id:
+            moved.set()
+
+    listener: Listener | None = None
+    try:
+        url = wp.engine.url.render_as_string(hide_password=False)
+        listener = await Listener(url, {EVENTS_CHANNEL: on_events}, on_reconnect=moved.set).start()
+    except Exception as exc:  # polling still follows the run, only later
+        print(f"note: following by polling ({type(exc).__name__}: {exc})", file=sys.stderr)
+    try:
+        yield moved
+    finally:
+        if listener is not None:
+            await listener.close()
+
+
 async def _follow(wp: Waypoint, run_id: str, as_json_lines: bool, poll_seconds: float) -> RunRow:
     shown = 0
     gateway = await wp.temporal()
     quiet_since = asked_at = time.monotonic()
     said: set[str] = set()
-    with out.console.status(f"waiting for a worker to start {run_id}...") as spinner:
+    async with log_grew(wp, run_id) as moved, contextlib.AsyncExitStack() as stack:
+        spinner = stack.enter_context(out.console.status(f"waiting for a worker to start {run_id}..."))
         while True:
+            moved.clear()  # before the read: a notification during it wakes the next wait
             try:
                 run = await wp.run(run_id)
             except NotFound:
@@ -65,4 +96,5 @@ async def _follow(wp: Waypoint, run_id: str, as_json_lines: bool, poll_seconds: 
                     said.add(problem)
                     print(f"warning: {problem}; still waiting (Ctrl-C stops following, not the run)", file=sys.stderr)
             spinner.update(f"{run_id}: step {shown + 1} running...")
-            await asyncio.sleep(poll_seconds)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(moved.wait(), poll_seconds)
