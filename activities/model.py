@@ -177,6 +177,13 @@ class ModelActivities:
         assembled = working_memory.assemble(parts, agent.context_tokens)
         messages = assembled.messages
         attempt = activity.info().attempt
+        record = call_record(context, assembled)
+        # The recalled message is kept in Postgres while the model thinks, not carried in the result.
+        keeping = (
+            asyncio.create_task(self.store.keep_recalled_text(inp.tenant_id, inp.run_id, record.recalled_text))
+            if record.recalled_text
+            else None
+        )
         try:
             async with heartbeating(inp.step):
                 with chat_span(
@@ -198,11 +205,12 @@ class ModelActivities:
             raise
         finally:
             remembered = await remembering if remembering is not None else None
+            kept = await keeping if keeping is not None else None
         turn = replace(
             turn,
             cost_usd=cost_usd(turn.model, turn.usage, self.settings.prices),
             attempt=attempt,
-            request=call_record(context, assembled),
+            request=replace(record, recalled_text=None, recalled_sha256=kept),
             remembered_through=remembered,
         )
         size = len(json.dumps(asdict(turn)))

@@ -75,8 +75,13 @@ async def test_delete_removes_every_trace_of_a_run(client: Client, engine: Async
     wp, memory = memory_worker
     telemetry.setup(settings)  # spans into the state folder's span file, as on the embedded stack
     try:
-        run_id = await wp.start_run("What is the launch code?", agent="scout")
+        earlier = await wp.start_run("What is the launch code?", agent="scout")
+        assert (await wp.result(earlier)).status == "completed"
+        run_id = await wp.start_run("What is the launch code?", agent="scout")  # recalls the earlier run
         assert (await wp.result(run_id)).status == "completed"
+        async with engine.connect() as conn:
+            kept = "SELECT count(*) FROM recalled_texts WHERE run_id = :r"
+            assert await conn.scalar(text(kept), {"r": run_id}) > 0
         trace_id = (await wp.run(run_id)).trace_id
         telemetry.current().force_flush()
         spans = span_file(settings.state_dir)
@@ -92,7 +97,7 @@ async def test_delete_removes_every_trace_of_a_run(client: Client, engine: Async
     with pytest.raises(NotFound):
         await wp.run(run_id)
     async with engine.connect() as conn:
-        for table in ("events", "checkpoints", "tool_effects", "compactions", "runs"):
+        for table in ("events", "checkpoints", "tool_effects", "recalled_texts", "compactions", "runs"):
             left = await conn.scalar(text(f"SELECT count(*) FROM {table} WHERE run_id = :r"), {"r": run_id})
             assert left == 0, table
     assert await memory.list_run(settings.tenant, run_id) == []  # no episode comes back from recall

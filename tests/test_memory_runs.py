@@ -103,3 +103,14 @@ async def test_show_gives_back_exactly_what_the_model_received(memory_worker, fa
     assert state.request["recalled_text"] == next(m["content"] for m in sent if "Recalled" in (m["content"] or ""))
     change = await wp.diff(second, 0, 1)
     assert any("Recalled from long-term memory" in (m.get("content") or "") for m in change.dropped)
+
+    # The recalled message stays out of Temporal's history: the model activity's result names it
+    # by hash, and Postgres keeps the text once.
+    history = await wp.client.get_workflow_handle(second).fetch_history()
+    results = [
+        e.activity_task_completed_event_attributes.result.payloads[0].data.decode()
+        for e in history.events
+        if e.HasField("activity_task_completed_event_attributes")
+    ]
+    assert results and not any("Recalled from long-term memory" in r for r in results)
+    assert any(state.request["recalled_sha256"] in r for r in results)

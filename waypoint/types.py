@@ -49,12 +49,15 @@ class RecalledRef:
 class CallRecord:
     """What one model call received, by reference, so `show` can rebuild it byte for byte: the
     compaction whose summary it read, the recalled episodes and the system message they became
-    (verbatim), how many turns and recalled episodes its budget dropped, and the hash of the
+    (by its hash), how many turns and recalled episodes its budget dropped, and the hash of the
     messages as sent."""
 
     compaction_id: int | None = None
     recalled: list[RecalledRef] = field(default_factory=list)
+    # Before migration 0011 the recalled message travelled here, verbatim; now it is kept in Postgres
+    # by the model activity and named by its hash, so it stays out of Temporal's history.
     recalled_text: str | None = None
+    recalled_sha256: str | None = None
     dropped_turns: int = 0
     dropped_recalled: int = 0
     messages: int = 0

@@ -16,7 +16,7 @@ from waypoint.store.base import StoreBase
 from waypoint.store.hashing import event_hash, state_hash
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, mismatch
 from waypoint.store.rows import RunRow, Verdict
-from waypoint.store.schema import checkpoints, compactions, events, runs, tool_effects
+from waypoint.store.schema import checkpoints, compactions, events, recalled_texts, runs, tool_effects
 
 
 class Integrity(StoreBase):
@@ -92,10 +92,10 @@ class Integrity(StoreBase):
 
     async def delete_run(self, tenant_id: str, run_id: str) -> None:
         """The retention path's last step: remove a finished run's rows (its events, checkpoints,
-        ledger, compactions and row), in one transaction."""
+        ledger, recalled texts, compactions and row), in one transaction."""
         async with self.engine.begin() as conn:
             await self._check_deletable(conn, tenant_id, run_id, lock=True)
             await conn.execute(text("SET LOCAL waypoint.retention = 'on'"))
-            for table in (tool_effects, checkpoints, events, compactions):
+            for table in (tool_effects, recalled_texts, checkpoints, events, compactions):
                 await conn.execute(delete(table).where(table.c.run_id == run_id))
             await conn.execute(delete(runs).where(runs.c.run_id == run_id))

@@ -103,6 +103,17 @@ tool_effects = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
+# The recalled-memory message a model call received (migration 0011), named by its hash in the step's record.
+recalled_texts = Table(
+    "recalled_texts",
+    metadata,
+    Column("run_id", Text, ForeignKey("runs.run_id"), nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("run_id", "sha256", name="recalled_texts_pkey"),
+)
+
 compactions = Table(
     "compactions",
     metadata,

@@ -18,7 +18,7 @@ from waypoint.store.hashing import hashed_json
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, event_row
 from waypoint.store.rows import EventRow, LineageLink, StateDiff, StepState, as_json
 from waypoint.store.schema import events, runs
-from waypoint.store.working import read_parts
+from waypoint.store.working import read_parts, recalled_text
 from waypoint.tokens import estimate_tokens
 from waypoint.working_memory import rebuild
 
@@ -81,11 +81,15 @@ class TimeTravel(StoreBase):
         )
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        answer = next((r.payload for r in rows if r.kind == EventKind.MODEL_RESPONSE), None)
-        if answer is None or not answer.get("request"):
-            return None
+            answer = next((r.payload for r in rows if r.kind == EventKind.MODEL_RESPONSE), None)
+            if answer is None or not answer.get("request"):
+                return None
+            request = dict(answer["request"])
+            if request.get("recalled_text") is None and request.get("recalled_sha256"):
+                # Since migration 0011 the text is kept once, beside the log, and named by its hash.
+                request["recalled_text"] = await recalled_text(conn, owner, request["recalled_sha256"])
         users = [r.payload["content"] for r in rows if r.kind == EventKind.USER_MESSAGE]
-        return {**answer["request"], "user_messages": users}
+        return {**request, "user_messages": users}
 
     async def events(
         self,

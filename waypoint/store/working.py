@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import literal, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.errors import NotFound
@@ -15,8 +16,9 @@ from waypoint.names import FINISHED, TURN_KINDS
 from waypoint.store import context
 from waypoint.store.base import StoreBase, not_found, run_filter
 from waypoint.store.compactions import latest_compaction
+from waypoint.store.hashing import text_digest
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
-from waypoint.store.schema import checkpoints, events, runs
+from waypoint.store.schema import checkpoints, events, recalled_texts, runs
 from waypoint.working_memory import Parts
 
 StepEvents = list[tuple[str, dict[str, Any]]]  # (kind, payload) in log order
@@ -58,7 +60,27 @@ async def read_parts(
     )
 
 
+async def recalled_text(conn: AsyncConnection, run_id: str, sha256: str) -> str | None:
+    """The recalled-memory message a call of `run_id` received, by its hash (None: not kept)."""
+    query = select(recalled_texts.c.text).where(recalled_texts.c.run_id == run_id, recalled_texts.c.sha256 == sha256)
+    return await conn.scalar(query)
+
+
 class WorkingReads(StoreBase):
+    async def keep_recalled_text(self, tenant_id: str, run_id: str, text: str) -> str:
+        """Keep the recalled-memory message a model call of the run received, once per text (a retry
+        or a replay writes nothing twice); returns its SHA-256, which the step's record carries."""
+        digest = text_digest(text)
+        source = select(runs.c.run_id, literal(digest), literal(text)).where(run_filter(tenant_id, run_id))
+        statement = (
+            insert(recalled_texts)
+            .from_select(["run_id", "sha256", "text"], source)
+            .on_conflict_do_nothing(index_elements=["run_id", "sha256"])
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(statement)
+        return digest
+
     async def model_context(self, tenant_id: str, run_id: str, step: int, *, memory: bool) -> ModelContext:
         """Everything `call_model` reads for step `step`; `memory`: also what episodic memory needs."""
         async with self.engine.connect() as conn:
