@@ -282,6 +282,13 @@ async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
     assert compared["first_divergence"] == 2 and compared["not_recorded_b"] == 1
     bad = await api.http.post(f"/v1/runs/{original}/rerun", json={"tools": "maybe"})
     assert bad.status_code == 400 and "recorded, live" in bad.json()["error"]["message"]
+    told = await api.http.post(f"/v1/runs/{original}/rerun", json={"instructions": "Be brief."})
+    assert told.status_code == 201, told.text
+    await wp.result(told.json()["run_id"])
+    compared = (await api.http.get(f"/v1/runs/{original}/compare/{told.json()['run_id']}")).json()
+    assert compared["instructions_diff"] == ["@@ -1 +1 @@", "-Write lines.", "+Be brief."]
+    empty = await api.http.post(f"/v1/runs/{original}/rerun", json={"instructions": " "})
+    assert empty.status_code == 400 and "empty" in empty.json()["error"]["message"]
 
 
 @pytest.mark.timeout(300)
