@@ -85,7 +85,8 @@ class CheckpointActivities:
                 tenant_id=inp.tenant_id,
                 agent=agent.name,
                 task=inp.task,
-                instructions=agent.instructions,
+                # A rerun's instructions override (`rerun --instructions`), else the agent's own.
+                instructions=(inp.fork.instructions if inp.fork else None) or agent.instructions,
                 plan=plan,
                 fork=inp.fork,
                 trace_id=telemetry.trace_id(),  # the run's trace, for `waypoint trace`

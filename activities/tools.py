@@ -12,7 +12,8 @@ attempt, and Temporal retries it.
 
 In a rerun with recorded tools (`waypoint rerun`), a call matching the source run's call at the
 same step and position (same tool, same canonical arguments) gets the source's recorded outcome
-and the tool does not run; a call that matches none runs only if its tool is replay-safe, and
+and the tool does not run; a call that matches none runs only if its tool is replay-safe
+(`@tool(replay_safe=True)`, `@tool(read_only=True)`, or an MCP tool annotated readOnlyHint), and
 otherwise gets a "not recorded" error result (outcome `not_recorded`, counted by `compare`).
 
 A tool the agent does not define itself may be one of the MCP tools the run recorded when it
@@ -74,6 +75,11 @@ def result_of(effect: Effect, call_id: str, *, from_ledger: bool) -> ToolResult:
 
 def same_arguments(a: str, b: str) -> bool:
     return canonical_arguments(a) == canonical_arguments(b)
+
+
+def matches(source: Effect | None, inp: RunToolInput) -> bool:
+    """The recorded call is this call: same tool, same canonical arguments (step and position are the lookup's)."""
+    return source is not None and source.tool == inp.call.name and same_arguments(source.arguments, inp.call.arguments)
 
 
 @dataclass(frozen=True)
@@ -160,27 +166,25 @@ class ToolActivities:
         """In a rerun with recorded tools: the source run's result of the matching call (same step,
         same position, same tool, same canonical arguments), without running the tool; for a call
         that matches none, a "not recorded" error unless the tool is replay-safe (None: run it)."""
-        origin = await self._ledger(inp.idempotency_key, lambda: self._origin(inp.tenant_id, inp.run_id))
-        if origin is None or origin.kind != LineageKind.RERUN or origin.tools != ToolMode.RECORDED:
+        origin = await self._recorded_origin(inp)
+        if origin is None:
             return None
         call = inp.call
-        source = await self._ledger(
-            inp.idempotency_key,
-            lambda: self.store.recorded_call(inp.tenant_id, origin.run_id, inp.step, inp.call_index),
-        )
-        if source is not None and source.tool == call.name and same_arguments(source.arguments, call.arguments):
+        source = await self._source_call(inp, origin)
+        if matches(source, inp):
+            assert source is not None
             output, outcome = source.output, source.outcome
             activity.logger.info(
                 "rerun %s: %s answered from %s", inp.run_id, inp.idempotency_key, source.idempotency_key
             )
-        elif self._replay_safe(inp):
+        elif await self._replay_safe(inp):
             return None
         else:
             recorded = f"{source.tool}({source.arguments})" if source is not None else "no call"
             output = (
                 f"error: not recorded: this is a rerun with recorded tool results, and {origin.run_id} made "
                 f"{recorded} at step {inp.step} position {inp.call_index}, not {call.name}({call.arguments}); "
-                f"{call.name} is not marked replay_safe, so it did not run"
+                f"{call.name} is neither replay_safe nor read-only, so it did not run"
             )
             outcome = ToolOutcome.NOT_RECORDED
         effect = Effect(
@@ -198,6 +202,34 @@ class ToolActivities:
         await self._ledger(inp.idempotency_key, lambda: self.store.record_effect(inp.tenant_id, effect))
         return result_of(effect, call.id, from_ledger=False)
 
+    @activity.defn(name=Activity.RECORDED_CALLS)
+    @boundary
+    async def recorded_calls(self, calls: list[RunToolInput]) -> list[str]:
+        """The ids of those calls (of one step of a rerun with recorded tools) that match a recorded
+        call of the source run: `run_tool` answers them from the record, so the workflow does not
+        wait for a human to approve them (the tool does not run)."""
+        found = []
+        for inp in calls:
+            origin = await self._recorded_origin(inp)
+            if origin is not None and matches(await self._source_call(inp, origin), inp):
+                found.append(inp.call.id)
+        return found
+
+    async def _recorded_origin(self, inp: RunToolInput) -> ForkOrigin | None:
+        """The run's origin when it is a rerun with recorded tools, else None."""
+        origin = await self._ledger(inp.idempotency_key, lambda: self._origin(inp.tenant_id, inp.run_id))
+        if origin is None or origin.kind != LineageKind.RERUN or origin.tools != ToolMode.RECORDED:
+            return None
+        return origin
+
+    async def _source_call(self, inp: RunToolInput, origin: ForkOrigin) -> Effect | None:
+        """The source run's ledger row of the call at the same step and position, if any."""
+        result: Effect | None = await self._ledger(
+            inp.idempotency_key,
+            lambda: self.store.recorded_call(inp.tenant_id, origin.run_id, inp.step, inp.call_index),
+        )
+        return result
+
     async def _origin(self, tenant_id: str, run_id: str) -> ForkOrigin | None:
         """Where the run came from (cached: it never changes), None for a run without a parent."""
         if run_id not in self._origins:
@@ -208,9 +240,19 @@ class ToolActivities:
             self._origins[run_id] = ForkOrigin(**fork) if fork else None
         return self._origins[run_id]
 
-    def _replay_safe(self, inp: RunToolInput) -> bool:
+    async def _replay_safe(self, inp: RunToolInput) -> bool:
+        """The agent's tool is `replay_safe` or `read_only`, or the MCP tool the run recorded under
+        that name is read-only by its server's annotations (readOnlyHint)."""
         agent = self.agents.get(inp.agent)
-        return agent.has_tool(inp.call.name) and agent.tool(inp.call.name).replay_safe
+        if agent.has_tool(inp.call.name):
+            return agent.tool(inp.call.name).replay_safe
+        if not agent.mcp:
+            return False
+        recorded: dict[str, MCPTool] = await self._ledger(
+            inp.idempotency_key, lambda: self.mcp.recorded(inp.tenant_id, inp.run_id)
+        )
+        remote = recorded.get(inp.call.name)
+        return remote is not None and remote.read_only
 
     async def _resolve(self, inp: RunToolInput, attempt: int, progress: dict[str, Any]) -> Invocation:
         """The agent's own tool of that name, else the MCP tool the run recorded under it; a bad call

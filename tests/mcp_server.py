@@ -108,7 +108,7 @@ class Tasks(Extension):
 server = MCPServer("test-tools", instructions="Tools for Waypoint's tests.", extensions=[Tasks()])
 
 
-@server.tool()
+@server.tool(annotations=types.ToolAnnotations(read_only_hint=True))
 def multiply(a: int, b: int, ctx: Context) -> str:
     """Multiply two integers."""
     log("calls", tool="multiply", key=key_of(ctx), args=[a, b])

@@ -58,6 +58,8 @@ def test_histories_are_checked_in():
         "agent_run_mute_once.json",
         "agent_run_memory.json",
         "agent_run_quick.json",
+        "agent_run_rerun_gated.json",
+        "agent_run_rerun_gated_waited.json",
         "remote-store/agent_run_calculator.json",
         "remote-store/agent_run_clumsy.json",
         "remote-store/agent_run_memory.json",
@@ -93,6 +95,32 @@ async def test_fresh_run_history_replays(client: Client, engine, settings, worke
     run_id = await wp.start_run("replay me", agent=agent)
     assert (await wp.result(run_id)).status == "completed"
     await _fresh(client, run_id, [AgentRunWorkflow], f"agent_run_{agent.replace('-', '_')}.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_rerun_of_gated_calls_replays(client: Client, engine, settings, worker):
+    """A rerun with recorded tools whose approval-gated calls match the record: one local activity
+    finds them recorded and no approval is awaited (a patched branch). The same rerun from before
+    waited for a human at each gated call: agent_run_rerun_gated_waited.json replays above."""
+    from tests.agents import EFFECTS
+    from tests.helpers import eventually
+
+    async def waiting(run_id: str) -> bool:
+        return bool((await wp.progress(run_id)).pending_approvals)
+
+    EFFECTS.clear()
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("clean up", agent="careful")
+    for _ in range(2):
+        await eventually(lambda: waiting(original))
+        await wp.approve(original)
+    assert (await wp.result(original)).status == "completed"
+    rerun = await wp.rerun(original)
+    assert (await wp.result(rerun)).output == "last tool answer: deleted b.txt"
+    assert EFFECTS == ["deleted a.txt", "deleted b.txt"]  # the original's two calls only
+    history = await client.get_workflow_handle(rerun).fetch_history()
+    assert not any(e.HasField("workflow_execution_update_accepted_event_attributes") for e in history.events)
+    await _fresh(client, rerun, [AgentRunWorkflow], "agent_run_rerun_gated.json")
 
 
 @pytest.mark.postgres

@@ -2,7 +2,9 @@
 answering per model name. With recorded tools, a call matching the original's (same step,
 position, tool and canonical arguments) gets the recorded result and the tool does not run (its
 side-effect file stays untouched); a diverging call gets a "not recorded" error, counted, unless
-its tool is replay-safe; `compare` finds the first divergence; another tenant can do neither."""
+its tool is replay-safe (or read-only); `compare` finds the first divergence; another tenant can do
+neither. A rerun may bring its own instructions, and an approval-gated call that matches the record
+does not wait for a human."""
 
 from __future__ import annotations
 
@@ -13,13 +15,15 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from tests.helpers import one_line_error, waypoint
+from tests.helpers import eventually, one_line_error, waypoint
+from tests.mcp_agents import stdio_server
 from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
+from waypoint.app.worker import build_worker
 from waypoint.demo import demo as demo_agent
 from waypoint.errors import NotFound
-from waypoint.store.schema import compactions, tool_effects
+from waypoint.store.schema import compactions, events, tool_effects
 from waypoint.testing.fake_openai import Turn
 
 pytestmark = pytest.mark.postgres
@@ -43,8 +47,31 @@ def lookup(key: str) -> str:
     return f"value of {key}"
 
 
+PEEKS: list[str] = []
+
+
+@tool(read_only=True)
+def peek(key: str) -> str:
+    """Read a value (read-only: no side effects)."""
+    PEEKS.append(key)
+    return f"peeked {key}"
+
+
+@tool(requires_approval=True)
+def remove(ctx: ToolContext, name: str) -> str:
+    """Remove an entry: appends to removed.txt in the workspace (a side effect a human approves)."""
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    with (ctx.workspace / "removed.txt").open("a") as f:
+        f.write(name + "\n")
+    return f"removed {name}"
+
+
 writer = Agent(
-    name="writer", instructions="Write lines.", model="openai:model-a", tools=(append_line, lookup), max_steps=10
+    name="writer",
+    instructions="Write lines.",
+    model="openai:model-a",
+    tools=(append_line, lookup, peek, remove),
+    max_steps=10,
 )
 
 
@@ -83,6 +110,21 @@ SCRIPTS: dict[str, list[Turn]] = {
         Turn(tool_calls=[("append_line", {"text": "TWO"})], prompt_tokens=120, completion_tokens=12),  # diverges
         Turn(tool_calls=[("lookup", {"key": "x"})], prompt_tokens=150, completion_tokens=8),  # replay-safe
         Turn(content="wrote one, could not write TWO", prompt_tokens=170, completion_tokens=9),
+    ],
+    "model-c": [
+        Turn(tool_calls=[("append_line", {"text": "one"})]),  # matches
+        Turn(tool_calls=[("peek", {"key": "y"})]),  # diverges, read-only: runs live
+        Turn(tool_calls=[("append_line", {"text": "three"})]),  # diverges, not safe: not recorded
+        Turn(content="done"),
+    ],
+    "gate-a": [
+        Turn(tool_calls=[("remove", {"name": "a"})]),
+        Turn(content="removed a"),
+    ],
+    "gate-b": [
+        Turn(tool_calls=[("remove", {"name": "a"})]),  # matches the record: no approval
+        Turn(tool_calls=[("remove", {"name": "b"})]),  # does not: waits for a human as usual
+        Turn(content="removed a, not b"),
     ],
 }
 
@@ -240,6 +282,13 @@ async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
     assert compared["first_divergence"] == 2 and compared["not_recorded_b"] == 1
     bad = await api.http.post(f"/v1/runs/{original}/rerun", json={"tools": "maybe"})
     assert bad.status_code == 400 and "recorded, live" in bad.json()["error"]["message"]
+    told = await api.http.post(f"/v1/runs/{original}/rerun", json={"instructions": "Be brief."})
+    assert told.status_code == 201, told.text
+    await wp.result(told.json()["run_id"])
+    compared = (await api.http.get(f"/v1/runs/{original}/compare/{told.json()['run_id']}")).json()
+    assert compared["instructions_diff"] == ["@@ -1 +1 @@", "-Write lines.", "+Be brief."]
+    empty = await api.http.post(f"/v1/runs/{original}/rerun", json={"instructions": " "})
+    assert empty.status_code == 400 and "empty" in empty.json()["error"]["message"]
 
 
 @pytest.mark.timeout(300)
@@ -264,3 +313,144 @@ async def test_rerun_of_a_run_with_continue_as_new_and_compactions(client, engin
     assert len(calls) == 18 and {(c["outcome"], c["duration_ms"]) for c in calls} == {("ok", 0)}
     found = await wp.compare(original, rerun)
     assert found.first_divergence is None and len(found.steps) == 31 and found.not_recorded_b == 0
+
+
+def system_prompt(body: dict[str, Any]) -> str:
+    return "\n".join(m["content"] for m in body["messages"] if m["role"] == "system")
+
+
+async def run_started(engine, run_id: str) -> dict[str, Any]:
+    async with engine.connect() as conn:
+        query = select(events.c.payload).where(events.c.run_id == run_id, events.c.kind == "run_started")
+        return dict((await conn.execute(query)).scalar_one())
+
+
+@pytest.mark.timeout(240)
+async def test_rerun_with_other_instructions(client, engine, settings, worker, fake_openai, tmp_path):
+    fake_openai.responder = by_model
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Write two lines", agent="writer")
+    assert (await wp.result(original)).status == "completed"
+    assert [system_prompt(s.body) for s in fake_openai.seen] == ["Write lines."] * 3
+    seen = len(fake_openai.seen)
+
+    rerun = await wp.rerun(original, instructions="Write lines in capitals.")
+    assert (await wp.result(rerun)).status == "completed"
+    first = fake_openai.seen[seen].body  # the rerun's first request
+    assert system_prompt(first) == "Write lines in capitals."
+    assert [m["content"] for m in first["messages"] if m["role"] == "user"] == ["Write two lines"]
+    assert all(system_prompt(s.body) == "Write lines in capitals." for s in fake_openai.seen[seen:])
+    assert (await run_started(engine, rerun))["instructions"] == "Write lines in capitals."
+    # the original is unchanged: its start event, and what a step of it received
+    assert (await run_started(engine, original))["instructions"] == "Write lines."
+    found = await wp.compare(original, rerun)
+    assert found.instructions_diff == ["@@ -1 +1 @@", "-Write lines.", "+Write lines in capitals."]
+    assert not found.diverged  # same calls (answered from the record), same answer
+
+    # over the CLI, from step 1: the window keeps step 1 (from the original) under the new head
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Write lines slowly.\n")
+    seen = len(fake_openai.seen)
+    done = await waypoint(
+        settings, "rerun", original, "--from-step", "1", "--instructions", str(prompt), "--follow", "--json"
+    )
+    assert done.code == 0, done.err
+    first = fake_openai.seen[seen].body
+    assert system_prompt(first) == "Write lines slowly.\n"
+    assert [m["role"] for m in first["messages"]] == ["system", "user", "assistant", "tool"]
+    assert "--instructions" in one_line_error(
+        await waypoint(settings, "rerun", original, "--instructions", str(tmp_path / "missing.txt"))
+    )
+    (tmp_path / "empty.txt").write_text("  \n")
+    assert "empty" in one_line_error(
+        await waypoint(settings, "rerun", original, "--instructions", str(tmp_path / "empty.txt"))
+    )
+
+
+@pytest.mark.timeout(240)
+async def test_read_only_tools_run_live_in_a_rerun(client, engine, settings, worker, fake_openai):
+    fake_openai.responder = by_model
+    PEEKS.clear()
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Write two lines", agent="writer")
+    assert (await wp.result(original)).status == "completed"
+    effects = Path(settings.resolved_workspace) / "effects.txt"
+    written = effects.read_text()
+
+    rerun = await wp.rerun(original, model="openai:model-c")
+    assert (await wp.result(rerun)).status == "completed"
+    assert PEEKS == ["y"] and effects.read_text() == written  # the read-only tool ran; the writer did not
+    calls = await ledger(engine, rerun)
+    assert [(c["tool"], c["outcome"]) for c in calls] == [
+        ("append_line", "ok"),
+        ("peek", "ok"),
+        ("append_line", "not_recorded"),
+    ]
+    assert calls[1]["output"] == "peeked y"
+    assert (await wp.compare(original, rerun)).not_recorded_b == 1
+
+
+async def pending(wp: Waypoint, run_id: str) -> list[Any]:
+    return list((await wp.progress(run_id)).pending_approvals)
+
+
+@pytest.mark.timeout(240)
+async def test_recorded_gated_calls_need_no_approval(client, engine, settings, worker, fake_openai):
+    fake_openai.responder = by_model
+    wp = Waypoint(client, engine, settings)
+    original = await wp.start_run("Remove a", agent="writer", model="openai:gate-a")
+    await eventually(lambda: pending(wp, original), what="the approval request")
+    await wp.approve(original)
+    assert (await wp.result(original)).output == "removed a"
+    removed = Path(settings.resolved_workspace) / "removed.txt"
+    assert removed.read_text() == "a\n"
+    before = removed.stat().st_mtime_ns
+
+    # the same calls: answered from the record, no approval sent, nothing removed again
+    rerun = await wp.rerun(original)
+    result = await wp.result(rerun)
+    assert (result.status, result.output) == ("completed", "removed a")
+    assert removed.read_text() == "a\n" and removed.stat().st_mtime_ns == before
+    assert [(c["tool"], c["outcome"], c["duration_ms"]) for c in await ledger(engine, rerun)] == [("remove", "ok", 0)]
+    assert not [e for e in await wp.events(rerun) if e.kind == "decision"]
+
+    # a gated call that matches no recorded call still waits for a human
+    other = await wp.rerun(original, model="openai:gate-b")
+    (waiting,) = await eventually(lambda: pending(wp, other), what="the approval request")
+    assert (waiting.tool, waiting.step, json.loads(waiting.arguments)) == ("remove", 2, {"name": "b"})
+    await wp.approve(other)
+    assert (await wp.result(other)).output == "removed a, not b"
+    assert removed.read_text() == "a\n"  # approved, but not recorded and not replay-safe: it did not run
+    assert [c["outcome"] for c in await ledger(engine, other)] == ["ok", "not_recorded"]
+
+
+@pytest.mark.timeout(240)
+async def test_mcp_read_only_tools_run_live_in_a_rerun(client, engine, settings, fake_openai, tmp_path):
+    """readOnlyHint=true in the server's annotations (multiply) makes an MCP tool replay-safe;
+    `record` has no such hint and gets the "not recorded" error."""
+    folder = tmp_path / "mcp"
+    scripts = {
+        "mcp-a": [Turn(tool_calls=[("multiply", {"a": 6, "b": 7}), ("record", {"text": "x"})]), Turn(content="ok")],
+        "mcp-b": [Turn(tool_calls=[("multiply", {"a": 2, "b": 3}), ("record", {"text": "y"})]), Turn(content="ok")],
+    }
+    fake_openai.responder = lambda body, n: scripts[body["model"]][
+        sum(m["role"] == "assistant" for m in body["messages"])
+    ]
+    agent = Agent(name="mcp_rerun", instructions="Use the tools.", model="openai:mcp-a", mcp=[stdio_server(folder)])
+    async with build_worker(client, engine, settings, AgentRegistry([agent])):
+        wp = Waypoint(client, engine, settings)
+        original = await wp.start_run("multiply and record", agent="mcp_rerun")
+        assert (await wp.result(original)).status == "completed"
+        recorded = {t["name"]: t["read_only"] for t in (await run_started(engine, original))["mcp_tools"]}
+        assert recorded["multiply"] is True and recorded["record"] is False
+        effects = (folder / "effects").read_text()
+        rerun = await wp.rerun(original, model="openai:mcp-b")
+        assert (await wp.result(rerun)).status == "completed"
+    calls = [json.loads(line) for line in (folder / "calls").read_text().splitlines()]
+    assert [(c["tool"], c["args"]) for c in calls] == [("multiply", [6, 7]), ("record", ["x"]), ("multiply", [2, 3])]
+    assert (folder / "effects").read_text() == effects
+    rows = sorted(await ledger(engine, rerun), key=lambda c: c["call_index"])
+    assert [(c["tool"], c["outcome"], c["output"][:8]) for c in rows] == [
+        ("multiply", "ok", "6"),
+        ("record", "not_recorded", "error: n"),
+    ]

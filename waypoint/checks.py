@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from enum import StrEnum
+from pathlib import Path
 
 from waypoint.errors import InvalidInput
 
@@ -67,3 +68,38 @@ def parse_selection(text: str) -> dict[str, str | int]:
     if not found:
         raise InvalidInput('the selection is empty: say which runs, e.g. "status=completed since=7d"')
     return found
+
+
+INSTRUCTIONS_MAX = 100_000  # characters: they travel in the run's start input (Temporal history)
+
+
+def check_instructions(text: str | None) -> str | None:
+    """Instructions that replace an agent's own (a rerun's): some text, within INSTRUCTIONS_MAX."""
+    if text is None:
+        return None
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("the instructions are empty: give the new system prompt as text")
+    if len(text) > INSTRUCTIONS_MAX:
+        raise InvalidInput(
+            f"the instructions are {len(text)} characters: keep them under {INSTRUCTIONS_MAX} (they travel with a run)"
+        )
+    return text
+
+
+def read_instructions(path: str) -> str:
+    """The text of an instructions file (`rerun --instructions FILE`), checked."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(f"no file {path!r}: pass --instructions the path of a text file") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"{path!r} is a folder: pass --instructions the path of a text file") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{path!r} is not UTF-8 text: save the instructions as UTF-8") from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path!r} ({exc.strerror}): pass a file you can read") from None
+    if not text.strip():
+        raise InvalidInput(f"{path!r} is empty: write the new instructions in it")
+    checked = check_instructions(text)
+    assert checked is not None
+    return checked

@@ -98,6 +98,7 @@ class Activity(StrEnum):
     START_RUN = "start_run"
     CALL_MODEL = "call_model"
     RUN_TOOL = "run_tool"
+    RECORDED_CALLS = "recorded_calls"
     RECORD_STEP = "record_step"
     FINISH_RUN = "finish_run"
     SET_STATUS = "set_run_status"

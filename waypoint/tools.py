@@ -73,6 +73,7 @@ class Tool:
         memory: bool = False,
         local: bool = False,
         replay_safe: bool = False,
+        read_only: bool = False,
     ):
         if local and (memory or requires_approval):
             raise ConfigError(
@@ -86,7 +87,9 @@ class Tool:
         self.max_attempts = max_attempts
         self.memory = memory
         self.local = local
-        self.replay_safe = replay_safe
+        self.read_only = read_only
+        # Safe to run again in a rerun with recorded tools: declared so, or without side effects.
+        self.replay_safe = replay_safe or read_only
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
         hints = get_type_hints(fn)
         fields: dict[str, Any] = {}
@@ -163,6 +166,7 @@ def tool(
     memory: bool = False,
     local: bool = False,
     replay_safe: bool = False,
+    read_only: bool = False,
 ) -> Any:
     """Register a function as a tool: `@tool`, or `@tool(timeout=30, requires_approval=True, ...)`.
 
@@ -181,7 +185,8 @@ def tool(
     than moving on its own. Long or remote calls belong in ordinary tools.
 
     `replay_safe=True` lets the tool run again in a rerun with recorded tools (`waypoint rerun`)
-    when the call matches none the original run made: for tools without side effects.
+    when the call matches none the original run made: for tools safe to run twice.
+    `read_only=True` says the tool has no side effects (it only reads); such a tool is replay-safe.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
@@ -195,6 +200,7 @@ def tool(
             memory=memory,
             local=local,
             replay_safe=replay_safe,
+            read_only=read_only,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -145,6 +145,8 @@ class ForkOrigin:
     kind: str = "fork"  # a LineageKind
     tools: str = "live"  # a ToolMode: "recorded" answers matching calls from the parent's ledger
     batch_id: str | None = None  # the batch of reruns it belongs to
+    # The rerun's instructions (system prompt) in place of the agent's own, from its first step on.
+    instructions: str | None = None
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from waypoint import retry
     from waypoint.compaction_types import CompactionSummary, CompactRunInput, summary_episode
     from waypoint.errors import failure_message
-    from waypoint.names import Activity, RunStatus, ToolOutcome, Workflow
+    from waypoint.names import Activity, LineageKind, RunStatus, ToolMode, ToolOutcome, Workflow
     from waypoint.pricing import format_usd
     from waypoint.types import (
         Budget,
@@ -267,10 +267,13 @@ class AgentRunWorkflow(RunMessages):
             remember = step - 1 if step - 1 > state.plan.start_step else None
             recalled = await self._memory(inp, remember=remember, recall=step)
             turn = await self._call_model(replace(call, recalled=recalled))
-        decisions = await self._approvals(step, turn.tool_calls)
+        decisions, recorded = await self._approvals(inp, step, turn.tool_calls)
         results = list(
             await asyncio.gather(
-                *(self._run_tool(inp, step, i, call, decisions.get(call.id)) for i, call in enumerate(turn.tool_calls))
+                *(
+                    self._run_tool(inp, step, i, call, decisions.get(call.id), recorded=call.id in recorded)
+                    for i, call in enumerate(turn.tool_calls)
+                )
             )
         )
         await self._store(
@@ -416,33 +419,71 @@ class AgentRunWorkflow(RunMessages):
         except FAILED as exc:
             workflow.logger.warning("summary episode not saved: %s", failure_message(exc))
 
-    async def _approvals(self, step: int, calls: list[ToolCall]) -> dict[str, tuple[bool, str | None]]:
-        """Wait, durably, for a human decision on every call whose tool requires approval."""
+    async def _approvals(
+        self, inp: RunInput, step: int, calls: list[ToolCall]
+    ) -> tuple[dict[str, tuple[bool, str | None]], set[str]]:
+        """Wait, durably, for a human decision on every call whose tool requires approval, but for
+        those a rerun with recorded tools answers from the record; returns the decisions and the
+        ids of the recorded calls."""
         state = self._state
         assert state is not None
         needs = {s.name for s in state.plan.tools if s.requires_approval}
-        waiting = [c for c in calls if c.name in needs]
+        waiting = [(i, c) for i, c in enumerate(calls) if c.name in needs]
         if not waiting:
-            return {}
+            return {}, set()
+        recorded = await self._recorded_calls(inp, step, waiting)
+        waiting = [(i, c) for i, c in waiting if c.id not in recorded]
+        if not waiting:
+            return {}, recorded
         self._decisions = {}
         self._pending = {
-            c.id: PendingApproval(call_id=c.id, tool=c.name, arguments=c.arguments, step=step) for c in waiting
+            c.id: PendingApproval(call_id=c.id, tool=c.name, arguments=c.arguments, step=step) for _, c in waiting
         }
-        await self._set_status(RunStatus.WAITING_APPROVAL, ", ".join(f"{c.name} ({c.id})" for c in waiting))
+        await self._set_status(RunStatus.WAITING_APPROVAL, ", ".join(f"{c.name} ({c.id})" for _, c in waiting))
         await self._wait(lambda: not self._pending)
         self._pending = {}
         decisions, self._decisions = self._decisions, {}
         if self._cancel_reason is None:
             await self._set_status(RunStatus.PAUSED if self._paused else RunStatus.RUNNING)
-        return decisions
+        return decisions, recorded
+
+    async def _recorded_calls(self, inp: RunInput, step: int, calls: list[tuple[int, ToolCall]]) -> set[str]:
+        """In a rerun with recorded tools: which of these gated calls (with their positions) match a
+        call of the source run. Those are answered from the record and the tool does not run, so
+        there is nothing for a human to approve. One short local activity (runs from before, none)."""
+        fork = inp.fork
+        if fork is None or fork.kind != LineageKind.RERUN or fork.tools != ToolMode.RECORDED:
+            return set()
+        if not workflow.patched("recorded-approvals-1"):
+            return set()
+        lookups = [
+            RunToolInput(run_id=self._run_id, tenant_id=inp.tenant_id, agent=inp.agent, step=step, call_index=i, call=c)
+            for i, c in calls
+        ]
+        found: list[str] = await workflow.execute_local_activity(
+            Activity.RECORDED_CALLS,
+            lookups,
+            result_type=list[str],
+            start_to_close_timeout=retry.STORE_TIMEOUT,
+            retry_policy=retry.STORE_RETRY,
+        )
+        return set(found)
 
     async def _run_tool(
-        self, inp: RunInput, step: int, index: int, call: ToolCall, decision: tuple[bool, str | None] | None
+        self,
+        inp: RunInput,
+        step: int,
+        index: int,
+        call: ToolCall,
+        decision: tuple[bool, str | None] | None,
+        *,
+        recorded: bool = False,
     ) -> ToolResult:
         state = self._state
         assert state is not None
         spec = next((s for s in state.plan.tools if s.name == call.name), DEFAULT_TOOL)
-        if spec.requires_approval and decision is None:
+        # A recorded call needs no approval: run_tool answers it from the record.
+        if spec.requires_approval and decision is None and not recorded:
             return not_run(call, ToolOutcome.CANCELLED, f"not run: {self._cancel_reason or 'the deadline passed'}")
         if decision is not None and not decision[0]:
             why = f": {decision[1]}" if decision[1] else ""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from waypoint.checks import check_choice, check_count, check_tenant, parse_selection
+from waypoint.checks import check_choice, check_count, check_instructions, check_tenant, parse_selection
 from waypoint.checks import new_run_id as make_run_id
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
@@ -202,15 +202,18 @@ class Waypoint:
         model: str | None = None,
         agent: str | None = None,
         tools: str = ToolMode.RECORDED,
+        instructions: str | None = None,
         batch_id: str | None = None,
         tenant_id: str | None = None,
         new_run_id: str | None = None,
     ) -> str:
-        """Run `run_id` again from its state at `from_step` with another model or agent, as a new run
-        (lineage kind `rerun`). With `tools="recorded"` a tool call matching the original's at the
-        same step and position gets the recorded result without running; `"live"` runs every tool.
-        The original is untouched; `compare(run_id, new_id)` shows what changed."""
+        """Run `run_id` again from its state at `from_step` with another model, agent or
+        `instructions` (the system prompt, in place of the agent's own), as a new run (lineage kind
+        `rerun`). With `tools="recorded"` a tool call matching the original's at the same step and
+        position gets the recorded result without running; `"live"` runs every tool. The original
+        is untouched; `compare(run_id, new_id)` shows what changed."""
         check_choice("tool mode", tools, ToolMode)
+        check_instructions(instructions)
         tenant = self.tenant(tenant_id)
         await self.store.owner_of_step(tenant, run_id, from_step)  # the run and the step exist
         source = await self.store.get_run(tenant, run_id)
@@ -223,7 +226,12 @@ class Waypoint:
             tenant_id=tenant,
             model=model,
             fork=ForkOrigin(
-                run_id=run_id, step=from_step, kind=LineageKind.RERUN, tools=ToolMode(tools), batch_id=batch_id
+                run_id=run_id,
+                step=from_step,
+                kind=LineageKind.RERUN,
+                tools=ToolMode(tools),
+                batch_id=batch_id,
+                instructions=instructions,
             ),
         )
         return await self._start(new_run_id or make_run_id(), inp)
@@ -238,6 +246,7 @@ class Waypoint:
         model: str | None = None,
         agent: str | None = None,
         tools: str = ToolMode.RECORDED,
+        instructions: str | None = None,
         tenant_id: str | None = None,
         on_done: Callable[[BatchItem], None] | None = None,
     ) -> BatchReport:
@@ -248,6 +257,7 @@ class Waypoint:
         check_count("the limit", limit)
         check_count("the concurrency", concurrency, high=100)
         check_choice("tool mode", tools, ToolMode)
+        check_instructions(instructions)
         chosen = parse_selection(select)
         if "status" in chosen:
             check_choice("status", str(chosen["status"]), RunStatus)
@@ -275,6 +285,7 @@ class Waypoint:
                         model=model,
                         agent=agent,
                         tools=tools,
+                        instructions=instructions,
                         batch_id=batch_id,
                         tenant_id=tenant,
                     )

@@ -193,6 +193,7 @@ def comparison_summary(c: RunComparison) -> str:
         f"{where}; steps {c.steps_delta:+d}, tokens {c.input_tokens_delta:+d}/{c.output_tokens_delta:+d}, "
         f"cost {c.cost_delta_usd:+.4f} USD, model time {c.model_ms_delta:+d} ms"
         + (f"; {c.not_recorded_b} call(s) not recorded" if c.not_recorded_b else "")
+        + ("; other instructions" if c.instructions_diff else "")
     )
 
 
@@ -223,8 +224,12 @@ def comparison_table(c: RunComparison) -> Table:
 
 
 def comparison_diffs(c: RunComparison) -> list[str]:
-    """The answer diffs of the steps that differ, then of the final answers."""
+    """The instructions' diff (when they differ), the answer diffs of the steps that differ, then of
+    the final answers."""
     lines: list[str] = []
+    if c.instructions_diff:
+        lines.append("[bold]instructions[/bold]")
+        lines += [escape(d) for d in c.instructions_diff]
     for s in c.steps:
         if s.answer_diff:
             lines.append(f"[bold]step {s.step} answer[/bold]")

@@ -162,6 +162,7 @@ def build_worker(
             checkpoints.finish_run,
             models.call_model,
             tools.run_tool,
+            tools.recorded_calls,
             compaction.select_runs,
             compaction.compact_run,
         ],

@@ -33,6 +33,8 @@ class MCPTool:
     requires_approval: bool = False
     timeout_seconds: float = 300.0
     max_attempts: int = 3
+    # The server's annotations say readOnlyHint: no side effects, so replay-safe in a rerun.
+    read_only: bool = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
@@ -40,6 +42,7 @@ class MCPTool:
             timeout_seconds=self.timeout_seconds,
             requires_approval=self.requires_approval,
             max_attempts=self.max_attempts,
+            replay_safe=self.read_only,
         )
 
     def openai_schema(self) -> dict[str, Any]:
@@ -111,6 +114,7 @@ def tools_of(server: MCPServer, listed: Iterable[Mapping[str, Any]]) -> list[MCP
                 requires_approval=server.approval(remote),
                 timeout_seconds=server.timeout_of(remote),
                 max_attempts=server.max_attempts,
+                read_only=(entry.get("annotations") or {}).get("readOnlyHint") is True,
             )
         )
     return found

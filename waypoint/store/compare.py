@@ -67,7 +67,13 @@ def step_sides(rows: list[tuple[int, str, dict[str, Any]]]) -> dict[int, StepSid
     return sides
 
 
-def compare_sides(a: RunRow, b: RunRow, sides_a: dict[int, StepSide], sides_b: dict[int, StepSide]) -> RunComparison:
+def compare_sides(
+    a: RunRow,
+    b: RunRow,
+    sides_a: dict[int, StepSide],
+    sides_b: dict[int, StepSide],
+    instructions: tuple[str | None, str | None] = (None, None),
+) -> RunComparison:
     compared: list[StepComparison] = []
     for n in sorted(set(sides_a) | set(sides_b)):
         x, y = sides_a.get(n), sides_b.get(n)
@@ -94,6 +100,7 @@ def compare_sides(a: RunRow, b: RunRow, sides_a: dict[int, StepSide], sides_b: d
         model_ms_delta=total(sides_b, "model_ms") - total(sides_a, "model_ms"),
         not_recorded_a=not_recorded(sides_a),
         not_recorded_b=not_recorded(sides_b),
+        instructions_diff=text_diff(*instructions),
     )
 
 
@@ -129,4 +136,13 @@ class Compare(StoreBase):
             b = await self._run(conn, tenant_id, run_b)
             sides_a = step_sides(await self._compared_events(conn, tenant_id, a))
             sides_b = step_sides(await self._compared_events(conn, tenant_id, b))
-        return compare_sides(a, b, sides_a, sides_b)
+            instructions = (await _instructions(conn, a.run_id), await _instructions(conn, b.run_id))
+        return compare_sides(a, b, sides_a, sides_b, instructions)
+
+
+async def _instructions(conn: AsyncConnection, run_id: str) -> str | None:
+    """The instructions the run started with (its `run_started` event; a rerun's override is there)."""
+    payload = await conn.scalar(
+        select(events.c.payload).where(events.c.run_id == run_id, events.c.kind == EventKind.RUN_STARTED).limit(1)
+    )
+    return None if payload is None else payload.get("instructions")

@@ -276,6 +276,8 @@ class RunComparison:
     # Tool calls a rerun with recorded tools refused (no recorded call matched, not replay-safe).
     not_recorded_a: int = 0
     not_recorded_b: int = 0
+    # The instructions each run started with, as a diff (a rerun with `--instructions`); empty when the same.
+    instructions_diff: list[str] = field(default_factory=list)
 
     @property
     def diverged(self) -> bool:

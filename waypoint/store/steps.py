@@ -153,7 +153,8 @@ def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> tuple[lis
 class StepWriter(StoreBase):
     async def create_run(self, new: NewRun) -> RunPlan:
         """The run row, its `run_started` event and checkpoint 0 (instructions and task, or for a
-        fork the parent's window at the fork step plus the optional message). Idempotent."""
+        fork the parent's window at the fork step plus the optional message; a rerun with its own
+        instructions heads that window with its `run_started` event instead). Idempotent."""
         plan = new.plan
         fork = new.fork
         inherited: list[Segment] = []
@@ -203,6 +204,9 @@ class StepWriter(StoreBase):
                 segments = [context.segment(new.run_id, seq, seq, messages)]
             else:  # the parent's window, then the injected message
                 segments = inherited
+                if fork.instructions:  # its own head (new instructions, same task) in place of the parent's
+                    head = context.segment(new.run_id, seq, seq, event_messages(EventKind.RUN_STARTED, payload))
+                    segments = [head, *segments[1:]]
                 if fork.message:
                     note = {"content": fork.message}
                     seq = await append_events(conn, new.run_id, [(fork.step, EventKind.USER_MESSAGE, note)])

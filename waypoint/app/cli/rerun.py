@@ -1,5 +1,5 @@
-"""Rerunning and comparing runs: `rerun RUN` (the run again with a new model or agent, tools answered
-from the record), `compare RUN_A RUN_B` (two runs step by step)."""
+"""Rerunning and comparing runs: `rerun RUN` (the run again with a new model, agent or instructions,
+tools answered from the record), `compare RUN_A RUN_B` (two runs step by step)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ async def rerun(
     from_step: Annotated[str, typer.Option("--from-step", help="Start from the state at this step.")] = "0",
     model: Annotated[str | None, typer.Option(help="Model spec (default: the run's own).")] = None,
     agent: Annotated[str | None, typer.Option(help="Agent name (default: the run's own).")] = None,
+    instructions: Annotated[
+        str | None,
+        typer.Option(help="A text file: the system prompt, in place of the agent's own.", show_default=False),
+    ] = None,
     tools: Annotated[
         str, typer.Option(help="recorded: answer matching calls from the run's ledger; live: run every tool.")
     ] = "recorded",
@@ -32,20 +36,22 @@ async def rerun(
     follow: Annotated[bool, typer.Option("--follow", help="Show its steps as they land, then compare.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run RUN again with a change (model, agent), as a new run; the original is untouched."""
+    """Run RUN again with a change (model, agent, instructions), as a new run; the original is untouched."""
     from waypoint.app import console as out
     from waypoint.app.cli.run import follow_to_end
+    from waypoint.checks import read_instructions
     from waypoint.store.travel import parse_step
 
     step = parse_step(from_step)
     if (run_id is None) == (select is None):
         raise fail("name one run, or pick many with --select (not both)")
+    text = read_instructions(instructions) if instructions is not None else None
     if select is not None:
-        await rerun_batch(select, step, model, agent, tools, limit, concurrency, as_json)
+        await rerun_batch(select, step, model, agent, text, tools, limit, concurrency, as_json)
         return
     assert run_id is not None
     async with await connect(temporal=True) as wp:
-        new_id = await wp.rerun(run_id, from_step=step, model=model, agent=agent, tools=tools)
+        new_id = await wp.rerun(run_id, from_step=step, model=model, agent=agent, tools=tools, instructions=text)
         if not follow:
             out.print_json({"run_id": new_id, "parent": run_id, "from_step": step}) if as_json else print(new_id)
             return
@@ -64,6 +70,7 @@ async def rerun_batch(
     step: int,
     model: str | None,
     agent: str | None,
+    instructions: str | None,
     tools: str,
     limit: int,
     concurrency: int,
@@ -89,6 +96,7 @@ async def rerun_batch(
                 model=model,
                 agent=agent,
                 tools=tools,
+                instructions=instructions,
                 on_done=done,
             )
     if as_json:

@@ -52,6 +52,7 @@ class Rerun(Body):
     model: str | None = Field(None, description="Model spec (default: the run's own).")
     agent: str | None = Field(None, description="Agent name (default: the run's own).")
     tools: str = Field("recorded", description="recorded (answer matching calls from the ledger) or live.")
+    instructions: str | None = Field(None, description="The system prompt, in place of the agent's own.")
 
 
 class Reason(Body):
@@ -261,9 +262,15 @@ async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Resp
 
 @router.post("/runs/{run_id}/rerun", status_code=201)
 async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
-    """Run it again with another model or agent, tools answered from the record; a new run."""
+    """Run it again with another model, agent or instructions, tools answered from the record; a new run."""
     new_id = await api.wp.rerun(
-        run_id, from_step=body.from_step, model=body.model, agent=body.agent, tools=body.tools, tenant_id=tenant
+        run_id,
+        from_step=body.from_step,
+        model=body.model,
+        agent=body.agent,
+        tools=body.tools,
+        instructions=body.instructions,
+        tenant_id=tenant,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "from_step": body.from_step}
