@@ -7,7 +7,8 @@ child process, writes `--runs` runs and one run of `--steps` steps with the real
 `record_step` a worker runs; each step one tool call), logs in at /ui/login with an API key,
 then GETs each page `--calls` times (after two uncounted warm-ups):
 
-- the runs page (/ui, 50 runs a page),
+- the runs page (/ui, 50 runs a page), and sorted by tokens with a time filter (no index
+  serves that order: it sorts the tenant's runs),
 - the run page of the long run (its whole timeline, rendered server-side in one query),
 - a step view in the middle of it (the request rebuilt from the checkpoint, the step's events),
 - the diff of two neighbouring steps.
@@ -65,6 +66,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
     middle = args.steps // 2
     pages = {
         "runs page": "/ui",
+        "runs page, most tokens first": "/ui?sort=tokens&since=7d",
         f"run page ({args.steps} steps)": f"/ui/runs/{long_run}",
         f"step view (step {middle})": f"/ui/runs/{long_run}/steps/{middle}",
         "diff of two steps": f"/ui/runs/{long_run}/diff?a={middle - 1}&b={middle}",

@@ -216,3 +216,80 @@ async def test_keys_no_key_a_wrong_key_and_a_revoked_key_are_401(api: ApiServer,
     assert bad.code == 1 and bad.err.startswith("error: invalid tenant id")
     missing = await waypoint(settings, "keys", "revoke", "999999")
     assert missing.code == 1 and "waypoint keys list" in missing.err
+
+
+async def test_runs_list_filters_by_time_and_text_and_pages_every_sort(api: ApiServer, engine):
+    """GET /v1/runs: since/until (an age or an ISO time), text, run ids, and each sort paged one run
+    at a time gives the same order as one page: the keyset (sort value, run_id) skips and repeats nothing."""
+    import asyncio
+    import uuid
+    from datetime import datetime, timedelta
+
+    from waypoint.names import RunSort, RunStatus
+    from waypoint.store import RunStore
+    from waypoint.store.steps import NewRun
+    from waypoint.types import ModelTurn, RunPlan, StepRecord, Usage
+
+    store = RunStore(engine)
+    tenant, marker = api.settings.tenant, uuid.uuid4().hex[:8]
+    made = []
+    for i, (steps, tokens, cost) in enumerate([(3, 50, 0.5), (1, 50, 0.25), (2, 400, 0.25), (0, 0, 0)]):
+        run_id = f"run-{marker}{i}"
+        plan = RunPlan(model="m", max_steps=10)
+        await store.create_run(NewRun(run_id, tenant, "calculator", f"sorted {marker} {i}", "I.", plan))
+        for n in range(1, steps + 1):
+            turn = ModelTurn(model="m", content="x", usage=Usage(tokens // steps, 0), cost_usd=cost / steps)
+            await store.record_step(StepRecord(run_id, tenant, n, turn))
+        if i < 3:
+            await store.finish_run(tenant, run_id, RunStatus.COMPLETED, "done", None)
+        made.append(run_id)
+        await asyncio.sleep(0.02)
+
+    async def listed(**params) -> dict:
+        r = await api.http.get("/v1/runs", params={"text": marker, **params})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    rows = {r["run_id"]: r for r in (await listed(limit=100))["runs"]}
+    assert list(rows) == made[::-1]  # newest first by default
+
+    def duration(r: dict) -> float:
+        end = datetime.fromisoformat(r["finished_at"] or r["updated_at"])
+        return (end - datetime.fromisoformat(r["created_at"])) // timedelta(milliseconds=1)
+
+    values = {
+        RunSort.NEWEST: lambda r: (-datetime.fromisoformat(r["created_at"]).timestamp(), r["run_id"]),
+        RunSort.OLDEST: lambda r: (datetime.fromisoformat(r["created_at"]).timestamp(), r["run_id"]),
+        RunSort.TOKENS: lambda r: (-(r["input_tokens"] + r["output_tokens"]), r["run_id"]),
+        RunSort.COST: lambda r: (-r["cost_usd"], r["run_id"]),
+        RunSort.STEPS: lambda r: (-r["steps"], r["run_id"]),
+        RunSort.DURATION: lambda r: (-duration(r), r["run_id"]),
+    }
+    for sort, key in values.items():
+        whole = [r["run_id"] for r in (await listed(sort=sort.value, limit=100))["runs"]]
+        if sort != RunSort.DURATION:  # the live run's duration grows between the two reads
+            assert whole == [r["run_id"] for r in sorted(rows.values(), key=key)], sort
+        paged, cursor = [], None
+        while True:
+            page = await listed(sort=sort.value, limit=1, **({"cursor": cursor} if cursor else {}))
+            paged += [r["run_id"] for r in page["runs"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert sorted(paged) == sorted(made) and (sort == RunSort.DURATION or paged == whole), (sort, paged, whole)
+    assert [r["run_id"] for r in (await listed(sort="tokens", limit=100))["runs"]][:1] == [made[2]]  # 400 tokens
+
+    middle = rows[made[2]]["created_at"]
+    assert [r["run_id"] for r in (await listed(since=middle))["runs"]] == [made[3], made[2]]
+    assert [r["run_id"] for r in (await listed(until=middle))["runs"]] == [made[1], made[0]]
+    assert len((await listed(since="1h"))["runs"]) == 4 and (await listed(until="1h"))["runs"] == []
+    assert (await listed(since="2000-01-01", until="2000-01-02"))["runs"] == []
+    picked = await api.http.get("/v1/runs", params=[("run_id", made[0]), ("run_id", made[3])])
+    assert {r["run_id"] for r in picked.json()["runs"]} == {made[0], made[3]}
+
+    bad = error_of(await api.http.get("/v1/runs", params={"since": "yesterday"}), 400)
+    assert "write an age such as 1h or 7d, or an ISO date" in bad["message"]
+    cursor = (await listed(sort="tokens", limit=1))["next_cursor"]
+    wrong = error_of(await api.http.get("/v1/runs", params={"sort": "cost", "cursor": cursor}), 400)
+    assert "with the same sort" in wrong["message"]
+    assert (await api.http.get("/v1/runs", params={"sort": "random"})).status_code == 422

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests import a11y
 from tests.conftest import ApiServer
 from tests.helpers import eventually
 from waypoint.app.embedded import free_port
@@ -213,6 +215,110 @@ async def test_another_tenants_session_gets_a_404_page(browser, contexts, api: A
     assert run_id not in await page.locator("table.runs").inner_text()  # nor is it listed
     stream = await page.request.get(f"/v1/runs/{run_id}/stream")
     assert stream.status == 404  # the cookie reads only the session's own tenant
+
+
+@needs_browser
+@pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
+async def test_runs_page_filters_sorts_and_follows_live_statuses(browser, contexts, api: ApiServer, worker):
+    """Since/until and sort are form fields the /v1 listing understands; the status of a run on
+    the page changes without a reload; the runs page and a live run's page pass the basic
+    accessibility check."""
+    marker = uuid.uuid4().hex[:8]
+    run_id = await start(api, f"count {marker}", "listener")
+
+    async def stepped() -> bool:
+        r = await api.http.get(f"/v1/runs/{run_id}")
+        return r.status_code == 200 and r.json()["steps"] >= 1
+
+    await eventually(stepped, timeout=30)
+    _, page = await logged_in(browser, contexts, api)
+    await page.goto("/ui")
+    await page.fill("#f-text", marker)
+    await page.fill("#f-since", "1h")
+    await page.select_option("#f-sort", "oldest")
+    await page.click("button:text-is('Filter')")
+    await page.wait_for_url("**sort=oldest*")
+    row = page.locator(f"#runs tr[data-run='{run_id}']")
+    assert "running" in await row.locator("[data-col=status]").inner_text()
+    assert await a11y.problems(page) == []
+
+    await page.evaluate("window.notReloaded = true")
+    assert (await api.http.post(f"/v1/runs/{run_id}/pause")).status_code == 200
+    await row.locator("[data-col=status] .status-paused").wait_for()  # the poll rewrote it
+    assert await page.evaluate("window.notReloaded") is True
+    await page.goto(f"/ui/runs/{run_id}")  # a live run's page: every action on it
+    assert "paused" in await page.locator("#run-status").inner_text()
+    assert await a11y.problems(page) == []
+
+    await page.goto(f"/ui?text={marker}&until=2000-01-01")
+    assert run_id not in await page.locator("table.runs").inner_text()  # created after that
+    await page.goto(f"/ui?text={marker}&since=7d")
+    await page.evaluate("window.notReloaded = true")
+    assert (await api.http.post(f"/v1/runs/{run_id}/cancel", json={"reason": "seen"})).status_code == 200
+    await row.locator("[data-col=status] .status-cancelled").wait_for()
+    assert await page.evaluate("window.notReloaded") is True
+    assert await row.get_attribute("data-live") == "0"  # finished: no longer asked for
+    response = await page.goto("/ui?since=yesterday")
+    assert response is not None and response.status == 400
+    assert "an ISO date" in await page.locator(".refusal").inner_text()
+
+
+@needs_browser
+@pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
+async def test_a_large_tool_output_is_fetched_on_demand(browser, contexts, api: ApiServer, worker):
+    """A 100 kB tool result (and the same text as a message of the next request) is not in the
+    step page: its start and a button that fetches the rest; the step view passes the basic
+    accessibility check."""
+    run_id = await start(api, "hoard", "hoarder")
+
+    async def two_steps() -> bool:
+        r = await api.http.get(f"/v1/runs/{run_id}")
+        return r.status_code == 200 and r.json()["steps"] >= 2
+
+    await eventually(two_steps, timeout=60)
+    _, page = await logged_in(browser, contexts, api)
+    html = await (await page.request.get(f"/ui/runs/{run_id}/steps/2")).text()
+    assert "Tool calls (1)" in html and len(html) < 20_000, len(html)  # two 100 kB texts, neither sent
+    await page.goto(f"/ui/runs/{run_id}/steps/2")
+    tool = page.locator("section[aria-labelledby=tools-h] .card").first
+    assert "Show all" in await tool.locator("button").inner_text()
+    await tool.locator("button.fetch-full").click()
+    await tool.locator("button.fetch-full").wait_for(state="detached")
+    full = await tool.locator("pre").inner_text()
+    assert len(full) > 100_000 and "0123456789abcdef" * 100 in full
+    message = page.locator("ol.messages button.fetch-full").first  # step 1's output, as step 2 received it
+    await message.click()
+    await message.wait_for(state="detached")
+    assert max(len(t) for t in await page.locator("ol.messages pre").all_inner_texts()) >= 100_000
+    assert await a11y.problems(page) == []
+    missing = await page.request.get(f"/ui/runs/{run_id}/steps/2/tools/7")
+    assert missing.status == 404 and "has 1 tool results" in await missing.text()
+
+
+@needs_browser
+@pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
+async def test_step_view_shows_recalled_memories_with_their_source(browser, contexts, api: ApiServer, memory_worker):
+    first = await start(api, "What is the launch code?", "scout")
+    await eventually(reached(api, first, "completed"), timeout=60)
+
+    async def remembered() -> bool:
+        return bool((await api.http.get(f"/v1/runs/{first}/memories")).json()["memories"])
+
+    await eventually(remembered, timeout=60)
+    second = await start(api, "What is the launch code?", "scout")
+    await eventually(reached(api, second, "completed"), timeout=60)
+    refs = (await api.http.get(f"/v1/runs/{second}/steps/0/state")).json()["request"]["recalled"]
+    assert any(ref["run_id"] == first for ref in refs)
+    _, page = await logged_in(browser, contexts, api)
+    await page.goto(f"/ui/runs/{second}/steps/1")
+    table = page.locator("table.recalled")
+    for ref in refs:  # each with its source run and step, linked
+        link = table.locator(f"a[href='/ui/runs/{ref['run_id']}/steps/{ref['step']}']")
+        assert await link.inner_text() == f"{ref['run_id']} step {ref['step']}"
+    assert "ZEBRA-7" in await table.inner_text()  # what was recalled
+    await table.locator(f"a[href^='/ui/runs/{first}/steps/']").first.click()
+    await page.wait_for_url(f"**/ui/runs/{first}/steps/*")
+    assert first in await page.locator("h1").inner_text()
 
 
 async def test_session_cookies_are_signed_and_only_read(api: ApiServer):

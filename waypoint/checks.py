@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
@@ -48,6 +49,27 @@ _AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 SELECT_KEYS = ("status", "agent", "since")
 
 
+def age_seconds(text: str) -> int | None:
+    """`30m`, `12h`, `7d`, `2w` -> seconds; None when the text is not an age."""
+    age = _AGE.fullmatch(text.strip())
+    return None if age is None else int(age.group(1)) * _AGE_SECONDS[age.group(2)]
+
+
+def parse_when(name: str, text: str, *, now: datetime | None = None) -> datetime:
+    """A moment as a user typed it: an age back from now (`1h`, `7d`) or an ISO date or time
+    (`2025-01-31`, `2025-01-31T09:30`, UTC unless it names its offset)."""
+    seconds = age_seconds(text)
+    if seconds is not None:
+        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"{name}={text!r}: write an age such as 1h or 7d, or an ISO date such as 2025-01-31"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 def parse_selection(text: str) -> dict[str, str | int]:
     """`status=completed agent=X since=7d` -> {"status": ..., "agent": ..., "since": seconds}."""
     found: dict[str, str | int] = {}
@@ -59,10 +81,10 @@ def parse_selection(text: str) -> dict[str, str | int]:
                 f'{", ".join(SELECT_KEYS)}, e.g. "status=completed agent=demo since=7d"'
             )
         if key == "since":
-            age = _AGE.fullmatch(value)
-            if age is None:
+            seconds = age_seconds(value)
+            if seconds is None:
                 raise InvalidInput(f"since={value!r}: write an age such as 30m, 12h, 7d or 2w")
-            found[key] = int(age.group(1)) * _AGE_SECONDS[age.group(2)]
+            found[key] = seconds
         else:
             found[key] = value
     if not found:

@@ -41,6 +41,19 @@ FINISHED = frozenset(
 LIVE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.WAITING_APPROVAL})
 
 
+class RunSort(StrEnum):
+    """Orders of a runs listing. Each is a keyset (value, run_id), so pages never skip or repeat a
+    run whose value holds still; a live run's tokens, cost, steps and duration grow, so it can
+    move between pages of those sorts."""
+
+    NEWEST = "newest"
+    OLDEST = "oldest"
+    TOKENS = "tokens"  # most tokens (input + output) first
+    COST = "cost"  # most expensive first
+    STEPS = "steps"  # most steps first
+    DURATION = "duration"  # longest first (to finished_at, or to updated_at while live)
+
+
 class EventKind(StrEnum):
     """Values of `events.kind`: what one entry of a run's append-only log records."""
 

@@ -18,8 +18,9 @@ context on every worker and every retry.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from waypoint.tokens import DEFAULT_COUNTER, TokenCounter
 from waypoint.types import Memory, Message
@@ -52,6 +53,27 @@ def pinned_message(pinned: Sequence[tuple[int, str]]) -> Message:
 def recalled_message(recalled: Sequence[Memory]) -> Message:
     lines = "\n".join(f"- [run {m.run_id}, step {m.step}, {m.kind}] {m.text}" for m in recalled)
     return {"role": "system", "content": f"Recalled from long-term memory (most relevant first):\n{lines}"}
+
+
+def recalled_texts(recalled_text: str | None, refs: Sequence[Mapping[str, Any]]) -> list[str | None]:
+    """The text of each recalled episode (refs in the order `recalled_message` wrote them), read
+    back from that message; None for an episode the message does not hold."""
+    text = recalled_text or ""
+    starts: list[tuple[int, int]] = []  # where each episode's line and its text begin
+    at = 0
+    for ref in refs:
+        prefix = f"- [run {ref['run_id']}, step {ref['step']}, {ref['kind']}] "
+        found = text.find(prefix, at)
+        starts.append((found, found + len(prefix)) if found >= 0 else (-1, -1))
+        at = found + len(prefix) if found >= 0 else at
+    texts: list[str | None] = []
+    for i, (line, begin) in enumerate(starts):
+        if line < 0:
+            texts.append(None)
+            continue
+        end = next((s for s, _ in starts[i + 1 :] if s >= 0), len(text) + 1)
+        texts.append(text[begin : end - 1])  # up to the newline before the next episode's line
+    return texts
 
 
 def _fixed(parts: Parts) -> list[Message]:

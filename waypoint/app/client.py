@@ -24,16 +24,24 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from waypoint.checks import check_choice, check_count, check_instructions, check_tenant, parse_selection
+from waypoint.checks import (
+    check_choice,
+    check_count,
+    check_instructions,
+    check_tenant,
+    parse_selection,
+    parse_when,
+)
 from waypoint.checks import new_run_id as make_run_id
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, NotFound, WaypointError
 from waypoint.models.spec import Provider, parse_model_spec
-from waypoint.names import EventKind, LineageKind, MemoryOp, RunStatus, ToolMode, Update
+from waypoint.names import EventKind, LineageKind, MemoryOp, RunSort, RunStatus, ToolMode, Update
 from waypoint.store import RunStore
 from waypoint.store.base import not_found
 from waypoint.store.db import engine_for
+from waypoint.store.reads import RunsPage
 from waypoint.store.rows import (
     BatchItem,
     BatchReport,
@@ -430,12 +438,50 @@ class Waypoint:
     ) -> list[RunRow]:
         """Newest first; `before` is the (created_at, run_id) of the last run of the previous page;
         `batch_id`: the reruns of one batch; `text` keeps the runs whose task contains it."""
+        page = await self.runs_page(
+            tenant_id=tenant_id, limit=limit, status=status, agent=agent, before=before, batch_id=batch_id, text=text
+        )
+        return page.runs
+
+    async def runs_page(
+        self,
+        *,
+        tenant_id: str | None = None,
+        limit: int = 20,
+        status: str | None = None,
+        agent: str | None = None,
+        text: str | None = None,
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        sort: str = RunSort.NEWEST,
+        cursor: str | None = None,
+        before: tuple[datetime, str] | None = None,
+        batch_id: str | None = None,
+        run_ids: Sequence[str] | None = None,
+    ) -> RunsPage:
+        """A page of runs and the cursor of the next (what the HTTP API and the viewer list).
+        `since`/`until`: created at or after / before, an age back from now (`1h`, `7d`), an ISO
+        date or a datetime; `sort`: a RunSort; `cursor`: the previous page's `next_cursor`;
+        `run_ids`: only these runs."""
         check_count("the limit", limit)
         if status is not None:
             check_choice("status", status, RunStatus)
-        tenant = self.tenant(tenant_id)
-        return await self.store.list_runs(
-            tenant, limit=limit, status=status, agent=agent, before=before, batch_id=batch_id, text=text
+        check_choice("sort", sort, RunSort)
+        if run_ids is not None and len(run_ids) > 500:
+            raise InvalidInput(f"{len(run_ids)} run ids: ask for at most 500 at a time")
+        return await self.store.runs_page(
+            self.tenant(tenant_id),
+            limit=limit,
+            status=status,
+            agent=agent,
+            text=text,
+            since=parse_when("since", since) if isinstance(since, str) else since,
+            until=parse_when("until", until) if isinstance(until, str) else until,
+            sort=RunSort(sort),
+            cursor=cursor,
+            before=before,
+            batch_id=batch_id,
+            run_ids=run_ids,
         )
 
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:

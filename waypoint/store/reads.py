@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sqlalchemy import and_, column, or_, select, table
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, column, extract, func, or_, select, table
 
-from waypoint.names import EventKind, LineageKind
+from waypoint.errors import InvalidInput
+from waypoint.names import EventKind, LineageKind, RunSort
 from waypoint.store.base import StoreBase, of_tenant, run_filter
 from waypoint.store.rows import RunRow, StepLine
 from waypoint.store.schema import events, runs
@@ -39,26 +45,88 @@ run_steps = table(
 )
 
 
+def sort_key(sort: RunSort) -> tuple[ColumnElement[Any], bool]:
+    """The value a sort orders runs by, and whether the largest comes first. Ties go by run_id."""
+    if sort == RunSort.TOKENS:
+        return runs.c.input_tokens + runs.c.output_tokens, True
+    if sort == RunSort.COST:
+        return runs.c.cost_usd, True
+    if sort == RunSort.STEPS:
+        return runs.c.steps, True
+    if sort == RunSort.DURATION:  # whole milliseconds, so the cursor carries it exactly
+        elapsed = func.coalesce(runs.c.finished_at, runs.c.updated_at) - runs.c.created_at
+        return cast(func.floor(extract("epoch", elapsed) * 1000), BigInteger), True
+    return runs.c.created_at, sort != RunSort.OLDEST
+
+
+def encode_cursor(sort: RunSort, value: Any, run_id: str) -> str:
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return base64.urlsafe_b64encode(f"{sort}|{text}|{run_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, sort: RunSort) -> tuple[Any, str]:
+    """The (sort value, run_id) of the last run of the previous page. A cursor of another sort is
+    refused: its value means nothing in this order."""
+    try:
+        parts = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().split("|")
+        if len(parts) == 2:  # the cursors given out before sorts existed: newest first
+            parts = [RunSort.NEWEST, *parts]
+        made_for, text, run_id = parts
+        if made_for == sort:
+            if sort in (RunSort.NEWEST, RunSort.OLDEST):
+                return datetime.fromisoformat(text), run_id
+            return (Decimal(text) if sort == RunSort.COST else int(text)), run_id
+    except (ValueError, binascii.Error, UnicodeDecodeError, InvalidOperation):
+        pass
+    raise InvalidInput(
+        f"cursor {cursor!r} is not one this listing gave out with sort={sort}: pass `next_cursor` as it came,"
+        " with the same sort"
+    )
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    runs: list[RunRow]
+    next_cursor: str | None  # None on the last page
+
+
 class Reads(StoreBase):
-    async def list_runs(
+    async def list_runs(self, tenant_id: str, **filters: Any) -> list[RunRow]:
+        """The tenant's runs (see `runs_page` for the filters), without the next page's cursor."""
+        return (await self.runs_page(tenant_id, **filters)).runs
+
+    async def runs_page(
         self,
         tenant_id: str,
         *,
         limit: int = 20,
         status: str | None = None,
         agent: str | None = None,
-        before: tuple[datetime, str] | None = None,
+        before: tuple[Any, str] | None = None,
+        cursor: str | None = None,
+        sort: RunSort = RunSort.NEWEST,
         since: datetime | None = None,
+        until: datetime | None = None,
         batch_id: str | None = None,
         originals: bool = False,
         text: str | None = None,
-    ) -> list[RunRow]:
-        """The tenant's runs, newest first; `before` (keyset pagination): the (created_at, run_id)
-        of the last run seen; `since`: created then or later; `batch_id`: the reruns of one batch;
-        `originals`: no reruns; `text`: only runs whose task contains it (any case)."""
-        query = select(runs).where(of_tenant(tenant_id))
+        run_ids: Sequence[str] | None = None,
+    ) -> RunsPage:
+        """A page of the tenant's runs in `sort` order (newest first by default), and the cursor
+        of the next. Keyset pagination: `cursor` (or `before`, the decoded (sort value, run_id)
+        of the last run seen). `since`/`until`: created at or after / before; `batch_id`: the
+        reruns of one batch; `originals`: no reruns; `text`: only runs whose task contains it
+        (any case); `run_ids`: only these runs (the viewer follows the live ones on its page)."""
+        key, descending = sort_key(sort)
+        if cursor:
+            before = decode_cursor(cursor, sort)
+        query = select(runs, key.label("sort_value")).where(of_tenant(tenant_id))
         if since is not None:
             query = query.where(runs.c.created_at >= since)
+        if until is not None:
+            query = query.where(runs.c.created_at < until)
+        if run_ids is not None:
+            query = query.where(runs.c.run_id.in_(list(run_ids)))
         if batch_id is not None:
             query = query.where(runs.c.batch_id == batch_id)
         if originals:
@@ -70,11 +138,16 @@ class Reads(StoreBase):
         if agent:
             query = query.where(runs.c.agent == agent)
         if before is not None:
-            at, run_id = before
-            query = query.where(or_(runs.c.created_at < at, and_(runs.c.created_at == at, runs.c.run_id > run_id)))
-        query = query.order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)
+            value, run_id = before
+            beyond = key < value if descending else key > value
+            query = query.where(or_(beyond, and_(key == value, runs.c.run_id > run_id)))
+        query = query.order_by(key.desc() if descending else key.asc(), runs.c.run_id).limit(limit)
         async with self.engine.connect() as conn:
-            return [RunRow.of(r) for r in (await conn.execute(query)).mappings()]
+            rows = (await conn.execute(query)).mappings().all()
+        nxt = None
+        if len(rows) == limit and rows[-1]["sort_value"] is not None:
+            nxt = encode_cursor(sort, rows[-1]["sort_value"], rows[-1]["run_id"])
+        return RunsPage([RunRow.of(r) for r in rows], nxt)
 
     async def timeline(
         self, tenant_id: str, run_id: str, *, after_step: int = 0, limit: int | None = None

@@ -6,9 +6,6 @@ returns); every call acts for the tenant of the API key, and another tenant's ru
 
 from __future__ import annotations
 
-import base64
-import binascii
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -18,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.streams import NativeFormat, run_items, sse_response
 from waypoint.errors import InvalidInput, NotFound, WaypointError
-from waypoint.names import FINISHED, EventKind, RunStatus
+from waypoint.names import FINISHED, EventKind, RunSort, RunStatus
 from waypoint.store.rows import as_json
 from waypoint.store.travel import parse_step
 from waypoint.types import Budget
@@ -74,18 +71,6 @@ def json_of(value: Any) -> dict[str, Any]:
     return data
 
 
-def encode_cursor(at: datetime, run_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{at.isoformat()}|{run_id}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        at, _, run_id = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().partition("|")
-        return datetime.fromisoformat(at), run_id
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidInput(f"cursor {cursor!r} is not one this API gave out: pass `next_cursor` as it came") from None
-
-
 @router.post("/runs", status_code=201)
 async def start_run(body: StartRun, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
     """Start a run; answers its id (and trace id) at once, before the first step."""
@@ -107,14 +92,30 @@ async def list_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 20,
     status: RunStatus | None = None,
     agent: str | None = None,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page.")] = None,
+    text: Annotated[str | None, Query(description="Only runs whose task contains this (any case).")] = None,
+    since: Annotated[str | None, Query(description="Created at or after: an age (`1h`, `7d`) or an ISO date.")] = None,
+    until: Annotated[str | None, Query(description="Created before: an age (`1h`, `7d`) or an ISO date.")] = None,
+    sort: Annotated[RunSort, Query(description="newest, oldest, or most tokens, cost, steps, duration first.")] = (
+        RunSort.NEWEST
+    ),
+    run_id: Annotated[list[str] | None, Query(description="Only these runs (repeat the parameter).")] = None,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page (same sort).")] = None,
 ) -> dict[str, Any]:
-    """The tenant's runs, newest first, a page at a time (keyset pagination)."""
-    before = decode_cursor(cursor) if cursor else None
-    rows = await api.wp.runs(tenant_id=tenant, limit=limit, status=status, agent=agent, before=before)
-    last = rows[-1] if len(rows) == limit else None
-    nxt = encode_cursor(last.created_at, last.run_id) if last is not None and last.created_at else None
-    return {"runs": as_json(rows), "next_cursor": nxt}
+    """The tenant's runs, newest first unless `sort` says otherwise, a page at a time (keyset
+    pagination)."""
+    page = await api.wp.runs_page(
+        tenant_id=tenant,
+        limit=limit,
+        status=status,
+        agent=agent or None,
+        text=text or None,
+        since=since or None,
+        until=until or None,
+        sort=sort,
+        cursor=cursor,
+        run_ids=run_id,
+    )
+    return {"runs": as_json(page.runs), "next_cursor": page.next_cursor}
 
 
 @router.get("/runs/{run_id}")

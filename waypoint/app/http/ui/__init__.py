@@ -2,10 +2,14 @@
 /v1 API calls, and one small script (static/viewer.js) that follows a live run through
 /v1/runs/{id}/stream. No build step; every asset ships in the package.
 
-    GET  /ui                         runs: filters (status, agent, text), keyset pages
+    GET  /ui                         runs: filters (status, agent, text, since, until), sorts, keyset
+                                     pages; runs.js follows the live ones through GET /v1/runs?run_id=
     GET  /ui/runs/{id}               header, lineage, links, the step timeline (one query)
     GET  /ui/runs/{id}/rows?after=N  timeline rows after step N (what the script appends)
-    GET  /ui/runs/{id}/steps/{n}     the request the model received, its answer, tool calls, failures
+    GET  /ui/runs/{id}/steps/{n}     the request the model received (recalled memories with their
+                                     source), its answer, tool calls, failures; long texts as their start
+    GET  /ui/runs/{id}/steps/{n}/tools/{i}     the whole text of a long tool result (step.js fetches it)
+    GET  /ui/runs/{id}/steps/{n}/messages/{i}  the whole text of a long message of the request
     GET  /ui/runs/{id}/diff?a=&b=    what changed between two steps
     GET  /ui/runs/{id}/memory?q=     the run's episodes; a search over the tenant's memory
     GET  /ui/runs/{id}/compactions   what each compaction pruned and kept
@@ -26,17 +30,17 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from waypoint.app.http.errors import status_of
-from waypoint.app.http.runs import decode_cursor, encode_cursor
 from waypoint.app.http.state import ApiState, api_state
 from waypoint.app.http.ui import session
 from waypoint.errors import InvalidInput, NotFound, WaypointError
-from waypoint.names import FINISHED, EventKind, RunStatus
-from waypoint.store.rows import as_json
+from waypoint.names import FINISHED, EventKind, RunSort, RunStatus
+from waypoint.store.rows import EventRow, RunRow, StepState, as_json
+from waypoint.working_memory import recalled_texts
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -44,7 +48,8 @@ templates = Jinja2Templates(directory=HERE / "templates")
 router = APIRouter(prefix="/ui", include_in_schema=False)
 static = StaticFiles(directory=HERE / "static")
 PAGE_SIZE = 50
-COLLAPSE_CHARS = 2000  # a tool result longer than this starts collapsed
+COLLAPSE_CHARS = 2000  # a tool result or message longer than this is sent as its start only
+PREVIEW_CHARS = 600  # ...this long; the rest comes from .../tools/{i} or .../messages/{i} when asked
 
 
 class LoginNeeded(Exception):
@@ -132,6 +137,16 @@ async def logout() -> Response:
 # --- pages ---------------------------------------------------------------------------------------
 
 
+SORTS = {
+    RunSort.NEWEST: "newest first",
+    RunSort.OLDEST: "oldest first",
+    RunSort.TOKENS: "most tokens",
+    RunSort.COST: "most cost",
+    RunSort.STEPS: "most steps",
+    RunSort.DURATION: "longest",
+}
+
+
 @router.get("")
 async def runs_page(
     request: Request,
@@ -140,34 +155,47 @@ async def runs_page(
     status: str = "",
     agent: str = "",
     text: str = "",
+    since: str = "",
+    until: str = "",
+    sort: str = "",
     cursor: str = "",
 ) -> Response:
+    filters = {
+        "status": status,
+        "agent": agent.strip(),
+        "text": text.strip(),
+        "since": since.strip(),
+        "until": until.strip(),
+        "sort": sort or RunSort.NEWEST,
+    }
     try:
-        before = decode_cursor(cursor) if cursor else None
-        rows = await api.wp.runs(
+        page = await api.wp.runs_page(
             tenant_id=tenant,
             limit=PAGE_SIZE,
-            status=status or None,
-            agent=agent.strip() or None,
-            text=text.strip() or None,
-            before=before,
+            status=filters["status"] or None,
+            agent=filters["agent"] or None,
+            text=filters["text"] or None,
+            since=filters["since"] or None,
+            until=filters["until"] or None,
+            sort=filters["sort"],
+            cursor=cursor or None,
         )
     except WaypointError as exc:
         return error_page(request, exc)
-    last = rows[-1] if len(rows) == PAGE_SIZE else None
     nxt = None
-    if last is not None and last.created_at is not None:
-        nxt = urlencode(
-            {"status": status, "agent": agent, "text": text, "cursor": encode_cursor(last.created_at, last.run_id)}
-        )
+    if page.next_cursor is not None:
+        nxt = urlencode({**{k: v for k, v in filters.items() if v}, "cursor": page.next_cursor})
     return render(
         request,
         "runs.html",
-        runs=rows,
+        runs=page.runs,
         statuses=list(RunStatus),
-        filters={"status": status, "agent": agent, "text": text},
+        sorts=SORTS,
+        filters=filters,
         next_query=nxt,
         tenant=tenant,
+        finished=FINISHED,
+        live=any(r.status not in FINISHED for r in page.runs),
     )
 
 
@@ -254,20 +282,27 @@ templates.env.filters["pretty"] = pretty
 templates.env.filters["groupby_count"] = counted
 
 
+def recalled_of(request: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The episodes a model call received from long-term memory: source run, step, kind, score, text."""
+    if not request or not request.get("recalled"):
+        return []
+    refs = request["recalled"]
+    texts = recalled_texts(request.get("recalled_text"), refs)
+    return [{**ref, "text": text} for ref, text in zip(refs, texts, strict=True)]
+
+
+def message_text(m: Any) -> str:
+    content = m.get("content") if isinstance(m, dict) else None
+    return content if isinstance(content, str) else (pretty(content) if content is not None else "")
+
+
 @router.get("/runs/{run_id}/steps/{step}")
 async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: Tenant) -> Response:
     try:
-        if step < 0:
-            raise InvalidInput(f"step {step} is negative: steps count from 0")
-        row = await api.wp.run(run_id, tenant_id=tenant)
-        if step > row.steps:
-            raise NotFound(f"run {run_id} has no step {step} yet: it has {row.steps}; pick one from its timeline")
-        # The request the model received AT this step is the state after the step before it (one
-        # rebuild); the step's own events are a keyset read of the log, not a second rebuild.
-        before = await api.wp.state(run_id, step - 1, tenant_id=tenant) if step >= 1 else None
-        events = await api.wp.events(run_id, step=step, tenant_id=tenant)
+        row, before, events = await step_parts(api, tenant, run_id, step)
     except WaypointError as exc:
         return error_page(request, exc)
+    request_json = as_json(before.request) if before is not None and before.request else None
     return render(
         request,
         "step.html",
@@ -275,7 +310,8 @@ async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: 
         step=step,
         owner_run_id=before.owner_run_id if before is not None else run_id,
         received=before,
-        request_json=as_json(before.request) if before is not None and before.request else None,
+        request_json=request_json,
+        recalled=recalled_of(request_json),
         responses=[e for e in events if e.kind == EventKind.MODEL_RESPONSE],
         tools=[e for e in events if e.kind == EventKind.TOOL_RESULT],
         failures=[e for e in events if e.kind == EventKind.MODEL_ATTEMPT_FAILED],
@@ -285,7 +321,51 @@ async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: 
             if e.kind not in (EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT, EventKind.MODEL_ATTEMPT_FAILED)
         ],
         collapse=COLLAPSE_CHARS,
+        preview=PREVIEW_CHARS,
     )
+
+
+async def step_parts(
+    api: ApiState, tenant: str, run_id: str, step: int, *, with_events: bool = True, with_request: bool = True
+) -> tuple[RunRow, StepState | None, list[EventRow]]:
+    """The run, the request its model received at `step` (the state after the step before it:
+    one rebuild) and the step's events (a keyset read of the log, not a second rebuild)."""
+    if step < 0:
+        raise InvalidInput(f"step {step} is negative: steps count from 0")
+    row = await api.wp.run(run_id, tenant_id=tenant)
+    if step > row.steps:
+        raise NotFound(f"run {run_id} has no step {step} yet: it has {row.steps}; pick one from its timeline")
+    before = await api.wp.state(run_id, step - 1, tenant_id=tenant) if step >= 1 and with_request else None
+    events = await api.wp.events(run_id, step=step, tenant_id=tenant) if with_events else []
+    return row, before, events
+
+
+@router.get("/runs/{run_id}/steps/{step}/tools/{index}")
+async def tool_output(run_id: str, step: int, index: int, api: Api, tenant: Tenant) -> Response:
+    """The whole text of the step's `index`-th tool result (0 is the first): what the step page
+    shows only the start of when it is long, fetched when asked for."""
+    try:
+        _, _, events = await step_parts(api, tenant, run_id, step, with_request=False)
+        tools = [e for e in events if e.kind == EventKind.TOOL_RESULT]
+        if not 0 <= index < len(tools):
+            raise NotFound(f"step {step} of {run_id} has {len(tools)} tool results: pick 0 to {len(tools) - 1}")
+    except WaypointError as exc:
+        return PlainTextResponse(str(exc), status_code=status_of(exc)[0])
+    return PlainTextResponse(pretty(tools[index].payload))
+
+
+@router.get("/runs/{run_id}/steps/{step}/messages/{index}")
+async def message_content(run_id: str, step: int, index: int, api: Api, tenant: Tenant) -> Response:
+    """The whole text of message `index` (0 is the first) of the request the model received at
+    the step, for a long message the step page shows only the start of."""
+    try:
+        _, before, _ = await step_parts(api, tenant, run_id, step, with_events=False)
+        messages = before.messages if before is not None else []
+        if not 0 <= index < len(messages):
+            raise NotFound(f"the request at step {step} of {run_id} has {len(messages)} messages")
+    except WaypointError as exc:
+        return PlainTextResponse(str(exc), status_code=status_of(exc)[0])
+    return PlainTextResponse(message_text(messages[index]))
 
 
 @router.get("/runs/{run_id}/diff")
