@@ -140,13 +140,27 @@ async def test_run_page_shows_a_step_appear_live(browser, contexts, api: ApiServ
     assert await eventually(reached(api, run_id, "cancelled"), timeout=30) == "cancelled"
 
 
+async def visit(page, url: str) -> None:
+    """page.goto, again if it was aborted: a run page open in this tab reloads itself when the
+    run's status changes, and a reload landing on a navigation aborts it (net::ERR_ABORTED)."""
+    from playwright.async_api import Error as PlaywrightError
+
+    for attempt in range(3):
+        try:
+            await page.goto(url)
+            return
+        except PlaywrightError as exc:
+            if "ERR_ABORTED" not in str(exc) or attempt == 2:
+                raise
+
+
 @needs_browser
 @pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
 async def test_approve_unblocks_a_waiting_run_and_refusals_are_messages(browser, contexts, api: ApiServer, worker):
     run_id = await start(api, "delete two files", "careful")
     await eventually(reached(api, run_id, "waiting_approval"), timeout=30)
     _, page = await logged_in(browser, contexts, api)
-    await page.goto(f"/ui/runs/{run_id}")
+    await visit(page, f"/ui/runs/{run_id}")
     assert "waiting approval" in await page.locator("#run-status").inner_text()
     await page.click("form.approval button:text-is('Approve')")
     assert "approved" in await page.locator(".notice").inner_text()
@@ -157,11 +171,11 @@ async def test_approve_unblocks_a_waiting_run_and_refusals_are_messages(browser,
         return r["status"] == "waiting_approval" and bool(pending) and pending[0]["step"] == 2
 
     await eventually(second_wait, timeout=30)  # the first approval let step 1's call run
-    await page.goto(f"/ui/runs/{run_id}")
+    await visit(page, f"/ui/runs/{run_id}")
     await page.fill("form.approval input[name=reason]", "keep b")
     await page.click("form.approval button:text-is('Deny')")
     await eventually(reached(api, run_id, "completed"), timeout=30)
-    await page.goto(f"/ui/runs/{run_id}")
+    await visit(page, f"/ui/runs/{run_id}")
     assert "keep b" in await page.locator("#run-header").inner_text()
     # A refused action is a message on the page, not a traceback.
     r = await page.request.post(f"/ui/runs/{run_id}/fork", form={"step": "99"})
