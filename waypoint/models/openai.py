@@ -82,13 +82,20 @@ class OpenAIChatModel:
     ) -> ModelTurn:
         spec = retry or RetrySpec()
         started = time.monotonic()
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
+        # The messages and tools go as `extra_body`, which the SDK sends as they are: passed as
+        # parameters, it walks every message and tool schema against its TypedDicts first (about
+        # 20 ms a call on 2 cores with a full window) to change nothing in our plain JSON.
+        payload: dict[str, Any] = {"messages": messages}
         if tools:
-            kwargs["tools"] = tools
+            payload["tools"] = tools
         body = ""
         try:
             async with self.client.chat.completions.with_streaming_response.create(
-                **kwargs, stream=True, stream_options={"include_usage": True}
+                model=self.model,
+                messages=[],
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=payload,
             ) as raw:
                 if "text/event-stream" not in raw.headers.get("content-type", ""):
                     body = await raw.text()

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import Integer, Text, and_, bindparam, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.names import MESSAGE_KINDS, EventKind
@@ -27,6 +28,29 @@ from waypoint.transcript import event_messages, is_pin, pin_text
 from waypoint.types import Message
 
 Segment = list[Any]  # [run_id, first_seq, last_seq, tokens]
+
+# The ranges to read, as three arrays unnested into rows: one statement whatever the number of
+# segments, so SQLAlchemy compiles it once (an OR of one BETWEEN per segment was compiled anew
+# on every step, about 10 ms of each model call's time on 2 cores).
+_RANGES = (
+    func.unnest(
+        bindparam("range_runs", type_=ARRAY(Text)),
+        bindparam("range_firsts", type_=ARRAY(Integer)),
+        bindparam("range_lasts", type_=ARRAY(Integer)),
+    )
+    .table_valued("run_id", "first_seq", "last_seq")
+    .render_derived()
+)
+_RANGE_READ = (
+    select(events.c.run_id, events.c.seq, events.c.kind, events.c.payload, LEDGER_OUTPUT)
+    .select_from(
+        EVENTS_WITH_OUTPUTS.join(
+            _RANGES,
+            and_(events.c.run_id == _RANGES.c.run_id, events.c.seq.between(_RANGES.c.first_seq, _RANGES.c.last_seq)),
+        )
+    )
+    .where(events.c.kind.in_((*MESSAGE_KINDS, EventKind.DECISION)))
+)
 
 
 @dataclass(frozen=True)
@@ -76,15 +100,14 @@ async def render_parts(
     refs = [*((r, a, b) for r, a, b, _ in segments), *((r, seq, seq) for r, seq, _ in pins)]
     if not refs:
         return [], []
-    ranges = or_(*(and_(events.c.run_id == r, events.c.seq.between(a, b)) for r, a, b in refs))
-    query = (
-        select(events.c.run_id, events.c.seq, events.c.kind, events.c.payload, LEDGER_OUTPUT)
-        .select_from(EVENTS_WITH_OUTPUTS)
-        .where(ranges, events.c.kind.in_((*MESSAGE_KINDS, EventKind.DECISION)))
-    )
+    params = {
+        "range_runs": [r for r, _, _ in refs],
+        "range_firsts": [a for _, a, _ in refs],
+        "range_lasts": [b for _, _, b in refs],
+    }
     found = {
         (row.run_id, row.seq): Found(row.kind, resolved(row.payload, row.ledger_output))
-        for row in await conn.execute(query)
+        for row in await conn.execute(_RANGE_READ, params)
     }
     groups: list[list[Message]] = []
     for run_id, first, last, _ in segments:
