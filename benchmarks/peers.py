@@ -21,7 +21,8 @@ Measured, for each framework:
 - `--concurrency` runs of `--steps` at once, in steps per second of wall time (every round);
 - a run of `--big-steps` steps whose tool outputs are `--pad` bytes (20 KB): Temporal history
   bytes per step (protobuf ByteSize of every event of every execution of the run, over the steps
-  it made) and how it ended (the server terminates a history past 50 MB);
+  it made) and how it ended (the server terminates a history past 50 MB); Waypoint also once
+  with `--large-pad` bytes (100 KB) per output;
 - a kill test with worker processes: a 3-step run whose tool appends a line to a file (its side
   effect) and then holds `--hold` s; as soon as step 2's effect is written the worker gets SIGKILL
   and a new one starts. Reported: the new worker's start-up, the time from the kill until the tool
@@ -164,6 +165,7 @@ class Measured:
     step_ms: dict[str, list[list[float]]] = field(default_factory=dict)  # per framework, per round
     steps_per_s: dict[str, list[float]] = field(default_factory=dict)
     big: dict[str, tuple[Outcome, int]] = field(default_factory=dict)  # outcome, history bytes
+    large: dict[str, tuple[Outcome, int]] = field(default_factory=dict)  # the same, Waypoint at --large-pad
     kills: dict[str, Kill] = field(default_factory=dict)
 
 
@@ -199,6 +201,11 @@ async def measure(args: argparse.Namespace, bench: Bench, frameworks: list[Frame
         with console.status(f"{fw.name}: {args.big_steps} steps with {args.pad:,}-byte tool outputs"):
             big = await bench.run(fw, args.big_steps, pad=args.pad)
             out.big[fw.name] = (big, await bench.history_bytes(big.run_id))
+    # Waypoint only: a peer's history passes the server's limit within a few steps at this size.
+    for fw in (f for f in frameworks if f.name in (WAYPOINT, WAYPOINT_LOCAL)):
+        with console.status(f"{fw.name}: {args.big_steps} steps with {args.large_pad:,}-byte tool outputs"):
+            large = await bench.run(fw, args.big_steps, pad=args.large_pad)
+            out.large[fw.name] = (large, await bench.history_bytes(large.run_id))
     return out
 
 
@@ -450,6 +457,11 @@ def report(args: argparse.Namespace, frameworks: list[Framework], m: Measured, s
             k.status,
         )
     console.print(kills)
+    for name, (large, history) in m.large.items():
+        console.print(
+            f"{name}: history per step with {args.large_pad // 1000} KB tool outputs, {args.big_steps} steps: "
+            f"{history / max(1, large.requests) / 1024:.1f} KB ({large.status})"
+        )
     console.print(
         f"Waypoint ran with its defaults: memory on, the Postgres mirror on, tracing on ({span_count:,} spans written)."
     )
@@ -468,6 +480,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10, help="runs at once in the throughput test")
     parser.add_argument("--big-steps", type=int, default=100, help="steps of the run with large tool outputs")
     parser.add_argument("--pad", type=int, default=20_000, help="bytes of each tool output in that run")
+    parser.add_argument(
+        "--large-pad", type=int, default=100_000, help="bytes of each tool output in Waypoint's second such run"
+    )
     parser.add_argument("--hold", type=float, default=2.0, help="seconds the tool holds after its effect (kill test)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 10 steps, 4 at once, 20 big steps")
     args = parser.parse_args()
