@@ -447,7 +447,9 @@ async def test_mcp_read_only_tools_run_live_in_a_rerun(client, engine, settings,
         rerun = await wp.rerun(original, model="openai:mcp-b")
         assert (await wp.result(rerun)).status == "completed"
     calls = [json.loads(line) for line in (folder / "calls").read_text().splitlines()]
-    assert [(c["tool"], c["args"]) for c in calls] == [("multiply", [6, 7]), ("record", ["x"]), ("multiply", [2, 3])]
+    # The original's two calls of one step run at once (either may log first); the rerun ran only multiply.
+    ran = [(c["tool"], c["args"]) for c in calls]
+    assert sorted(ran[:2]) == [("multiply", [6, 7]), ("record", ["x"])] and ran[2:] == [("multiply", [2, 3])]
     assert (folder / "effects").read_text() == effects
     rows = sorted(await ledger(engine, rerun), key=lambda c: c["call_index"])
     assert [(c["tool"], c["outcome"], c["output"][:8]) for c in rows] == [
