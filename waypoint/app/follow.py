@@ -68,33 +68,34 @@ async def _follow(wp: Waypoint, run_id: str, as_json_lines: bool, poll_seconds: 
     gateway = await wp.temporal()
     quiet_since = asked_at = time.monotonic()
     said: set[str] = set()
-    async with log_grew(wp, run_id) as moved, contextlib.AsyncExitStack() as stack:
-        spinner = stack.enter_context(out.console.status(f"waiting for a worker to start {run_id}..."))
-        while True:
-            moved.clear()  # before the read: a notification during it wakes the next wait
-            try:
-                run = await wp.run(run_id)
-            except NotFound:
-                ended = await gateway.ended_without_row(run_id)  # e.g. it could not start: no row will come
-                if ended is not None:
-                    raise WaypointError(ended) from None
-                run = None
-            for line in await wp.timeline(run_id, after_step=shown) if run is not None else []:
-                if as_json_lines:
-                    print(json.dumps(as_json(line)), flush=True)
-                else:
-                    out.console.print(out.step_text(line))
-                shown = line.step
-                quiet_since = time.monotonic()
-            if run is not None and run.status in FINISHED:
-                return run
-            now = time.monotonic()
-            if now - quiet_since > QUIET_SECONDS and now - asked_at > QUIET_SECONDS:
-                asked_at = now
-                problem = await gateway.blocked(run_id)
-                if problem is not None and problem not in said:
-                    said.add(problem)
-                    print(f"warning: {problem}; still waiting (Ctrl-C stops following, not the run)", file=sys.stderr)
-            spinner.update(f"{run_id}: step {shown + 1} running...")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(moved.wait(), poll_seconds)
+    async with log_grew(wp, run_id) as moved:
+        with out.console.status(f"waiting for a worker to start {run_id}...") as spinner:
+            while True:
+                moved.clear()  # before the read: a notification during it wakes the next wait
+                try:
+                    run = await wp.run(run_id)
+                except NotFound:
+                    ended = await gateway.ended_without_row(run_id)  # e.g. it could not start: no row will come
+                    if ended is not None:
+                        raise WaypointError(ended) from None
+                    run = None
+                for line in await wp.timeline(run_id, after_step=shown) if run is not None else []:
+                    if as_json_lines:
+                        print(json.dumps(as_json(line)), flush=True)
+                    else:
+                        out.console.print(out.step_text(line))
+                    shown = line.step
+                    quiet_since = time.monotonic()
+                if run is not None and run.status in FINISHED:
+                    return run
+                now = time.monotonic()
+                if now - quiet_since > QUIET_SECONDS and now - asked_at > QUIET_SECONDS:
+                    asked_at = now
+                    problem = await gateway.blocked(run_id)
+                    if problem is not None and problem not in said:
+                        said.add(problem)
+                        warning = f"warning: {problem}; still waiting (Ctrl-C stops following, not the run)"
+                        print(warning, file=sys.stderr)
+                spinner.update(f"{run_id}: step {shown + 1} running...")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(moved.wait(), poll_seconds)
