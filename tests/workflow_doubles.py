@@ -1,0 +1,279 @@
+"""Test doubles of every activity the workflows call, registered under the same names.
+
+The workflow logic (budgets, deadlines, approvals, pause and cancel, continue-as-new, repairs,
+compaction passes) is tested against these in Temporal's time-skipping environment: no Postgres,
+no model server, milliseconds a test, and a week of waiting costs a second. What only real
+servers show (crash recovery, outages, HTTP, the browser) is tested elsewhere against them.
+
+A test scripts the model with `turns` (a function of the call's input), the tools with `tool`,
+and reads back what the workflow asked for: `records`, `statuses`, `finished`, `calls`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from waypoint.compaction_types import (
+    CompactionSummary,
+    CompactRunInput,
+    RememberInput,
+    RunRef,
+    SelectRunsInput,
+)
+from waypoint.names import Activity, RunStatus, ToolOutcome, memory_task_queue
+from waypoint.types import (
+    CallModelInput,
+    FinishRunInput,
+    MemoryAnswer,
+    MemoryRequest,
+    MemoryStepInput,
+    MemoryStepResult,
+    ModelTurn,
+    RunInput,
+    RunPlan,
+    RunResult,
+    RunToolInput,
+    SetStatusInput,
+    StartRunInput,
+    StepRecord,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
+from workflows.agent_run import AgentRunWorkflow
+from workflows.compaction import CompactionWorkflow
+from workflows.memory import MemoryRequestWorkflow
+
+
+def call(name: str, arguments: str = "{}", id: str | None = None) -> ToolCall:
+    return ToolCall(id=id or f"call-{uuid.uuid4().hex[:6]}", name=name, arguments=arguments)
+
+
+def answer(text: str, *, tokens: int = 10, cost: float = 0.0) -> ModelTurn:
+    return ModelTurn(model="double", content=text, usage=Usage(tokens, tokens), cost_usd=cost)
+
+
+def tools(*calls: ToolCall, tokens: int = 10, cost: float = 0.0) -> ModelTurn:
+    return ModelTurn(model="double", tool_calls=list(calls), usage=Usage(tokens, tokens), cost_usd=cost)
+
+
+def loop_tool(name: str = "work", **kw: Any) -> Callable[[CallModelInput], ModelTurn]:
+    """A model that calls `name` at every step and never answers."""
+    return lambda inp: tools(call(name, id=f"c{inp.step}"), **kw)
+
+
+def answer_at(step: int, text: str = "done", name: str = "work") -> Callable[[CallModelInput], ModelTurn]:
+    """A model that calls `name` until `step`, where it answers `text`."""
+    return lambda inp: answer(text) if inp.step >= step else tools(call(name, id=f"c{inp.step}"))
+
+
+@dataclass
+class Doubles:
+    """Every activity of AgentRunWorkflow, CompactionWorkflow and MemoryRequestWorkflow."""
+
+    plan: RunPlan = field(default_factory=lambda: RunPlan(model="double", max_steps=20))
+    turns: Callable[[CallModelInput], ModelTurn] = field(default_factory=lambda: answer_at(1))
+    tool: Callable[[RunToolInput], ToolResult] | None = None
+    start_error: str | None = None  # start_run fails, non-retryable, with this message
+    compact_runs: Sequence[str] = ()  # what select_runs_to_compact picks
+    compact_error: dict[str, str] = field(default_factory=dict)  # run id -> compact_run's failure
+    # What the workflow asked for, in order.
+    records: list[StepRecord] = field(default_factory=list)
+    statuses: list[tuple[str, str | None]] = field(default_factory=list)
+    finished: list[FinishRunInput] = field(default_factory=list)
+    calls: list[CallModelInput] = field(default_factory=list)
+    tool_calls: list[RunToolInput] = field(default_factory=list)
+    tool_local: list[bool] = field(default_factory=list)  # whether each tool call ran as a local activity
+    compacted: list[str] = field(default_factory=list)
+    saved_episodes: list[dict[str, Any]] = field(default_factory=list)
+    memory_queues: list[str | None] = field(default_factory=list)  # the queue each model call ran on
+    recorded_lookups: list[list[RunToolInput]] = field(default_factory=list)
+    recorded: set[str] = field(default_factory=set)  # call ids a rerun finds in the record
+    tool_gate: asyncio.Event | None = None  # set: tools wait for it
+
+    # --- agent runs ------------------------------------------------------------------------------
+
+    @activity.defn(name=Activity.START_RUN)
+    async def start_run(self, inp: StartRunInput) -> RunPlan:
+        if self.start_error is not None:
+            raise ApplicationError(self.start_error, non_retryable=True)
+        return replace(self.plan, start_step=inp.fork.step) if inp.fork is not None else self.plan
+
+    @activity.defn(name=Activity.CALL_MODEL)
+    async def call_model(self, inp: CallModelInput) -> ModelTurn:
+        self.calls.append(inp)
+        self.memory_queues.append(activity.info().task_queue if inp.memory else None)
+        return self.turns(inp)
+
+    @activity.defn(name=Activity.RUN_TOOL)
+    async def run_tool(self, inp: RunToolInput) -> ToolResult:
+        self.tool_calls.append(inp)
+        self.tool_local.append(activity.info().is_local)
+        if self.tool_gate is not None:
+            while not self.tool_gate.is_set():
+                activity.heartbeat()
+                await asyncio.sleep(0.05)
+        if self.tool is not None:
+            return self.tool(inp)
+        return ToolResult(call_id=inp.call.id, name=inp.call.name, output=f"ok {inp.idempotency_key}")
+
+    @activity.defn(name=Activity.RECORDED_CALLS)
+    async def recorded_calls(self, calls: list[RunToolInput]) -> list[str]:
+        self.recorded_lookups.append(calls)
+        return [c.call.id for c in calls if c.call.id in self.recorded]
+
+    @activity.defn(name=Activity.RECORD_STEP)
+    async def record_step(self, record: StepRecord) -> int:
+        if all(r.step != record.step for r in self.records):  # idempotent, as the store is
+            self.records.append(record)
+        return record.step
+
+    @activity.defn(name=Activity.SET_STATUS)
+    async def set_run_status(self, inp: SetStatusInput) -> None:
+        self.statuses.append((inp.status, inp.detail))
+
+    @activity.defn(name=Activity.FINISH_RUN)
+    async def finish_run(self, inp: FinishRunInput) -> RunResult:
+        self.finished.append(inp)
+        return RunResult(
+            run_id=inp.run_id,
+            status=inp.status,
+            steps=len(self.records),
+            output=inp.output,
+            error=inp.error,
+            input_tokens=sum(r.turn.usage.input_tokens for r in self.records),
+            output_tokens=sum(r.turn.usage.output_tokens for r in self.records),
+        )
+
+    @activity.defn(name=Activity.MEMORY_STEP)
+    async def memory_step(self, inp: MemoryStepInput) -> MemoryStepResult:
+        return MemoryStepResult()
+
+    # --- compaction and memory -------------------------------------------------------------------
+
+    @activity.defn(name=Activity.COMPACT_RUN)
+    async def compact_run(self, inp: CompactRunInput) -> CompactionSummary:
+        self.compacted.append(inp.run_id)
+        if inp.run_id in self.compact_error:
+            raise ApplicationError(self.compact_error[inp.run_id], non_retryable=True)
+        return CompactionSummary(
+            run_id=inp.run_id,
+            compaction_id=len(self.compacted),
+            first_seq=1,
+            last_seq=10,
+            tokens_before=1000,
+            tokens_after=100,
+            created=True,
+            tenant_id=inp.tenant_id,
+            summary=f"summary of {inp.run_id}",
+        )
+
+    @activity.defn(name=Activity.SELECT_RUNS)
+    async def select_runs(self, inp: SelectRunsInput) -> list[RunRef]:
+        picked = [inp.run_id] if inp.run_id else list(self.compact_runs)
+        return [RunRef(run_id=r, tenant_id=inp.tenant_id or "t", tokens=9000) for r in picked]
+
+    @activity.defn(name=Activity.SAVE_EPISODES)
+    async def save_episodes(self, episodes: list[dict[str, Any]]) -> int:
+        self.saved_episodes.extend(episodes)
+        return len(episodes)
+
+    @activity.defn(name=Activity.REMEMBER_MISSING)
+    async def remember_missing(self, inp: RememberInput) -> int:
+        return 2  # steps of finished runs whose episodes memory had missed
+
+    @activity.defn(name=Activity.MEMORY_ADMIN)
+    async def memory_admin(self, req: MemoryRequest) -> MemoryAnswer:
+        return MemoryAnswer(deleted=7)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [
+            self.start_run,
+            self.call_model,
+            self.run_tool,
+            self.recorded_calls,
+            self.record_step,
+            self.set_run_status,
+            self.finish_run,
+            self.memory_step,
+            self.compact_run,
+            self.select_runs,
+            self.save_episodes,
+            self.remember_missing,
+            self.memory_admin,
+        ]
+
+    # --- reading back ----------------------------------------------------------------------------
+
+    @property
+    def steps(self) -> list[int]:
+        return [r.step for r in self.records]
+
+    @property
+    def status_names(self) -> list[str]:
+        return [s for s, _ in self.statuses]
+
+
+@dataclass
+class Bench:
+    """A worker (and, with memory, a memory worker) serving the doubles on a queue of its own."""
+
+    client: Client
+    doubles: Doubles
+    task_queue: str
+
+    async def start(self, inp: RunInput | None = None, **kw: Any) -> WorkflowHandle[Any, RunResult]:
+        return await self.client.start_workflow(
+            AgentRunWorkflow.run,
+            inp or RunInput(agent="double", task="test", tenant_id="t"),
+            id=f"run-{uuid.uuid4().hex[:12]}",
+            task_queue=self.task_queue,
+            **kw,
+        )
+
+
+@asynccontextmanager
+async def bench(client: Client, doubles: Doubles, *, memory: bool = False) -> AsyncIterator[Bench]:
+    task_queue = f"ts-{uuid.uuid4().hex[:8]}"
+    if memory:
+        doubles.plan = replace(doubles.plan, memory_queue=memory_task_queue(task_queue), recall_k=3)
+    workers = [
+        Worker(
+            client,
+            task_queue=queue,
+            workflows=[AgentRunWorkflow, CompactionWorkflow, MemoryRequestWorkflow],
+            activities=doubles.activities(),
+        )
+        for queue in ([task_queue, memory_task_queue(task_queue)] if memory else [task_queue])
+    ]
+    for w in workers:
+        await w.__aenter__()
+    try:
+        yield Bench(client, doubles, task_queue)
+    finally:
+        for w in reversed(workers):
+            await w.__aexit__(None, None, None)
+
+
+def ok(inp: RunToolInput, outcome: ToolOutcome = ToolOutcome.OK, output: str = "ok") -> ToolResult:
+    return ToolResult(
+        call_id=inp.call.id, name=inp.call.name, output=output, outcome=outcome, is_error=outcome != ToolOutcome.OK
+    )
+
+
+def spec(name: str = "work", **kw: Any) -> ToolSpec:
+    return ToolSpec(name=name, timeout_seconds=kw.pop("timeout_seconds", 30), **kw)
+
+
+__all__ = ["RunStatus", "Doubles", "bench", "Bench", "call", "answer", "tools", "loop_tool", "answer_at", "ok", "spec"]
