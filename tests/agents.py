@@ -191,15 +191,26 @@ listener = Agent(
     max_steps=200,
 )
 
+@tool(local=True)
+def count(a: int, b: int) -> int:
+    """Add two integers, in the worker that runs the workflow."""
+    return a + b
+
+
+# Long enough to continue as new five times; its tool is local, so a step costs one round trip.
+MARATHON_STEPS = 400
 marathon = Agent(
     name="marathon",
     instructions="Runs for a very long time.",
     model=ScriptedModel(
-        [*(ScriptedTurn(tool_calls=[("add", {"a": i, "b": 1})]) for i in range(999)), ScriptedTurn(content="done")]
+        [
+            *(ScriptedTurn(tool_calls=[("count", {"a": i, "b": 1})]) for i in range(MARATHON_STEPS - 1)),
+            ScriptedTurn(content="done"),
+        ]
     ),
-    tools=(add,),
-    max_steps=1000,
-    continue_as_new_every=200,
+    tools=(count,),
+    max_steps=MARATHON_STEPS,
+    continue_as_new_every=80,
     context_tokens=2_000,
 )
 
