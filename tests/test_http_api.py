@@ -110,12 +110,19 @@ async def test_messages_to_a_running_run(api: ApiServer, worker):
 
     await eventually(stepped)
     live = (await http.get(f"/v1/runs/{run_id}")).json()["live"]
-    assert live["status"] in ("running", "paused") and live["step"] >= 1
+    assert live["status"] == "running" and live["step"] >= 1
     assert error_of(await http.post(f"/v1/runs/{run_id}/resume"), 409)["code"] == "conflict"  # not paused
-    assert (await http.post(f"/v1/runs/{run_id}/pause")).json()["status"] in ("running", "paused")
-    assert (await http.post(f"/v1/runs/{run_id}/resume")).status_code == 200
+    # the answer shows the run as it is: still running until its current step ends
+    assert (await http.post(f"/v1/runs/{run_id}/pause")).json()["status"] == "running"
+
+    async def paused() -> bool:
+        return (await http.get(f"/v1/runs/{run_id}")).json()["status"] == "paused"
+
+    await eventually(paused)
     assert error_of(await http.post(f"/v1/runs/{run_id}/send", json={"text": " "}), 400)["code"] == "invalid_input"
-    assert (await http.post(f"/v1/runs/{run_id}/send", json={"text": "stop now"})).json()["queued_messages"] >= 0
+    # paused, so nothing reads the message yet: it waits in the queue
+    assert (await http.post(f"/v1/runs/{run_id}/send", json={"text": "stop now"})).json()["queued_messages"] == 1
+    assert (await http.post(f"/v1/runs/{run_id}/resume")).json()["status"] == "running"
     row = await finished(api, run_id)
     assert row["output"] == "heard: stop now"
     assert error_of(await http.post(f"/v1/runs/{run_id}/cancel", json={"reason": "late"}), 409)["code"] == "conflict"

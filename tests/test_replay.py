@@ -23,7 +23,7 @@ from waypoint.app.client import Waypoint
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import MemoryOp, Workflow, memory_task_queue
 from waypoint.store import RunStore
-from waypoint.types import MemoryRequest
+from waypoint.types import MemoryAnswer, MemoryRequest
 from workflows.agent_run import AgentRunWorkflow
 from workflows.compaction import CompactionWorkflow
 from workflows.memory import MemoryRequestWorkflow
@@ -128,15 +128,17 @@ async def test_fresh_memory_histories_replay(memory_worker, client: Client):
     """A run with memory tools and recall, and a memory request."""
     wp, _ = memory_worker
     run_id = await wp.start_run("remember things", agent="rememberer")
-    await wp.result(run_id)
+    assert (await wp.result(run_id)).status == "completed"
     await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_memory.json")
     request_id = f"memory-{uuid.uuid4().hex[:8]}"
-    await client.execute_workflow(
+    shown = await client.execute_workflow(
         Workflow.MEMORY_REQUEST,
         MemoryRequest(op=MemoryOp.SHOW, tenant_id=wp.settings.tenant, run_id=run_id),
         id=request_id,
         task_queue=memory_task_queue(wp.settings.task_queue),
+        result_type=MemoryAnswer,
     )
+    assert shown.memories and {m.run_id for m in shown.memories} == {run_id}
     await _fresh(client, request_id, [MemoryRequestWorkflow], "memory/memory_request.json")
 
 
@@ -147,13 +149,14 @@ async def test_fresh_compaction_pass_replays(client: Client, store: RunStore, se
 
     run_id = await make_run(store, settings, tool_heavy())
     workflow_id = f"compaction-{uuid.uuid4().hex[:8]}"
-    await client.execute_workflow(
+    report = await client.execute_workflow(
         Workflow.COMPACTION,
         CompactionInput(tenant_id=settings.tenant, run_id=run_id, memory_timeout_seconds=1),
         id=workflow_id,
         task_queue=settings.task_queue,
         result_type=CompactionReport,
     )
+    assert [(r.run_id, r.created) for r in report.results] == [(run_id, True)] and report.episodes_saved == 1
     await _fresh(client, workflow_id, [CompactionWorkflow], "compaction/compaction_pass.json")
 
 
