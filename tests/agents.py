@@ -191,6 +191,7 @@ listener = Agent(
     max_steps=200,
 )
 
+
 @tool(local=True)
 def count(a: int, b: int) -> int:
     """Add two integers, in the worker that runs the workflow."""
