@@ -72,8 +72,11 @@ def database_url(settings: Settings) -> str:
         return settings.database_url
     stack = running_stack(Path(settings.state_dir))
     if stack is None or not stack.database_url:
+        # Named whole: a process started elsewhere (an MCP client starts `waypoint mcp` in its own
+        # folder, with a minimal environment) looks for a relative state folder there.
         raise ConfigError(
-            f"no database: start the embedded stack with `waypoint dev` (state folder {settings.state_dir}) "
+            f"no database: no `waypoint dev` runs in the state folder {Path(settings.state_dir).resolve()}: "
+            "start it, set WAYPOINT_STATE_DIR to the absolute path of the folder where it runs, "
             "or set WAYPOINT_DATABASE_URL"
         )
     return stack.database_url
