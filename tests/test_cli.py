@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from tests.helpers import cli_env, waypoint
+from tests.helpers import cli_env, make_run, step, waypoint
 from waypoint.config import Settings
+from waypoint.names import RunStatus
+from waypoint.store import RunStore
 
 pytestmark = pytest.mark.postgres
 
@@ -66,3 +69,20 @@ async def test_unreachable_services_name_the_fix(settings: Settings):
     done = await waypoint(settings, "run", "hi", env=env)
     assert done.code == 1 and "cannot reach Temporal at localhost:1" in done.err
     assert len(done.err.strip().splitlines()) == 1
+
+
+async def test_tables_at_80_columns_keep_ids_agents_statuses_and_compares_marks(store: RunStore, settings: Settings):
+    """What a reader looks for stays whole on an 80-column terminal; the free text gives way."""
+    calls = [("add", {"a": 1, "b": 2, "note": "the first of two sums"}, "3"), ("add", {"a": 3, "b": 4}, "7")]
+    done = await make_run(store, settings, [step(1, calls)])
+    over = await make_run(store, settings, [step(1, calls[1:])])
+    await store.finish_run(settings.tenant, done, RunStatus.COMPLETED, "3 and 7", None)
+    await store.finish_run(settings.tenant, over, RunStatus.BUDGET_EXCEEDED, None, "token budget spent")
+    env = cli_env(settings) | {"COLUMNS": "80"}
+
+    listed = await waypoint(settings, "runs", env=env)
+    for word in (done, over, "calculator", "completed", "budget_exceeded"):
+        assert word in listed.out, listed.out
+    compared = await waypoint(settings, "compare", done, over, env=env)
+    assert re.search(r"^ +1 +≠ +add", compared.out, re.M), compared.out
+    assert "completed" in compared.out and "budget_exceeded" in compared.out, compared.out

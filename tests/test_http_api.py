@@ -88,7 +88,12 @@ async def test_every_read_and_write_of_a_run(api: ApiServer, worker, settings: S
     fork_row = await finished(api, fork_id)
     assert (fork_row["parent_run_id"], fork_row["fork_step"], fork_row["status"]) == (run_id, 2, "completed")
     lineage = (await http.get(f"/v1/runs/{run_id}/lineage")).json()["lineage"]
-    assert lineage == [{"run_id": fork_id, "forked_at": 2, "relation": "fork"}]
+    assert lineage == [{"run_id": fork_id, "forked_at": 2, "relation": "fork", "lineage_kind": "fork"}]
+    # the CLI answers with the same names
+    cli = json.loads((await waypoint(settings, "fork", run_id, "--step", "2", "--json")).out)
+    assert cli.keys() == forked.json().keys() and (cli["parent_run_id"], cli["fork_step"]) == (run_id, 2)
+    await finished(api, cli["run_id"])
+    assert (await http.delete(f"/v1/runs/{cli['run_id']}")).status_code == 204
 
     agents = (await http.get("/v1/agents")).json()["agents"]
     assert "calculator" in {a["name"] for a in agents}

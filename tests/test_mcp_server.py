@@ -4,24 +4,30 @@ and sees only its tenant's runs; the tools that act are there only when configur
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import fcntl
 import json
+import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 import httpx
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.helpers import cli_env, make_run, step
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import free_port
+from waypoint.app.embedded import StackInfo, free_port
 from waypoint.config import Settings
 from waypoint.memory import Episode
 from waypoint.store import RunStore
@@ -72,12 +78,57 @@ async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunSto
         assert any(m.get("content") == "5" for m in state["messages"])
         diff = await call(client, "diff_steps", run_id=mine, a=0, b=2)
         assert diff["added"]
+        assert await error_of(client, "step_state", run_id=mine) == (
+            "step_state: step is missing; call it as step_state(run_id: string, step: integer)"
+        )
+        assert client.server_info is not None and client.server_info.version == version("waypoint")
 
         for tool, args in (("run_status", {}), ("step_state", {"step": 1}), ("diff_steps", {"a": 0, "b": 1})):
             assert f"no run {theirs!r} for tenant {settings.tenant!r}" in await error_of(
                 client, tool, run_id=theirs, **args
             )
         assert "start_run" not in {t.name for t in (await client.list_tools()).tools}
+
+
+def readme_mcp_config() -> dict[str, Any]:
+    """The stdio configuration the README gives an MCP client (the first JSON block of its section)."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("### Waypoint as an MCP server", 1)[1]
+    return json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])["mcpServers"]["waypoint"]
+
+
+async def test_an_mcp_client_starts_it_elsewhere_with_the_readmes_variables(
+    store: RunStore, settings: Settings, tmp_path: Path
+):
+    """As Claude Desktop or an IDE does: from its own folder, with the SDK's minimal environment
+    plus the configuration's `env`. Without those variables it says so at once, on stderr."""
+    mine, _ = await two_tenants(store, settings)
+    state, elsewhere = tmp_path / "project" / ".waypoint", tmp_path / "client"
+    state.mkdir(parents=True)
+    elsewhere.mkdir()
+    # a `waypoint dev` runs in the project: its endpoints in stack.json, its lock held (here, by this process)
+    info = StackInfo(settings.temporal_address, None, settings.database_url or "", str(state / "qdrant"), os.getpid())
+    (state / "stack.json").write_text(json.dumps(dataclasses.asdict(info)))
+    ours = {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}  # this checkout's code
+    config = readme_mcp_config()
+    values = {"WAYPOINT_STATE_DIR": str(state), "WAYPOINT_TENANT": settings.tenant}
+    assert set(config["env"]) == set(values) and Path(config["env"]["WAYPOINT_STATE_DIR"]).is_absolute()
+    with open(state / "stack.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        command = [sys.executable, "-m", "waypoint", *config["args"]]
+        params = StdioServerParameters(command=command[0], args=command[1:], env=values | ours, cwd=elsewhere)
+        async with Client(params) as client:
+            assert [r["run_id"] for r in await call(client, "list_runs")] == [mine]
+
+        proc = await asyncio.create_subprocess_exec(
+            *command, env=get_default_environment() | ours, cwd=elsewhere,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert (proc.returncode, out) == (1, b"")  # stdout is the MCP channel: nothing there
+    line = err.decode().strip()
+    assert line.startswith("error: no database") and len(line.splitlines()) == 1, line
+    assert str(elsewhere / ".waypoint") in line and "WAYPOINT_STATE_DIR" in line and "WAYPOINT_DATABASE_URL" in line
 
 
 async def test_memory_search_and_the_tools_that_act_when_configured(

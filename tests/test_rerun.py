@@ -206,7 +206,11 @@ async def test_rerun_from_a_step_with_live_tools_over_the_cli(client, engine, se
     done = await waypoint(settings, "rerun", original, "--from-step", "1", "--tools", "live", "--follow", "--json")
     assert done.code == 0, done.err
     rerun = (await wp.runs(limit=1))[0].run_id
-    assert rerun != original and rerun in done.out
+    assert rerun != original
+    *steps, last = [json.loads(line) for line in done.out.splitlines()]  # JSON lines throughout
+    assert [s["step"] for s in steps] == [2, 3] and (last["run_id"], last["status"]) == (rerun, "completed")
+    assert f"rerun {rerun} from step 1" in (await waypoint(settings, "history", original)).out
+    assert f"rerun of {original} from step 1" in (await waypoint(settings, "history", rerun)).out
     row = await wp.run(rerun)
     assert (row.status, row.fork_step, row.lineage_kind) == ("completed", 1, "rerun")
     assert effects.read_text() == "one\ntwo\ntwo\n"  # live: step 2 ran again for real
@@ -276,6 +280,9 @@ async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
     r = await api.http.post(f"/v1/runs/{original}/rerun", json={"model": "openai:model-b"})
     assert r.status_code == 201, r.text
     rerun = r.json()["run_id"]
+    cli = json.loads((await waypoint(settings, "rerun", original, "--json")).out)  # the same names as HTTP
+    assert cli.keys() == r.json().keys() and (cli["parent_run_id"], cli["from_step"]) == (original, 0)
+    await wp.result(cli["run_id"])
     assert r.headers["location"] == f"/v1/runs/{rerun}"
     assert (await wp.result(rerun)).output == "wrote one, could not write TWO"
     compared = (await api.http.get(f"/v1/runs/{original}/compare/{rerun}")).json()

@@ -57,7 +57,7 @@ async def test_fork_shares_the_past_and_diverges_after(client: Client, engine: A
 
     page = json.loads((await waypoint(settings, "history", fork, "--json")).out)
     assert [s["step"] for s in page["steps"]] == [4, 5, 6]
-    assert page["lineage"][0] == {"run_id": parent, "forked_at": 3, "relation": "ancestor"}
+    assert page["lineage"][0] == {"run_id": parent, "forked_at": 3, "relation": "ancestor", "lineage_kind": "fork"}
 
 
 async def test_history_show_diff_events_export(

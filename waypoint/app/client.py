@@ -72,8 +72,11 @@ def database_url(settings: Settings) -> str:
         return settings.database_url
     stack = running_stack(Path(settings.state_dir))
     if stack is None or not stack.database_url:
+        # Named whole: a process started elsewhere (an MCP client starts `waypoint mcp` in its own
+        # folder, with a minimal environment) looks for a relative state folder there.
         raise ConfigError(
-            f"no database: start the embedded stack with `waypoint dev` (state folder {settings.state_dir}) "
+            f"no database: no `waypoint dev` runs in the state folder {Path(settings.state_dir).resolve()}: "
+            "start it, set WAYPOINT_STATE_DIR to the absolute path of the folder where it runs, "
             "or set WAYPOINT_DATABASE_URL"
         )
     return stack.database_url
@@ -469,8 +472,9 @@ class Waypoint:
         check_choice("sort", sort, RunSort)
         if run_ids is not None and len(run_ids) > 500:
             raise InvalidInput(f"{len(run_ids)} run ids: ask for at most 500 at a time")
-        return await self.store.runs_page(
-            self.tenant(tenant_id),
+        tenant = self.tenant(tenant_id)
+        page = await self.store.runs_page(
+            tenant,
             limit=limit,
             status=status,
             agent=agent,
@@ -483,6 +487,11 @@ class Waypoint:
             batch_id=batch_id,
             run_ids=run_ids,
         )
+        if batch_id is not None and not page.runs and not await self.store.has_batch(tenant, batch_id):
+            raise NotFound(
+                f"no batch {batch_id!r} for tenant {tenant!r}: `waypoint rerun --select ...` prints its batch's id"
+            )
+        return page
 
     async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
         return await self.store.get_run(self.tenant(tenant_id), run_id)

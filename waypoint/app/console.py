@@ -8,13 +8,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from waypoint.config import Settings
-from waypoint.names import RunStatus
-from waypoint.store.rows import ApiKeyRow, BatchReport, CallLine, RunComparison, RunRow, StepLine, StepSide, as_json
+from waypoint.names import LineageKind, RunStatus
+from waypoint.store.rows import (
+    ApiKeyRow,
+    BatchReport,
+    CallLine,
+    LineageLink,
+    RunComparison,
+    RunRow,
+    StepLine,
+    StepSide,
+    as_json,
+)
 
 console = Console()
 err_console = Console(stderr=True)  # progress bars: stdout stays the table (or the JSON)
@@ -29,6 +40,16 @@ STATUS_STYLE: dict[str, str] = {
 
 def print_json(data: Any) -> None:
     print(json.dumps(as_json(data), indent=2, default=str))
+
+
+def print_json_line(data: Any) -> None:
+    """One JSON object on one line: what `--json` prints while following (JSON lines throughout)."""
+    print(json.dumps(as_json(data), default=str), flush=True)
+
+
+def one_line(text: str) -> Text:
+    """A free-text cell (a task, an answer) that takes what room is left: cut with `…`, one line."""
+    return Text(" ".join(text.split()), no_wrap=True, overflow="ellipsis")
 
 
 def tool_summary(names: Sequence[str]) -> str:
@@ -72,6 +93,14 @@ def step_text(line: StepLine) -> str:
         f"[dim]{line.input_tokens}+{line.output_tokens} tok, model {line.model_ms} ms, tools {line.tools_ms} ms[/dim]"
         f"{errors}"
     )
+
+
+def lineage_text(link: LineageLink) -> str:
+    """`forked from RUN at step N`, `rerun of RUN from step N`, `fork RUN at step N`, `rerun RUN from step N`."""
+    ancestor = link.relation == "ancestor"
+    if link.lineage_kind == LineageKind.RERUN:
+        return f"{'rerun of' if ancestor else 'rerun'} {link.run_id} from step {link.forked_at}"
+    return f"{'forked from' if ancestor else 'fork'} {link.run_id} at step {link.forked_at}"
 
 
 def timeline_table(lines: Sequence[StepLine]) -> Table:
@@ -122,17 +151,16 @@ def run_table(run: RunRow) -> Table:
 
 
 def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
+    """One line per run. On a narrow terminal the task gives way, then the time: the id (people
+    copy it), the agent and the status are never wrapped or cut (rich shrinks wrappable columns only)."""
     table = Table(title=f"Runs of tenant {tenant}", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("run id", no_wrap=True, min_width=16)  # people copy it: never wrap or cut it
-    for col in ("agent", "status", "steps", "created"):
+    for col in ("run id", "agent", "status", "steps"):
         table.add_column(col, no_wrap=True, justify="right" if col == "steps" else "left")
-    table.add_column("task", no_wrap=True)
-    # One line per run: the task gets what the fixed columns leave of the terminal's width.
-    room = max(12, console.width - 64)
+    table.add_column("created")
+    table.add_column("task")
     for r in rows:
-        task = r.task if len(r.task) <= room else r.task[: room - 1] + "…"
         created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
-        table.add_row(r.run_id, r.agent, status_text(r.status), str(r.steps), created, task)
+        table.add_row(r.run_id, r.agent, status_text(r.status), str(r.steps), created, one_line(r.task))
     return table
 
 
@@ -146,11 +174,14 @@ def keys_table(rows: Sequence[ApiKeyRow]) -> Table:
     return columns("API keys", ("id", "prefix", "tenant", "name", "created", "revoked"), lines)
 
 
-def columns(title: str | None, names: Sequence[str], rows: Sequence[Sequence[str]], *, wrap: str = "") -> Table:
-    """A plain table: `wrap` names the one column that may wrap (the others never do)."""
+def columns(
+    title: str | None, names: Sequence[str], rows: Sequence[Sequence[str]], *, wrap: str | Sequence[str] = ()
+) -> Table:
+    """A plain table: the column (or columns) named in `wrap` may wrap (the others never do)."""
+    wraps = {wrap} if isinstance(wrap, str) else set(wrap)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     for name in names:
-        table.add_column(name, no_wrap=name != wrap)
+        table.add_column(name, no_wrap=name not in wraps)
     for row in rows:
         table.add_row(*row)
     return table
@@ -198,10 +229,16 @@ def comparison_summary(c: RunComparison) -> str:
 
 
 def comparison_table(c: RunComparison) -> Table:
-    """Two runs side by side: one line per step, `=` where both did the same."""
+    """Two runs side by side: one line per step, `=` where both did the same. On a narrow terminal
+    the step and the mark stay whole; the calls and the costs wrap (the costs into a narrow column,
+    so a call column keeps room for the longest outcome, `budget_exceeded`)."""
     table = Table(title=f"{c.a.run_id} (a) vs {c.b.run_id} (b)", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("step", "", "a: calls / answer", "b: calls / answer", "a: tok $ ms", "b: tok $ ms"):
-        table.add_column(col, justify="right" if col == "step" else "left", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    for col in ("a: calls / answer", "b: calls / answer"):
+        table.add_column(col, overflow="fold")
+    for col in ("a: tok $ ms", "b: tok $ ms"):
+        table.add_column(col, max_width=None if console.width >= 120 else 11)
     for s in c.steps:
         mark = "[green]=[/green]" if s.same else "[red]≠[/red]"
         table.add_row(
@@ -240,13 +277,14 @@ def comparison_diffs(c: RunComparison) -> list[str]:
     return lines
 
 
-def batch_table(report: BatchReport) -> Table:
-    """One line per rerun of a batch: its source, the rerun, outcome, divergence and deltas."""
+def batch_table(report: BatchReport) -> Group:
+    """One line per rerun of a batch: its source, the rerun, outcome, divergence and deltas; then
+    why each rerun that did not start did not. The ids and the status never wrap; the numbers do."""
     rows = [
         (
             i.source_run_id,
             i.run_id or "-",
-            status_text(i.status) if i.status else f"[red]not started[/red]: {escape(i.error or '')}",
+            status_text(i.status) if i.status else "[red]not started[/red]",
             "-"
             if i.run_id is None
             else ("no" if not i.diverged else f"step {i.first_divergence}" if i.first_divergence else "outcome"),
@@ -257,7 +295,8 @@ def batch_table(report: BatchReport) -> Table:
         for i in report.items
     ]
     names = ("source", "rerun", "status", "diverged", "tokens Δ", "cost Δ USD", "not recorded")
-    return columns(f"Batch {report.batch_id}", names, rows, wrap="status")
+    errors = [f"[red]not started[/red]: {i.source_run_id}: {escape(i.error)}" for i in report.items if i.error]
+    return Group(columns(f"Batch {report.batch_id}", names, rows, wrap=names[3:]), *errors)
 
 
 def batch_summary(report: BatchReport) -> str:

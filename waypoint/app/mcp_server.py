@@ -13,11 +13,13 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable
+from importlib.metadata import version
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import ToolAnnotations
+from pydantic import ValidationError
 
 from waypoint.app.client import Waypoint
 from waypoint.config import Settings
@@ -56,10 +58,42 @@ def bearer(authorization: str | None) -> str | None:
     return token.strip() or None
 
 
+class WaypointMCP(MCPServer):
+    """The SDK's server, with arguments that do not fit a tool's parameters answered in one line
+    that names the tool's signature (the SDK answers pydantic's report, several lines long)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
+                raise
+            schema = next((t.input_schema for t in await self.list_tools() if t.name == name), {})
+            raise ToolError(bad_arguments(name, exc.__cause__, schema)) from exc.__cause__
+
+
+def bad_arguments(tool: str, error: ValidationError, schema: dict[str, Any]) -> str:
+    """`step_state: step is missing; call it as step_state(run_id: string, step: integer)`."""
+    problems = []
+    for e in error.errors():
+        where = ".".join(map(str, e["loc"])) or "the arguments"
+        problems.append(
+            f"{where} is missing" if e["type"] == "missing" else f"{where}: {e['msg'][:1].lower()}{e['msg'][1:]}"
+        )
+    required = set(schema.get("required", []))
+    params = []
+    for name, spec in schema.get("properties", {}).items():
+        types = [t.get("type") for t in spec.get("anyOf", [spec]) if t.get("type") not in (None, "null")]
+        params.append(f"{name}{'' if name in required else '?'}: {' | '.join(types) or 'any'}")
+    return f"{tool}: {'; '.join(problems)}; call it as {tool}({', '.join(params)})"
+
+
 def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPServer:
     """The MCP server: read tools always, write tools with `settings.mcp_write`."""
-    server: MCPServer = MCPServer(
-        "waypoint", instructions=INSTRUCTIONS + (WRITE_INSTRUCTIONS if settings.mcp_write else "")
+    server: MCPServer = WaypointMCP(
+        "waypoint",
+        instructions=INSTRUCTIONS + (WRITE_INSTRUCTIONS if settings.mcp_write else ""),
+        version=version("waypoint"),
     )
 
     def tenant_of(ctx: Context) -> str:

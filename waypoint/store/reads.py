@@ -95,6 +95,12 @@ class Reads(StoreBase):
         """The tenant's runs (see `runs_page` for the filters), without the next page's cursor."""
         return (await self.runs_page(tenant_id, **filters)).runs
 
+    async def has_batch(self, tenant_id: str, batch_id: str) -> bool:
+        """Whether any of the tenant's runs is a rerun of this batch."""
+        async with self.engine.connect() as conn:
+            query = select(runs.c.run_id).where(of_tenant(tenant_id), runs.c.batch_id == batch_id).limit(1)
+            return (await conn.execute(query)).first() is not None
+
     async def runs_page(
         self,
         tenant_id: str,

@@ -140,7 +140,8 @@ class StateDiff:
 class LineageLink:
     run_id: str
     forked_at: int | None
-    relation: str  # "ancestor" or "fork"
+    relation: str  # "ancestor" or "fork" (a run started from this one, a fork or a rerun)
+    lineage_kind: str = "fork"  # a LineageKind: how the newer run of the pair came from the older
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import select
 
 from waypoint.errors import InvalidInput, NotFound
-from waypoint.names import EventKind
+from waypoint.names import EventKind, LineageKind
 from waypoint.store import context
 from waypoint.store.base import StoreBase, of_tenant
 from waypoint.store.compactions import compaction_by_id
@@ -158,19 +158,21 @@ class TimeTravel(StoreBase):
                 yield json.dumps({"type": "event", **as_json(event_row(e))})
 
     async def lineage(self, tenant_id: str, run_id: str) -> list[LineageLink]:
-        """Ancestors (oldest first) with the step each fork was taken at, then the run's own forks."""
+        """Ancestors (oldest first) with the step each fork was taken at, then the runs started from
+        this one; each link says whether it is a fork or a rerun (rows from before reruns are forks)."""
         chain: list[LineageLink] = []
         async with self.engine.connect() as conn:
             run = await self._run(conn, tenant_id, run_id)
             while run.parent_run_id is not None:
-                chain.insert(0, LineageLink(run.parent_run_id, run.fork_step, "ancestor"))
+                kind = run.lineage_kind or LineageKind.FORK
+                chain.insert(0, LineageLink(run.parent_run_id, run.fork_step, "ancestor", kind))
                 run = await self._run(conn, tenant_id, run.parent_run_id)
             forks = await conn.execute(
-                select(runs.c.run_id, runs.c.fork_step)
+                select(runs.c.run_id, runs.c.fork_step, runs.c.lineage_kind)
                 .where(runs.c.parent_run_id == run_id, of_tenant(tenant_id))
                 .order_by(runs.c.created_at)
             )
-            chain += [LineageLink(f.run_id, f.fork_step, "fork") for f in forks]
+            chain += [LineageLink(f.run_id, f.fork_step, "fork", f.lineage_kind or LineageKind.FORK) for f in forks]
         return chain
 
 

@@ -53,7 +53,9 @@ async def rerun(
     async with await connect(temporal=True) as wp:
         new_id = await wp.rerun(run_id, from_step=step, model=model, agent=agent, tools=tools, instructions=text)
         if not follow:
-            out.print_json({"run_id": new_id, "parent": run_id, "from_step": step}) if as_json else print(new_id)
+            # the keys of POST /v1/runs/{id}/rerun's answer
+            started = {"run_id": new_id, "parent_run_id": run_id, "from_step": step}
+            out.print_json(started) if as_json else print(new_id)
             return
         if not as_json:
             out.console.print(f"started [bold]{new_id}[/bold], a rerun of {run_id} from step {step}")

@@ -66,10 +66,13 @@ async def fork(
     from waypoint.app import console as out
     from waypoint.store.travel import parse_step
 
+    fork_step = parse_step(step)
     async with await connect(temporal=True) as wp:
-        new_id = await wp.fork(run_id, parse_step(step), message=message, model=model)
+        new_id = await wp.fork(run_id, fork_step, message=message, model=model)
         if not follow:
-            out.print_json({"run_id": new_id, "parent": run_id}) if as_json else print(new_id)
+            # the keys of POST /v1/runs/{id}/fork's answer
+            started = {"run_id": new_id, "parent_run_id": run_id, "fork_step": fork_step}
+            out.print_json(started) if as_json else print(new_id)
             return
         if not as_json:
             out.console.print(f"started [bold]{new_id}[/bold], forked from {run_id} at step {step}")
@@ -77,12 +80,13 @@ async def fork(
 
 
 async def follow_to_end(wp: Waypoint, run_id: str, as_json: bool) -> None:
-    """Print steps until the run ends, then its row; exit code 1 if it did not end well."""
+    """Print steps until the run ends, then its row (with `as_json`, JSON lines throughout: one
+    line per step, then the row on one line); exit code 1 if it did not end well."""
     from waypoint.app import console as out
     from waypoint.app.follow import follow
     from waypoint.names import RunStatus
 
     row = await follow(wp, run_id, as_json_lines=as_json)
-    out.print_json(row) if as_json else out.console.print(out.run_table(row))
+    out.print_json_line(row) if as_json else out.console.print(out.run_table(row))
     if RunStatus(row.status).unsuccessful:
         raise typer.Exit(1)

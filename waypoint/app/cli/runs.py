@@ -35,9 +35,12 @@ async def runs(
     if as_json:
         out.print_json(rows)
         return
-    out.console.print(
-        out.runs_table(rows, wp.tenant()) if rows else 'no runs yet: start one with `waypoint run "<task>"`'
-    )
+    if rows:
+        out.console.print(out.runs_table(rows, wp.tenant()))
+    elif status or batch:
+        out.console.print("no run matches: `waypoint runs` lists them all")
+    else:
+        out.console.print('no runs yet: start one with `waypoint run "<task>"`')
 
 
 @command
@@ -102,8 +105,7 @@ async def history(
         return
     out.console.print(f"[bold]{run_id}[/bold] ({row.agent}, {out.status_text(row.status)}, {row.steps} steps)")
     for link in family:
-        verb = "forked from" if link.relation == "ancestor" else "fork"
-        out.console.print(f"  {verb} {link.run_id} at step {link.forked_at}")
+        out.console.print(f"  {out.lineage_text(link)}")
     out.console.print(out.timeline_table(lines))
     if nxt is not None:
         out.console.print(f"more: waypoint history {run_id} --after-step {nxt}")
