@@ -77,16 +77,21 @@ async def tenant_of(request: Request) -> str:
 
 
 async def own_form(request: Request) -> None:
-    """A POST must be one of the viewer's forms, posted from its page: same origin, valid token."""
+    """A POST must be one of the viewer's forms, posted from its page: same origin (by the Host
+    header, or one of WAYPOINT_API_CORS_ORIGINS: a proxy may rewrite Host), valid token."""
     if request.method in SAFE_METHODS:
         return
-    origin = foreign_origin(request)
+    settings = api_state(request).settings
+    origin = foreign_origin(request, settings.cors_origins)
     if origin is not None:
         raise HttpError(
-            403, "cross_origin", f"a form posted from a page of {origin} is refused: use the viewer's own pages"
+            403,
+            "cross_origin",
+            f"a form posted from a page of {origin} is refused: use the viewer's own pages (behind a proxy "
+            "that rewrites the Host header, list the viewer's origin in WAYPOINT_API_CORS_ORIGINS)",
         )
     token = (await request.form()).get(session.CSRF_FIELD)
-    secret = session.secret_of(api_state(request).settings.ui_secret)
+    secret = session.secret_of(settings.ui_secret)
     if not session.csrf_valid(secret, session.csrf_anchor(request), token):
         raise HttpError(
             403,
