@@ -79,7 +79,9 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
                     if (await http.get("/healthz")).status_code == 200:
                         break
                 await asyncio.sleep(0.1)
-            login = await http.post("/ui/login", data={"key": key}, follow_redirects=True)
+            form = (await http.get("/ui/login")).text  # the login form's CSRF token, as a browser posts it
+            token = form.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            login = await http.post("/ui/login", data={"key": key, "csrf": token}, follow_redirects=True)
             assert login.status_code == 200, login.text
             for name, path in pages.items():
                 with console.status(name):

@@ -5,6 +5,7 @@ binary these tests skip and say how to install one."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from collections.abc import AsyncIterator
@@ -178,8 +179,10 @@ async def test_approve_unblocks_a_waiting_run_and_refusals_are_messages(browser,
     await visit(page, f"/ui/runs/{run_id}")
     assert "keep b" in await page.locator("#run-header").inner_text()
     # A refused action is a message on the page, not a traceback.
-    r = await page.request.post(f"/ui/runs/{run_id}/fork", form={"step": "99"})
-    assert r.ok and "Refused:" in await r.text() and "Traceback" not in await r.text()
+    await page.fill("#fork-step", "99")
+    await page.click("#fork-form button")
+    await page.wait_for_url("**refusal=*")
+    assert "Refused:" in await page.locator("main").inner_text()
 
 
 @needs_browser
@@ -335,23 +338,126 @@ async def test_step_view_shows_recalled_memories_with_their_source(browser, cont
     assert first in await page.locator("h1").inner_text()
 
 
+def form_token(html: str) -> str:
+    """The CSRF token the page's forms carry."""
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "the page has no form with a CSRF token"
+    return found[1]
+
+
+async def sign_in(http: httpx.AsyncClient, key: str) -> httpx.Response:
+    """Log in as the login form does: its token, the key."""
+    token = form_token((await http.get("/ui/login")).text)
+    return await http.post("/ui/login", data={"key": key, "csrf": token}, follow_redirects=False)
+
+
 async def test_session_cookies_are_signed_and_only_read(api: ApiServer):
-    """Without a browser: a forged or expired cookie is no session, and a cookie never makes a /v1 write."""
+    """Without a browser: a forged or expired cookie is no session, the cookie never makes a /v1
+    write, the login page offers no "Log out", and a form needs the page's token and origin."""
     secret = session.secret_of(api.settings.ui_secret)
-    good = session.issue(secret, "acme")
-    assert session.tenant_in(secret, good) == "acme"
-    assert session.tenant_in(secret, good.replace("acme", "evil")) is None
-    assert session.tenant_in(secret, session.issue(secret, "acme", now=0)) is None  # expired
+    good = session.issue(secret, 7)
+    assert session.key_in(secret, good) == 7
+    assert session.key_in(secret, "8" + good[1:]) is None  # another key's id: the signature says no
+    assert session.key_in(secret, session.issue(secret, 7, now=0)) is None  # expired
     async with httpx.AsyncClient(base_url=api.url) as http:
         assert (await http.get("/ui", follow_redirects=False)).status_code == 303
-        bad = await http.post("/ui/login", data={"key": "nope"})
+        assert "Log out" not in (await http.get("/ui/login")).text
+        bad = await http.post("/ui/login", data={"key": "nope", "csrf": form_token((await http.get("/ui/login")).text)})
         assert bad.status_code == 401 and "unknown or revoked API key" in bad.text
-        login = await http.post("/ui/login", data={"key": api.key}, follow_redirects=False)
-        assert login.status_code == 303 and "httponly" in login.headers["set-cookie"].lower()
-        assert (await http.get("/ui")).status_code == 200
+        login = await sign_in(http, api.key)
+        cookie = login.headers["set-cookie"].lower()
+        assert login.status_code == 303 and "httponly" in cookie and "samesite=strict" in cookie
+        page = await http.get("/ui")
+        assert page.status_code == 200 and "Log out" in page.text
         assert (await http.get("/v1/runs")).status_code == 200  # reads with the cookie
         write = await http.post("/v1/runs", json={"task": "x", "agent": "calculator"})
         assert write.status_code == 401  # writes need the key
+        token = form_token(page.text)
+        foreign = await http.post("/ui/logout", data={"csrf": token}, headers={"Origin": "http://evil.example"})
+        assert foreign.status_code == 403 and "evil.example" in foreign.text
+        assert (await http.post("/ui/logout", data={}, headers={"Origin": api.url})).status_code == 403
+        assert (await http.get("/ui")).status_code == 200  # neither logged out
+        out = await http.post("/ui/logout", data={"csrf": token}, headers={"Origin": api.url}, follow_redirects=False)
+        assert out.status_code == 303
+
+
+async def test_revoking_a_key_ends_its_viewer_sessions_at_once(api: ApiServer):
+    from waypoint.app.client import Waypoint
+
+    wp = await Waypoint.connect(api.settings, temporal=False)
+    try:
+        key, row = await wp.store.create_key(api.settings.tenant, "to revoke")
+        async with httpx.AsyncClient(base_url=api.url) as http:
+            assert (await sign_in(http, key)).status_code == 303
+            assert (await http.get("/ui")).status_code == 200
+            assert (await http.get("/v1/runs")).status_code == 200
+            await wp.store.revoke_key(str(row.id))  # what `waypoint keys revoke` does
+            page = await http.get("/ui", follow_redirects=False)
+            assert page.status_code == 303 and page.headers["location"].startswith("/ui/login")
+            listing = await http.get("/v1/runs")
+            assert listing.status_code == 401 and "revoked" in listing.json()["error"]["message"]
+    finally:
+        await wp.close()
+
+
+async def test_a_bad_path_or_query_value_is_an_html_page(api: ApiServer):
+    async with httpx.AsyncClient(base_url=api.url) as http:
+        await sign_in(http, api.key)
+        for path in ("/ui/runs/r-1/steps/two", "/ui/runs/r-1/diff?a=one&b=2", "/ui/runs/r-1/rows?after=-1"):
+            r = await http.get(path)
+            assert r.status_code == 422 and r.headers["content-type"].startswith("text/html"), (path, r.text)
+            assert "the request does not fit this endpoint" in r.text and "Log out" in r.text
+        missing = await http.get("/ui/no-such-page")
+        assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+
+
+@pytest.mark.timeout(90)
+async def test_forms_from_another_site_are_refused_under_dev(client, engine, settings, worker):
+    """`waypoint dev` has no keys and no session: a form posted by another site's page, or
+    without the token the viewer's page carries, is a 403 page and forks nothing; the /v1 API
+    refuses a write from another site's page too; the viewer's own form works."""
+    from waypoint.app.client import Waypoint
+    from waypoint.app.http.server import api_server, start_api, stop_api, url_of
+
+    server = api_server(
+        settings, host="127.0.0.1", port=free_port(), auth=False, waypoint=Waypoint(client, engine, settings)
+    )
+    task = await start_api(server)
+    try:
+        url = url_of(server)
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            started = await http.post("/v1/runs", json={"task": "add to fork", "agent": "calculator"})
+            parent = started.json()["run_id"]
+
+            def completed(run_id: str):
+                async def probe() -> bool:
+                    r = await http.get(f"/v1/runs/{run_id}")
+                    return r.status_code == 200 and r.json()["status"] == "completed"
+
+                return probe
+
+            await eventually(completed(parent), timeout=30)
+            token = form_token((await http.get(f"/ui/runs/{parent}")).text)
+            fork = f"/ui/runs/{parent}/fork"
+            evil = {"Origin": "http://evil.example"}
+            r = await http.post(fork, data={"step": "1", "csrf": token}, headers=evil)
+            assert r.status_code == 403 and r.headers["content-type"].startswith("text/html")
+            r = await http.post(fork, data={"step": "1"}, headers={"Origin": url})
+            assert r.status_code == 403 and "CSRF token" in r.text
+            r = await http.post(fork, data={"step": "1", "csrf": "0" * 64}, headers={"Referer": f"{url}/ui"})
+            assert r.status_code == 403
+            r = await http.post(f"/v1/runs/{parent}/fork", json={"step": 1}, headers=evil)
+            assert r.status_code == 403 and r.json()["error"]["code"] == "cross_origin"
+            r = await http.post(
+                fork, data={"step": "1", "csrf": token}, headers={"Origin": url}, follow_redirects=False
+            )
+            assert r.status_code == 303, r.text
+            forked = r.headers["location"].split("/ui/runs/")[1].split("?")[0]
+            await eventually(completed(forked), timeout=30)
+            lineage = (await http.get(f"/v1/runs/{parent}/lineage")).json()["lineage"]
+            assert [x["run_id"] for x in lineage if x["relation"] == "fork"] == [forked]  # the refused forked nothing
+    finally:
+        await stop_api(server, task)
 
 
 @pytest.mark.timeout(90)

@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     )
     ui_secret: str | None = Field(
         None,
-        description="Key signing the web viewer's session cookies; unset: a random one per process "
+        description="Key signing the web viewer's session cookies and CSRF tokens; unset: a random one per process "
         "(sessions end when the server restarts).",
     )
     temporal_metrics: bool = Field(

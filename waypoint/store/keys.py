@@ -43,11 +43,22 @@ class ApiKeys(StoreBase):
 
     async def tenant_of_key(self, key: str) -> str | None:
         """The tenant of a valid key; None for an unknown or revoked one."""
+        row = await self.valid_key(key)
+        return row.tenant_id if row is not None else None
+
+    async def valid_key(self, key: str) -> ApiKeyRow | None:
+        """The row of a valid key; None for an unknown or revoked one."""
         if not key.startswith(KEY_PREFIX):
             return None
-        query = select(api_keys.c.tenant_id).where(
-            api_keys.c.key_hash == key_hash(key), api_keys.c.revoked_at.is_(None)
-        )
+        query = select(api_keys).where(api_keys.c.key_hash == key_hash(key), api_keys.c.revoked_at.is_(None))
+        async with self.engine.connect() as conn:
+            found = (await conn.execute(query)).mappings().first()
+        return ApiKeyRow.of(found) if found is not None else None
+
+    async def tenant_of_key_id(self, key_id: int) -> str | None:
+        """The tenant of key `key_id` while it is valid; None once it is revoked (or was never made).
+        The viewer's session cookie names its key by id and is checked with this on every request."""
+        query = select(api_keys.c.tenant_id).where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
         async with self.engine.connect() as conn:
             tenant: str | None = await conn.scalar(query)
         return tenant

@@ -7,7 +7,8 @@
     /healthz                     liveness, without a key
     /docs, /openapi.json         the OpenAPI documentation
 
-Requests are authenticated by API key (`auth.py`), bodies are capped at
+Requests are authenticated by API key (`auth.py`; a write without one from another site's page
+is refused), bodies are capped at
 `WAYPOINT_API_MAX_BODY_BYTES` (413 past it), and browsers may call from `WAYPOINT_API_CORS_ORIGINS`.
 """
 
@@ -111,13 +112,12 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
         version="1",
         lifespan=lifespan,
     )
-    errors.install(app)
+    from waypoint.app.http import ui
+
+    errors.install(app, pages={"/ui": ui.error_page})
     routers = (runs, agents, memory, assistants, threads, protocol_runs, store)
     for module in routers:
         app.include_router(module.router)
-
-    from waypoint.app.http import ui
-
     ui.install(app)
 
     @app.get("/healthz", tags=["meta"])

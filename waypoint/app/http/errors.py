@@ -14,18 +14,21 @@
 
 and the HTTP layer's own: 400 `bad_json`, 401 `unauthorized`, 404 `route_not_found`,
 405 `method_not_allowed`, 413 `body_too_large`, 422 `invalid_body` (a body or query that does not
-fit the endpoint), 501 `not_supported`, 500 `internal`. Another tenant's run is `not_found`,
-exactly like a run that does not exist.
+fit the endpoint), 403 `cross_origin` (a write without a key from another site's page),
+501 `not_supported`, 500 `internal`. Another tenant's run is `not_found`, exactly like a run that
+does not exist. Under a path a surface renders pages for (the viewer's /ui), the same status,
+code and message come as that surface's HTML page.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from waypoint.errors import (
@@ -88,40 +91,55 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     return JSONResponse(body(code, message), status_code=status, headers=headers)
 
 
-def install(app: FastAPI) -> None:
-    """Every error the app can raise, answered as JSON."""
+ErrorPage = Callable[[Request, int, str, str], Response]
+"""A surface's error page: (request, status, code, message) -> its HTML answer."""
+
+
+def install(app: FastAPI, pages: Mapping[str, ErrorPage] | None = None) -> None:
+    """Every error the app can raise, answered as JSON, or under a path prefix of `pages` (the
+    viewer's "/ui") as that surface's page."""
+    pages = dict(pages or {})
+
+    def answer(
+        request: Request, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> Response:
+        path = request.url.path
+        for prefix, page in pages.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return page(request, status, code, message)
+        return error_response(status, code, message, headers)
 
     @app.exception_handler(WaypointError)
-    async def waypoint_error(request: Request, exc: WaypointError) -> JSONResponse:
+    async def waypoint_error(request: Request, exc: WaypointError) -> Response:
         status, code = status_of(exc)
-        return error_response(status, code, str(exc))
+        return answer(request, status, code, str(exc))
 
     @app.exception_handler(HttpError)
-    async def http_error(request: Request, exc: HttpError) -> JSONResponse:
-        return error_response(exc.status, exc.code, str(exc), exc.headers)
+    async def http_error(request: Request, exc: HttpError) -> Response:
+        return answer(request, exc.status, exc.code, str(exc), exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid_body(request: Request, exc: RequestValidationError) -> Response:
         problems = exc.errors()
         if any(p.get("type") == "json_invalid" for p in problems):
-            return error_response(400, "bad_json", "the body is not valid JSON: send a JSON object")
+            return answer(request, 400, "bad_json", "the body is not valid JSON: send a JSON object")
         where = "; ".join(
             f"{'.'.join(str(x) for x in p.get('loc', ()) if x != 'body') or 'body'}: {p.get('msg')}" for p in problems
         )
-        return error_response(422, "invalid_body", f"the request does not fit this endpoint: {where}")
+        return answer(request, 422, "invalid_body", f"the request does not fit this endpoint: {where}")
 
     @app.exception_handler(StarletteHTTPException)
-    async def starlette_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def starlette_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
             message = f"no route {request.method} {request.url.path}: the endpoints are listed at /docs"
-            return error_response(404, "route_not_found", message)
+            return answer(request, 404, "route_not_found", message)
         if exc.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}: see /docs for its methods"
-            return error_response(405, "method_not_allowed", message)
-        return error_response(exc.status_code, "http_error", str(exc.detail))
+            return answer(request, 405, "method_not_allowed", message)
+        return answer(request, exc.status_code, "http_error", str(exc.detail))
 
     @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception) -> JSONResponse:
+    async def internal(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         message = f"internal error ({type(exc).__name__}): the server log has the details"
-        return error_response(500, "internal", message)
+        return answer(request, 500, "internal", message)

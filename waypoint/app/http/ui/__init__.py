@@ -16,9 +16,15 @@
     POST /ui/runs/{id}/{action}      pause, resume, cancel, send, approve, deny, fork
     GET|POST /ui/login, POST /ui/logout
 
-Auth: the tenant comes from the session cookie (an API key exchanged at /ui/login); with auth
-off (`waypoint dev`) every page acts for the configured tenant. Errors are pages, never tracebacks:
-another tenant's run is the same 404 page as a run that does not exist.
+Auth: the tenant comes from the session cookie (an API key exchanged at /ui/login), whose key
+is looked up on every request, so revoking it ends the session; with auth off (`waypoint dev`)
+every page acts for the configured tenant. Every POST is one of the viewer's own forms: it carries
+the CSRF token its page was rendered with and comes from a page of this server (`Origin`, else
+`Referer`), or it is refused with a 403 page, with auth on or off.
+
+Errors are pages, never tracebacks or JSON: the app's error handlers (`errors.install`) answer
+under /ui with `error_page`, the same status, code and message the API would send; another
+tenant's run is the same 404 page as a run that does not exist.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from waypoint.app.http.errors import status_of
+from waypoint.app.http.auth import SAFE_METHODS, foreign_origin
+from waypoint.app.http.errors import HttpError, status_of
 from waypoint.app.http.state import ApiState, api_state
 from waypoint.app.http.ui import session
 from waypoint.errors import InvalidInput, NotFound, WaypointError
@@ -45,7 +52,6 @@ from waypoint.working_memory import recalled_texts
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=HERE / "templates")
-router = APIRouter(prefix="/ui", include_in_schema=False)
 static = StaticFiles(directory=HERE / "static")
 PAGE_SIZE = 50
 COLLAPSE_CHARS = 2000  # a tool result or message longer than this is sent as its start only
@@ -56,35 +62,76 @@ class LoginNeeded(Exception):
     pass
 
 
-def tenant_of(request: Request) -> str:
+async def tenant_of(request: Request) -> str:
+    """The session's tenant, while the key it was made with is valid (one lookup by its id)."""
     api = api_state(request)
-    if not api.auth:
-        return api.settings.tenant
-    tenant = session.tenant_in(session.secret_of(api.settings.ui_secret), request.cookies.get(session.COOKIE))
-    if tenant is None:
-        raise LoginNeeded()
+    if api.auth:
+        key_id = session.key_in(session.secret_of(api.settings.ui_secret), request.cookies.get(session.COOKIE))
+        tenant = await api.wp.store.tenant_of_key_id(key_id) if key_id is not None else None
+        if tenant is None:
+            raise LoginNeeded()
+    else:
+        tenant = api.settings.tenant
+    request.state.tenant = tenant
     return tenant
 
 
+async def own_form(request: Request) -> None:
+    """A POST must be one of the viewer's forms, posted from its page: same origin (by the Host
+    header, or one of WAYPOINT_API_CORS_ORIGINS: a proxy may rewrite Host), valid token."""
+    if request.method in SAFE_METHODS:
+        return
+    settings = api_state(request).settings
+    origin = foreign_origin(request, settings.cors_origins)
+    if origin is not None:
+        raise HttpError(
+            403,
+            "cross_origin",
+            f"a form posted from a page of {origin} is refused: use the viewer's own pages (behind a proxy "
+            "that rewrites the Host header, list the viewer's origin in WAYPOINT_API_CORS_ORIGINS)",
+        )
+    token = (await request.form()).get(session.CSRF_FIELD)
+    secret = session.secret_of(settings.ui_secret)
+    if not session.csrf_valid(secret, session.csrf_anchor(request), token):
+        raise HttpError(
+            403,
+            "csrf",
+            "the form carries no valid CSRF token (its page is from before a new login, or not the viewer's): "
+            "reload the page and submit it again",
+        )
+
+
+router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(own_form)])
 Tenant = Annotated[str, Depends(tenant_of)]
 Api = Annotated[ApiState, Depends(api_state)]
 
 
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     api = api_state(request)
+    secret = session.secret_of(api.settings.ui_secret)
+    anchor = session.csrf_anchor(request)
+    fresh = anchor is None
+    if anchor is None:  # no session (the login page, `waypoint dev`): the token's own cookie
+        anchor = session.new_anchor()
     context.setdefault("auth", api.auth)
+    context.setdefault("signed_in", api.auth and getattr(request.state, "tenant", None) is not None)
     context.setdefault("notice", request.query_params.get("notice"))
     context.setdefault("refusal", request.query_params.get("refusal"))
-    return templates.TemplateResponse(request, name, context, status_code=status)
+    context["csrf"] = session.csrf_token(secret, anchor)
+    response = templates.TemplateResponse(request, name, context, status_code=status)
+    if fresh:
+        session.set_cookie(request, response, session.CSRF_COOKIE, anchor)
+    return response
 
 
-def error_page(request: Request, exc: WaypointError) -> HTMLResponse:
-    status, code = status_of(exc)
-    return render(request, "error.html", status=status, status_code=status, code=code, message=str(exc))
+def error_page(request: Request, status: int, code: str, message: str) -> Response:
+    """Any error under /ui, as a page (`errors.install` calls it with what the API would send)."""
+    return render(request, "error.html", status=status, status_code=status, code=code, message=message)
 
 
 def install(app: Any) -> None:
-    """Mount the viewer: its router, its static files, its own answers to a missing session and errors."""
+    """Mount the viewer: its router, its static files, its answer to a missing session (its error
+    pages are `error_page`, which `create_app` gives `errors.install`)."""
     app.include_router(router)
     app.mount("/ui/static", static, name="ui-static")
 
@@ -109,21 +156,14 @@ async def login_page(request: Request, next: str = "/ui") -> Response:
 async def login(
     request: Request, api: Api, key: Annotated[str, Form()], next: Annotated[str, Form()] = "/ui"
 ) -> Response:
-    tenant = await api.wp.store.tenant_of_key(key.strip()) if key.strip() else None
-    if tenant is None:
+    row = await api.wp.store.valid_key(key.strip()) if key.strip() else None
+    if row is None:
         message = "unknown or revoked API key: create one with `waypoint keys create --tenant T`"
         return render(request, "login.html", status=401, next=next, refusal=message)
     target = next if next.startswith("/ui") else "/ui"
     response = RedirectResponse(target, status_code=303)
-    cookie = session.issue(session.secret_of(api.settings.ui_secret), tenant)
-    response.set_cookie(
-        session.COOKIE,
-        cookie,
-        max_age=session.LIFETIME_SECONDS,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    cookie = session.issue(session.secret_of(api.settings.ui_secret), row.id)
+    session.set_cookie(request, response, session.COOKIE, cookie, max_age=session.LIFETIME_SECONDS)
     return response
 
 
@@ -168,20 +208,17 @@ async def runs_page(
         "until": until.strip(),
         "sort": sort or RunSort.NEWEST,
     }
-    try:
-        page = await api.wp.runs_page(
-            tenant_id=tenant,
-            limit=PAGE_SIZE,
-            status=filters["status"] or None,
-            agent=filters["agent"] or None,
-            text=filters["text"] or None,
-            since=filters["since"] or None,
-            until=filters["until"] or None,
-            sort=filters["sort"],
-            cursor=cursor or None,
-        )
-    except WaypointError as exc:
-        return error_page(request, exc)
+    page = await api.wp.runs_page(
+        tenant_id=tenant,
+        limit=PAGE_SIZE,
+        status=filters["status"] or None,
+        agent=filters["agent"] or None,
+        text=filters["text"] or None,
+        since=filters["since"] or None,
+        until=filters["until"] or None,
+        sort=filters["sort"],
+        cursor=cursor or None,
+    )
     nxt = None
     if page.next_cursor is not None:
         nxt = urlencode({**{k: v for k, v in filters.items() if v}, "cursor": page.next_cursor})
@@ -204,21 +241,16 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
     wp = api.wp
     try:
         row = await wp.run(run_id, tenant_id=tenant)
-    except NotFound as exc:
+    except NotFound:
         try:
             starting = await wp.starting(run_id, tenant_id=tenant)
         except WaypointError:
             starting = False
         if not starting:
-            return error_page(request, exc)
+            raise
         return render(request, "starting.html", run_id=run_id)  # Temporal runs it; its row comes next
-    except WaypointError as exc:
-        return error_page(request, exc)
-    try:
-        lines = await wp.timeline(run_id, tenant_id=tenant)
-        lineage = await wp.lineage(run_id, tenant_id=tenant)
-    except WaypointError as exc:
-        return error_page(request, exc)
+    lines = await wp.timeline(run_id, tenant_id=tenant)
+    lineage = await wp.lineage(run_id, tenant_id=tenant)
     live = None
     after_seq = 0
     if row.status not in FINISHED:
@@ -253,11 +285,8 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
 async def rows_fragment(
     request: Request, run_id: str, api: Api, tenant: Tenant, after: Annotated[int, Query(ge=0)] = 0
 ) -> Response:
-    try:
-        lines = await api.wp.timeline(run_id, tenant_id=tenant, after_step=after)
-        row = await api.wp.run(run_id, tenant_id=tenant)
-    except WaypointError as exc:
-        return error_page(request, exc)
+    lines = await api.wp.timeline(run_id, tenant_id=tenant, after_step=after)
+    row = await api.wp.run(run_id, tenant_id=tenant)
     return render(request, "rows.html", run=row, lines=lines)
 
 
@@ -298,10 +327,7 @@ def message_text(m: Any) -> str:
 
 @router.get("/runs/{run_id}/steps/{step}")
 async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: Tenant) -> Response:
-    try:
-        row, before, events = await step_parts(api, tenant, run_id, step)
-    except WaypointError as exc:
-        return error_page(request, exc)
+    row, before, events = await step_parts(api, tenant, run_id, step)
     request_json = as_json(before.request) if before is not None and before.request else None
     return render(
         request,
@@ -370,20 +396,14 @@ async def message_content(run_id: str, step: int, index: int, api: Api, tenant: 
 
 @router.get("/runs/{run_id}/diff")
 async def diff_page(request: Request, run_id: str, api: Api, tenant: Tenant, a: int, b: int) -> Response:
-    try:
-        row = await api.wp.run(run_id, tenant_id=tenant)
-        found = await api.wp.diff(run_id, a, b, tenant_id=tenant)
-    except WaypointError as exc:
-        return error_page(request, exc)
+    row = await api.wp.run(run_id, tenant_id=tenant)
+    found = await api.wp.diff(run_id, a, b, tenant_id=tenant)
     return render(request, "diff.html", run=row, diff=found)
 
 
 @router.get("/runs/{run_id}/memory")
 async def memory_page(request: Request, run_id: str, api: Api, tenant: Tenant, q: str = "") -> Response:
-    try:
-        row = await api.wp.run(run_id, tenant_id=tenant)
-    except WaypointError as exc:
-        return error_page(request, exc)
+    row = await api.wp.run(run_id, tenant_id=tenant)
     episodes, hits, problem = [], [], None
     try:  # memory lives behind the memory worker: when it is down, the page says so
         episodes = await api.wp.memory_show(run_id, tenant_id=tenant)
@@ -396,11 +416,8 @@ async def memory_page(request: Request, run_id: str, api: Api, tenant: Tenant, q
 
 @router.get("/runs/{run_id}/compactions")
 async def compactions_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> Response:
-    try:
-        row = await api.wp.run(run_id, tenant_id=tenant)
-        rows = await api.wp.compactions(run_id, tenant_id=tenant, limit=100)
-    except WaypointError as exc:
-        return error_page(request, exc)
+    row = await api.wp.run(run_id, tenant_id=tenant)
+    rows = await api.wp.compactions(run_id, tenant_id=tenant, limit=100)
     return render(request, "compactions.html", run=row, compactions=rows)
 
 
