@@ -18,8 +18,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.boundary import attempt, boundary, heartbeating
 from waypoint import telemetry
+from waypoint.activities.boundary import attempt, boundary, heartbeating
 from waypoint.agents import AgentRegistry
 from waypoint.mcp import MCPHub
 from waypoint.names import Activity, RunStatus

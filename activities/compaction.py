@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 from temporalio import activity
 
-from activities.boundary import boundary, heartbeating
 from waypoint import compaction as logic
+from waypoint.activities.boundary import boundary, heartbeating
 from waypoint.compaction_types import CompactionSummary, CompactRunInput, RunRef, SelectRunsInput
 from waypoint.config import Settings
 from waypoint.errors import WaypointError

@@ -17,8 +17,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.boundary import boundary
 from waypoint import telemetry
+from waypoint.activities.boundary import boundary
 from waypoint.compaction_types import RememberInput
 from waypoint.errors import InvalidInput
 from waypoint.memory import Episode, EpisodicStore

@@ -26,8 +26,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.boundary import boundary, heartbeating
 from waypoint import telemetry, working_memory
+from waypoint.activities.boundary import boundary, heartbeating
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher

@@ -34,7 +34,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.boundary import boundary, heartbeating
+from waypoint.activities.boundary import boundary, heartbeating
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ToolError, UnknownTool

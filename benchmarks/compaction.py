@@ -38,8 +38,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from activities.compaction import CompactionActivities
 from waypoint import compaction as logic
+from waypoint.activities.compaction import CompactionActivities
 from waypoint.config import Settings
 from waypoint.memory import Episode, HashingEmbedder
 from waypoint.memory.edge import EdgeStore

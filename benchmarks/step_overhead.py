@@ -40,7 +40,7 @@ from waypoint.models.scripted import ScriptedModel, ScriptedTurn
 from waypoint.names import Activity, RunStatus
 from waypoint.tools import tool
 from waypoint.types import Budget, RunInput
-from workflows.agent_run import AgentRunWorkflow
+from waypoint.workflows.agent_run import AgentRunWorkflow
 
 AGENT = "bench-echo"
 WAYPOINT_QUEUE = "bench-waypoint"

@@ -30,7 +30,7 @@ from waypoint.app.worker import build_worker
 from waypoint.codec import ENCODING, CodecServer, EncryptionCodec, parse_keys
 from waypoint.config import Settings
 from waypoint.errors import ConfigError
-from workflows.agent_run import AgentRunWorkflow
+from waypoint.workflows.agent_run import AgentRunWorkflow
 
 
 def new_key() -> str:

@@ -13,9 +13,9 @@ from temporalio import activity
 from temporalio.client import Client, ScheduleOverlapPolicy
 from temporalio.worker import Worker
 
-from activities.compaction import CompactionActivities
 from tests.helpers import eventually, make_run, one_line_error, waypoint
 from tests.test_compaction_store import next_call_view, range_messages, tool_heavy
+from waypoint.activities.compaction import CompactionActivities
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import free_port
 from waypoint.app.schedule import apply_schedule, compact_now, describe_schedule

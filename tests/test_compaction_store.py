@@ -12,8 +12,8 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from activities.compaction import CompactionActivities
 from tests.helpers import Step, make_run, step
+from waypoint.activities.compaction import CompactionActivities
 from waypoint.compaction_types import CompactRunInput
 from waypoint.config import Settings
 from waypoint.names import RunStatus

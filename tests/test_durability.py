@@ -8,8 +8,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from activities.tools import INLINE_OUTPUT_CHARS, ToolActivities
 from tests.agents import EFFECTS
+from waypoint.activities.tools import INLINE_OUTPUT_CHARS, ToolActivities
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.config import Settings

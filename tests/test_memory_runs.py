@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.testing import ActivityEnvironment
 
-from activities.memory import MemoryActivities
+from waypoint.activities.memory import MemoryActivities
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 from waypoint.store import RunStore

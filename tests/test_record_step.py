@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.checkpoints import CheckpointActivities
 from tests.helpers import start
+from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.agents import AgentRegistry
 from waypoint.errors import NotFound
 from waypoint.names import RunStatus

@@ -24,9 +24,9 @@ from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import MemoryOp, Workflow, memory_task_queue
 from waypoint.store import RunStore
 from waypoint.types import MemoryAnswer, MemoryRequest
-from workflows.agent_run import AgentRunWorkflow
-from workflows.compaction import CompactionWorkflow
-from workflows.memory import MemoryRequestWorkflow
+from waypoint.workflows.agent_run import AgentRunWorkflow
+from waypoint.workflows.compaction import CompactionWorkflow
+from waypoint.workflows.memory import MemoryRequestWorkflow
 
 RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
 # Recorded by earlier versions too: "remote-store" holds runs whose Postgres writes were remote

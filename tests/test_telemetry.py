@@ -26,7 +26,7 @@ from waypoint.app.worker import build_worker
 from waypoint.config import Settings
 from waypoint.telemetry.spanfile import span_dict, span_tree, walk
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
-from workflows.agent_run import AgentRunWorkflow
+from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.postgres
 

@@ -37,8 +37,8 @@ from waypoint.types import (
     RunToolInput,
     ToolResult,
 )
-from workflows.compaction import CompactionWorkflow
-from workflows.memory import MemoryRequestWorkflow
+from waypoint.workflows.compaction import CompactionWorkflow
+from waypoint.workflows.memory import MemoryRequestWorkflow
 
 pytestmark = pytest.mark.timeout(60)
 

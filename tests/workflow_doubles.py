@@ -51,9 +51,9 @@ from waypoint.types import (
     ToolSpec,
     Usage,
 )
-from workflows.agent_run import AgentRunWorkflow
-from workflows.compaction import CompactionWorkflow
-from workflows.memory import MemoryRequestWorkflow
+from waypoint.workflows.agent_run import AgentRunWorkflow
+from waypoint.workflows.compaction import CompactionWorkflow
+from waypoint.workflows.memory import MemoryRequestWorkflow
 
 
 def call(name: str, arguments: str = "{}", id: str | None = None) -> ToolCall:

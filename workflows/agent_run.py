@@ -24,7 +24,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
-from workflows.run_messages import RunMessages
+from waypoint.workflows.run_messages import RunMessages
 
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry

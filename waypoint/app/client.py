@@ -585,7 +585,7 @@ class Waypoint:
         """Replay every execution of the run (continue-as-new included) against the current workflow code."""
         await self._check_tenant(run_id, tenant_id)
         if workflows is None:
-            from workflows.agent_run import AgentRunWorkflow
+            from waypoint.workflows.agent_run import AgentRunWorkflow
 
             workflows = (AgentRunWorkflow,)
         outcomes = await (await self.temporal()).replay(run_id, workflows)

@@ -20,12 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.checkpoints import CheckpointActivities
-from activities.compaction import CompactionActivities
-from activities.memory import MemoryActivities
-from activities.model import ModelActivities
-from activities.tools import ToolActivities
 from waypoint import telemetry
+from waypoint.activities.checkpoints import CheckpointActivities
+from waypoint.activities.compaction import CompactionActivities
+from waypoint.activities.memory import MemoryActivities
+from waypoint.activities.model import ModelActivities
+from waypoint.activities.tools import ToolActivities
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
@@ -36,9 +36,9 @@ from waypoint.names import memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
 from waypoint.store.streams import DELTAS_CHANNEL
-from workflows.agent_run import AgentRunWorkflow
-from workflows.compaction import CompactionWorkflow
-from workflows.memory import MemoryRequestWorkflow
+from waypoint.workflows.agent_run import AgentRunWorkflow
+from waypoint.workflows.compaction import CompactionWorkflow
+from waypoint.workflows.memory import MemoryRequestWorkflow
 
 log = logging.getLogger(__name__)
 
