@@ -43,6 +43,16 @@ class Scope:
     agent: str | None = None
     run_id: str | None = None
     kinds: tuple[str, ...] | None = None
+    # Recall as of a time (see `EpisodicStore.search`): episodes of `own_past` (run, through step;
+    # None: every step), or else first stored at or before `as_of` and of none of `exclude_runs`.
+    as_of: float | None = None
+    exclude_runs: tuple[str, ...] = ()
+    own_past: tuple[tuple[str, int | None], ...] = ()
+
+    @property
+    def as_of_filter(self) -> bool:
+        """Whether the time and exclusion rule applies (without it `own_past` changes nothing)."""
+        return self.as_of is not None or bool(self.exclude_runs)
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,12 @@ class Hit:
 
 
 def _merged(kept: Episode, repeat: Episode) -> Episode:
-    """A near-duplicate keeps the first text, the highest importance and the latest time."""
+    """A near-duplicate keeps the first text, the highest importance, the latest time and the first."""
     return replace(
-        kept, importance=max(kept.importance, repeat.importance), created_at=max(kept.created_at, repeat.created_at)
+        kept,
+        importance=max(kept.importance, repeat.importance),
+        created_at=max(kept.created_at, repeat.created_at),
+        first_at=min(kept.first_at, repeat.first_at),
     )
 
 
@@ -98,6 +111,17 @@ def _unit(vec: list[float]) -> np.ndarray:
     arr = np.asarray(vec, dtype=np.float64)
     norm = float(np.linalg.norm(arr))
     return arr / norm if norm else arr
+
+
+def _stamped(ep: Episode, now: float) -> Episode:
+    """The episode with its times: stored now unless it says when; first stored then too, unless it says."""
+    created_at = ep.created_at if ep.created_at > 0 else now
+    first_at = ep.first_at if ep.first_at > 0 else created_at
+    return (
+        ep
+        if (created_at, first_at) == (ep.created_at, ep.first_at)
+        else replace(ep, created_at=created_at, first_at=first_at)
+    )
 
 
 def _require_tenant(tenant: str) -> None:
@@ -156,7 +180,7 @@ class QdrantStoreBase(ABC):
             return []
         await self._ready()
         now = time.time()
-        stamped = [ep if ep.created_at > 0 else replace(ep, created_at=now) for ep in episodes]
+        stamped = [_stamped(ep, now) for ep in episodes]
         vectors = await self.embed([ep.text for ep in stamped])
         async with self._write_lock:
             # pending: what this call will write, by id (a later copy of one id replaces the earlier).
@@ -196,6 +220,7 @@ class QdrantStoreBase(ABC):
                     {
                         "importance": max(float(hit.payload["importance"]), ep.importance),
                         "created_at": max(float(hit.payload["created_at"]), ep.created_at),
+                        "first_at": min(Episode.from_payload(hit.payload).first_at, ep.first_at),
                     },
                 )
                 return hit.id
@@ -211,6 +236,9 @@ class QdrantStoreBase(ABC):
         run_id: str | None = None,
         kinds: Sequence[str] | None = None,
         now: float | None = None,
+        as_of: float | None = None,
+        exclude_runs: Sequence[str] = (),
+        own_past: Sequence[tuple[str, int | None]] = (),
     ) -> list[Recalled]:
         _require_tenant(tenant)
         if k <= 0:
@@ -218,7 +246,15 @@ class QdrantStoreBase(ABC):
         await self._ready()
         now = time.time() if now is None else now
         [vector] = await self.embed([query])
-        scope = Scope(tenant=tenant, agent=agent, run_id=run_id, kinds=tuple(kinds) if kinds else None)
+        scope = Scope(
+            tenant=tenant,
+            agent=agent,
+            run_id=run_id,
+            kinds=tuple(kinds) if kinds else None,
+            as_of=as_of,
+            exclude_runs=tuple(exclude_runs),
+            own_past=tuple(own_past),
+        )
         hits = await self._nearest(vector, scope, candidates(k))
         recalled = []
         for hit in hits:
