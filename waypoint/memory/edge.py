@@ -79,7 +79,9 @@ def as_of_filter(scope: Scope) -> Filter:
         before = RangeFloat(lte=scope.as_of)
         legacy = Filter(must=[IsEmptyCondition("first_at"), FieldCondition("created_at", range=before)])
         others.append(Filter(should=[FieldCondition("first_at", range=before), legacy]))
-    excluded = [FieldCondition("run_id", match=MatchAny(list(scope.exclude_runs)))] if scope.exclude_runs else []
+    excluded: list[Any] = (
+        [FieldCondition("run_id", match=MatchAny(list(scope.exclude_runs)))] if scope.exclude_runs else []
+    )
     should: list[Any] = [Filter(must=others, must_not=excluded)]
     for run_id, through in scope.own_past:
         own: list[Any] = [FieldCondition("run_id", match=MatchValue(run_id))]

@@ -92,11 +92,6 @@ class RecallScope:
     as_of: float | None = None
     exclude_runs: tuple[str, ...] = ()
 
-    @property
-    def filters(self) -> bool:
-        """Whether it narrows a search at all (a run with no lineage sees the whole memory)."""
-        return self.as_of is not None or bool(self.exclude_runs)
-
     def own(self, run_id: str, step: int) -> bool:
         """Whether an episode of (run, step) is part of the run's own history."""
         return any(r == run_id and (last is None or step <= last) for r, last in self.own_past)

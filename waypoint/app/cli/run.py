@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from waypoint.app.cli._common import JsonOpt, RunArg, command, connect
+from waypoint.app.cli._common import JsonOpt, MemoryOpt, RunArg, command, connect
 
 if TYPE_CHECKING:
     from waypoint.app.client import Waypoint
@@ -59,6 +59,7 @@ async def fork(
     step: Annotated[str, typer.Option("--step", help="Fork from the state at this step.")],
     message: Annotated[str | None, typer.Option(help="A user message added to that state.")] = None,
     model: Annotated[str | None, typer.Option(help="Model spec for the new run.")] = None,
+    memory: MemoryOpt = "then",
     follow: FollowOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -67,7 +68,7 @@ async def fork(
     from waypoint.store.travel import parse_step
 
     async with await connect(temporal=True) as wp:
-        new_id = await wp.fork(run_id, parse_step(step), message=message, model=model)
+        new_id = await wp.fork(run_id, parse_step(step), message=message, model=model, memory=memory)
         if not follow:
             out.print_json({"run_id": new_id, "parent": run_id}) if as_json else print(new_id)
             return
