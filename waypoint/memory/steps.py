@@ -95,7 +95,7 @@ def as_of(chain: Sequence[ForkLink]) -> float | None:
 
 
 async def recall_search(
-    memory: EpisodicStore, tenant_id: str, query: str, k: int, agent: str, scope: RecallScope
+    memory: EpisodicStore, tenant_id: str, query: str, k: int, agent: str | None, scope: RecallScope
 ) -> list[Recalled]:
     """A recall's search: the agent's memories that `scope` lets the run see, ranked as of its time."""
     return await memory.search(
