@@ -29,7 +29,7 @@ NOW = 1_800_000_000.0
 DAY = 24 * 3600.0
 # qdrant-client says once that local mode ignores payload indexes; that is the point of RecordingClient.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")
-INDEXED = {"tenant", "run_id", "agent", "kind", "step", "created_at", "first_at"}
+INDEXED = {"tenant", "run_id", "agent", "kind", "step", "created_at", "first_at", "runs"}
 
 
 class CountingEmbedder(HashingEmbedder):
@@ -235,6 +235,14 @@ async def test_recall_as_of_a_time_and_without_some_runs(store: QdrantStoreBase)
     # memory as it is now, without the original's episodes
     current = await store.search("t1", text, k=20, exclude_runs=["original"])
     assert found(current) == everything - {("original", 1), ("original", 2)}
+    # a fact the rerun saved again, merged into the original's point, is the rerun's own too
+    vault = ep(run="original", step=2, kind="fact", text="The vault code is 4412.", created_at=NOW + 20)
+    repeat = ep(run="rerun", step=1, kind="fact", text="the vault code is 4412", created_at=NOW + 40)
+    assert await store.upsert([vault]) == await store.upsert([repeat]) == [vault.id]
+    kwargs: dict[str, Any] = {"as_of": NOW, "exclude_runs": ["original"]}
+    assert found(await store.search("t1", "vault code", **kwargs)) == {("before", 1), ("before", 2), ("legacy", 1)}
+    mine = await store.search("t1", "vault code", own_past=[("rerun", None)], **kwargs)
+    assert ("original", 2) in found(mine)
 
 
 async def test_rerank_blends_recency_and_importance(store: QdrantStoreBase):

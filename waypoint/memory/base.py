@@ -33,6 +33,9 @@ EMBED_BATCH = 64
 WRITE_BATCH = 256
 # How many nearest neighbours a new fact or decision is compared with for a near duplicate.
 DUPLICATE_CANDIDATES = 3
+# The payload key listing every run whose episode a point holds: its own, and those of the repeats
+# merged into it. A run's recall finds what it stored itself, even merged into another run's point.
+RUNS = "runs"
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,8 @@ class Scope:
     run_id: str | None = None
     kinds: tuple[str, ...] | None = None
     # Recall as of a time (see `EpisodicStore.search`): episodes of `own_past` (run, through step;
-    # None: every step), or else first stored at or before `as_of` and of none of `exclude_runs`.
+    # None: every step, merged repeats included), or else first stored at or before `as_of` and of
+    # none of `exclude_runs`.
     as_of: float | None = None
     exclude_runs: tuple[str, ...] = ()
     own_past: tuple[tuple[str, int | None], ...] = ()
@@ -185,6 +189,8 @@ class QdrantStoreBase(ABC):
         async with self._write_lock:
             # pending: what this call will write, by id (a later copy of one id replaces the earlier).
             pending: dict[str, tuple[Episode, list[float]]] = {}
+            # the runs whose episodes each new point holds (a merged repeat adds its run)
+            runs: dict[str, set[str]] = {}
             batch = _BatchIndex(duplicate_cosine(self.embedder))
             ids: list[str] = []
             for ep, vec in zip(stamped, vectors, strict=True):
@@ -195,14 +201,19 @@ class QdrantStoreBase(ABC):
                     if target is not None:
                         other, other_vec = pending[target]
                         pending[target] = (_merged(other, ep), other_vec)
+                        runs[target].add(ep.run_id)
                     else:
                         target = await self._merge_into_stored(ep, ep_id, vec)
                 if target is None:
                     pending[ep_id] = (ep, vec)
+                    runs[ep_id] = {ep.run_id}
                     if ep.kind in MERGED_KINDS:
                         batch.add(ep, ep_id, vec)
                 ids.append(target or ep_id)
-            points = [(point_id, vec, ep.payload()) for point_id, (ep, vec) in pending.items()]
+            points = [
+                (point_id, vec, {**ep.payload(), RUNS: sorted(runs[point_id])})
+                for point_id, (ep, vec) in pending.items()
+            ]
             for start in range(0, len(points), WRITE_BATCH):
                 await self._write(points[start : start + WRITE_BATCH])
         return ids
@@ -221,6 +232,7 @@ class QdrantStoreBase(ABC):
                         "importance": max(float(hit.payload["importance"]), ep.importance),
                         "created_at": max(float(hit.payload["created_at"]), ep.created_at),
                         "first_at": min(Episode.from_payload(hit.payload).first_at, ep.first_at),
+                        RUNS: sorted({*hit.payload.get(RUNS, [hit.payload["run_id"]]), ep.run_id}),
                     },
                 )
                 return hit.id

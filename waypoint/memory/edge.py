@@ -35,7 +35,7 @@ from qdrant_edge import (
 )
 
 from waypoint.errors import ConfigError, StackError
-from waypoint.memory.base import Hit, QdrantStoreBase, Scope
+from waypoint.memory.base import RUNS, Hit, QdrantStoreBase, Scope
 from waypoint.memory.episode import Embedder
 
 # Written next to the shard: the embedder its vectors came from. Two embedders of the same size
@@ -55,6 +55,7 @@ def payload_indexes() -> dict[str, Any]:
         "step": IntegerIndexParams(lookup=True, range=True),
         "created_at": FloatIndexParams(),
         "first_at": FloatIndexParams(),
+        RUNS: KeywordIndexParams(),
     }
 
 
@@ -84,6 +85,8 @@ def as_of_filter(scope: Scope) -> Filter:
     )
     should: list[Any] = [Filter(must=others, must_not=excluded)]
     for run_id, through in scope.own_past:
+        if through is None:  # the run's own episodes, and what it repeated of others'
+            should.append(FieldCondition(RUNS, match=MatchValue(run_id)))
         own: list[Any] = [FieldCondition("run_id", match=MatchValue(run_id))]
         if through is not None:
             own.append(FieldCondition("step", range=RangeFloat(lte=through)))

@@ -14,7 +14,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
 from waypoint.errors import ConfigError
-from waypoint.memory.base import Hit, QdrantStoreBase, Scope
+from waypoint.memory.base import RUNS, Hit, QdrantStoreBase, Scope
 from waypoint.memory.episode import Embedder
 
 SCROLL_PAGE = 1_000
@@ -31,6 +31,7 @@ def payload_indexes() -> dict[str, Any]:
         "step": models.PayloadSchemaType.INTEGER,
         "created_at": models.PayloadSchemaType.FLOAT,
         "first_at": models.PayloadSchemaType.FLOAT,
+        RUNS: models.PayloadSchemaType.KEYWORD,
     }
 
 
@@ -67,6 +68,8 @@ def as_of_filter(scope: Scope) -> models.Filter:
     )
     should: list[models.Condition] = [models.Filter(must=others, must_not=excluded)]
     for run_id, through in scope.own_past:
+        if through is None:  # the run's own episodes, and what it repeated of others'
+            should.append(models.FieldCondition(key=RUNS, match=models.MatchValue(value=run_id)))
         own: list[models.Condition] = [models.FieldCondition(key="run_id", match=models.MatchValue(value=run_id))]
         if through is not None:
             own.append(models.FieldCondition(key="step", range=models.Range(lte=through)))
