@@ -48,6 +48,7 @@ async def test_values_that_cannot_work_say_so(settings: Settings, worker, client
         ("export", run_id, "--output", "/no/such/dir/f.jsonl"): "no folder '/no/such/dir' for --output",
         ("runs", "--status", "bogus"): "unknown status 'bogus': use one of running, paused",
         ("events", run_id, "--kind", "bogus"): "unknown event kind 'bogus': use one of run_started",
+        ("rerun", run_id, "--memory", "bogus"): "unknown memory 'bogus': use one of then, now, all",
         ("memory", "search", "launch", "-k", "0"): "k must be a whole number from 1 to 100",
         ("--tenant", "", "runs"): "invalid tenant id ''",
         ("run", "hi", "--agent", "calculator", "--model", "gpt-4"): "unknown model spec 'gpt-4'",
