@@ -87,9 +87,8 @@ def as_of(chain: Sequence[ForkLink]) -> float | None:
     """The time a `MemoryView.THEN` run recalls as of: its parent's, if the parent recalled as of a
     time too (an explicit THEN: runs from before the setting recalled everything), else when the
     parent's checkpoint of the step it started from was written."""
-    for i, link in enumerate(chain[:-1]):
-        parent = chain[i + 1]
-        if parent.memory != MemoryView.THEN or len(chain) == i + 2:
+    for link, parent in zip(chain, chain[1:], strict=False):
+        if parent.memory != MemoryView.THEN:  # the first run, a `now` or `all` one, or one from before
             return link.fork_at
     return None
 
