@@ -22,7 +22,14 @@ from waypoint.activities.boundary import boundary
 from waypoint.compaction_types import RememberInput
 from waypoint.errors import InvalidInput
 from waypoint.memory import Episode, EpisodicStore
-from waypoint.memory.steps import memory_of, pending_episodes, recall_query, recalled_memories
+from waypoint.memory.steps import (
+    memory_of,
+    pending_episodes,
+    recall_query,
+    recall_scope,
+    recall_search,
+    recalled_memories,
+)
 from waypoint.names import Activity, MemoryOp
 from waypoint.store import RunStore
 from waypoint.types import Memory, MemoryAnswer, MemoryRequest, MemoryStepInput, MemoryStepResult
@@ -52,13 +59,14 @@ class MemoryActivities:
         if inp.recall_step is not None and inp.k > 0:
             last = inp.recall_step - 1
             query = recall_query(context.task, last, context.last)
+            scope = recall_scope(await self.store.fork_chain(inp.tenant_id, inp.run_id))
             began = time.perf_counter()
             with telemetry.span(
                 "qdrant search", {"db.system": "qdrant"}, run_id=inp.run_id, step=inp.recall_step, tenant=inp.tenant_id
             ):
-                hits = await self.memory.search(inp.tenant_id, query, k=inp.k * 2, agent=inp.agent)
+                hits = await recall_search(self.memory, inp.tenant_id, query, inp.k * 2, inp.agent, scope)
             telemetry.record_recall_latency(time.perf_counter() - began, tenant=inp.tenant_id)
-            recalled = recalled_memories(hits, inp.run_id, context.window_start, inp.k)
+            recalled = recalled_memories(hits, scope, context.window_start, inp.k)
         return MemoryStepResult(stored=stored, recalled=recalled)
 
     @activity.defn(name=Activity.REMEMBER_MISSING)

@@ -33,8 +33,8 @@ from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, ModelError, PayloadTooLarge, ScriptError, WaypointError
 from waypoint.mcp import MCPHub
-from waypoint.memory import EpisodicStore
-from waypoint.memory.steps import pending_episodes, recall_query, recalled_memories
+from waypoint.memory import EpisodicStore, RecallScope
+from waypoint.memory.steps import pending_episodes, recall_query, recall_scope, recall_search, recalled_memories
 from waypoint.models import ModelAdapter, ScriptedModel
 from waypoint.models.spec import Provider, parse_model_spec
 from waypoint.names import Activity
@@ -84,6 +84,7 @@ class ModelActivities:
         self.mcp = mcp or MCPHub(store)
         self.deltas = deltas
         self._openai: Any = None
+        self._scopes: dict[str, RecallScope] = {}
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
         agent = self.agents.get(agent_name)
@@ -102,22 +103,33 @@ class ModelActivities:
         return OpenAIChatModel(self._openai, spec.name)
 
     async def recall(self, inp: CallModelInput, context: ModelContext) -> list[Memory]:
-        """This step's memories: by the task and the newest step's account, never this run's steps
-        still in the window. Best-effort: a store that fails gives none."""
+        """This step's memories: by the task and the newest step's account, as the run's lineage lets
+        it see them (`recall_scope`), never its own steps still in the window. Best-effort: a store
+        that fails gives none."""
         assert self.memory is not None
         last = inp.step - 1
         query = recall_query(context.task, last, context.last)
+        scope = await self.scope(inp.tenant_id, inp.run_id)
         began = time.perf_counter()
         try:
             with telemetry.span(
                 "qdrant search", {"db.system": "qdrant"}, run_id=inp.run_id, step=inp.step, tenant=inp.tenant_id
             ):
-                hits = await self.memory.search(inp.tenant_id, query, k=inp.recall_k * 2, agent=inp.agent)
+                hits = await recall_search(self.memory, inp.tenant_id, query, inp.recall_k * 2, inp.agent, scope)
         except Exception as exc:  # memory never fails a step
             log.warning("recall failed: run=%s step=%s: %s: %s", inp.run_id, inp.step, type(exc).__name__, exc)
             return []
         telemetry.record_recall_latency(time.perf_counter() - began, tenant=inp.tenant_id)
-        return recalled_memories(hits, inp.run_id, context.window_start, inp.recall_k)
+        return recalled_memories(hits, scope, context.window_start, inp.recall_k)
+
+    async def scope(self, tenant_id: str, run_id: str) -> RecallScope:
+        """What the run may recall (cached: a run's lineage never changes)."""
+        if run_id not in self._scopes:
+            scope = recall_scope(await self.store.fork_chain(tenant_id, run_id))
+            if len(self._scopes) > 1024:
+                self._scopes.clear()
+            self._scopes[run_id] = scope
+        return self._scopes[run_id]
 
     async def remember(self, inp: CallModelInput, context: ModelContext) -> int | None:
         """Store the episodes of every step not stored yet; the newest step stored, or None."""

@@ -39,6 +39,8 @@ from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.errors import ToolError, UnknownTool
 from waypoint.mcp import MCPHub, MCPTool
+from waypoint.memory import RecallScope
+from waypoint.memory.steps import recall_scope
 from waypoint.names import Activity, LineageKind, ToolMode, ToolOutcome
 from waypoint.retry import LEDGER_PATIENCE_SECONDS
 from waypoint.store import RunStore
@@ -106,6 +108,7 @@ class ToolActivities:
         self.memory = memory  # the episodic store, on the memory worker (for memory tools)
         self.mcp = mcp or MCPHub(store)
         self._origins: dict[str, ForkOrigin | None] = {}
+        self._scopes: dict[str, RecallScope] = {}
 
     async def _ledger(self, key: str, op: Any) -> Any:
         async with heartbeating(key):
@@ -240,6 +243,15 @@ class ToolActivities:
             self._origins[run_id] = ForkOrigin(**fork) if fork else None
         return self._origins[run_id]
 
+    async def _recall_scope(self, inp: RunToolInput) -> RecallScope:
+        """What the run may recall (cached: a run's lineage never changes), for its memory tools."""
+        if inp.run_id not in self._scopes:
+            chain = await self._ledger(inp.idempotency_key, lambda: self.store.fork_chain(inp.tenant_id, inp.run_id))
+            if len(self._scopes) > 1024:
+                self._scopes.clear()
+            self._scopes[inp.run_id] = recall_scope(chain)
+        return self._scopes[inp.run_id]
+
     async def _replay_safe(self, inp: RunToolInput) -> bool:
         """The agent's tool is `replay_safe` or `read_only`, or the MCP tool the run recorded under
         that name is read-only by its server's annotations (readOnlyHint)."""
@@ -271,6 +283,7 @@ class ToolActivities:
                 attempt=attempt,
                 agent=inp.agent,
                 memory=self.memory,
+                recall=await self._recall_scope(inp) if tool.memory and self.memory is not None else None,
             )
             return Invocation(lambda: tool.call(kwargs, ctx))
         recorded: dict[str, MCPTool] = await self._ledger(

@@ -49,6 +49,7 @@ async def test_values_that_cannot_work_say_so(settings: Settings, worker, client
         ("runs", "--status", "bogus"): "unknown status 'bogus': use one of running, paused",
         ("runs", "--batch", "batch-nope"): f"no batch 'batch-nope' for tenant {settings.tenant!r}",
         ("events", run_id, "--kind", "bogus"): "unknown event kind 'bogus': use one of run_started",
+        ("rerun", run_id, "--memory", "bogus"): "unknown memory 'bogus': use one of then, now, all",
         ("memory", "search", "launch", "-k", "0"): "k must be a whole number from 1 to 100",
         ("--tenant", "", "runs"): "invalid tenant id ''",
         ("run", "hi", "--agent", "calculator", "--model", "gpt-4"): "unknown model spec 'gpt-4'",

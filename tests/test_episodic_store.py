@@ -29,7 +29,7 @@ NOW = 1_800_000_000.0
 DAY = 24 * 3600.0
 # qdrant-client says once that local mode ignores payload indexes; that is the point of RecordingClient.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")
-INDEXED = {"tenant", "run_id", "agent", "kind", "step", "created_at"}
+INDEXED = {"tenant", "run_id", "agent", "kind", "step", "created_at", "first_at", "runs"}
 
 
 class CountingEmbedder(HashingEmbedder):
@@ -193,6 +193,56 @@ async def test_search_filters_and_score(store: QdrantStoreBase):
     kinds = await store.search("t1", "billing", kinds=["decision", "summary"])
     assert sorted(h.episode.kind for h in kinds) == ["decision", "summary"]
     assert await store.search("t1", "billing", k=0) == []
+
+
+async def test_recall_as_of_a_time_and_without_some_runs(store: QdrantStoreBase):
+    """What a rerun recalls: memory as it was at a time, without its lineage's episodes, except its own past."""
+    text = "the deploy key of the staging cluster"
+    await store.upsert(
+        [
+            ep(run="before", step=1, text=f"{text} is K-1", created_at=NOW - DAY),
+            ep(run="after", step=1, text=f"{text} is K-2", created_at=NOW + DAY),
+            # the original run (started after NOW) and its rerun's own steps
+            ep(run="original", step=1, text=f"{text}: looked up", created_at=NOW + 10),
+            ep(run="original", step=2, text=f"{text}: final answer K-3", created_at=NOW + 20),
+            ep(run="rerun", step=3, text=f"{text}: the rerun's own step", created_at=NOW + 30),
+            # a fact known before NOW and learned again after it: merged, still known as of NOW
+            ep(run="before", step=2, kind="fact", text="The deploy key is rotated weekly.", created_at=NOW - DAY),
+            ep(run="after", step=2, kind="fact", text="the deploy key is rotated weekly", created_at=NOW + DAY),
+        ]
+    )
+    # a point written before episodes carried `first_at`: its `created_at` stands for it
+    legacy = ep(run="legacy", step=1, text=f"{text} was K-0", created_at=NOW - 2 * DAY)
+    payload = legacy.payload()
+    del payload["first_at"]
+    [vector] = await store.embed([legacy.text])
+    await store._write([(legacy.id, vector, payload)])
+
+    def found(hits: list) -> set[tuple[str, int]]:
+        return {(h.episode.run_id, h.episode.step) for h in hits}
+
+    everything = found(await store.search("t1", text, k=20))
+    assert len(everything) == 7  # the repeated fact is one point
+    # as of NOW: what was stored by then, and nothing of the excluded runs
+    as_of = await store.search("t1", text, k=20, as_of=NOW, exclude_runs=["original"])
+    assert found(as_of) == {("before", 1), ("before", 2), ("legacy", 1)}
+    assert next(h.episode for h in as_of if h.episode.kind == "fact").first_at == NOW - DAY
+    # the run's own past passes both rules: itself, and the original up to the step it started from
+    own = await store.search(
+        "t1", text, k=20, as_of=NOW, exclude_runs=["original"], own_past=[("rerun", None), ("original", 1)]
+    )
+    assert found(own) == {("before", 1), ("before", 2), ("legacy", 1), ("rerun", 3), ("original", 1)}
+    # memory as it is now, without the original's episodes
+    current = await store.search("t1", text, k=20, exclude_runs=["original"])
+    assert found(current) == everything - {("original", 1), ("original", 2)}
+    # a fact the rerun saved again, merged into the original's point, is the rerun's own too
+    vault = ep(run="original", step=2, kind="fact", text="The vault code is 4412.", created_at=NOW + 20)
+    repeat = ep(run="rerun", step=1, kind="fact", text="the vault code is 4412", created_at=NOW + 40)
+    assert await store.upsert([vault]) == await store.upsert([repeat]) == [vault.id]
+    kwargs: dict[str, Any] = {"as_of": NOW, "exclude_runs": ["original"]}
+    assert found(await store.search("t1", "vault code", **kwargs)) == {("before", 1), ("before", 2), ("legacy", 1)}
+    mine = await store.search("t1", "vault code", own_past=[("rerun", None)], **kwargs)
+    assert ("original", 2) in found(mine)
 
 
 async def test_rerank_blends_recency_and_importance(store: QdrantStoreBase):

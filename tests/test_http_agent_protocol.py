@@ -62,6 +62,11 @@ async def test_a_thread_with_langgraph_sdk(api: ApiServer, worker):
     assert [r["status"] for r in runs] == ["success", "success"]
     newest = await lg.runs.get(thread["thread_id"], runs[0]["run_id"])
     assert newest["run_id"] == runs[0]["run_id"]
+    # it recalls long-term memory as it is now (see README, Memory: what a run recalls)
+    started = await api.http.get(
+        f"/v1/runs/{newest['run_id']}/events", params={"kind": "run_started"}, headers=api.headers()
+    )
+    assert started.json()["events"][0]["payload"]["fork"]["memory"] == "now"
 
     history = await lg.threads.get_history(thread["thread_id"], limit=100)
     ids = [h["checkpoint"]["checkpoint_id"] for h in history]

@@ -12,6 +12,7 @@ from temporalio.testing import ActivityEnvironment
 from waypoint.activities.memory import MemoryActivities
 from waypoint.config import Settings
 from waypoint.errors import NotFound
+from waypoint.memory import RecallScope
 from waypoint.store import RunStore
 from waypoint.store.schema import checkpoints
 from waypoint.types import MemoryStepInput
@@ -114,3 +115,54 @@ async def test_show_gives_back_exactly_what_the_model_received(memory_worker, fa
     ]
     assert results and not any("Recalled from long-term memory" in r for r in results)
     assert any(state.request["recalled_sha256"] in r for r in results)
+
+
+async def test_a_rerun_recalls_memory_as_the_original_had_it(memory_worker):
+    """A rerun's first model call recalls neither its original's episodes (its final answer among them)
+    nor what other runs stored since the original started; `now` adds the latter, `all` both."""
+    wp, _ = memory_worker
+    original = await wp.start_run("What is the launch code?", agent="scout")
+    assert (await wp.result(original)).steps == 2  # looked the code up: nothing to recall yet
+    later = await wp.start_run("What is the launch code?", agent="scout")
+    assert (await wp.result(later)).output == "I remember: ZEBRA-7"  # recalled the original's lookup
+
+    async def rerun(**options: str) -> tuple[str | None, set[str]]:
+        new_id = await wp.rerun(original, **options)
+        result = await wp.result(new_id)
+        request = (await wp.state(new_id, 0)).request  # what its first model call received
+        assert request is not None
+        return result.output, {r["run_id"] for r in request["recalled"]}
+
+    # memory as it was when the original started: empty, so the rerun looks the code up again
+    assert await rerun() == ("looked it up", set())
+    output, recalled = await rerun(memory="now")  # the later run's episodes (and the rerun's above)
+    assert output == "I remember: ZEBRA-7" and later in recalled and original not in recalled
+    output, recalled = await rerun(memory="all")
+    assert output == "I remember: ZEBRA-7" and original in recalled
+
+
+def test_what_a_run_of_a_lineage_recalls():
+    from waypoint.memory.steps import recall_scope
+    from waypoint.store.rows import ForkLink
+
+    root = ForkLink("root", None, None, None)
+    assert recall_scope([root]) == RecallScope(own_past=(("root", None),))
+    # a rerun from step 3: memory as of the original's checkpoint 3, nothing of the original after it
+    rerun = ForkLink("rerun", 3, "then", 103.0)
+    assert recall_scope([rerun, root]) == RecallScope(
+        own_past=(("rerun", None), ("root", 3)), as_of=103.0, exclude_runs=("root",)
+    )
+    # its own rerun from step 5 recalls as of the same time; one from step 2 (a step the first rerun
+    # inherited) keeps the root's past up to step 2 only
+    again = ForkLink("again", 5, "then", 205.0)
+    assert recall_scope([again, rerun, root]).as_of == 103.0
+    early = recall_scope([ForkLink("early", 2, "then", 102.0), rerun, root])
+    assert early.own_past == (("early", None), ("rerun", 2), ("root", 2)) and early.as_of == 103.0
+    # `now`: memory as it is, still without the lineage's other episodes; `all`: everything
+    now = recall_scope([ForkLink("now", 5, "now", 205.0), rerun, root])
+    assert (now.as_of, now.exclude_runs) == (None, ("rerun", "root"))
+    assert recall_scope([ForkLink("all", 5, "all", 205.0), rerun, root]).exclude_runs == ()
+    # a thread's turns (`now`) and runs from before the setting (None) pass no time on to a rerun
+    turn = ForkLink("turn-2", 4, "now", 104.0)
+    assert recall_scope([ForkLink("r", 6, "then", 306.0), turn, root]).as_of == 306.0
+    assert recall_scope([ForkLink("r", 6, None, 306.0), ForkLink("old", 4, None, 104.0), root]).as_of == 306.0

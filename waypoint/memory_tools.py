@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from waypoint.errors import ToolError
 from waypoint.memory import Episode, EpisodicStore
+from waypoint.memory.steps import recall_search
 from waypoint.names import EpisodeKind
 from waypoint.tools import ToolContext, tool
 
@@ -43,7 +44,11 @@ async def memory_search(ctx: ToolContext, query: str, k: int = 5) -> str:
     """Search your long-term memory (earlier steps and runs, saved facts, decisions) for `query`."""
     if not query.strip():
         raise ToolError("the query is empty")
-    hits = await _store(ctx).search(ctx.tenant_id, query, k=max(1, min(k, 20)), agent=ctx.agent or None)
+    found = max(1, min(k, 20))
+    if ctx.recall is None:
+        hits = await _store(ctx).search(ctx.tenant_id, query, k=found, agent=ctx.agent or None)
+    else:  # what the run may recall: a rerun never finds its original's later steps
+        hits = await recall_search(_store(ctx), ctx.tenant_id, query, found, ctx.agent or None, ctx.recall)
     if not hits:
         return "nothing found"
     return "\n".join(

@@ -105,6 +105,16 @@ class ToolMode(StrEnum):
     LIVE = "live"  # every call runs
 
 
+class MemoryView(StrEnum):
+    """What a rerun or fork recalls from long-term memory (`waypoint rerun --memory`). Never, unless
+    `all`: the episodes its original (and the original's own ancestors) stored after the step it
+    starts from, a future it did not live, final answer included."""
+
+    THEN = "then"  # memory as it was when the original reached that step (its start, for a rerun from step 0)
+    NOW = "now"  # memory as it is now
+    ALL = "all"  # memory as it is now, the original's later episodes included
+
+
 class Activity(StrEnum):
     """Activity names (frozen)."""
 

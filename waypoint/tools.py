@@ -50,8 +50,11 @@ class ToolContext:
     workspace: Path
     attempt: int = 1  # Temporal's attempt number of this call: above 1 after a retry
     agent: str = ""
-    # The episodic store, for memory tools (`@tool(memory=True)`), which run on the memory worker.
+    # The episodic store, for memory tools (`@tool(memory=True)`), which run on the memory worker,
+    # and what the run may recall of it (a waypoint.memory.RecallScope: a rerun, not its original's
+    # later episodes; None: everything).
     memory: Any = None
+    recall: Any = None
 
     @property
     def idempotency_key(self) -> str:

@@ -147,6 +147,8 @@ class ForkOrigin:
     batch_id: str | None = None  # the batch of reruns it belongs to
     # The rerun's instructions (system prompt) in place of the agent's own, from its first step on.
     instructions: str | None = None
+    # What it recalls from long-term memory (a MemoryView); None in runs started before it was chosen.
+    memory: str | None = None
 
 
 @dataclass(frozen=True)

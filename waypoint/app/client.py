@@ -37,7 +37,7 @@ from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, NotFound, WaypointError
 from waypoint.models.spec import Provider, parse_model_spec
-from waypoint.names import EventKind, LineageKind, MemoryOp, RunSort, RunStatus, ToolMode, Update
+from waypoint.names import EventKind, LineageKind, MemoryOp, MemoryView, RunSort, RunStatus, ToolMode, Update
 from waypoint.store import RunStore
 from waypoint.store.base import not_found
 from waypoint.store.db import engine_for
@@ -187,11 +187,15 @@ class Waypoint:
         *,
         message: str | None = None,
         model: str | None = None,
+        memory: str = MemoryView.THEN,
         tenant_id: str | None = None,
         new_run_id: str | None = None,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
-        The parent is untouched; the new run records it and the fork step."""
+        The parent is untouched; the new run records it and the fork step. `memory` (a MemoryView)
+        is what it recalls from long-term memory: by default memory as it was at that step, never
+        the parent's later episodes."""
+        check_choice("memory", memory, MemoryView)
         tenant = self.tenant(tenant_id)
         await self.store.owner_of_step(tenant, run_id, step)  # the run and the step exist
         parent = await self.store.get_run(tenant, run_id)
@@ -201,7 +205,7 @@ class Waypoint:
             task=parent.task,
             tenant_id=tenant,
             model=model,
-            fork=ForkOrigin(run_id=run_id, step=step, message=message),
+            fork=ForkOrigin(run_id=run_id, step=step, message=message, memory=MemoryView(memory)),
         )
         return await self._start(new_run_id or make_run_id(), inp)
 
@@ -214,6 +218,7 @@ class Waypoint:
         agent: str | None = None,
         tools: str = ToolMode.RECORDED,
         instructions: str | None = None,
+        memory: str = MemoryView.THEN,
         batch_id: str | None = None,
         tenant_id: str | None = None,
         new_run_id: str | None = None,
@@ -221,9 +226,13 @@ class Waypoint:
         """Run `run_id` again from its state at `from_step` with another model, agent or
         `instructions` (the system prompt, in place of the agent's own), as a new run (lineage kind
         `rerun`). With `tools="recorded"` a tool call matching the original's at the same step and
-        position gets the recorded result without running; `"live"` runs every tool. The original
-        is untouched; `compare(run_id, new_id)` shows what changed."""
+        position gets the recorded result without running; `"live"` runs every tool. `memory` (a
+        MemoryView) is what it recalls from long-term memory: `"then"` memory as it was when the
+        original reached `from_step` (its start, from step 0), `"now"` as it is now; neither ever
+        recalls the original's episodes after `from_step` (its final answer among them), `"all"`
+        does. The original is untouched; `compare(run_id, new_id)` shows what changed."""
         check_choice("tool mode", tools, ToolMode)
+        check_choice("memory", memory, MemoryView)
         check_instructions(instructions)
         tenant = self.tenant(tenant_id)
         await self.store.owner_of_step(tenant, run_id, from_step)  # the run and the step exist
@@ -243,6 +252,7 @@ class Waypoint:
                 tools=ToolMode(tools),
                 batch_id=batch_id,
                 instructions=instructions,
+                memory=MemoryView(memory),
             ),
         )
         return await self._start(new_run_id or make_run_id(), inp)
@@ -258,16 +268,18 @@ class Waypoint:
         agent: str | None = None,
         tools: str = ToolMode.RECORDED,
         instructions: str | None = None,
+        memory: str = MemoryView.THEN,
         tenant_id: str | None = None,
         on_done: Callable[[BatchItem], None] | None = None,
     ) -> BatchReport:
         """Rerun the tenant's runs that `select` picks (`status=completed agent=X since=7d`, newest
         first, reruns left out, at most `limit`) with the same change, `concurrency` at a time; wait
         for each and compare it with its source. Every rerun is an ordinary run tagged with the
-        batch id (`runs(batch_id=...)`)."""
+        batch id (`runs(batch_id=...)`); `memory` as for `rerun`."""
         check_count("the limit", limit)
         check_count("the concurrency", concurrency, high=100)
         check_choice("tool mode", tools, ToolMode)
+        check_choice("memory", memory, MemoryView)
         check_instructions(instructions)
         chosen = parse_selection(select)
         if "status" in chosen:
@@ -297,6 +309,7 @@ class Waypoint:
                         agent=agent,
                         tools=tools,
                         instructions=instructions,
+                        memory=memory,
                         batch_id=batch_id,
                         tenant_id=tenant,
                     )

@@ -191,12 +191,20 @@ def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitabl
 
     @server.tool(annotations=WRITE)
     async def fork_run(
-        ctx: Context, run_id: str, step: int, message: str | None = None, model: str | None = None
+        ctx: Context,
+        run_id: str,
+        step: int,
+        message: str | None = None,
+        model: str | None = None,
+        memory: str = "then",
     ) -> str:
-        """Start a new run from the state of a run at a step, plus an optional user message; answers its id."""
+        """Start a new run from the state of a run at a step, plus an optional user message; answers its id.
+        `memory`: what it recalls from long-term memory, then (as it was at that step) or now (as it is);
+        neither recalls the run's later steps, all does."""
 
         async def fork(tenant: str) -> dict[str, str]:
-            return {"run_id": await wp.fork(run_id, step, message=message, model=model, tenant_id=tenant)}
+            found = await wp.fork(run_id, step, message=message, model=model, memory=memory, tenant_id=tenant)
+            return {"run_id": found}
 
         return await answer(ctx, fork)
 

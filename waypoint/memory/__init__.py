@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from waypoint.memory.embedders import HashingEmbedder, MiniLMEmbedder, OpenAIEmbedder, make_embedder
-from waypoint.memory.episode import KINDS, Embedder, Episode, EpisodicStore, Recalled
+from waypoint.memory.episode import KINDS, Embedder, Episode, EpisodicStore, Recalled, RecallScope
 
 if TYPE_CHECKING:
     from waypoint.config import Settings
@@ -26,6 +26,7 @@ __all__ = [
     "HashingEmbedder",
     "MiniLMEmbedder",
     "OpenAIEmbedder",
+    "RecallScope",
     "Recalled",
     "make_embedder",
     "open_store",

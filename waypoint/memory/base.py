@@ -33,6 +33,9 @@ EMBED_BATCH = 64
 WRITE_BATCH = 256
 # How many nearest neighbours a new fact or decision is compared with for a near duplicate.
 DUPLICATE_CANDIDATES = 3
+# The payload key listing every run whose episode a point holds: its own, and those of the repeats
+# merged into it. A run's recall finds what it stored itself, even merged into another run's point.
+RUNS = "runs"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,17 @@ class Scope:
     agent: str | None = None
     run_id: str | None = None
     kinds: tuple[str, ...] | None = None
+    # Recall as of a time (see `EpisodicStore.search`): episodes of `own_past` (run, through step;
+    # None: every step, merged repeats included), or else first stored at or before `as_of` and of
+    # none of `exclude_runs`.
+    as_of: float | None = None
+    exclude_runs: tuple[str, ...] = ()
+    own_past: tuple[tuple[str, int | None], ...] = ()
+
+    @property
+    def as_of_filter(self) -> bool:
+        """Whether the time and exclusion rule applies (without it `own_past` changes nothing)."""
+        return self.as_of is not None or bool(self.exclude_runs)
 
 
 @dataclass(frozen=True)
@@ -53,9 +67,12 @@ class Hit:
 
 
 def _merged(kept: Episode, repeat: Episode) -> Episode:
-    """A near-duplicate keeps the first text, the highest importance and the latest time."""
+    """A near-duplicate keeps the first text, the highest importance, the latest time and the first."""
     return replace(
-        kept, importance=max(kept.importance, repeat.importance), created_at=max(kept.created_at, repeat.created_at)
+        kept,
+        importance=max(kept.importance, repeat.importance),
+        created_at=max(kept.created_at, repeat.created_at),
+        first_at=min(kept.first_at, repeat.first_at),
     )
 
 
@@ -98,6 +115,17 @@ def _unit(vec: list[float]) -> np.ndarray:
     arr = np.asarray(vec, dtype=np.float64)
     norm = float(np.linalg.norm(arr))
     return arr / norm if norm else arr
+
+
+def _stamped(ep: Episode, now: float) -> Episode:
+    """The episode with its times: stored now unless it says when; first stored then too, unless it says."""
+    created_at = ep.created_at if ep.created_at > 0 else now
+    first_at = ep.first_at if ep.first_at > 0 else created_at
+    return (
+        ep
+        if (created_at, first_at) == (ep.created_at, ep.first_at)
+        else replace(ep, created_at=created_at, first_at=first_at)
+    )
 
 
 def _require_tenant(tenant: str) -> None:
@@ -156,11 +184,13 @@ class QdrantStoreBase(ABC):
             return []
         await self._ready()
         now = time.time()
-        stamped = [ep if ep.created_at > 0 else replace(ep, created_at=now) for ep in episodes]
+        stamped = [_stamped(ep, now) for ep in episodes]
         vectors = await self.embed([ep.text for ep in stamped])
         async with self._write_lock:
             # pending: what this call will write, by id (a later copy of one id replaces the earlier).
             pending: dict[str, tuple[Episode, list[float]]] = {}
+            # the runs whose episodes each new point holds (a merged repeat adds its run)
+            runs: dict[str, set[str]] = {}
             batch = _BatchIndex(duplicate_cosine(self.embedder))
             ids: list[str] = []
             for ep, vec in zip(stamped, vectors, strict=True):
@@ -171,14 +201,19 @@ class QdrantStoreBase(ABC):
                     if target is not None:
                         other, other_vec = pending[target]
                         pending[target] = (_merged(other, ep), other_vec)
+                        runs[target].add(ep.run_id)
                     else:
                         target = await self._merge_into_stored(ep, ep_id, vec)
                 if target is None:
                     pending[ep_id] = (ep, vec)
+                    runs[ep_id] = {ep.run_id}
                     if ep.kind in MERGED_KINDS:
                         batch.add(ep, ep_id, vec)
                 ids.append(target or ep_id)
-            points = [(point_id, vec, ep.payload()) for point_id, (ep, vec) in pending.items()]
+            points = [
+                (point_id, vec, {**ep.payload(), RUNS: sorted(runs[point_id])})
+                for point_id, (ep, vec) in pending.items()
+            ]
             for start in range(0, len(points), WRITE_BATCH):
                 await self._write(points[start : start + WRITE_BATCH])
         return ids
@@ -196,6 +231,8 @@ class QdrantStoreBase(ABC):
                     {
                         "importance": max(float(hit.payload["importance"]), ep.importance),
                         "created_at": max(float(hit.payload["created_at"]), ep.created_at),
+                        "first_at": min(Episode.from_payload(hit.payload).first_at, ep.first_at),
+                        RUNS: sorted({*hit.payload.get(RUNS, [hit.payload["run_id"]]), ep.run_id}),
                     },
                 )
                 return hit.id
@@ -211,6 +248,9 @@ class QdrantStoreBase(ABC):
         run_id: str | None = None,
         kinds: Sequence[str] | None = None,
         now: float | None = None,
+        as_of: float | None = None,
+        exclude_runs: Sequence[str] = (),
+        own_past: Sequence[tuple[str, int | None]] = (),
     ) -> list[Recalled]:
         _require_tenant(tenant)
         if k <= 0:
@@ -218,7 +258,15 @@ class QdrantStoreBase(ABC):
         await self._ready()
         now = time.time() if now is None else now
         [vector] = await self.embed([query])
-        scope = Scope(tenant=tenant, agent=agent, run_id=run_id, kinds=tuple(kinds) if kinds else None)
+        scope = Scope(
+            tenant=tenant,
+            agent=agent,
+            run_id=run_id,
+            kinds=tuple(kinds) if kinds else None,
+            as_of=as_of,
+            exclude_runs=tuple(exclude_runs),
+            own_past=tuple(own_past),
+        )
         hits = await self._nearest(vector, scope, candidates(k))
         recalled = []
         for hit in hits:

@@ -22,18 +22,20 @@ from qdrant_edge import (
     Filter,
     FloatIndexParams,
     IntegerIndexParams,
+    IsEmptyCondition,
     KeywordIndexParams,
     MatchAny,
     MatchValue,
     Point,
     Query,
     QueryRequest,
+    RangeFloat,
     ScrollRequest,
     UpdateOperation,
 )
 
 from waypoint.errors import ConfigError, StackError
-from waypoint.memory.base import Hit, QdrantStoreBase, Scope
+from waypoint.memory.base import RUNS, Hit, QdrantStoreBase, Scope
 from waypoint.memory.episode import Embedder
 
 # Written next to the shard: the embedder its vectors came from. Two embedders of the same size
@@ -52,6 +54,8 @@ def payload_indexes() -> dict[str, Any]:
         "kind": KeywordIndexParams(),
         "step": IntegerIndexParams(lookup=True, range=True),
         "created_at": FloatIndexParams(),
+        "first_at": FloatIndexParams(),
+        RUNS: KeywordIndexParams(),
     }
 
 
@@ -63,7 +67,31 @@ def edge_filter(scope: Scope) -> Filter | None:
             must.append(FieldCondition(key, match=MatchValue(value)))
     if scope.kinds:
         must.append(FieldCondition("kind", match=MatchAny(list(scope.kinds))))
+    if scope.as_of_filter:
+        must.append(as_of_filter(scope))
     return Filter(must=must) if must else None
+
+
+def as_of_filter(scope: Scope) -> Filter:
+    """The run's own past, or else: first stored by `as_of` (points from before `first_at` by their
+    `created_at`), and of none of `exclude_runs`."""
+    others: list[Any] = []
+    if scope.as_of is not None:
+        before = RangeFloat(lte=scope.as_of)
+        legacy = Filter(must=[IsEmptyCondition("first_at"), FieldCondition("created_at", range=before)])
+        others.append(Filter(should=[FieldCondition("first_at", range=before), legacy]))
+    excluded: list[Any] = (
+        [FieldCondition("run_id", match=MatchAny(list(scope.exclude_runs)))] if scope.exclude_runs else []
+    )
+    should: list[Any] = [Filter(must=others, must_not=excluded)]
+    for run_id, through in scope.own_past:
+        if through is None:  # the run's own episodes, and what it repeated of others'
+            should.append(FieldCondition(RUNS, match=MatchValue(run_id)))
+        own: list[Any] = [FieldCondition("run_id", match=MatchValue(run_id))]
+        if through is not None:
+            own.append(FieldCondition("step", range=RangeFloat(lte=through)))
+        should.append(Filter(must=own))
+    return Filter(should=should)
 
 
 def check_compatible(path: Path, embedder: Embedder) -> None:

@@ -32,7 +32,10 @@ class Episode:
     text: str
     importance: float = 0.3  # 0..1; decisions and summaries higher (e.g. 0.8)
     index: int = 0  # tells apart several episodes of one kind at one step
-    created_at: float = 0.0  # epoch seconds; 0 -> now at upsert
+    created_at: float = 0.0  # epoch seconds; 0 -> now at upsert; a merged repeat moves it to the repeat's time
+    # When the memory was first stored (epoch seconds; 0 -> `created_at`): a merge never moves it,
+    # so recall "as of" a time finds a fact that existed then, however often it was learned since.
+    first_at: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -59,6 +62,8 @@ class Episode:
             importance=float(payload["importance"]),
             index=int(payload.get("index", 0)),
             created_at=float(payload["created_at"]),
+            # points stored before `first_at` existed: their time is the best known
+            first_at=float(payload.get("first_at", payload["created_at"])),
         )
 
 
@@ -69,6 +74,27 @@ class Recalled:
     episode: Episode
     similarity: float  # cosine
     score: float  # the blended re-rank score (see waypoint.memory.ranking)
+
+
+@dataclass(frozen=True)
+class RecallScope:
+    """Which episodes one run's recall may see (see `EpisodicStore.search`):
+
+    - `own_past`: the run's own history, as (run, through step; None: every step): the run itself,
+      then each ancestor it was forked or rerun from, up to the step its child started at. Always
+      recallable (episodes still in the window are dropped later: the model sees them verbatim);
+    - `as_of`: other episodes only if first stored at or before this time (epoch seconds);
+    - `exclude_runs`: other episodes never of these runs (the ancestors: their steps after the
+      fork point are a future this run did not live, its final answer included).
+    """
+
+    own_past: tuple[tuple[str, int | None], ...] = ()
+    as_of: float | None = None
+    exclude_runs: tuple[str, ...] = ()
+
+    def own(self, run_id: str, step: int) -> bool:
+        """Whether an episode of (run, step) is part of the run's own history."""
+        return any(r == run_id and (last is None or step <= last) for r, last in self.own_past)
 
 
 @runtime_checkable
@@ -106,7 +132,16 @@ class EpisodicStore(Protocol):
         run_id: str | None = None,
         kinds: Sequence[str] | None = None,
         now: float | None = None,
-    ) -> list[Recalled]: ...
+        as_of: float | None = None,
+        exclude_runs: Sequence[str] = (),
+        own_past: Sequence[tuple[str, int | None]] = (),
+    ) -> list[Recalled]:
+        """The `k` best episodes for `query` (similarity blended with recency and importance), of the
+        tenant, optionally of one agent, run or some kinds. Recall "as of" a time:
+        `as_of` keeps episodes first stored at or before it (epoch seconds); `exclude_runs` leaves
+        out those runs' episodes; `own_past` (run, through step; None: every step) names episodes
+        that pass both anyway, the asking run's own history (see `RecallScope`)."""
+        ...
 
     async def list_run(self, tenant: str, run_id: str) -> list[Episode]:
         """Every episode of a run, ordered by step, kind, index."""

@@ -14,7 +14,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
 from waypoint.errors import ConfigError
-from waypoint.memory.base import Hit, QdrantStoreBase, Scope
+from waypoint.memory.base import RUNS, Hit, QdrantStoreBase, Scope
 from waypoint.memory.episode import Embedder
 
 SCROLL_PAGE = 1_000
@@ -30,6 +30,8 @@ def payload_indexes() -> dict[str, Any]:
         "kind": models.PayloadSchemaType.KEYWORD,
         "step": models.PayloadSchemaType.INTEGER,
         "created_at": models.PayloadSchemaType.FLOAT,
+        "first_at": models.PayloadSchemaType.FLOAT,
+        RUNS: models.PayloadSchemaType.KEYWORD,
     }
 
 
@@ -41,7 +43,38 @@ def server_filter(scope: Scope) -> models.Filter | None:
             must.append(models.FieldCondition(key=key, match=models.MatchValue(value=value)))
     if scope.kinds:
         must.append(models.FieldCondition(key="kind", match=models.MatchAny(any=list(scope.kinds))))
+    if scope.as_of_filter:
+        must.append(as_of_filter(scope))
     return models.Filter(must=must) if must else None
+
+
+def as_of_filter(scope: Scope) -> models.Filter:
+    """The run's own past, or else: first stored by `as_of` (points from before `first_at` by their
+    `created_at`), and of none of `exclude_runs`."""
+    others: list[models.Condition] = []
+    if scope.as_of is not None:
+        before = models.Range(lte=scope.as_of)
+        legacy = models.Filter(
+            must=[
+                models.IsEmptyCondition(is_empty=models.PayloadField(key="first_at")),
+                models.FieldCondition(key="created_at", range=before),
+            ]
+        )
+        others.append(models.Filter(should=[models.FieldCondition(key="first_at", range=before), legacy]))
+    excluded: list[models.Condition] = (
+        [models.FieldCondition(key="run_id", match=models.MatchAny(any=list(scope.exclude_runs)))]
+        if scope.exclude_runs
+        else []
+    )
+    should: list[models.Condition] = [models.Filter(must=others, must_not=excluded)]
+    for run_id, through in scope.own_past:
+        if through is None:  # the run's own episodes, and what it repeated of others'
+            should.append(models.FieldCondition(key=RUNS, match=models.MatchValue(value=run_id)))
+        own: list[models.Condition] = [models.FieldCondition(key="run_id", match=models.MatchValue(value=run_id))]
+        if through is not None:
+            own.append(models.FieldCondition(key="step", range=models.Range(lte=through)))
+        should.append(models.Filter(must=own))
+    return models.Filter(should=should)
 
 
 class QdrantServerStore(QdrantStoreBase):

@@ -1,7 +1,8 @@
 """What a run's steps become in episodic memory, and what it recalls for the next one.
 
-Pure functions of events and search hits, shared by the model call (which stores and recalls
-in the same activity) and the memory worker's own activities.
+Pure functions of events, lineage and search hits (and the one search recall makes), shared by
+the model call (which stores and recalls in the same activity) and the memory worker's own
+activities.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from waypoint.memory.episode import Episode, Recalled
-from waypoint.names import MEMORY_SAVE_TOOL, PIN_TOOL, EpisodeKind, EventKind
+from waypoint.memory.episode import Episode, EpisodicStore, Recalled, RecallScope
+from waypoint.names import MEMORY_SAVE_TOOL, PIN_TOOL, EpisodeKind, EventKind, MemoryView
+from waypoint.store.rows import ForkLink
 from waypoint.transcript import clip, decision_text, step_account
 from waypoint.types import Memory
 
@@ -56,11 +58,66 @@ def memory_of(hit: Recalled) -> Memory:
     return Memory(text=ep.text, run_id=ep.run_id, step=ep.step, kind=ep.kind, score=hit.score, importance=ep.importance)
 
 
-def recalled_memories(hits: Sequence[Recalled], run_id: str, window_start: int, k: int) -> list[Memory]:
-    """The best `k` hits, without this run's steps still in the window (the model sees them verbatim)."""
+def recall_scope(chain: Sequence[ForkLink]) -> RecallScope:
+    """What a run recalls, from its chain of parents (itself first; `RunStore.fork_chain`).
+
+    Its own past always: itself, and each ancestor up to the step the chain left it at. Unless it
+    was started with `MemoryView.ALL`, never the rest of its ancestors' episodes: their later steps
+    are a future this run did not live (a rerun's original's final answer among them). With
+    `MemoryView.THEN` (a rerun's or fork's default) nothing stored after its parent's checkpoint
+    of the step it started from: memory as the original had it there, and as a parent that
+    recalled as of an earlier time had it, that time. A run of its own recalls everything."""
+    own: list[tuple[str, int | None]] = [(chain[0].run_id, None)]
+    through: int | None = None
+    for child, link in zip(chain, chain[1:], strict=False):
+        assert child.fork_step is not None  # only a run with a parent has one in the chain
+        through = child.fork_step if through is None else min(through, child.fork_step)
+        own.append((link.run_id, through))
+    view = chain[0].memory or MemoryView.THEN
+    if len(chain) == 1 or view == MemoryView.ALL:
+        return RecallScope(own_past=tuple(own))
+    return RecallScope(
+        own_past=tuple(own),
+        as_of=as_of(chain) if view == MemoryView.THEN else None,
+        exclude_runs=tuple(link.run_id for link in chain[1:]),
+    )
+
+
+def as_of(chain: Sequence[ForkLink]) -> float | None:
+    """The time a `MemoryView.THEN` run recalls as of: its parent's, if the parent recalled as of a
+    time too (an explicit THEN: runs from before the setting recalled everything), else when the
+    parent's checkpoint of the step it started from was written."""
+    for link, parent in zip(chain, chain[1:], strict=False):
+        if parent.memory != MemoryView.THEN:  # the first run, a `now` or `all` one, or one from before
+            return link.fork_at
+    return None
+
+
+async def recall_search(
+    memory: EpisodicStore, tenant_id: str, query: str, k: int, agent: str | None, scope: RecallScope
+) -> list[Recalled]:
+    """A recall's search: the agent's memories that `scope` lets the run see, ranked as of its time."""
+    return await memory.search(
+        tenant_id,
+        query,
+        k=k,
+        agent=agent,
+        now=scope.as_of,
+        as_of=scope.as_of,
+        exclude_runs=scope.exclude_runs,
+        own_past=scope.own_past,
+    )
+
+
+def recalled_memories(hits: Sequence[Recalled], scope: RecallScope, window_start: int, k: int) -> list[Memory]:
+    """The best `k` hits, without the run's own steps still in the window (the model sees them verbatim)."""
     kept = [
         memory_of(h)
         for h in hits
-        if not (h.episode.run_id == run_id and h.episode.kind == EpisodeKind.STEP and h.episode.step >= window_start)
+        if not (
+            h.episode.kind == EpisodeKind.STEP
+            and h.episode.step >= window_start
+            and scope.own(h.episode.run_id, h.episode.step)
+        )
     ]
     return kept[:k]

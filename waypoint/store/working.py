@@ -12,12 +12,13 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.errors import NotFound
-from waypoint.names import FINISHED, TURN_KINDS
+from waypoint.names import FINISHED, TURN_KINDS, EventKind
 from waypoint.store import context
 from waypoint.store.base import StoreBase, not_found, run_filter
 from waypoint.store.compactions import latest_compaction
 from waypoint.store.hashing import text_digest
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
+from waypoint.store.rows import ForkLink
 from waypoint.store.schema import checkpoints, events, recalled_texts, runs
 from waypoint.working_memory import Parts
 
@@ -116,6 +117,50 @@ class WorkingReads(StoreBase):
                 context.pending = {n: read.get(n, []) for n in range(first, last + 1)}
                 context.last = read.get(step - 1, [])
         return context
+
+    async def fork_chain(self, tenant_id: str, run_id: str) -> list[ForkLink]:
+        """The run, then its parent, the parent's parent... (what recall needs of its lineage: see
+        `waypoint.memory.steps.recall_scope`). Two queries, whatever the chain's length."""
+        parent = runs.alias("parent")
+        chain = (
+            select(runs.c.run_id, runs.c.parent_run_id, runs.c.fork_step, literal(0).label("depth"))
+            .where(run_filter(tenant_id, run_id))
+            .cte("chain", recursive=True)
+        )
+        chain = chain.union_all(
+            select(parent.c.run_id, parent.c.parent_run_id, parent.c.fork_step, chain.c.depth + 1).where(
+                parent.c.run_id == chain.c.parent_run_id, parent.c.tenant_id == tenant_id
+            )
+        )
+        memory = (
+            select(events.c.payload["fork"]["memory"].astext)
+            .where(events.c.run_id == chain.c.run_id, events.c.kind == EventKind.RUN_STARTED)
+            .order_by(events.c.seq)
+            .limit(1)
+            .scalar_subquery()
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(select(chain, memory.label("memory")).order_by(chain.c.depth))).all()
+            if not rows:
+                raise not_found(tenant_id, run_id)
+            # When each fork point's checkpoint was written; a fork may start from a step its parent
+            # inherited, whose checkpoint is an older ancestor's: the nearest one above holds it.
+            ids = [r.run_id for r in rows]
+            steps = {r.fork_step for r in rows if r.fork_step is not None}
+            written = {
+                (c.run_id, c.step): c.created_at.timestamp()
+                for c in await conn.execute(
+                    select(checkpoints.c.run_id, checkpoints.c.step, checkpoints.c.created_at).where(
+                        checkpoints.c.run_id.in_(ids), checkpoints.c.step.in_(steps)
+                    )
+                )
+            }
+        links = []
+        for i, r in enumerate(rows):
+            above = (written.get((a, r.fork_step)) for a in ids[i + 1 :])
+            fork_at = next((t for t in above if t is not None), None) if r.fork_step is not None else None
+            links.append(ForkLink(r.run_id, r.fork_step, r.memory, fork_at))
+        return links
 
     async def runs_to_remember(self, tenant_id: str | None, limit: int) -> list[tuple[str, str, str, int]]:
         """Finished runs with steps whose episodes are not stored, as (run_id, tenant_id, agent, steps);

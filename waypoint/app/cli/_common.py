@@ -24,6 +24,13 @@ T = TypeVar("T")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 RunArg = Annotated[str, typer.Argument(help="Run id.", show_default=False)]
 StepArg = Annotated[str, typer.Argument(help="Step number.", show_default=False)]
+MemoryOpt = Annotated[
+    str,
+    typer.Option(
+        help="What it recalls from long-term memory: then (as it was at that step of the original), "
+        "now (as it is); neither recalls the original's later steps, all does."
+    ),
+]
 
 # The global options (`--state-dir`, `--tenant`), set by the root callback before a command runs.
 overrides: dict[str, Any] = {}

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from waypoint.app.cli._common import JsonOpt, command, connect, fail
+from waypoint.app.cli._common import JsonOpt, MemoryOpt, command, connect, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -28,6 +28,7 @@ async def rerun(
     tools: Annotated[
         str, typer.Option(help="recorded: answer matching calls from the run's ledger; live: run every tool.")
     ] = "recorded",
+    memory: MemoryOpt = "then",
     select: Annotated[
         str | None, typer.Option(help='Rerun many runs: "status=completed agent=X since=7d".', show_default=False)
     ] = None,
@@ -47,11 +48,13 @@ async def rerun(
         raise fail("name one run, or pick many with --select (not both)")
     text = read_instructions(instructions) if instructions is not None else None
     if select is not None:
-        await rerun_batch(select, step, model, agent, text, tools, limit, concurrency, as_json)
+        await rerun_batch(select, step, model, agent, text, tools, memory, limit, concurrency, as_json)
         return
     assert run_id is not None
     async with await connect(temporal=True) as wp:
-        new_id = await wp.rerun(run_id, from_step=step, model=model, agent=agent, tools=tools, instructions=text)
+        new_id = await wp.rerun(
+            run_id, from_step=step, model=model, agent=agent, tools=tools, instructions=text, memory=memory
+        )
         if not follow:
             # the keys of POST /v1/runs/{id}/rerun's answer
             started = {"run_id": new_id, "parent_run_id": run_id, "from_step": step}
@@ -74,6 +77,7 @@ async def rerun_batch(
     agent: str | None,
     instructions: str | None,
     tools: str,
+    memory: str,
     limit: int,
     concurrency: int,
     as_json: bool,
@@ -99,6 +103,7 @@ async def rerun_batch(
                 agent=agent,
                 tools=tools,
                 instructions=instructions,
+                memory=memory,
                 on_done=done,
             )
     if as_json:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from waypoint.app.cli._common import JsonOpt, RunArg, command, connect
+from waypoint.app.cli._common import JsonOpt, MemoryOpt, RunArg, command, connect
 
 if TYPE_CHECKING:
     from waypoint.app.client import Waypoint
@@ -59,6 +59,7 @@ async def fork(
     step: Annotated[str, typer.Option("--step", help="Fork from the state at this step.")],
     message: Annotated[str | None, typer.Option(help="A user message added to that state.")] = None,
     model: Annotated[str | None, typer.Option(help="Model spec for the new run.")] = None,
+    memory: MemoryOpt = "then",
     follow: FollowOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -68,7 +69,7 @@ async def fork(
 
     fork_step = parse_step(step)
     async with await connect(temporal=True) as wp:
-        new_id = await wp.fork(run_id, fork_step, message=message, model=model)
+        new_id = await wp.fork(run_id, fork_step, message=message, model=model, memory=memory)
         if not follow:
             # the keys of POST /v1/runs/{id}/fork's answer
             started = {"run_id": new_id, "parent_run_id": run_id, "fork_step": fork_step}

@@ -42,6 +42,11 @@ class Fork(Body):
     step: int = Field(ge=0, description="Fork from the state at this step.")
     message: str | None = Field(None, description="A user message added to that state.")
     model: str | None = None
+    memory: str = Field(
+        "then",
+        description="What it recalls from long-term memory: then (as it was at that step of the original), "
+        "now (as it is); neither recalls the original's later steps, all does.",
+    )
 
 
 class Rerun(Body):
@@ -50,6 +55,11 @@ class Rerun(Body):
     agent: str | None = Field(None, description="Agent name (default: the run's own).")
     tools: str = Field("recorded", description="recorded (answer matching calls from the ledger) or live.")
     instructions: str | None = Field(None, description="The system prompt, in place of the agent's own.")
+    memory: str = Field(
+        "then",
+        description="What it recalls from long-term memory: then (as it was at that step of the original), "
+        "now (as it is); neither recalls the original's later steps, all does.",
+    )
 
 
 class Reason(Body):
@@ -256,7 +266,9 @@ def resume_point(last_event_id: str | None, after: int | None) -> int:
 @router.post("/runs/{run_id}/fork", status_code=201)
 async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
     """A new run from the state of this one at a step (plus an optional message); the parent is untouched."""
-    new_id = await api.wp.fork(run_id, body.step, message=body.message, model=body.model, tenant_id=tenant)
+    new_id = await api.wp.fork(
+        run_id, body.step, message=body.message, model=body.model, memory=body.memory, tenant_id=tenant
+    )
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "fork_step": body.step}
 
@@ -271,6 +283,7 @@ async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Re
         agent=body.agent,
         tools=body.tools,
         instructions=body.instructions,
+        memory=body.memory,
         tenant_id=tenant,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"

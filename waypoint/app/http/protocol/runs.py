@@ -28,7 +28,7 @@ from waypoint.app.http.state import ApiState
 from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.checks import new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
-from waypoint.names import FINISHED
+from waypoint.names import FINISHED, MemoryView
 from waypoint.store.rows import RunRow, ThreadRow
 
 router = APIRouter(tags=["agent protocol: runs"])
@@ -109,7 +109,17 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
                 task, agent=body.assistant_id, model=model, max_steps=max_steps, tenant_id=tenant, run_id=run_id
             )
         else:
-            await api.wp.fork(parent.run_id, step, message=task, model=model, tenant_id=tenant, new_run_id=run_id)
+            # A thread's next turn goes on with long-term memory as it is now (other threads' included),
+            # never with what a turn after the checkpoint it starts from stored (an abandoned branch).
+            await api.wp.fork(
+                parent.run_id,
+                step,
+                message=task,
+                model=model,
+                memory=MemoryView.NOW,
+                tenant_id=tenant,
+                new_run_id=run_id,
+            )
     except BaseException:
         await api.wp.store.release_thread_run(thread_id, run_id)
         raise
