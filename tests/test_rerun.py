@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import select
 
@@ -296,6 +297,15 @@ async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
     assert compared["instructions_diff"] == ["@@ -1 +1 @@", "-Write lines.", "+Be brief."]
     empty = await api.http.post(f"/v1/runs/{original}/rerun", json={"instructions": " "})
     assert empty.status_code == 400 and "empty" in empty.json()["error"]["message"]
+
+    # the viewer names reruns as reruns, on both sides
+    from tests.test_viewer import sign_in
+
+    async with httpx.AsyncClient(base_url=api.url) as browser:
+        assert (await sign_in(browser, api.key)).status_code == 303
+        page = (await browser.get(f"/ui/runs/{original}")).text
+        assert "<dt>Reruns</dt>" in page and f"/ui/runs/{rerun}" in page and "<dt>Forks</dt>" not in page
+        assert "<dt>Rerun of</dt>" in (await browser.get(f"/ui/runs/{rerun}")).text
 
 
 @pytest.mark.timeout(300)
