@@ -18,11 +18,12 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.boundary import attempt, boundary, heartbeating
+from activities.boundary import attempt, boundary, gives_up, heartbeating
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.mcp import MCPHub
 from waypoint.names import Activity, RunStatus
+from waypoint.retry import START_ATTEMPTS
 from waypoint.store import RunStore
 from waypoint.store.steps import NewRun
 from waypoint.types import FinishRunInput, RunPlan, RunResult, SetStatusInput, StartRunInput, StepRecord
@@ -66,6 +67,7 @@ class CheckpointActivities:
 
     @activity.defn(name=Activity.START_RUN)
     @boundary
+    @gives_up(START_ATTEMPTS)
     async def start_run(self, inp: StartRunInput) -> RunPlan:
         """Create the run row, its `run_started` event and checkpoint 0 (instructions + task); list
         the agent's MCP tools first, if it has MCP servers."""

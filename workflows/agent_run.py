@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
@@ -167,7 +168,9 @@ class AgentRunWorkflow(RunMessages):
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.
-            plan: RunPlan = await self._store(Activity.START_RUN, start, RunPlan, timeout=retry.START_TIMEOUT)
+            plan: RunPlan = await self._store(
+                Activity.START_RUN, start, RunPlan, timeout=retry.START_TIMEOUT, policy=retry.START_RETRY
+            )
             return plan
         except FAILED as exc:
             reason = f"run {self._run_id} could not start: {failure_message(exc)}"
@@ -185,12 +188,18 @@ class AgentRunWorkflow(RunMessages):
         return self._store_locally
 
     async def _store(
-        self, name: Activity, arg: Any, result_type: type | None = None, *, timeout: timedelta = retry.STORE_TIMEOUT
+        self,
+        name: Activity,
+        arg: Any,
+        result_type: type | None = None,
+        *,
+        timeout: timedelta = retry.STORE_TIMEOUT,
+        policy: RetryPolicy = retry.STORE_RETRY,
     ) -> Any:
         """A write to the Postgres mirror: short, idempotent, retried until it lands."""
         if self._local_store():
             return await workflow.execute_local_activity(
-                name, arg, result_type=result_type, start_to_close_timeout=timeout, retry_policy=retry.STORE_RETRY
+                name, arg, result_type=result_type, start_to_close_timeout=timeout, retry_policy=policy
             )
         return await workflow.execute_activity(
             name,
@@ -198,7 +207,7 @@ class AgentRunWorkflow(RunMessages):
             result_type=result_type,
             start_to_close_timeout=timeout,
             heartbeat_timeout=retry.HEARTBEAT_TIMEOUT if timeout > retry.STORE_TIMEOUT else None,
-            retry_policy=retry.STORE_RETRY,
+            retry_policy=policy,
         )
 
     def _deadline_remaining(self) -> float | None:
