@@ -124,5 +124,7 @@ class CheckpointActivities:
                 error=inp.error or "could not start",
             )
         else:
-            row = await self.store.finish_run(inp.tenant_id, inp.run_id, RunStatus(inp.status), inp.output, inp.error)
+            row = await self.store.finish_run(
+                inp.tenant_id, inp.run_id, RunStatus(inp.status), inp.output, inp.error, interrupted=inp.interrupted
+            )
         return row.result()

@@ -64,6 +64,7 @@ class EventKind(StrEnum):
     MODEL_RESPONSE = "model_response"
     TOOL_RESULT = "tool_result"
     STATUS_CHANGED = "status_changed"
+    STEP_CANCELLED = "step_cancelled"  # a cancel stopped a step in flight (its model call); no checkpoint for it
     RUN_FINISHED = "run_finished"
 
 
