@@ -39,6 +39,8 @@ FINISHED = frozenset(
     {RunStatus.COMPLETED, RunStatus.MAX_STEPS, RunStatus.BUDGET_EXCEEDED, RunStatus.CANCELLED, RunStatus.FAILED}
 )
 LIVE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.WAITING_APPROVAL})
+# Shown, never stored: an unfinished run whose workflow task keeps failing (derived from Temporal at read time).
+STUCK = "stuck"
 
 
 class RunSort(StrEnum):

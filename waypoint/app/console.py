@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from waypoint.config import Settings
-from waypoint.names import RunStatus
+from waypoint.names import STUCK, RunStatus
 from waypoint.store.rows import ApiKeyRow, BatchReport, CallLine, RunComparison, RunRow, StepLine, StepSide, as_json
 
 console = Console()
@@ -24,6 +24,7 @@ STATUS_STYLE: dict[str, str] = {
     RunStatus.COMPLETED: "green",
     RunStatus.MAX_STEPS: "yellow",
     RunStatus.FAILED: "red",
+    STUCK: "bold red",
 }
 
 
@@ -116,8 +117,12 @@ def run_table(run: RunRow) -> Table:
     table.add_column()
     for key in RUN_FIELDS:
         value = getattr(run, key)
+        if key == "status":
+            value = run.shown_status
         if value is not None:
             table.add_row(key, status_text(value) if key == "status" else str(value))
+    if run.stuck:
+        table.add_row("stuck", f"[red]{escape(run.stuck)}[/red]: `waypoint cancel {run.run_id}` ends it")
     return table
 
 
@@ -132,7 +137,7 @@ def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
     for r in rows:
         task = r.task if len(r.task) <= room else r.task[: room - 1] + "…"
         created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
-        table.add_row(r.run_id, r.agent, status_text(r.status), str(r.steps), created, task)
+        table.add_row(r.run_id, r.agent, status_text(r.shown_status), str(r.steps), created, task)
     return table
 
 

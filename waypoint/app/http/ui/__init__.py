@@ -203,7 +203,7 @@ async def runs_page(
 async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> Response:
     wp = api.wp
     try:
-        row = await wp.run(run_id, tenant_id=tenant)
+        row = await wp.run(run_id, tenant_id=tenant, check_stuck=True)
     except NotFound as exc:
         try:
             starting = await wp.starting(run_id, tenant_id=tenant)
@@ -223,7 +223,7 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
     after_seq = 0
     if row.status not in FINISHED:
         try:
-            live = await wp.progress(run_id, tenant_id=tenant)
+            live = None if row.stuck else await wp.progress(run_id, tenant_id=tenant)  # a stuck run answers no query
         except WaypointError:
             live = None  # Temporal unreachable: Postgres still answers
         last_step = lines[-1].step if lines else 0
