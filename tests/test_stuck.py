@@ -1,12 +1,13 @@
 """A run that cannot make progress: its workflow task fails on every attempt (here: the only worker
 left runs workflow code that cannot replay it, as after a deploy that broke determinism). It is
-shown `stuck` with the failure (CLI, HTTP, a metric), a message to it answers at once with what is
+shown `stuck` with the failure (CLI, HTTP, the viewer, a metric), a message to it answers at once with what is
 wrong, and cancel still ends it (its workflow is terminated), so it can be deleted."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -51,6 +52,10 @@ async def test_a_stuck_run_is_shown_stuck_refuses_messages_at_once_and_cancel_en
         assert [(r["run_id"], r["status"]) for r in listed] == [(run_id, "stuck")]
         done = await waypoint(settings, "status", run_id)
         assert "stuck" in done.out and "waypoint cancel" in done.out, done.out + done.err
+        async with httpx.AsyncClient(base_url=api.url) as viewer:
+            await viewer.post("/ui/login", data={"key": api.key})
+            page = (await viewer.get(f"/ui/runs/{run_id}")).text
+        assert 'class="status status-stuck"' in page and "Nondeterminism" in page
         assert by(points(metrics)["waypoint.run.stuck"], "waypoint.run_id") == {(run_id,): 1}
 
         with pytest.raises(Conflict, match=f"run {run_id} is stuck: its workflow task failed"):

@@ -211,7 +211,11 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
             starting = False
         if not starting:
             return error_page(request, exc)
-        return render(request, "starting.html", run_id=run_id)  # Temporal runs it; its row comes next
+        try:
+            stuck = await wp.stuck(run_id, tenant_id=tenant)  # its row may never come: say why
+        except WaypointError:
+            stuck = None
+        return render(request, "starting.html", run_id=run_id, stuck=stuck)  # Temporal runs it; its row comes next
     except WaypointError as exc:
         return error_page(request, exc)
     try:
