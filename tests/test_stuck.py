@@ -62,6 +62,7 @@ async def test_a_stuck_run_is_shown_stuck_refuses_messages_at_once_and_cancel_en
             await wp.pause(run_id)
         progress = await wp.cancel(run_id, "the deploy broke it")
     assert progress.status == "cancelled"
+    assert by(points(metrics)["waypoint.run.stuck"], "waypoint.run_id") == {(run_id,): 0}
     assert (await handle.describe()).status == WorkflowExecutionStatus.TERMINATED
     row = await wp.run(run_id)
     assert row.status == "cancelled" and row.error is not None

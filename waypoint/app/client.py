@@ -93,6 +93,7 @@ class Waypoint:
         self.store = RunStore(engine)
         self.settings = settings
         self._trace_ids: dict[str, str] = {}
+        self._stuck_seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 
     @classmethod
     async def connect(cls, settings: Settings, *, temporal: bool = True) -> Waypoint:
@@ -405,6 +406,7 @@ class Waypoint:
         tenant = self.tenant(tenant_id)
         error = f"{reason or 'cancelled by a user'} (while stuck: {why}; its workflow was terminated)"
         await (await self.temporal()).terminate(run_id, error)
+        self._gauge_stuck(run_id, tenant, None)
         try:
             row = await self.store.finish_run(tenant, run_id, RunStatus.CANCELLED, None, error)
         except NotFound:  # stuck before its row was written: Temporal keeps the reason
@@ -424,14 +426,21 @@ class Waypoint:
         return await self._stuck(run_id, self.tenant(tenant_id))
 
     async def _stuck(self, run_id: str, tenant: str) -> str | None:
-        from waypoint import telemetry  # only a look at a live run needs it
-
         try:
             why = await (await self.temporal()).stuck(run_id)
         except WaypointError:  # Temporal unreachable: Postgres still answers, without this
             return None
-        telemetry.metrics().stuck.set(1 if why else 0, {"waypoint.run_id": run_id, "waypoint.tenant": tenant})
+        self._gauge_stuck(run_id, tenant, why)
         return why
+
+    def _gauge_stuck(self, run_id: str, tenant: str, why: str | None) -> None:
+        """`waypoint.run.stuck`: 1 for a run seen stuck, back to 0 when it is not (a point per run
+        this process saw stuck, not per run it read)."""
+        from waypoint import telemetry  # only a look at a live run needs it
+
+        if why or run_id in self._stuck_seen:
+            telemetry.metrics().stuck.set(1 if why else 0, {"waypoint.run_id": run_id, "waypoint.tenant": tenant})
+            (self._stuck_seen.add if why else self._stuck_seen.discard)(run_id)
 
     async def with_stuck(self, rows: Sequence[RunRow]) -> list[RunRow]:
         """The rows, each unfinished one marked with why it is stuck if it is (one Temporal call
