@@ -6,6 +6,7 @@ wrong, and cancel still ends it (its workflow is terminated), so it can be delet
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -16,11 +17,11 @@ from temporalio.worker import Worker
 from tests.changed_workflow import ChangedAgentRunWorkflow
 from tests.helpers import eventually, waypoint
 from tests.test_telemetry_more import by, points
-from waypoint import telemetry
+from waypoint import retry, telemetry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.errors import Conflict, NotFound
+from waypoint.errors import Conflict, NotFound, Unavailable
 
 pytestmark = pytest.mark.postgres
 
@@ -70,3 +71,16 @@ async def test_a_stuck_run_is_shown_stuck_refuses_messages_at_once_and_cancel_en
     await wp.delete(run_id)
     with pytest.raises(NotFound):
         await wp.run(run_id)
+
+
+async def test_a_message_no_worker_takes_answers_within_the_bound(
+    client: Client, engine, settings: Settings, agents, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(retry, "ACTION_WAIT", timedelta(seconds=1))
+    wp = Waypoint(client, engine, settings)
+    async with build_worker(client, engine, settings, agents):
+        run_id = await wp.start_run("clean up", agent="careful")
+        await eventually(lambda: wp.progress(run_id), what="the run waiting for approval")
+    with pytest.raises(Unavailable, match=f"run {run_id} did not take pause within 1 s: .*stays queued"):
+        await wp.pause(run_id)
+    await client.get_workflow_handle(run_id).terminate("test over")

@@ -19,7 +19,13 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, GetWorkflowExecutionHistoryReverseRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -143,11 +149,14 @@ class TemporalGateway:
         """Deliver a message and return the run's answer. A run that cannot take it within
         retry.ACTION_WAIT (its workflow tasks fail, no worker polls) answers with what is wrong."""
         handle = self.client.get_workflow_handle(run_id)
+        bound = asyncio.timeout(retry.ACTION_WAIT.total_seconds())
         try:
             with self.readable(run_id):
-                async with asyncio.timeout(retry.ACTION_WAIT.total_seconds()):
+                async with bound:
                     progress: RunProgress = await handle.execute_update(name, arg, result_type=RunProgress)
-        except TimeoutError:
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # the SDK turns the cancel into its own
+            if not bound.expired():
+                raise
             why = await self.blocked(run_id) or "its worker is busy or restarting"
             raise Unavailable(
                 f"run {run_id} did not take {name} within {retry.ACTION_WAIT.total_seconds():g} s: {why}. The message "
