@@ -4,7 +4,8 @@
 is the error's class name, non-retryable unless the error is retryable, with its delay and
 details, and marked BENIGN, so the worker logs it as one structured line (run, step, attempt,
 reason) instead of a traceback. Anything else is a bug: Temporal logs its traceback and
-retries it by the activity's policy.
+retries it by the activity's policy, except in an activity marked `@gives_up(attempts)`, which
+logs the traceback once and gives up after that many attempts (see `gives_up`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from waypoint.errors import WaypointError
 from waypoint.retry import HEARTBEAT_EVERY
+from waypoint.store.db import database_error
 
 log = logging.getLogger("waypoint.activity")
 
@@ -76,6 +78,55 @@ def boundary(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             raise application_error(exc) from None
 
     return wrapper
+
+
+def gives_up(attempts: int) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Decorate an activity (below `@boundary`) that no retry can heal once it fails for a reason
+    Waypoint does not know (start_run: a bug in an agent's definition, a value Postgres refuses).
+    A database failure becomes its Waypoint error (an outage retries, a refused value does not);
+    anything else is logged with its traceback on the first attempt only, then as one line per
+    attempt, and after `attempts` attempts it is not retried, so the run ends with the reason
+    instead of failing forever."""
+
+    def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(fn)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return await fn(*args, **kwargs)
+            except WaypointError:
+                raise
+            except Exception as exc:
+                known = database_error(exc)
+                if known is not None:
+                    raise known from None
+                info = activity.info()
+                last = info.attempt >= attempts
+                log.warning(
+                    "%s failed unexpectedly: run=%s attempt=%s of %s error=%s (%s): %s",
+                    info.activity_type,
+                    info.workflow_id,
+                    info.attempt,
+                    attempts,
+                    type(exc).__name__,
+                    "not retried" if last else "will retry",
+                    exc,
+                    exc_info=exc if info.attempt == 1 else None,
+                    extra={
+                        "waypoint_run_id": info.workflow_id,
+                        "waypoint_attempt": info.attempt,
+                        "waypoint_error": type(exc).__name__,
+                    },
+                )
+                raise ApplicationError(
+                    f"{type(exc).__name__}: {exc} (after {info.attempt} attempt(s))" if last else str(exc),
+                    type=type(exc).__name__,
+                    non_retryable=last,
+                    category=ApplicationErrorCategory.BENIGN,
+                ) from None
+
+        return wrapper
+
+    return decorate
 
 
 def attempt() -> int:

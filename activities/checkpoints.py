@@ -19,10 +19,11 @@ from typing import Any
 from temporalio import activity
 
 from waypoint import telemetry
-from waypoint.activities.boundary import attempt, boundary, heartbeating
+from waypoint.activities.boundary import attempt, boundary, gives_up, heartbeating
 from waypoint.agents import AgentRegistry
 from waypoint.mcp import MCPHub
 from waypoint.names import Activity, RunStatus
+from waypoint.retry import START_ATTEMPTS
 from waypoint.store import RunStore
 from waypoint.store.steps import NewRun
 from waypoint.types import FinishRunInput, RunPlan, RunResult, SetStatusInput, StartRunInput, StepRecord
@@ -66,6 +67,7 @@ class CheckpointActivities:
 
     @activity.defn(name=Activity.START_RUN)
     @boundary
+    @gives_up(START_ATTEMPTS)
     async def start_run(self, inp: StartRunInput) -> RunPlan:
         """Create the run row, its `run_started` event and checkpoint 0 (instructions + task); list
         the agent's MCP tools first, if it has MCP servers."""
@@ -122,5 +124,7 @@ class CheckpointActivities:
                 error=inp.error or "could not start",
             )
         else:
-            row = await self.store.finish_run(inp.tenant_id, inp.run_id, RunStatus(inp.status), inp.output, inp.error)
+            row = await self.store.finish_run(
+                inp.tenant_id, inp.run_id, RunStatus(inp.status), inp.output, inp.error, interrupted=inp.interrupted
+            )
         return row.result()

@@ -80,6 +80,16 @@ broken = Agent(name="broken", instructions="Its script has a bug.", model=Script
 TEST_AGENTS.append(broken)
 
 
+class _Unplannable(Agent):
+    def tool_specs(self) -> list:  # a bug in an agent's definition: every start_run fails on it
+        raise RuntimeError("the tool table is corrupt")
+
+
+unplannable = _Unplannable(name="unplannable", instructions="Can never start.", model=ScriptedModel([]))
+
+TEST_AGENTS.append(unplannable)
+
+
 # --- durability -------------------------------------------------------------------------------------
 
 

@@ -15,11 +15,11 @@ from waypoint.app.client import Waypoint
 from waypoint.app.demo_run import wrote_report
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
-from waypoint.errors import InvalidInput, UnknownAgent
+from waypoint.errors import InvalidInput, NotFound, UnknownAgent
 from waypoint.names import Workflow
 from waypoint.store.hashing import event_hash
 from waypoint.store.schema import checkpoints, events, runs
-from waypoint.types import RunInput
+from waypoint.types import Budget, RunInput
 
 pytestmark = pytest.mark.postgres
 
@@ -144,6 +144,36 @@ async def test_a_run_whose_start_fails_anyway_gets_a_failed_row(client: Client, 
     async with engine.connect() as conn:
         kinds = list(await conn.scalars(select(events.c.kind).where(events.c.run_id == run_id)))
     assert kinds == ["run_finished"]
+
+
+async def test_a_start_that_keeps_failing_ends_failed_with_the_reason_and_can_be_deleted(
+    client: Client, engine: AsyncEngine, settings, worker, caplog: pytest.LogCaptureFixture
+):
+    # A bug in the agent's definition: start_run fails the same way on every attempt. It is tried a
+    # few times (one traceback, then a line per attempt) and the run ends failed with the reason. A
+    # value Postgres refuses (a budget past its column, started without the client's checks) fails
+    # at the first attempt: no retry can heal it.
+    wp = Waypoint(client, engine, settings)
+    buggy = await wp.start_run("hello", agent="unplannable")
+    huge = f"run-{uuid.uuid4().hex[:12]}"
+    await client.start_workflow(
+        Workflow.AGENT_RUN,
+        RunInput(agent="calculator", task="hello", tenant_id=settings.tenant, budget=Budget(max_steps=2**40)),
+        id=huge,
+        task_queue=settings.task_queue,
+    )
+    assert (await wp.result(buggy)).status == "failed"
+    assert (await wp.result(huge)).status == "failed"
+    row = await wp.run(buggy)
+    assert "could not start: RuntimeError: the tool table is corrupt (after 3 attempt(s))" in (row.error or "")
+    assert "Postgres refused a value" in ((await wp.run(huge)).error or "")
+    assert {buggy, huge} <= {r.run_id for r in await wp.runs(status="failed")}
+    tracebacks = [r for r in caplog.records if r.exc_info and buggy in r.getMessage()]
+    assert len(tracebacks) == 1, [r.getMessage() for r in tracebacks]
+    for run_id in (buggy, huge):
+        await wp.delete(run_id)
+        with pytest.raises(NotFound):
+            await wp.run(run_id)
 
 
 async def test_a_bug_in_a_script_fails_the_run_without_retrying(client: Client, engine, settings: Settings, worker):

@@ -9,6 +9,7 @@ from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from tests.agents import EFFECTS
+from tests.helpers import eventually
 from waypoint.activities.tools import INLINE_OUTPUT_CHARS, ToolActivities
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
@@ -211,3 +212,23 @@ async def test_a_200_that_is_not_a_completion_is_retried_then_fails_naming_what_
         (3, "MalformedAnswer", False),
     ]
     assert "502 Bad Gateway (proxy)" in failed[0]["error"]
+
+
+async def test_cancel_stops_a_step_stuck_in_model_retries(
+    client: Client, engine, settings: Settings, worker, fake_openai: FakeOpenAI
+):
+    # The model server is down for 30 s: the step's model call waits for its next attempt. A cancel
+    # ends the run now, not after the outage: the call is cancelled, the step gets no checkpoint and
+    # a `step_cancelled` event says what was stopped.
+    down = Reply(503, {"error": {"message": "down for maintenance", "type": "server_error"}}, {"retry-after": "30"})
+    fake_openai.responder = lambda body, n: down if n == 1 else Turn(content="too late")
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("hi", agent="remote")
+    await eventually(lambda: run_events(engine, run_id, "model_attempt_failed"), what="a failed model attempt")
+    await wp.cancel(run_id, "the provider is down")
+    result = await wp.result(run_id)
+    assert (result.status, result.error) == ("cancelled", "the provider is down")
+    assert len(fake_openai.seen) == 1  # it ended while the model was still down
+    (stopped,) = await run_events(engine, run_id, "step_cancelled")
+    assert (stopped["step"], stopped["activity"]) == (1, "call_model")
+    assert await checkpoint_steps(engine, run_id) == [0]

@@ -53,6 +53,7 @@ def test_histories_are_checked_in():
     names = {p.relative_to(HISTORIES).as_posix() for p in HISTORIES.rglob("*.json")}
     assert names >= {
         "agent_run_calculator.json",
+        "agent_run_cancelled_in_flight.json",
         "agent_run_clumsy.json",
         "agent_run_failed_start.json",
         "agent_run_mute_once.json",
@@ -178,6 +179,23 @@ async def test_fresh_failed_start_history_replays(client: Client, settings, work
     with pytest.raises(WorkflowFailureError):
         await client.get_workflow_handle(run_id).result()
     await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_failed_start.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_cancelled_in_flight_history_replays(client: Client, engine, settings, worker, fake_openai):
+    """A cancel that stops a model call waiting for its next attempt (a patched branch: runs from
+    before waited for the step to end)."""
+    from tests.helpers import eventually
+    from tests.test_durability import run_events
+    from waypoint.testing.fake_openai import Reply
+
+    fake_openai.responder = lambda body, n: Reply(503, {"error": {"message": "down"}}, {"retry-after": "30"})
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("replay me", agent="remote")
+    await eventually(lambda: run_events(engine, run_id, "model_attempt_failed"), what="a failed model attempt")
+    await wp.cancel(run_id)
+    assert (await wp.result(run_id)).status == "cancelled"
+    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_cancelled_in_flight.json")
 
 
 @pytest.mark.postgres

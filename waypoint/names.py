@@ -39,6 +39,8 @@ FINISHED = frozenset(
     {RunStatus.COMPLETED, RunStatus.MAX_STEPS, RunStatus.BUDGET_EXCEEDED, RunStatus.CANCELLED, RunStatus.FAILED}
 )
 LIVE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.WAITING_APPROVAL})
+# Shown, never stored: an unfinished run whose workflow task keeps failing (derived from Temporal at read time).
+STUCK = "stuck"
 
 
 class RunSort(StrEnum):
@@ -64,6 +66,7 @@ class EventKind(StrEnum):
     MODEL_RESPONSE = "model_response"
     TOOL_RESULT = "tool_result"
     STATUS_CHANGED = "status_changed"
+    STEP_CANCELLED = "step_cancelled"  # a cancel stopped a step in flight (its model call); no checkpoint for it
     RUN_FINISHED = "run_finished"
 
 

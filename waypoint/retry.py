@@ -10,6 +10,9 @@ Imported by workflow code, so it may use only temporalio and the standard librar
   succeed later. `classify_model_failure` holds these rules.
 - Tools: any exception but ToolError retries, up to the tool's `max_attempts`.
 - Postgres writes: retried until they succeed (they are idempotent).
+- start_run: like a write, but bounded: an unexpected failure (a bug in an agent's definition) is
+  tried START_ATTEMPTS times, anything else (an outage, an MCP server that hangs) at most
+  START_RETRY's attempts; then the run ends `failed` with the reason.
 - Memory and inline compaction: a few attempts, then the run goes on without them.
 - Never retried: the error types in NON_RETRYABLE (`waypoint.errors`), whatever the activity.
 """
@@ -48,6 +51,9 @@ STORE_TIMEOUT = timedelta(seconds=5)
 START_TIMEOUT = timedelta(seconds=120)
 # A workflow task on a worker that died is handed to another after this (Temporal's default is 10 s).
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
+# How long a client waits for a run to take a message (pause, cancel, send...): a run that cannot
+# make progress answers with what is wrong instead of hanging.
+ACTION_WAIT = timedelta(seconds=10)
 # A tool the plan does not know (it cannot happen unless an agent changed mid-run) gets this.
 DEFAULT_TOOL_TIMEOUT_SECONDS = 60.0
 # Memory is best-effort: without a memory worker polling, a step waits this long, then goes on.
@@ -73,6 +79,17 @@ STORE_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=0,
+    non_retryable_error_types=NON_RETRYABLE,
+)
+
+# A start that fails for a reason Waypoint does not know is tried this often (`activities.boundary.gives_up`).
+START_ATTEMPTS = 3
+# Any other start failure that retrying may heal (Postgres down) is retried for about three minutes.
+START_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=24,
     non_retryable_error_types=NON_RETRYABLE,
 )
 

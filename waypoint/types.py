@@ -344,6 +344,8 @@ class FinishRunInput:
     # Set when the run could not start: its row is written from this, so a run that was given an
     # id is never invisible.
     start: StartRunInput | None = None
+    # Set when a cancel stopped a step in flight: {"step", "activity", "why"}, logged as `step_cancelled`.
+    interrupted: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

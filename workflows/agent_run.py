@@ -21,7 +21,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from waypoint.workflows.run_messages import RunMessages
@@ -64,6 +65,14 @@ FAILED = (ActivityError, ApplicationError, ActivityTimeout)
 MEMORY_RETRY_STEPS = 10
 # Inline compaction at most once per this many steps, however large the newest turns are.
 COMPACT_EVERY_MIN_STEPS = 5
+
+
+class StepCancelled(Exception):
+    """The run was cancelled while its step's model call was in flight, and the call was cancelled."""
+
+    def __init__(self, step: int, why: str):
+        super().__init__(why)
+        self.step = step
 
 
 def stop_reason(
@@ -109,6 +118,7 @@ class AgentRunWorkflow(RunMessages):
         first_step = state.step
 
         status, output, reason = RunStatus.MAX_STEPS, None, None
+        interrupted: dict[str, Any] | None = None
         try:
             while True:
                 stop = stop_reason(self._state, self._cancel_reason, self._deadline_remaining())
@@ -140,6 +150,9 @@ class AgentRunWorkflow(RunMessages):
                     status = RunStatus.FAILED
                     reason = f"the model made invalid tool calls {self._state.repairs} steps in a row; last: {bad}"
                     break
+        except StepCancelled as stopped:
+            status, reason = RunStatus.CANCELLED, self._cancel_reason
+            interrupted = {"step": stopped.step, "activity": Activity.CALL_MODEL.value, "why": str(stopped)}
         except FAILED as exc:
             status, reason = RunStatus.FAILED, failure_message(exc)
 
@@ -148,7 +161,12 @@ class AgentRunWorkflow(RunMessages):
             await self._memory(inp, remember=state.step, recall=None)
         self._status = status
         finish = FinishRunInput(
-            run_id=self._run_id, tenant_id=inp.tenant_id, status=status, output=output, error=reason
+            run_id=self._run_id,
+            tenant_id=inp.tenant_id,
+            status=status,
+            output=output,
+            error=reason,
+            interrupted=interrupted,
         )
         result: RunResult = await self._store(Activity.FINISH_RUN, finish, RunResult)
         if status == RunStatus.FAILED:
@@ -167,7 +185,9 @@ class AgentRunWorkflow(RunMessages):
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.
-            plan: RunPlan = await self._store(Activity.START_RUN, start, RunPlan, timeout=retry.START_TIMEOUT)
+            plan: RunPlan = await self._store(
+                Activity.START_RUN, start, RunPlan, timeout=retry.START_TIMEOUT, policy=retry.START_RETRY
+            )
             return plan
         except FAILED as exc:
             reason = f"run {self._run_id} could not start: {failure_message(exc)}"
@@ -185,12 +205,18 @@ class AgentRunWorkflow(RunMessages):
         return self._store_locally
 
     async def _store(
-        self, name: Activity, arg: Any, result_type: type | None = None, *, timeout: timedelta = retry.STORE_TIMEOUT
+        self,
+        name: Activity,
+        arg: Any,
+        result_type: type | None = None,
+        *,
+        timeout: timedelta = retry.STORE_TIMEOUT,
+        policy: RetryPolicy = retry.STORE_RETRY,
     ) -> Any:
         """A write to the Postgres mirror: short, idempotent, retried until it lands."""
         if self._local_store():
             return await workflow.execute_local_activity(
-                name, arg, result_type=result_type, start_to_close_timeout=timeout, retry_policy=retry.STORE_RETRY
+                name, arg, result_type=result_type, start_to_close_timeout=timeout, retry_policy=policy
             )
         return await workflow.execute_activity(
             name,
@@ -198,7 +224,7 @@ class AgentRunWorkflow(RunMessages):
             result_type=result_type,
             start_to_close_timeout=timeout,
             heartbeat_timeout=retry.HEARTBEAT_TIMEOUT if timeout > retry.STORE_TIMEOUT else None,
-            retry_policy=retry.STORE_RETRY,
+            retry_policy=policy,
         )
 
     def _deadline_remaining(self) -> float | None:
@@ -312,17 +338,36 @@ class AgentRunWorkflow(RunMessages):
     async def _call_model(self, call: CallModelInput, task_queue: str | None = None, **timeouts: Any) -> ModelTurn:
         state = self._state
         assert state is not None
-        turn: ModelTurn = await workflow.execute_activity(
+        options: dict[str, Any] = {
+            "result_type": ModelTurn,
+            "task_queue": task_queue,
+            "start_to_close_timeout": timedelta(seconds=state.plan.retry.timeout_seconds),
+            "heartbeat_timeout": retry.HEARTBEAT_TIMEOUT,
+            "retry_policy": retry.model_retry(state.plan.retry),
+            **timeouts,
+        }
+        if not workflow.patched("cancel-model-call-1"):  # runs from before: a cancel waits for the step
+            turn: ModelTurn = await workflow.execute_activity(Activity.CALL_MODEL, call, **options)
+            return turn
+        # A cancel stops the call at once, even in the middle of its retries: the attempt running
+        # sees it through its heartbeat, and a call waiting for its next attempt just ends.
+        # Waiting for the cancellation to complete keeps the attempt's own events before the run's end.
+        handle = workflow.start_activity(
             Activity.CALL_MODEL,
             call,
-            result_type=ModelTurn,
-            task_queue=task_queue,
-            start_to_close_timeout=timedelta(seconds=state.plan.retry.timeout_seconds),
-            heartbeat_timeout=retry.HEARTBEAT_TIMEOUT,
-            retry_policy=retry.model_retry(state.plan.retry),
-            **timeouts,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            **options,
         )
-        return turn
+        await workflow.wait_condition(lambda: handle.done() or self._cancel_reason is not None)
+        if handle.done():
+            return await handle  # type: ignore[no-any-return]
+        handle.cancel()
+        try:
+            return await handle  # type: ignore[no-any-return]  # it answered before the cancel took
+        except (ActivityError, asyncio.CancelledError) as exc:
+            if isinstance(exc, ActivityError) and not isinstance(exc.cause, CancelledError):
+                raise
+            raise StepCancelled(call.step, f"step {call.step}'s model call was cancelled in flight") from None
 
     async def _call_model_with_memory(self, call: CallModelInput, plan: RunPlan) -> ModelTurn:
         """The model call on the worker that holds episodic memory, which stores the episodes not stored

@@ -35,9 +35,19 @@ from waypoint.checks import (
 from waypoint.checks import new_run_id as make_run_id
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
-from waypoint.errors import ConfigError, InvalidInput, NotFound, WaypointError
+from waypoint.errors import ConfigError, Conflict, InvalidInput, NotFound, WaypointError
 from waypoint.models.spec import Provider, parse_model_spec
-from waypoint.names import EventKind, LineageKind, MemoryOp, MemoryView, RunSort, RunStatus, ToolMode, Update
+from waypoint.names import (
+    FINISHED,
+    EventKind,
+    LineageKind,
+    MemoryOp,
+    MemoryView,
+    RunSort,
+    RunStatus,
+    ToolMode,
+    Update,
+)
 from waypoint.store import RunStore
 from waypoint.store.base import not_found
 from waypoint.store.db import engine_for
@@ -96,6 +106,7 @@ class Waypoint:
         self.store = RunStore(engine)
         self.settings = settings
         self._trace_ids: dict[str, str] = {}
+        self._stuck_seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 
     @classmethod
     async def connect(cls, settings: Settings, *, temporal: bool = True) -> Waypoint:
@@ -401,8 +412,69 @@ class Waypoint:
         return await (await self.temporal()).progress(run_id)
 
     async def _update(self, run_id: str, name: Update, arg: object, tenant_id: str | None) -> RunProgress:
+        """Deliver a message; a run that is stuck (its workflow task keeps failing) takes none, and
+        says why at once, but a cancel ends it anyway (see `cancel`)."""
         await self._check_tenant(run_id, tenant_id)
-        return await (await self.temporal()).update(run_id, name, arg)
+        gateway = await self.temporal()
+        why = await gateway.stuck(run_id)
+        if why is not None:
+            if name == Update.CANCEL:
+                return await self._cancel_stuck(run_id, arg if isinstance(arg, str) else None, why, tenant_id)
+            raise Conflict(
+                f"run {run_id} is stuck: {why}. It takes no {name} until a worker can run it again; "
+                f"`waypoint cancel {run_id}` ends it (its workflow is terminated), then it can be deleted"
+            )
+        return await gateway.update(run_id, name, arg)
+
+    async def _cancel_stuck(self, run_id: str, reason: str | None, why: str, tenant_id: str | None) -> RunProgress:
+        """A stuck run cannot run its own cancel: its workflow is terminated, and its row (if it has
+        one) ends `cancelled` with the reason and why it was stuck."""
+        tenant = self.tenant(tenant_id)
+        error = f"{reason or 'cancelled by a user'} (while stuck: {why}; its workflow was terminated)"
+        await (await self.temporal()).terminate(run_id, error)
+        self._gauge_stuck(run_id, tenant, None)
+        try:
+            row = await self.store.finish_run(tenant, run_id, RunStatus.CANCELLED, None, error)
+        except NotFound:  # stuck before its row was written: Temporal keeps the reason
+            return RunProgress(step=0, status=RunStatus.CANCELLED)
+        return RunProgress(
+            step=row.steps,
+            status=row.status,
+            input_tokens=row.input_tokens,
+            output_tokens=row.output_tokens,
+            cost_usd=row.cost_usd,
+        )
+
+    async def stuck(self, run_id: str, *, tenant_id: str | None = None) -> str | None:
+        """Why the run cannot make progress (its workflow task keeps failing, with the last
+        failure), or None. Derived from Temporal at each call, never stored."""
+        await self._check_tenant(run_id, tenant_id)
+        return await self._stuck(run_id, self.tenant(tenant_id))
+
+    async def _stuck(self, run_id: str, tenant: str) -> str | None:
+        try:
+            why = await (await self.temporal()).stuck(run_id)
+        except WaypointError:  # Temporal unreachable: Postgres still answers, without this
+            return None
+        self._gauge_stuck(run_id, tenant, why)
+        return why
+
+    def _gauge_stuck(self, run_id: str, tenant: str, why: str | None) -> None:
+        """`waypoint.run.stuck`: 1 for a run seen stuck, back to 0 when it is not (a point per run
+        this process saw stuck, not per run it read)."""
+        from waypoint import telemetry  # only a look at a live run needs it
+
+        if why or run_id in self._stuck_seen:
+            telemetry.metrics().stuck.set(1 if why else 0, {"waypoint.run_id": run_id, "waypoint.tenant": tenant})
+            (self._stuck_seen.add if why else self._stuck_seen.discard)(run_id)
+
+    async def with_stuck(self, rows: Sequence[RunRow]) -> list[RunRow]:
+        """The rows, each unfinished one marked with why it is stuck if it is (one Temporal call
+        per unfinished run, at once; none when every run has ended)."""
+        live = [r for r in rows if r.status not in FINISHED]
+        found = await asyncio.gather(*(self._stuck(r.run_id, r.tenant_id) for r in live))
+        marked = {r.run_id: why for r, why in zip(live, found, strict=True) if why}
+        return [replace(r, stuck=marked[r.run_id]) if r.run_id in marked else r for r in rows]
 
     async def pause(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
         """Pause before the next step (the current one finishes)."""
@@ -412,7 +484,8 @@ class Waypoint:
         return await self._update(run_id, Update.RESUME, None, tenant_id)
 
     async def cancel(self, run_id: str, reason: str | None = None, *, tenant_id: str | None = None) -> RunProgress:
-        """End the run after its current step, with status `cancelled` and a final checkpoint."""
+        """End the run with status `cancelled`: a model call in flight is cancelled (the step gets
+        no checkpoint); a stuck run's workflow is terminated and its row marked cancelled."""
         return await self._update(run_id, Update.CANCEL, reason, tenant_id)
 
     async def send(self, run_id: str, text: str, *, tenant_id: str | None = None) -> RunProgress:
@@ -504,10 +577,12 @@ class Waypoint:
             raise NotFound(
                 f"no batch {batch_id!r} for tenant {tenant!r}: `waypoint rerun --select ...` prints its batch's id"
             )
-        return page
+        return replace(page, runs=await self.with_stuck(page.runs))
 
-    async def run(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
-        return await self.store.get_run(self.tenant(tenant_id), run_id)
+    async def run(self, run_id: str, *, tenant_id: str | None = None, check_stuck: bool = False) -> RunRow:
+        """The run's row; `check_stuck`: marked with why it is stuck, if it has not ended (Temporal is asked)."""
+        row = await self.store.get_run(self.tenant(tenant_id), run_id)
+        return (await self.with_stuck([row]))[0] if check_stuck else row
 
     async def timeline(
         self, run_id: str, *, tenant_id: str | None = None, after_step: int = 0, limit: int | None = None

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from waypoint.config import Settings
-from waypoint.names import LineageKind, RunStatus
+from waypoint.names import STUCK, LineageKind, RunStatus
 from waypoint.store.rows import (
     ApiKeyRow,
     BatchReport,
@@ -35,6 +35,7 @@ STATUS_STYLE: dict[str, str] = {
     RunStatus.COMPLETED: "green",
     RunStatus.MAX_STEPS: "yellow",
     RunStatus.FAILED: "red",
+    STUCK: "bold red",
 }
 
 
@@ -145,8 +146,12 @@ def run_table(run: RunRow) -> Table:
     table.add_column()
     for key in RUN_FIELDS:
         value = getattr(run, key)
+        if key == "status":
+            value = run.shown_status
         if value is not None:
             table.add_row(key, status_text(value) if key == "status" else str(value))
+    if run.stuck:
+        table.add_row("stuck", f"[red]{escape(run.stuck)}[/red]: `waypoint cancel {run.run_id}` ends it")
     return table
 
 
@@ -160,7 +165,7 @@ def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
     table.add_column("task")
     for r in rows:
         created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
-        table.add_row(r.run_id, r.agent, status_text(r.status), str(r.steps), created, one_line(r.task))
+        table.add_row(r.run_id, r.agent, status_text(r.shown_status), str(r.steps), created, one_line(r.task))
     return table
 
 

@@ -19,7 +19,13 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, GetWorkflowExecutionHistoryReverseRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -140,10 +146,22 @@ class TemporalGateway:
         return progress
 
     async def update(self, run_id: str, name: str, arg: object) -> RunProgress:
+        """Deliver a message and return the run's answer. A run that cannot take it within
+        retry.ACTION_WAIT (its workflow tasks fail, no worker polls) answers with what is wrong."""
         handle = self.client.get_workflow_handle(run_id)
+        bound = asyncio.timeout(retry.ACTION_WAIT.total_seconds())
         try:
             with self.readable(run_id):
-                progress: RunProgress = await handle.execute_update(name, arg, result_type=RunProgress)
+                async with bound:
+                    progress: RunProgress = await handle.execute_update(name, arg, result_type=RunProgress)
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # the SDK turns the cancel into its own
+            if not bound.expired():
+                raise
+            why = await self.blocked(run_id) or "its worker is busy or restarting"
+            raise Unavailable(
+                f"run {run_id} did not take {name} within {retry.ACTION_WAIT.total_seconds():g} s: {why}. The message "
+                "stays queued and applies if the run moves again"
+            ) from None
         except WorkflowUpdateFailedError as exc:  # the run's validator refused it, with the reason
             cause = exc.cause
             raise Conflict(getattr(cause, "message", None) or str(cause)) from None
@@ -152,6 +170,28 @@ class TemporalGateway:
                 raise Conflict(f"run {run_id} has ended: it takes no more messages") from None
             raise rpc_error(exc, f"deliver {name} to run {run_id}") from None
         return progress
+
+    async def stuck(self, run_id: str) -> str | None:
+        """Why the run cannot make progress when its workflow task keeps failing (a worker that
+        cannot replay or decode it, a bug in workflow code), with the last failure; else None. One
+        describe call, and a read of recent history only when a task has failed."""
+        try:
+            described = (await self.client.get_workflow_handle(run_id).describe()).raw_description
+        except RPCError:
+            return None
+        task = described.pending_workflow_task
+        if described.workflow_execution_info.status != WorkflowExecutionStatus.RUNNING.value or task.attempt < 2:
+            return None
+        failure = await self._last_task_failure(run_id)
+        if failure is None:  # timed out, not failed: a worker lost mid-task, another takes it
+            return None
+        return f"its workflow task failed {task.attempt - 1} time(s) in a row: {failure}"
+
+    async def terminate(self, run_id: str, reason: str) -> None:
+        try:
+            await self.client.get_workflow_handle(run_id).terminate(reason=reason)
+        except RPCError as exc:
+            raise rpc_error(exc, f"terminate run {run_id}") from None
 
     async def result(self, run_id: str) -> RunResult | None:
         """The run's result when it ends; None when it failed (its row then says why)."""
@@ -244,7 +284,7 @@ class TemporalGateway:
             return None
         task = described.pending_workflow_task
         if task.attempt > 1:
-            why = await self._last_task_failure(run_id)
+            why = await self._last_task_failure(run_id) or "no failure recorded yet"
             return (
                 f"the workflow tasks of run {run_id} keep failing (attempt {task.attempt}): {why}. A worker whose "
                 "WAYPOINT_CODEC_KEYS differ cannot decode the run: give every worker and client the same keys"
@@ -257,15 +297,22 @@ class TemporalGateway:
                 )
         return None
 
-    async def _last_task_failure(self, run_id: str) -> str:
+    async def _last_task_failure(self, run_id: str) -> str | None:
+        """The message of the run's newest workflow task failure, or None when its newest workflow
+        task problem was a timeout (or there is none)."""
         request = GetWorkflowExecutionHistoryReverseRequest(
             namespace=self.client.namespace, execution=WorkflowExecution(workflow_id=run_id), maximum_page_size=50
         )
-        response = await self.client.workflow_service.get_workflow_execution_history_reverse(request)
+        try:
+            response = await self.client.workflow_service.get_workflow_execution_history_reverse(request)
+        except RPCError:
+            return None
         for event in response.history.events:
             if event.HasField("workflow_task_failed_event_attributes"):
                 return event.workflow_task_failed_event_attributes.failure.message or "no message"
-        return "no failure recorded yet"
+            if event.HasField("workflow_task_timed_out_event_attributes"):
+                return None
+        return None
 
     async def pollers(self, task_queue: str) -> int:
         """How many workers poll the queue for workflow tasks now."""

@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, Opera
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from waypoint.config import Settings
-from waypoint.errors import ConfigError, Unavailable, WaypointError
+from waypoint.errors import ConfigError, InvalidInput, Unavailable, WaypointError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -99,6 +99,9 @@ def database_error(exc: BaseException) -> WaypointError | None:
         return Unavailable(f"Postgres dropped the connection ({_first_line(exc)}): try again when it is back")
     if isinstance(exc, ProgrammingError) and "does not exist" in _first_line(exc):
         return ConfigError(f"the database has no Waypoint schema ({_first_line(exc)}): run `waypoint migrate`")
+    # SQLSTATE class 22, a data exception (a value out of a column's range, a NUL in a text): no retry heals it.
+    if isinstance(exc, DBAPIError) and str(getattr(exc.orig, "sqlstate", None) or "").startswith("22"):
+        return InvalidInput(f"Postgres refused a value ({_first_line(exc)}): it is out of range for the run's record")
     if isinstance(exc, DBAPIError):
         return ConfigError(f"Postgres refused ({_first_line(exc)}): check WAYPOINT_DATABASE_URL and the role's grants")
     return None

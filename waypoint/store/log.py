@@ -81,9 +81,17 @@ class RunLog(StoreBase):
             await _transition(conn, tenant_id, run_id, EventKind.STATUS_CHANGED, payload, runs.c.status != status)
 
     async def finish_run(
-        self, tenant_id: str, run_id: str, status: RunStatus, output: str | None, error: str | None
+        self,
+        tenant_id: str,
+        run_id: str,
+        status: RunStatus,
+        output: str | None,
+        error: str | None,
+        *,
+        interrupted: dict[str, Any] | None = None,
     ) -> RunRow:
-        """Set the final status once, with a `run_finished` event; a retry changes nothing."""
+        """Set the final status once, with a `run_finished` event; a retry changes nothing.
+        `interrupted`: the step a cancel stopped in flight, logged first as `step_cancelled`."""
         payload = {"status": status, "output": output, "error": error}
         async with self.engine.begin() as conn:
             await _transition(
@@ -95,6 +103,7 @@ class RunLog(StoreBase):
                 output=output,
                 error=error,
                 finished_at=func.now(),
+                before=[(EventKind.STEP_CANCELLED, interrupted)] if interrupted else [],
             )
             return await self._run(conn, tenant_id, run_id)
 
@@ -145,9 +154,11 @@ async def _transition(
     kind: EventKind,
     payload: dict[str, Any],
     *where: Any,
+    before: list[tuple[EventKind, dict[str, Any]]] | None = None,
     **values: Any,
 ) -> None:
-    """Move an unfinished run to `payload["status"]` and log it; a finished run (or a retry) is left as it is."""
+    """Move an unfinished run to `payload["status"]` and log it, after the events `before`; a finished
+    run (or a retry) is left as it is."""
     changed = (
         await conn.execute(
             update(runs)
@@ -157,4 +168,5 @@ async def _transition(
         )
     ).first()
     if changed is not None:
-        await append_events(conn, run_id, [(changed.steps, kind, payload)])
+        logged = [(changed.steps, k, p) for k, p in before or []]
+        await append_events(conn, run_id, [*logged, (changed.steps, kind, payload)])

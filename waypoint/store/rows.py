@@ -16,6 +16,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any
 
+from waypoint.names import STUCK
 from waypoint.types import Message, RunResult
 
 
@@ -45,6 +46,13 @@ class RunRow:
     remembered_step: int = 0  # the newest step whose episodes are in long-term memory
     lineage_kind: str | None = None  # a LineageKind: how it came from its parent
     batch_id: str | None = None
+    # Never stored: why its workflow task keeps failing, when a read asked Temporal (`Waypoint.with_stuck`).
+    stuck: str | None = None
+
+    @property
+    def shown_status(self) -> str:
+        """The status to show: `stuck` while the run cannot make progress, else the stored one."""
+        return STUCK if self.stuck else self.status
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> RunRow:

@@ -63,6 +63,11 @@ class Metrics:
             "waypoint.memory.recall.duration", unit="s", description="Episodic memory recall."
         )
         self.runs = meter.create_counter("waypoint.runs", unit="{run}", description="Finished runs by status.")
+        self.stuck = meter.create_gauge(
+            "waypoint.run.stuck",
+            unit="{run}",
+            description="1 while a run's workflow task keeps failing, 0 once it does not (set when a read looks).",
+        )
 
 
 @dataclass(eq=False)

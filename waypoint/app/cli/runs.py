@@ -33,7 +33,7 @@ async def runs(
     async with await connect() as wp:
         rows = await wp.runs(limit=limit, status=status, batch_id=batch)
     if as_json:
-        out.print_json(rows)
+        out.print_json([{**out.as_json(r), "status": r.shown_status} for r in rows])
         return
     if rows:
         out.console.print(out.runs_table(rows, wp.tenant()))
@@ -62,16 +62,16 @@ async def status(
             await follow_to_end(wp, run_id, as_json)
         return
     async with await connect() as wp:
-        row = await wp.run(run_id)
+        row = await wp.run(run_id, check_stuck=True)
         lines = await wp.timeline(run_id)
         live = None
-        if row.status not in FINISHED:
+        if row.status not in FINISHED and not row.stuck:  # a stuck run answers no query
             try:
                 live = await wp.progress(run_id)
             except WaypointError as exc:  # Temporal unreachable, or the run unreadable: Postgres still answers
                 print(f"warning: no live state from Temporal: {exc}", file=sys.stderr)
     if as_json:
-        out.print_json({**out.as_json(row), "timeline": lines, "live": live})
+        out.print_json({**out.as_json(row), "status": row.shown_status, "timeline": lines, "live": live})
         return
     out.console.print(out.run_table(row))
     if lines:

@@ -15,13 +15,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.streams import NativeFormat, run_items, sse_response
 from waypoint.errors import InvalidInput, NotFound, WaypointError
-from waypoint.names import FINISHED, EventKind, RunSort, RunStatus
-from waypoint.store.rows import as_json
+from waypoint.names import FINISHED, STUCK, EventKind, RunSort, RunStatus
+from waypoint.store.rows import RunRow, as_json
 from waypoint.store.travel import parse_step
 from waypoint.types import Budget
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 STARTING = "starting"  # the status shown for a run Temporal has and Postgres has not yet
+
+
+def run_json(row: RunRow) -> dict[str, Any]:
+    """A run as JSON: `status` is `stuck` while its workflow task keeps failing (`stuck` says why)."""
+    data: dict[str, Any] = as_json(row)
+    return {**data, "status": row.shown_status}
 
 
 class Body(BaseModel):
@@ -125,26 +131,29 @@ async def list_runs(
         cursor=cursor,
         run_ids=run_id,
     )
-    return {"runs": as_json(page.runs), "next_cursor": page.next_cursor}
+    return {"runs": [run_json(r) for r in page.runs], "next_cursor": page.next_cursor}
 
 
 @router.get("/runs/{run_id}")
 async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The run's row and, while it runs, its live state from Temporal (step, pending approvals).
-    A run started a moment ago whose worker has not written its row yet is `starting`."""
+    A run started a moment ago whose worker has not written its row yet is `starting`; an
+    unfinished run whose workflow task keeps failing is `stuck`, with the failure in `stuck`."""
     try:
-        row = await api.wp.run(run_id, tenant_id=tenant)
+        row = await api.wp.run(run_id, tenant_id=tenant, check_stuck=True)
     except NotFound:
         if not await api.wp.starting(run_id, tenant_id=tenant):
             raise
-        return {"run_id": run_id, "tenant_id": tenant, "status": STARTING, "steps": 0, "live": None}
+        why = await api.wp.stuck(run_id, tenant_id=tenant)
+        status = STUCK if why else STARTING
+        return {"run_id": run_id, "tenant_id": tenant, "status": status, "stuck": why, "steps": 0, "live": None}
     live = None
-    if row.status not in FINISHED:
+    if row.status not in FINISHED and not row.stuck:  # a stuck run answers no query
         try:
             live = await api.wp.progress(run_id, tenant_id=tenant)
         except WaypointError:
             live = None  # Temporal unreachable: Postgres still answers
-    return {**as_json(row), "live": as_json(live)}
+    return {**run_json(row), "live": as_json(live)}
 
 
 @router.get("/runs/{run_id}/steps")

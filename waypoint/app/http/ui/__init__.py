@@ -240,7 +240,7 @@ async def runs_page(
 async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> Response:
     wp = api.wp
     try:
-        row = await wp.run(run_id, tenant_id=tenant)
+        row = await wp.run(run_id, tenant_id=tenant, check_stuck=True)
     except NotFound:
         try:
             starting = await wp.starting(run_id, tenant_id=tenant)
@@ -248,14 +248,18 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
             starting = False
         if not starting:
             raise
-        return render(request, "starting.html", run_id=run_id)  # Temporal runs it; its row comes next
+        try:
+            stuck = await wp.stuck(run_id, tenant_id=tenant)  # its row may never come: say why
+        except WaypointError:
+            stuck = None
+        return render(request, "starting.html", run_id=run_id, stuck=stuck)  # Temporal runs it; its row comes next
     lines = await wp.timeline(run_id, tenant_id=tenant)
     lineage = await wp.lineage(run_id, tenant_id=tenant)
     live = None
     after_seq = 0
     if row.status not in FINISHED:
         try:
-            live = await wp.progress(run_id, tenant_id=tenant)
+            live = None if row.stuck else await wp.progress(run_id, tenant_id=tenant)  # a stuck run answers no query
         except WaypointError:
             live = None  # Temporal unreachable: Postgres still answers
         last_step = lines[-1].step if lines else 0

@@ -1,0 +1,86 @@
+"""A run that cannot make progress: its workflow task fails on every attempt (here: the only worker
+left runs workflow code that cannot replay it, as after a deploy that broke determinism). It is
+shown `stuck` with the failure (CLI, HTTP, the viewer, a metric), a message to it answers at once with what is
+wrong, and cancel still ends it (its workflow is terminated), so it can be deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import httpx
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.worker import Worker
+
+from tests.changed_workflow import ChangedAgentRunWorkflow
+from tests.helpers import eventually, waypoint
+from tests.test_telemetry_more import by, points
+from waypoint import retry, telemetry
+from waypoint.app.client import Waypoint
+from waypoint.app.worker import build_worker
+from waypoint.config import Settings
+from waypoint.errors import Conflict, NotFound, Unavailable
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def metrics(settings: Settings) -> Iterator[InMemoryMetricReader]:
+    reader = InMemoryMetricReader()
+    telemetry.setup(settings, metric_reader=reader)
+    yield reader
+    telemetry.reset()
+
+
+async def test_a_stuck_run_is_shown_stuck_refuses_messages_at_once_and_cancel_ends_it(
+    client: Client, engine, settings: Settings, agents, api, metrics: InMemoryMetricReader
+):
+    wp = Waypoint(client, engine, settings)
+    async with build_worker(client, engine, settings, agents):
+        run_id = await wp.start_run("clean up", agent="careful")
+        await eventually(lambda: wp.progress(run_id), what="the run waiting for approval")
+    handle = client.get_workflow_handle(run_id)
+    async with Worker(client, task_queue=settings.task_queue, workflows=[ChangedAgentRunWorkflow]):
+        await handle.signal("wake")  # a workflow task, which this worker cannot replay
+        why = await eventually(lambda: wp.stuck(run_id), what="the run shown stuck")
+        assert "Nondeterminism" in why or "nondetermin" in why.lower(), why
+
+        got = (await api.http.get(f"/v1/runs/{run_id}")).json()
+        assert (got["status"], got["stuck"], got["live"]) == ("stuck", why, None)
+        listed = (await api.http.get("/v1/runs")).json()["runs"]
+        assert [(r["run_id"], r["status"]) for r in listed] == [(run_id, "stuck")]
+        done = await waypoint(settings, "status", run_id)
+        assert "stuck" in done.out and "waypoint cancel" in done.out, done.out + done.err
+        async with httpx.AsyncClient(base_url=api.url) as viewer:
+            await viewer.post("/ui/login", data={"key": api.key})
+            page = (await viewer.get(f"/ui/runs/{run_id}")).text
+        assert 'class="status status-stuck"' in page and "Nondeterminism" in page
+        assert by(points(metrics)["waypoint.run.stuck"], "waypoint.run_id") == {(run_id,): 1}
+
+        with pytest.raises(Conflict, match=f"run {run_id} is stuck: its workflow task failed"):
+            await wp.pause(run_id)
+        progress = await wp.cancel(run_id, "the deploy broke it")
+    assert progress.status == "cancelled"
+    assert by(points(metrics)["waypoint.run.stuck"], "waypoint.run_id") == {(run_id,): 0}
+    assert (await handle.describe()).status == WorkflowExecutionStatus.TERMINATED
+    row = await wp.run(run_id)
+    assert row.status == "cancelled" and row.error is not None
+    assert row.error.startswith("the deploy broke it (while stuck: its workflow task failed")
+    await wp.delete(run_id)
+    with pytest.raises(NotFound):
+        await wp.run(run_id)
+
+
+async def test_a_message_no_worker_takes_answers_within_the_bound(
+    client: Client, engine, settings: Settings, agents, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(retry, "ACTION_WAIT", timedelta(seconds=1))
+    wp = Waypoint(client, engine, settings)
+    async with build_worker(client, engine, settings, agents):
+        run_id = await wp.start_run("clean up", agent="careful")
+        await eventually(lambda: wp.progress(run_id), what="the run waiting for approval")
+    with pytest.raises(Unavailable, match=f"run {run_id} did not take pause within 1 s: .*stays queued"):
+        await wp.pause(run_id)
+    await client.get_workflow_handle(run_id).terminate("test over")
