@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from tests.changed_workflow import ChangedAgentRunWorkflow
 from tests.helpers import eventually, waypoint
 from tests.test_telemetry_more import by, points
+from tests.test_viewer import sign_in
 from waypoint import retry, telemetry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
@@ -54,7 +55,7 @@ async def test_a_stuck_run_is_shown_stuck_refuses_messages_at_once_and_cancel_en
         done = await waypoint(settings, "status", run_id)
         assert "stuck" in done.out and "waypoint cancel" in done.out, done.out + done.err
         async with httpx.AsyncClient(base_url=api.url) as viewer:
-            await viewer.post("/ui/login", data={"key": api.key})
+            assert (await sign_in(viewer, api.key)).status_code == 303
             page = (await viewer.get(f"/ui/runs/{run_id}")).text
         assert 'class="status status-stuck"' in page and "Nondeterminism" in page
         assert by(points(metrics)["waypoint.run.stuck"], "waypoint.run_id") == {(run_id,): 1}
