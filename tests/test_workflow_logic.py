@@ -323,6 +323,26 @@ async def test_cancel_ends_the_run_after_the_current_step(ts: WorkflowEnvironmen
     assert doubles.steps == [1]
 
 
+async def test_cancel_stops_a_model_call_in_flight(ts: WorkflowEnvironment) -> None:
+    """Patch cancel-model-call-1: a cancel does not wait for a model call (say, one stuck in
+    retries): the call is cancelled through its heartbeat, the step gets no checkpoint, and the
+    run's end says which step was interrupted."""
+    doubles = Doubles(plan=plan(), turns=answer_at(3), model_gate=asyncio.Event())
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        await until_status(handle, RunStatus.RUNNING)
+        await handle.execute_update(Update.CANCEL, "stop now", result_type=RunProgress)
+        result: RunResult = await handle.result()
+    assert (result.status, result.error) == (RunStatus.CANCELLED, "stop now")
+    assert doubles.model_cancelled == [1] and doubles.records == []
+    (finish,) = doubles.finished
+    assert finish.interrupted == {
+        "step": 1,
+        "activity": "call_model",
+        "why": "step 1's model call was cancelled in flight",
+    }
+
+
 async def test_cancel_while_paused(ts: WorkflowEnvironment) -> None:
     doubles = Doubles(plan=plan(), turns=loop_tool(), tool_gate=asyncio.Event())
     async with bench(ts.client, doubles) as b:

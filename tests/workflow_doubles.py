@@ -101,6 +101,8 @@ class Doubles:
     recorded_lookups: list[list[RunToolInput]] = field(default_factory=list)
     recorded: set[str] = field(default_factory=set)  # call ids a rerun finds in the record
     tool_gate: asyncio.Event | None = None  # set: tools wait for it
+    model_gate: asyncio.Event | None = None  # set: model calls wait for it (heartbeating, so they can be cancelled)
+    model_cancelled: list[int] = field(default_factory=list)  # steps whose model call saw its cancellation
 
     # --- agent runs ------------------------------------------------------------------------------
 
@@ -114,6 +116,13 @@ class Doubles:
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
         self.calls.append(inp)
         self.memory_queues.append(activity.info().task_queue if inp.memory else None)
+        try:
+            while self.model_gate is not None and not self.model_gate.is_set():
+                activity.heartbeat()
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            self.model_cancelled.append(inp.step)
+            raise
         return self.turns(inp)
 
     @activity.defn(name=Activity.RUN_TOOL)
