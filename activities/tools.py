@@ -70,7 +70,7 @@ def result_of(effect: Effect, call_id: str, *, from_ledger: bool) -> ToolResult:
         is_error=effect.outcome != ToolOutcome.OK,
         duration_ms=effect.duration_ms,
         stored=stored,
-        outcome=effect.outcome,
+        outcome=ToolOutcome(effect.outcome),
         from_ledger=from_ledger,
     )
 

@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, loop_tool, ok, spec, tools
 from waypoint.app.embedded import temporal_binary
 from waypoint.compaction_types import CompactionInput, CompactionReport
-from waypoint.names import LineageKind, MemoryOp, Query, RunStatus, ToolMode, ToolOutcome, Update
+from waypoint.names import DecisionKind, LineageKind, MemoryOp, Query, RunStatus, ToolMode, ToolOutcome, Update
 from waypoint.types import (
     CallModelInput,
     Decision,
@@ -35,6 +35,7 @@ from waypoint.types import (
     RunProgress,
     RunResult,
     RunToolInput,
+    StepDecision,
     ToolResult,
 )
 from waypoint.workflows.compaction import CompactionWorkflow
@@ -252,7 +253,7 @@ async def test_an_approval_waits_a_simulated_week(ts: WorkflowEnvironment) -> No
     assert result.status == RunStatus.COMPLETED
     assert elapsed >= timedelta(days=7)
     assert [t.call.id for t in doubles.tool_calls] == ["c1"]
-    assert doubles.records[0].decisions == [{"call_id": "c1", "decision": "approved", "reason": "fine"}]
+    assert doubles.records[0].decisions == [StepDecision("c1", DecisionKind.APPROVED, "fine")]
     assert doubles.status_names == [RunStatus.WAITING_APPROVAL, RunStatus.RUNNING]
 
 

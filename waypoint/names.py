@@ -94,6 +94,13 @@ class ToolOutcome(StrEnum):
         return self in (ToolOutcome.OK, ToolOutcome.BAD_CALL, ToolOutcome.TOOL_ERROR, ToolOutcome.NOT_RECORDED)
 
 
+class DecisionKind(StrEnum):
+    """What a human decided on a tool call that waited for approval (`decision` events)."""
+
+    APPROVED = "approved"
+    DENIED = "denied"
+
+
 class LineageKind(StrEnum):
     """Values of `runs.lineage_kind`: how a run came from its parent."""
 

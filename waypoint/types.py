@@ -13,7 +13,16 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from waypoint.names import ToolOutcome, idempotency_key
+from waypoint.names import (
+    DecisionKind,
+    LineageKind,
+    MemoryOp,
+    MemoryView,
+    RunStatus,
+    ToolMode,
+    ToolOutcome,
+    idempotency_key,
+)
 
 # A chat message in the chat-completions shape (role, content, tool_calls, tool_call_id).
 Message = dict[str, Any]
@@ -94,7 +103,7 @@ class ToolResult:
     is_error: bool = False
     duration_ms: int = 0
     stored: bool = False
-    outcome: str = ToolOutcome.OK  # a ToolOutcome
+    outcome: ToolOutcome = ToolOutcome.OK
     # True when a retried attempt found the call in the ledger and did not run the tool again.
     from_ledger: bool = False
 
@@ -142,13 +151,13 @@ class ForkOrigin:
     run_id: str
     step: int
     message: str | None = None
-    kind: str = "fork"  # a LineageKind
-    tools: str = "live"  # a ToolMode: "recorded" answers matching calls from the parent's ledger
+    kind: LineageKind = LineageKind.FORK
+    tools: ToolMode = ToolMode.LIVE  # RECORDED answers matching calls from the parent's ledger
     batch_id: str | None = None  # the batch of reruns it belongs to
     # The rerun's instructions (system prompt) in place of the agent's own, from its first step on.
     instructions: str | None = None
-    # What it recalls from long-term memory (a MemoryView); None in runs started before it was chosen.
-    memory: str | None = None
+    # What it recalls from long-term memory; None in runs started before it was chosen.
+    memory: MemoryView | None = None
 
 
 @dataclass(frozen=True)
@@ -260,9 +269,9 @@ class MemoryStepResult:
 
 @dataclass(frozen=True)
 class MemoryRequest:
-    """Input of `memory_admin` (CLI and API): `op` is a MemoryOp; always one tenant."""
+    """Input of `memory_admin` (CLI and API); always one tenant."""
 
-    op: str
+    op: MemoryOp
     tenant_id: str
     query: str = ""
     k: int = 5
@@ -314,6 +323,20 @@ class RunToolInput:
 
 
 @dataclass(frozen=True)
+class StepDecision:
+    """A human's decision on one call that waited for approval, as its step records it (the
+    payload of a `decision` event)."""
+
+    call_id: str
+    decision: DecisionKind
+    reason: str = ""
+
+    @property
+    def approved(self) -> bool:
+        return self.decision == DecisionKind.APPROVED
+
+
+@dataclass(frozen=True)
 class StepRecord:
     run_id: str
     tenant_id: str
@@ -322,14 +345,14 @@ class StepRecord:
     tool_results: list[ToolResult] = field(default_factory=list)
     user_messages: list[str] = field(default_factory=list)
     # Human decisions taken in this step (approvals, denials), recorded as events.
-    decisions: list[dict[str, str]] = field(default_factory=list)
+    decisions: list[StepDecision] = field(default_factory=list)
     context_tokens: int = 16_000
 
 
 @dataclass(frozen=True)
 class SetStatusInput:
     run_id: str
-    status: str  # a RunStatus
+    status: RunStatus
     detail: str | None = None
     tenant_id: str = ""  # empty in histories written before writes were tenant-checked
 
@@ -338,7 +361,7 @@ class SetStatusInput:
 class FinishRunInput:
     run_id: str
     tenant_id: str
-    status: str  # a RunStatus
+    status: RunStatus
     output: str | None = None
     error: str | None = None
     # Set when the run could not start: its row is written from this, so a run that was given an
@@ -351,7 +374,7 @@ class FinishRunInput:
 @dataclass(frozen=True)
 class RunResult:
     run_id: str
-    status: str
+    status: RunStatus
     steps: int
     output: str | None = None
     error: str | None = None
@@ -381,7 +404,7 @@ class RunProgress:
     """Answer of the workflow's `progress` query."""
 
     step: int
-    status: str
+    status: str  # a RunStatus, or "starting" before the run's plan is known
     last_action: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0

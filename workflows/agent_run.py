@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         RunToolInput,
         SetStatusInput,
         StartRunInput,
+        StepDecision,
         StepRecord,
         ToolCall,
         ToolResult,
@@ -102,20 +103,28 @@ def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
 
 @workflow.defn(name=Workflow.AGENT_RUN)
 class AgentRunWorkflow(RunMessages):
-    @workflow.run
-    async def run(self, inp: RunInput) -> RunResult:
+    @workflow.init
+    def __init__(self, inp: RunInput) -> None:
+        """The run's state exists before its first message can arrive: carried over when the run
+        continued as new, else a placeholder (no plan yet, status `starting`) until `start_run`."""
+        super().__init__()
         self._run_id = workflow.info().workflow_id
         self._tenant_id = inp.tenant_id
         if inp.resume is not None:
-            state = replace(inp.resume, executions=inp.resume.executions + 1)
-            self._paused = state.paused
-            self._messages = list(state.pending_messages)
+            self._state = replace(inp.resume, executions=inp.resume.executions + 1)
+            self._paused = self._state.paused
+            self._messages = list(self._state.pending_messages)
         else:
+            start_step = inp.fork.step if inp.fork is not None else 0
+            self._state = RunState(plan=RunPlan(model=inp.model or "", max_steps=0), step=start_step, started_at=0.0)
+
+    @workflow.run
+    async def run(self, inp: RunInput) -> RunResult:
+        if inp.resume is None:
             plan = await self._start(inp)
-            state = RunState(plan=plan, step=plan.start_step, started_at=workflow.now().timestamp())
-        self._state = state
+            self._state = replace(self._state, plan=plan, step=plan.start_step, started_at=workflow.now().timestamp())
         self._status = RunStatus.RUNNING
-        first_step = state.step
+        first_step = self._state.step
 
         status, output, reason = RunStatus.MAX_STEPS, None, None
         interrupted: dict[str, Any] | None = None
@@ -229,7 +238,6 @@ class AgentRunWorkflow(RunMessages):
 
     def _deadline_remaining(self) -> float | None:
         state = self._state
-        assert state is not None
         if state.plan.deadline_seconds is None:
             return None
         return state.started_at + state.plan.deadline_seconds - workflow.now().timestamp()
@@ -259,7 +267,6 @@ class AgentRunWorkflow(RunMessages):
 
     def _should_continue_as_new(self, first_step: int) -> bool:
         state = self._state
-        assert state is not None
         if state.step == first_step:
             return False  # at least one step per execution
         return (
@@ -269,13 +276,11 @@ class AgentRunWorkflow(RunMessages):
 
     def _continue_as_new(self, inp: RunInput) -> None:
         state = self._state
-        assert state is not None
         carried = replace(state, paused=self._paused, pending_messages=list(self._messages))
         workflow.continue_as_new(replace(inp, resume=carried))
 
     async def _step(self, inp: RunInput) -> tuple[ModelTurn, list[ToolResult]]:
         state = self._state
-        assert state is not None
         step = state.step + 1
         user_messages, self._messages = self._messages, []
         call = CallModelInput(
@@ -311,13 +316,10 @@ class AgentRunWorkflow(RunMessages):
                 turn=turn,
                 # Outputs the ledger holds are read there: history gets no second copy.
                 tool_results=[
-                    replace(r, output="", stored=True) if ToolOutcome(r.outcome).in_ledger else r for r in results
+                    replace(r, output="", stored=True) if r.outcome.in_ledger else r for r in results
                 ],
                 user_messages=user_messages,
-                decisions=[
-                    {"call_id": cid, "decision": "approved" if ok else "denied", "reason": why or ""}
-                    for cid, (ok, why) in decisions.items()
-                ],
+                decisions=list(decisions.values()),
                 context_tokens=state.plan.context_tokens,
             ),
         )
@@ -337,7 +339,6 @@ class AgentRunWorkflow(RunMessages):
 
     async def _call_model(self, call: CallModelInput, task_queue: str | None = None, **timeouts: Any) -> ModelTurn:
         state = self._state
-        assert state is not None
         options: dict[str, Any] = {
             "result_type": ModelTurn,
             "task_queue": task_queue,
@@ -395,7 +396,6 @@ class AgentRunWorkflow(RunMessages):
         """Store the episodes of step `remember` and recall memories for step `recall` on the
         memory worker. Memory never stops a run: a failure is logged and the step goes on."""
         state = self._state
-        assert state is not None
         plan = state.plan
         k = plan.recall_k if recall is not None else 0
         if plan.memory_queue is None or (remember is None and k == 0):
@@ -425,7 +425,6 @@ class AgentRunWorkflow(RunMessages):
     def _over_budget(self, turn: ModelTurn) -> bool:
         """Working memory passed its compaction threshold (by the model's own token count)."""
         state = self._state
-        assert state is not None
         plan = state.plan
         if plan.compact_at >= 1.0 or turn.usage.input_tokens <= plan.compact_at * plan.context_tokens:
             return False
@@ -436,7 +435,6 @@ class AgentRunWorkflow(RunMessages):
     async def _compact_inline(self, inp: RunInput) -> None:
         """Compact this run's older history now, with the same activity the Schedule uses."""
         state = self._state
-        assert state is not None
         self._state = replace(state, compacted_at_step=state.step)
         try:
             done: CompactionSummary = await workflow.execute_activity(
@@ -466,12 +464,11 @@ class AgentRunWorkflow(RunMessages):
 
     async def _approvals(
         self, inp: RunInput, step: int, calls: list[ToolCall]
-    ) -> tuple[dict[str, tuple[bool, str | None]], set[str]]:
+    ) -> tuple[dict[str, StepDecision], set[str]]:
         """Wait, durably, for a human decision on every call whose tool requires approval, but for
         those a rerun with recorded tools answers from the record; returns the decisions and the
         ids of the recorded calls."""
         state = self._state
-        assert state is not None
         needs = {s.name for s in state.plan.tools if s.requires_approval}
         waiting = [(i, c) for i, c in enumerate(calls) if c.name in needs]
         if not waiting:
@@ -520,18 +517,17 @@ class AgentRunWorkflow(RunMessages):
         step: int,
         index: int,
         call: ToolCall,
-        decision: tuple[bool, str | None] | None,
+        decision: StepDecision | None,
         *,
         recorded: bool = False,
     ) -> ToolResult:
         state = self._state
-        assert state is not None
         spec = next((s for s in state.plan.tools if s.name == call.name), DEFAULT_TOOL)
         # A recorded call needs no approval: run_tool answers it from the record.
         if spec.requires_approval and decision is None and not recorded:
             return not_run(call, ToolOutcome.CANCELLED, f"not run: {self._cancel_reason or 'the deadline passed'}")
-        if decision is not None and not decision[0]:
-            why = f": {decision[1]}" if decision[1] else ""
+        if decision is not None and not decision.approved:
+            why = f": {decision.reason}" if decision.reason else ""
             return not_run(call, ToolOutcome.DENIED, f"a human denied this call{why}")
         if spec.memory and state.plan.memory_queue is None:
             return not_run(

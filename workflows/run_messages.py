@@ -10,22 +10,23 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from waypoint.names import FINISHED, Query, RunStatus, Update
-    from waypoint.types import Decision, PendingApproval, RunProgress, RunState
+    from waypoint.names import FINISHED, DecisionKind, Query, RunStatus, Update
+    from waypoint.types import Decision, PendingApproval, RunProgress, RunState, StepDecision
 
 
 class RunMessages:
+    _state: RunState  # set by the workflow's @workflow.init, before any message can arrive
+
     def __init__(self) -> None:
         self._run_id = ""
         self._tenant_id = ""
-        self._state: RunState | None = None
         self._status = "starting"
         self._last_action: str | None = None
         self._paused = False
         self._cancel_reason: str | None = None
         self._messages: list[str] = []
         self._pending: dict[str, PendingApproval] = {}
-        self._decisions: dict[str, tuple[bool, str | None]] = {}
+        self._decisions: dict[str, StepDecision] = {}
         self._store_locally: bool | None = None  # decided once per execution (a patch)
         self._memory_retry_at = 0  # the first step that tries the memory worker again
 
@@ -33,15 +34,15 @@ class RunMessages:
     def progress(self) -> RunProgress:
         state = self._state
         return RunProgress(
-            step=state.step if state else 0,
+            step=state.step,
             status=self._status,
             last_action=self._last_action,
-            input_tokens=state.input_tokens if state else 0,
-            output_tokens=state.output_tokens if state else 0,
-            cost_usd=state.cost_usd if state else 0.0,
+            input_tokens=state.input_tokens,
+            output_tokens=state.output_tokens,
+            cost_usd=state.cost_usd,
             pending_approvals=list(self._pending.values()),
             queued_messages=len(self._messages),
-            execution=state.executions if state else 1,
+            execution=state.executions,
         )
 
     def _refuse_if_ending(self) -> None:
@@ -124,7 +125,8 @@ class RunMessages:
 
     def _decide(self, decision: Decision, *, approved: bool) -> None:
         call_id = self._pending_call(decision)
-        self._decisions[call_id] = (approved, decision.reason)
+        kind = DecisionKind.APPROVED if approved else DecisionKind.DENIED
+        self._decisions[call_id] = StepDecision(call_id, kind, decision.reason or "")
         del self._pending[call_id]
         if not self._pending:  # the answer shows the state after the change
             self._status = RunStatus.PAUSED if self._paused else RunStatus.RUNNING

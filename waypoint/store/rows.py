@@ -16,7 +16,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any
 
-from waypoint.names import STUCK
+from waypoint.names import STUCK, RunStatus
 from waypoint.types import Message, RunResult
 
 
@@ -65,7 +65,7 @@ class RunRow:
         """The row as the run's result."""
         return RunResult(
             run_id=self.run_id,
-            status=self.status,
+            status=RunStatus(self.status),
             steps=self.steps,
             output=self.output,
             error=self.error,

@@ -116,7 +116,7 @@ def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> tuple[lis
     (`ledger_outputs`, by call index) is stored there only: its event holds a reference."""
     turn = record.turn
     new: list[NewEvent] = [(record.step, EventKind.USER_MESSAGE, {"content": m}) for m in record.user_messages]
-    new += [(record.step, EventKind.DECISION, dict(d)) for d in record.decisions]
+    new += [(record.step, EventKind.DECISION, asdict(d)) for d in record.decisions]
     new.append(
         (
             record.step,
