@@ -150,7 +150,9 @@ async def test_a_bug_in_a_script_fails_the_run_without_retrying(client: Client, 
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("go", agent="broken")
     result = await wp.result(run_id, tenant_id=settings.tenant)
-    assert result.status == "failed" and "scripted model failed: KeyError" in result.error
+    assert result.status == "failed"
+    assert "turn 1 (tests.agents._crash) failed on this conversation: 'missing' (KeyError)" in result.error
+    assert "KeyError:" not in result.error  # a message, not a Python exception's repr
     history = await client.get_workflow_handle(run_id).fetch_history()
     attempts = [
         e.activity_task_started_event_attributes.attempt

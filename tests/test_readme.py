@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ from waypoint.app.cli import app
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import free_port
 from waypoint.config import Settings
+from waypoint.demo import seed_workspace
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
@@ -124,3 +128,27 @@ async def test_the_sql_examples_run(client, engine, settings: Settings, worker):
             rows = (await conn.execute(text(statement))).all()
             if "WHERE run_id" in statement:
                 assert rows, statement  # the run's own rows are found
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(240)
+async def test_the_python_api_example_runs_and_its_fork_completes(memory_worker, settings: Settings):
+    """The Python API section's block, as a script (in an `async def main()`), on the demo agent."""
+    wp, _ = memory_worker
+    seed_workspace(settings.resolved_workspace)
+    block = README.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    script = "import asyncio\n\nasync def main():\n" + textwrap.indent(block, "    ")
+    script += "    print(fork_id)\n\nasyncio.run(main())\n"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        script,
+        env=settings.child_environment(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    fork_id = out.decode().split()[-1]
+    forked = await wp.result(fork_id)
+    assert forked.status == "completed" and "words in 3 notes" in (forked.output or ""), forked
