@@ -125,6 +125,16 @@ async def test_cancel_and_join_a_running_stream(api: ApiServer, worker):
     assert (await lg.threads.get(tid))["status"] == "idle"
 
 
+async def test_join_stream_without_a_stream_mode_streams_values(api: ApiServer, worker):
+    lg = get_client(url=api.url, api_key=api.key)
+    thread = await lg.threads.create()
+    run = await lg.runs.create(thread["thread_id"], "calculator", input=human("add"))
+    parts = [p async for p in lg.runs.join_stream(thread["thread_id"], run["run_id"])]  # no stream_mode
+    values = [p.data for p in parts if p.event == "values"]
+    assert values and values[-1]["messages"][-1]["content"] == "The answer is 15."
+    assert {p.event for p in parts} <= {"metadata", "values"}  # LangGraph's default mode
+
+
 async def test_what_is_not_supported_says_so(api: ApiServer, worker):
     lg = get_client(url=api.url, api_key=api.key)
     thread = await lg.threads.create()
