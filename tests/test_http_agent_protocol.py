@@ -154,6 +154,34 @@ async def test_what_is_not_supported_says_so(api: ApiServer, worker):
     assert (await api.http.put("/store/items", json={})).status_code == 501
 
 
+async def test_every_unsupported_route_of_the_protocol_answers_501(api: ApiServer, worker):
+    """Each method and path of LangGraph Server's API that Waypoint does not serve: 501 `not_supported`
+    with what to do instead, never a bare 404 or 405."""
+    tid = (await api.http.post("/threads", json={})).json()["thread_id"]
+    routes = [
+        ("POST", "/assistants/calculator/versions"),
+        ("POST", "/assistants/calculator/latest"),
+        ("PATCH", f"/threads/{tid}/state"),
+        ("GET", f"/threads/{tid}/stream"),
+        ("POST", "/threads/prune"),
+        ("POST", f"/threads/{tid}/runs/crons"),
+        ("POST", "/runs/crons"),
+        ("POST", "/runs/crons/search"),
+        ("POST", "/runs/crons/count"),
+        ("PATCH", "/runs/crons/c1"),
+        ("DELETE", "/runs/crons/c1"),
+        ("POST", "/runs/batch"),
+        ("POST", "/runs/cancel"),
+        ("POST", "/runs/r1/wait"),
+        ("POST", "/runs/r1/stream"),
+    ]
+    for method, path in routes:
+        r = await api.http.request(method, path, json={})
+        assert (r.status_code, r.json()["error"]["code"]) == (501, "not_supported"), (method, path, r.text)
+    assert (await api.http.get(f"/threads/{tid}/history", params={"limit": 5})).json() == []
+    assert (await api.http.get("/assistants/calculator/subgraphs")).json() == {}
+
+
 async def test_the_rest_of_the_protocol_endpoints(api: ApiServer, worker):
     http = api.http
     assert (await http.post("/assistants/count", json={})).json() >= 1
