@@ -152,3 +152,44 @@ async def test_the_python_api_example_runs_and_its_fork_completes(memory_worker,
     fork_id = out.decode().split()[-1]
     forked = await wp.result(fork_id)
     assert forked.status == "completed" and "words in 3 notes" in (forked.output or ""), forked
+
+
+def fake_server_commands() -> list[str]:
+    """The shell lines that try an `openai:` agent on the fake server: its script, the server, the export."""
+    section = README.split("To try an `openai:` agent without an API key", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("   #", 1)[0].strip() for line in block.strip().splitlines()]
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(180)
+async def test_the_fake_servers_script_answers_every_run(tmp_path: Path, client, engine, settings: Settings):
+    """The fake server as typed, with its two-answer turns.json, and the README's agent run twice:
+    each run gets both answers (the script starts over, and says so in one line), none waits on a 500."""
+    from waypoint.agents import AgentRegistry
+    from waypoint.app.worker import build_worker
+
+    echo, serve, export = fake_server_commands()
+    assert serve.startswith("python -m waypoint.testing.fake_openai --port 8765") and "OPENAI_BASE_URL" in export
+    port = free_port()
+    subprocess.run(["bash", "-c", echo], cwd=tmp_path, check=True)
+    fake = await asyncio.create_subprocess_exec(
+        "bash", "-c", "exec " + serve.replace("8765", str(port)), cwd=tmp_path, stdout=asyncio.subprocess.PIPE
+    )
+    assert fake.stdout is not None
+    assert "fake OpenAI server on" in (await fake.stdout.readline()).decode()
+    code, _ = own_agent_commands()
+    module: dict = {}
+    exec(compile(code, "myapp/agents.py", "exec"), module)
+    settings = settings.model_copy(update={"openai_base_url": f"http://127.0.0.1:{port}/v1"})
+    wp = Waypoint(client, engine, settings)
+    try:
+        async with build_worker(client, engine, settings, AgentRegistry([module["treasurer"]])):
+            for _ in range(2):
+                run_id = await wp.start_run("Convert 120 EUR to USD at 1.08", agent="treasurer")
+                result = await wp.result(run_id)
+                assert (result.status, result.output) == ("completed", "120 EUR is 129.6 USD."), result
+    finally:
+        fake.terminate()
+        out, _ = await fake.communicate()
+    assert out.decode().count("used up: answering from the first again") == 1, out.decode()
