@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,9 +59,30 @@ def own_agent_commands() -> tuple[str, list[str]]:
     return code, lines
 
 
+def own_ports() -> dict[str, str]:
+    """Free ports for every server `waypoint dev` starts (Temporal, its UI, the HTTP API), so a test
+    never meets the developer's own `waypoint dev`."""
+    return {
+        "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}",
+        "WAYPOINT_TEMPORAL_UI_PORT": str(free_port()),
+        "WAYPOINT_API_PORT": str(free_port()),
+    }
+
+
+@pytest.fixture
+def default_api_port_taken() -> Iterator[None]:
+    """The default API port is in use during the test (as a `waypoint dev` of the developer's would
+    hold it): held here, or already by someone else."""
+    with socket.socket() as sock:
+        with contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", Settings.model_fields["api_port"].default))
+            sock.listen()
+        yield
+
+
 @pytest.mark.postgres
 @pytest.mark.timeout(240)
-def test_your_own_agent_runs_as_written(tmp_path: Path, fake_openai: FakeOpenAI):
+def test_your_own_agent_runs_as_written(tmp_path: Path, fake_openai: FakeOpenAI, default_api_port_taken):
     """The documented steps, typed into a shell in a fresh folder: save myapp/agents.py, export,
     `waypoint dev` (in its own terminal), then `waypoint run ... --follow`. Only the ports and the
     model endpoint differ from a user's machine (a fake OpenAI server stands in for the provider)."""
@@ -72,12 +96,7 @@ def test_your_own_agent_runs_as_written(tmp_path: Path, fake_openai: FakeOpenAI)
         Turn(content="120 EUR is 129.6 USD."),
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    env |= {
-        "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}",
-        "WAYPOINT_TEMPORAL_UI_PORT": str(free_port()),
-        "OPENAI_BASE_URL": fake_openai.base_url,
-        "COLUMNS": "200",
-    }
+    env |= own_ports() | {"OPENAI_BASE_URL": fake_openai.base_url, "COLUMNS": "200"}
     shell = shutil.which("bash") or "sh"
     server = subprocess.Popen(
         [shell, "-c", f"{export} && exec {dev}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
@@ -105,7 +124,7 @@ def test_your_own_agent_runs_as_written(tmp_path: Path, fake_openai: FakeOpenAI)
 @pytest.mark.timeout(120)
 def test_a_bad_agent_module_stops_dev_before_it_says_anything_started(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    env |= {"WAYPOINT_AGENTS": "myapp.nope", "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}"}
+    env |= own_ports() | {"WAYPOINT_AGENTS": "myapp.nope"}
     done = subprocess.run(["waypoint", "dev"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
     assert done.returncode == 1
     assert done.stderr.strip() == "error: cannot import agent module 'myapp.nope': No module named 'myapp'"
