@@ -31,7 +31,7 @@ from waypoint.activities.boundary import boundary, heartbeating
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
-from waypoint.errors import ConfigError, ModelError, PayloadTooLarge, ScriptError, WaypointError
+from waypoint.errors import ConfigError, ModelError, PayloadTooLarge
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, RecallScope
 from waypoint.memory.steps import pending_episodes, recall_query, recall_scope, recall_search, recalled_memories
@@ -208,12 +208,6 @@ class ModelActivities:
                     chat.record(turn)
         except ModelError as error:
             await self.record_failure(inp, error, attempt)
-            raise
-        except WaypointError:
-            raise
-        except Exception as exc:
-            if isinstance(adapter, ScriptedModel):  # a bug in a script: the same input fails the same way
-                raise ScriptError(f"scripted model failed: {type(exc).__name__}: {exc}") from exc
             raise
         finally:
             remembered = await remembering if remembering is not None else None

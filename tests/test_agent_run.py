@@ -176,11 +176,26 @@ async def test_a_start_that_keeps_failing_ends_failed_with_the_reason_and_can_be
             await wp.run(run_id)
 
 
+async def test_a_fork_of_the_demo_from_any_step_completes(client: Client, engine: AsyncEngine, settings, worker):
+    """The demo's scripted turns find the tool results they need wherever a fork put them."""
+    seed_workspace(settings.resolved_workspace)
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run(DEMO_TASK, agent="demo")
+    assert (await wp.result(run_id)).status == "completed"
+    forks = [await wp.fork(run_id, step, message="Shorter, please.") for step in range(6)]
+    for step, fork_id in enumerate(forks):
+        result = await wp.result(fork_id)
+        assert result.status == "completed", (step, result)
+        assert step == 5 or "Total: 62 words in 3 notes." in (result.output or ""), (step, result)
+
+
 async def test_a_bug_in_a_script_fails_the_run_without_retrying(client: Client, engine, settings: Settings, worker):
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("go", agent="broken")
     result = await wp.result(run_id, tenant_id=settings.tenant)
-    assert result.status == "failed" and "scripted model failed: KeyError" in result.error
+    assert result.status == "failed"
+    assert "turn 1 (tests.agents._crash) failed on this conversation: 'missing' (KeyError)" in result.error
+    assert "KeyError:" not in result.error  # a message, not a Python exception's repr
     history = await client.get_workflow_handle(run_id).fetch_history()
     attempts = [
         e.activity_task_started_event_attributes.attempt

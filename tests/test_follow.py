@@ -12,11 +12,13 @@ import sys
 import pytest
 from temporalio.client import Client
 
-from tests.helpers import cli_env
-from waypoint.agents import AgentRegistry
+from tests.helpers import cli_env, eventually
+from waypoint.agents import Agent, AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
+from waypoint.testing.fake_openai import FakeOpenAI
+from waypoint.types import RetrySpec
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
@@ -108,3 +110,33 @@ async def test_following_wakes_on_the_logs_notifications_not_its_poll(
         run_id = await wp.start_run("add 7 and 8", agent="calculator")
         row = await asyncio.wait_for(follow(wp, run_id, poll_seconds=60), 30)
     assert row.status == "completed" and row.steps >= 2
+
+
+async def test_a_model_call_that_keeps_failing_is_warned_about_once_not_per_attempt(
+    client: Client, engine, settings: Settings, fake_openai: FakeOpenAI
+):
+    # The fake has no answer: every attempt gets HTTP 500 and is retried after 0.5 to 1 s (jitter).
+    stubborn = Agent(
+        name="stubborn",
+        instructions="Answer.",
+        model="openai:fake-model",
+        model_retry=RetrySpec(max_attempts=1000, initial_interval_seconds=1, max_interval_seconds=1),
+    )
+    wp = Waypoint(client, engine, settings)
+    async with build_worker(client, engine, settings, AgentRegistry([stubborn])):
+        run_id = await wp.start_run("hello", agent="stubborn")
+        proc = await start_cli(settings, "status", run_id, "--follow")
+        assert proc.stderr is not None
+        await line_with(proc.stderr, "call_model of run", timeout=60)
+        seen = len(fake_openai.seen)
+        # 10 attempts take at least 5 s, more than the follower's asks are apart (QUIET_SECONDS, plus
+        # its poll): it has asked again, on another attempt, meanwhile.
+        await eventually(lambda: _at_least(fake_openai, seen + 10), timeout=60, what="10 more attempts")
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        await client.get_workflow_handle(run_id).terminate("test over")
+    assert "warning:" not in err.decode(), err.decode()  # the first warning was read above; no other came
+
+
+async def _at_least(fake: FakeOpenAI, n: int) -> bool:
+    return len(fake.seen) >= n

@@ -130,6 +130,16 @@ async def test_cancel_and_join_a_running_stream(api: ApiServer, worker):
     assert (await lg.threads.get(tid))["status"] == "idle"
 
 
+async def test_join_stream_without_a_stream_mode_streams_values(api: ApiServer, worker):
+    lg = get_client(url=api.url, api_key=api.key)
+    thread = await lg.threads.create()
+    run = await lg.runs.create(thread["thread_id"], "calculator", input=human("add"))
+    parts = [p async for p in lg.runs.join_stream(thread["thread_id"], run["run_id"])]  # no stream_mode
+    values = [p.data for p in parts if p.event == "values"]
+    assert values and values[-1]["messages"][-1]["content"] == "The answer is 15."
+    assert {p.event for p in parts} <= {"metadata", "values"}  # LangGraph's default mode
+
+
 async def test_what_is_not_supported_says_so(api: ApiServer, worker):
     lg = get_client(url=api.url, api_key=api.key)
     thread = await lg.threads.create()
@@ -147,6 +157,34 @@ async def test_what_is_not_supported_says_so(api: ApiServer, worker):
     assert r.status_code == 400 and "user message" in r.json()["error"]["message"]
     assert (await api.http.post("/assistants", json={})).status_code == 501
     assert (await api.http.put("/store/items", json={})).status_code == 501
+
+
+async def test_every_unsupported_route_of_the_protocol_answers_501(api: ApiServer, worker):
+    """Each method and path of LangGraph Server's API that Waypoint does not serve: 501 `not_supported`
+    with what to do instead, never a bare 404 or 405."""
+    tid = (await api.http.post("/threads", json={})).json()["thread_id"]
+    routes = [
+        ("POST", "/assistants/calculator/versions"),
+        ("POST", "/assistants/calculator/latest"),
+        ("PATCH", f"/threads/{tid}/state"),
+        ("GET", f"/threads/{tid}/stream"),
+        ("POST", "/threads/prune"),
+        ("POST", f"/threads/{tid}/runs/crons"),
+        ("POST", "/runs/crons"),
+        ("POST", "/runs/crons/search"),
+        ("POST", "/runs/crons/count"),
+        ("PATCH", "/runs/crons/c1"),
+        ("DELETE", "/runs/crons/c1"),
+        ("POST", "/runs/batch"),
+        ("POST", "/runs/cancel"),
+        ("POST", "/runs/r1/wait"),
+        ("POST", "/runs/r1/stream"),
+    ]
+    for method, path in routes:
+        r = await api.http.request(method, path, json={})
+        assert (r.status_code, r.json()["error"]["code"]) == (501, "not_supported"), (method, path, r.text)
+    assert (await api.http.get(f"/threads/{tid}/history", params={"limit": 5})).json() == []
+    assert (await api.http.get("/assistants/calculator/subgraphs")).json() == {}
 
 
 async def test_the_rest_of_the_protocol_endpoints(api: ApiServer, worker):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from waypoint.app.client import Waypoint
 from waypoint.app.embedded import free_port
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
@@ -25,7 +26,7 @@ def curl_block() -> str:
 
 
 @pytest.mark.timeout(240)
-async def test_the_readme_curl_examples_run(worker, settings: Settings):
+async def test_the_readme_curl_examples_run(client, engine, worker, settings: Settings):
     seed_workspace(settings.resolved_workspace)
     port = free_port()
     script = "set -e\n" + curl_block().replace("8000", str(port))
@@ -51,6 +52,8 @@ async def test_the_readme_curl_examples_run(worker, settings: Settings):
     assert steps["steps"][0]["step"] == 1
     assert [e["kind"] for e in events["events"]] == ["tool_result", "tool_result"]
     assert fork["fork_step"] == 2 and fork["parent_run_id"] == steps["run_id"]
+    forked = await Waypoint(client, engine, settings).result(fork["run_id"], tenant_id="acme")  # on from step 2
+    assert forked.status == "completed" and "words in 3 notes" in (forked.output or ""), forked
     assert refused["error"]["code"] == "unauthorized"
 
 

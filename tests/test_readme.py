@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +22,7 @@ from waypoint.app.cli import app
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import free_port
 from waypoint.config import Settings
+from waypoint.demo import seed_workspace
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
@@ -52,9 +59,30 @@ def own_agent_commands() -> tuple[str, list[str]]:
     return code, lines
 
 
+def own_ports() -> dict[str, str]:
+    """Free ports for every server `waypoint dev` starts (Temporal, its UI, the HTTP API), so a test
+    never meets the developer's own `waypoint dev`."""
+    return {
+        "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}",
+        "WAYPOINT_TEMPORAL_UI_PORT": str(free_port()),
+        "WAYPOINT_API_PORT": str(free_port()),
+    }
+
+
+@pytest.fixture
+def default_api_port_taken() -> Iterator[None]:
+    """The default API port is in use during the test (as a `waypoint dev` of the developer's would
+    hold it): held here, or already by someone else."""
+    with socket.socket() as sock:
+        with contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", Settings.model_fields["api_port"].default))
+            sock.listen()
+        yield
+
+
 @pytest.mark.postgres
 @pytest.mark.timeout(240)
-def test_your_own_agent_runs_as_written(tmp_path: Path, fake_openai: FakeOpenAI):
+def test_your_own_agent_runs_as_written(tmp_path: Path, fake_openai: FakeOpenAI, default_api_port_taken):
     """The documented steps, typed into a shell in a fresh folder: save myapp/agents.py, export,
     `waypoint dev` (in its own terminal), then `waypoint run ... --follow`. Only the ports and the
     model endpoint differ from a user's machine (a fake OpenAI server stands in for the provider)."""
@@ -68,12 +96,7 @@ def test_your_own_agent_runs_as_written(tmp_path: Path, fake_openai: FakeOpenAI)
         Turn(content="120 EUR is 129.6 USD."),
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    env |= {
-        "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}",
-        "WAYPOINT_TEMPORAL_UI_PORT": str(free_port()),
-        "OPENAI_BASE_URL": fake_openai.base_url,
-        "COLUMNS": "200",
-    }
+    env |= own_ports() | {"OPENAI_BASE_URL": fake_openai.base_url, "COLUMNS": "200"}
     shell = shutil.which("bash") or "sh"
     server = subprocess.Popen(
         [shell, "-c", f"{export} && exec {dev}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
@@ -101,7 +124,7 @@ def test_your_own_agent_runs_as_written(tmp_path: Path, fake_openai: FakeOpenAI)
 @pytest.mark.timeout(120)
 def test_a_bad_agent_module_stops_dev_before_it_says_anything_started(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-    env |= {"WAYPOINT_AGENTS": "myapp.nope", "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}"}
+    env |= own_ports() | {"WAYPOINT_AGENTS": "myapp.nope"}
     done = subprocess.run(["waypoint", "dev"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
     assert done.returncode == 1
     assert done.stderr.strip() == "error: cannot import agent module 'myapp.nope': No module named 'myapp'"
@@ -124,3 +147,68 @@ async def test_the_sql_examples_run(client, engine, settings: Settings, worker):
             rows = (await conn.execute(text(statement))).all()
             if "WHERE run_id" in statement:
                 assert rows, statement  # the run's own rows are found
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(240)
+async def test_the_python_api_example_runs_and_its_fork_completes(memory_worker, settings: Settings):
+    """The Python API section's block, as a script (in an `async def main()`), on the demo agent."""
+    wp, _ = memory_worker
+    seed_workspace(settings.resolved_workspace)
+    block = README.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    script = "import asyncio\n\nasync def main():\n" + textwrap.indent(block, "    ")
+    script += "    print(fork_id)\n\nasyncio.run(main())\n"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        script,
+        env=settings.child_environment(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    fork_id = out.decode().split()[-1]
+    forked = await wp.result(fork_id)
+    assert forked.status == "completed" and "words in 3 notes" in (forked.output or ""), forked
+
+
+def fake_server_commands() -> list[str]:
+    """The shell lines that try an `openai:` agent on the fake server: its script, the server, the export."""
+    section = README.split("To try an `openai:` agent without an API key", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("   #", 1)[0].strip() for line in block.strip().splitlines()]
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(180)
+async def test_the_fake_servers_script_answers_every_run(tmp_path: Path, client, engine, settings: Settings):
+    """The fake server as typed, with its two-answer turns.json, and the README's agent run twice:
+    each run gets both answers (the script starts over, and says so in one line), none waits on a 500."""
+    from waypoint.agents import AgentRegistry
+    from waypoint.app.worker import build_worker
+
+    echo, serve, export = fake_server_commands()
+    assert serve.startswith("python -m waypoint.testing.fake_openai --port 8765") and "OPENAI_BASE_URL" in export
+    port = free_port()
+    subprocess.run(["bash", "-c", echo], cwd=tmp_path, check=True)
+    fake = await asyncio.create_subprocess_exec(
+        "bash", "-c", "exec " + serve.replace("8765", str(port)), cwd=tmp_path, stdout=asyncio.subprocess.PIPE
+    )
+    assert fake.stdout is not None
+    assert "fake OpenAI server on" in (await fake.stdout.readline()).decode()
+    code, _ = own_agent_commands()
+    module: dict = {}
+    exec(compile(code, "myapp/agents.py", "exec"), module)
+    settings = settings.model_copy(update={"openai_base_url": f"http://127.0.0.1:{port}/v1"})
+    wp = Waypoint(client, engine, settings)
+    try:
+        async with build_worker(client, engine, settings, AgentRegistry([module["treasurer"]])):
+            for _ in range(2):
+                run_id = await wp.start_run("Convert 120 EUR to USD at 1.08", agent="treasurer")
+                result = await wp.result(run_id)
+                assert (result.status, result.output) == ("completed", "120 EUR is 129.6 USD."), result
+    finally:
+        fake.terminate()
+        out, _ = await fake.communicate()
+    assert out.decode().count("used up: answering from the first again") == 1, out.decode()

@@ -96,52 +96,46 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     return f"wrote {len(content.encode())} bytes to {path}"
 
 
-def _latest_tool_outputs(messages: list[Message]) -> list[str]:
-    """Outputs of the tool calls answered since the last assistant turn."""
-    outputs: list[str] = []
+def _results_of(messages: list[Message], name: str) -> list[tuple[dict[str, Any], str]]:
+    """The arguments and outputs of the latest turn's calls of tool `name`, wherever they are in the
+    conversation: a fork or a rerun may have put a user message after them."""
+    outputs = {m.get("tool_call_id"): m["content"] for m in messages if m["role"] == "tool"}
     for message in reversed(messages):
-        if message["role"] != "tool":
-            break
-        outputs.append(message["content"])
-    return outputs[::-1]
-
-
-def _calls_of(messages: list[Message], name: str) -> list[dict[str, Any]]:
-    return [
-        json.loads(call["function"]["arguments"])
-        for m in messages
-        if m["role"] == "assistant"
-        for call in m.get("tool_calls") or []
-        if call["function"]["name"] == name
-    ]
+        calls = [c for c in message.get("tool_calls") or [] if c["function"]["name"] == name]
+        if message["role"] == "assistant" and calls:
+            return [(json.loads(c["function"]["arguments"]), outputs.get(c["id"], "")) for c in calls]
+    return []
 
 
 def _read_notes(messages: list[Message]) -> ScriptedTurn:
-    listing = _latest_tool_outputs(messages)[0]
-    if listing.startswith("error:"):
-        return ScriptedTurn(content=f"I found no notes to read ({listing}).")
+    listing = next((output for _, output in _results_of(messages, "list_files")), "")
+    if not listing.startswith("["):
+        return ScriptedTurn(content=f"I found no notes to read ({listing or 'nothing was listed'}).")
     return ScriptedTurn(tool_calls=[("read_file", {"path": f}) for f in json.loads(listing)])
 
 
 def _count_words(messages: list[Message]) -> ScriptedTurn:
-    return ScriptedTurn(tool_calls=[("word_stats", {"text": text}) for text in _latest_tool_outputs(messages)])
+    texts = [text for _, text in _results_of(messages, "read_file")]
+    if not texts:
+        return ScriptedTurn(content="I have no notes to count: there is nothing read in this conversation.")
+    return ScriptedTurn(tool_calls=[("word_stats", {"text": text}) for text in texts])
 
 
 def _write_report(messages: list[Message]) -> ScriptedTurn:
-    paths = [c["path"] for c in _calls_of(messages, "read_file")]
-    stats = [json.loads(s) for s in _latest_tool_outputs(messages)]
+    path_of = {text: args["path"] for args, text in _results_of(messages, "read_file")}
+    counted = [(path_of.get(args["text"], "(a note)"), output) for args, output in _results_of(messages, "word_stats")]
+    stats = [(path, json.loads(output)) for path, output in counted if output.startswith("{")]
+    if not stats:
+        return ScriptedTurn(content="I have no word counts to report: there are none in this conversation.")
     lines = ["# Notes report", "", "| file | words | lines | frequent words |", "|---|---|---|---|"]
-    lines += [
-        f"| {p} | {s['words']} | {s['lines']} | {', '.join(s['top_words'])} |"
-        for p, s in zip(paths, stats, strict=True)
-    ]
-    lines += ["", f"Total: {sum(s['words'] for s in stats)} words in {len(stats)} notes."]
+    lines += [f"| {p} | {s['words']} | {s['lines']} | {', '.join(s['top_words'])} |" for p, s in stats]
+    lines += ["", f"Total: {sum(s['words'] for _, s in stats)} words in {len(stats)} notes."]
     return ScriptedTurn(tool_calls=[("write_file", {"path": "report.md", "content": "\n".join(lines) + "\n"})])
 
 
 def _report_total(messages: list[Message]) -> str:
-    report = _calls_of(messages, "write_file")[-1]["content"]
-    return report.strip().splitlines()[-1]
+    written = _results_of(messages, "write_file")
+    return written[-1][0]["content"].strip().splitlines()[-1] if written else "No report was written."
 
 
 def _answer(messages: list[Message]) -> ScriptedTurn:
@@ -203,7 +197,7 @@ def _archive(messages: list[Message]) -> ScriptedTurn:
 
 
 def _answer_archived(messages: list[Message]) -> ScriptedTurn:
-    archived = _latest_tool_outputs(messages)[0]
+    archived = next((output for _, output in _results_of(messages, "archive_report")), "did not archive it")
     return ScriptedTurn(content=f"I read the notes, wrote report.md and {archived}. {_report_total(messages)}")
 
 

@@ -315,9 +315,7 @@ class AgentRunWorkflow(RunMessages):
                 step=step,
                 turn=turn,
                 # Outputs the ledger holds are read there: history gets no second copy.
-                tool_results=[
-                    replace(r, output="", stored=True) if r.outcome.in_ledger else r for r in results
-                ],
+                tool_results=[replace(r, output="", stored=True) if r.outcome.in_ledger else r for r in results],
                 user_messages=user_messages,
                 decisions=list(decisions.values()),
                 context_tokens=state.plan.context_tokens,

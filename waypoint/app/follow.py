@@ -3,7 +3,8 @@
 A step shows the moment it lands: following listens for the log's notifications (the channel
 the HTTP streams use) and polls only as a fallback, when listening is not possible.
 When nothing lands for a few seconds it asks Temporal why (no worker polls the queue, workflow
-tasks keep failing, an activity keeps failing) and says so once, with the fix, and keeps waiting.
+tasks keep failing, an activity keeps failing) and says so once while it lasts (not once per
+attempt), with the fix, and keeps waiting.
 Ctrl-C stops following, not the run, and says how to follow it again.
 """
 
@@ -86,15 +87,16 @@ async def _follow(wp: Waypoint, run_id: str, as_json_lines: bool, poll_seconds: 
                         out.console.print(out.step_text(line))
                     shown = line.step
                     quiet_since = time.monotonic()
+                    said.clear()  # the run moved: a problem that comes back is new
                 if run is not None and run.status in FINISHED:
                     return run
                 now = time.monotonic()
                 if now - quiet_since > QUIET_SECONDS and now - asked_at > QUIET_SECONDS:
                     asked_at = now
                     problem = await gateway.blocked(run_id)
-                    if problem is not None and problem not in said:
-                        said.add(problem)
-                        warning = f"warning: {problem}; still waiting (Ctrl-C stops following, not the run)"
+                    if problem is not None and problem.what not in said:  # once while it lasts, not per attempt
+                        said.add(problem.what)
+                        warning = f"warning: {problem.message}; still waiting (Ctrl-C stops following, not the run)"
                         print(warning, file=sys.stderr)
                 spinner.update(f"{run_id}: step {shown + 1} running...")
                 with contextlib.suppress(TimeoutError):

@@ -12,6 +12,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -82,6 +83,15 @@ async def connect(settings: Settings, *, wait_seconds: float = 15.0) -> Client:
                 f"cannot reach Temporal at {settings.temporal_address} ({str(exc).splitlines()[0]}): "
                 "start it with `waypoint dev` or set WAYPOINT_TEMPORAL_ADDRESS"
             ) from None
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """What keeps a run from moving: `what` (the same while the problem lasts, whatever the
+    attempt) and `message`, one line with the fix."""
+
+    what: str
+    message: str
 
 
 class TemporalGateway:
@@ -269,14 +279,16 @@ class TemporalGateway:
             return str(rpc_error(exc, f"describe run {run_id}"))
         return f"run {run_id} ended without a record in Postgres: check the worker's database settings"
 
-    async def blocked(self, run_id: str) -> str | None:
+    async def blocked(self, run_id: str) -> Blocked | None:
         """What keeps a run from moving, in one line with the fix, or None when nothing is wrong that
         Temporal can see: no worker polls its queue, its workflow tasks keep failing (a worker that
-        cannot decode its payloads, say), or an activity keeps failing."""
+        cannot decode its payloads, say), or an activity keeps failing. `what` names the problem
+        apart from its attempt count, so a caller can say it once while it lasts."""
         if await self.pollers(self.settings.task_queue) == 0:
-            return (
+            return Blocked(
+                "no worker",
                 f"no worker polls task queue {self.settings.task_queue!r}: start one with `waypoint worker` "
-                "(or `waypoint dev`) with the same WAYPOINT_TASK_QUEUE"
+                "(or `waypoint dev`) with the same WAYPOINT_TASK_QUEUE",
             )
         try:
             described = (await self.client.get_workflow_handle(run_id).describe()).raw_description
@@ -285,15 +297,17 @@ class TemporalGateway:
         task = described.pending_workflow_task
         if task.attempt > 1:
             why = await self._last_task_failure(run_id) or "no failure recorded yet"
-            return (
+            return Blocked(
+                "workflow task",
                 f"the workflow tasks of run {run_id} keep failing (attempt {task.attempt}): {why}. A worker whose "
-                "WAYPOINT_CODEC_KEYS differ cannot decode the run: give every worker and client the same keys"
+                "WAYPOINT_CODEC_KEYS differ cannot decode the run: give every worker and client the same keys",
             )
         for pending in described.pending_activities:
             if pending.attempt > 2 and pending.last_failure.message:
-                return (
+                return Blocked(
+                    f"activity {pending.activity_type.name}",
                     f"{pending.activity_type.name} of run {run_id} is on attempt {pending.attempt}: "
-                    f"{pending.last_failure.message}"
+                    f"{pending.last_failure.message}",
                 )
         return None
 

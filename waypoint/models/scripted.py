@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from waypoint.errors import ScriptError, WaypointError
 from waypoint.tokens import estimate_tokens
 from waypoint.types import Message, ModelTurn, RetrySpec, ToolCall, Usage
 
@@ -26,7 +27,9 @@ TurnSource = ScriptedTurn | Callable[[list[Message]], ScriptedTurn | Awaitable[S
 
 class ScriptedModel:
     """Plays canned turns in order, turn N at step N; a turn may be a function of the
-    conversation so far. A retried call gets the same answer."""
+    conversation so far. A retried call gets the same answer. Past the last turn it answers
+    that the script has no more turns; a turn function that raises fails the run with a
+    `ScriptError` naming the turn (the same input would fail the same way)."""
 
     def __init__(self, turns: Sequence[TurnSource], *, name: str = "scripted"):
         self.turns = list(turns)
@@ -46,10 +49,7 @@ class ScriptedModel:
         # By step, not by counting assistant messages: old turns leave a bounded context.
         index = step - 1 if step is not None else sum(1 for m in messages if m.get("role") == "assistant")
         if index < len(self.turns):
-            source = self.turns[index]
-            turn = source(messages) if callable(source) else source
-            if inspect.isawaitable(turn):  # an async source may wait, as a slow model would
-                turn = await turn
+            turn = await self._play(self.turns[index], messages, index)
         else:
             turn = ScriptedTurn(content="The script has no more turns.")
         calls = [
@@ -65,3 +65,19 @@ class ScriptedModel:
             finish_reason="tool_calls" if calls else "stop",
             latency_ms=int((time.monotonic() - started) * 1000),
         )
+
+    async def _play(self, source: TurnSource, messages: list[Message], index: int) -> ScriptedTurn:
+        try:
+            turn = source(messages) if callable(source) else source
+            if inspect.isawaitable(turn):  # an async source may wait, as a slow model would
+                turn = await turn
+        except WaypointError:
+            raise
+        except Exception as exc:
+            where = f"{getattr(source, '__module__', '?')}.{getattr(source, '__qualname__', repr(source))}"
+            detail = f"{exc} ({type(exc).__name__})" if str(exc) else type(exc).__name__
+            raise ScriptError(
+                f"the scripted model's turn {index + 1} ({where}) failed on this conversation: {detail}; "
+                "fix that turn of the script"
+            ) from exc
+        return turn

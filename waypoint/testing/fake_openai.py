@@ -1,5 +1,6 @@
 """A real local HTTP server that speaks the chat-completions API, for tests, the chaos demo, and
-anyone trying an agent offline: `python -m waypoint.testing.fake_openai --port 8765 --script turns.json`.
+anyone trying an agent offline: `python -m waypoint.testing.fake_openai --port 8765 --script turns.json`
+(which plays its script in a loop, so every run of an agent gets the same answers).
 
 What it answers is up to a responder: by default, the next item queued with
 `answer()`: a `Turn` (a normal completion, with optional tool calls) or a
@@ -155,11 +156,15 @@ class FakeOpenAI:
     """`FakeOpenAI().start()`; point `OPENAI_BASE_URL` at `.base_url`; `.stop()` when done.
 
     `responder(body, n)` chooses the answer to the n-th request (1-based); without
-    one, queued items are answered in order, and an empty queue answers HTTP 500.
+    one, queued items are answered in order, and an empty queue answers HTTP 500 (a test
+    may queue the answer while the run retries). With `repeat=True` (the command line's
+    `--script`) the queue starts over from its first item instead, and says so on stdout.
     """
 
-    def __init__(self, responder: Responder | None = None, *, port: int = 0) -> None:
+    def __init__(self, responder: Responder | None = None, *, port: int = 0, repeat: bool = False) -> None:
         self.script: list[Turn | Reply] = []
+        self.repeat = repeat
+        self._played: list[Turn | Reply] = []
         self.seen: list[Seen] = []
         self.responder = responder
         # /v1/embeddings is answered apart from the chat script (deterministic vectors of this size),
@@ -192,7 +197,18 @@ class FakeOpenAI:
             self.seen.append(Seen(path=path, headers=headers, body=body))
             index = len(self.seen)
             if self.responder is None:
-                return (self.script.pop(0) if self.script else None), index
+                if not self.script and self.repeat and self._played:
+                    print(
+                        f"the script's {len(self._played)} answer(s) are used up: answering from the first again",
+                        flush=True,
+                    )
+                    self.script, self._played = self._played, []
+                if not self.script:
+                    return None, index
+                item = self.script.pop(0)
+                if self.repeat:
+                    self._played.append(item)
+                return item, index
         return self.responder(body, index), index
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -286,16 +302,21 @@ def main(argv: list[str] | None = None) -> None:
         description="A local server that speaks the OpenAI chat-completions API and answers from a script.",
     )
     parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765)")
-    parser.add_argument("--script", help="JSON list of turns and replies, answered in order (see load_script)")
+    parser.add_argument(
+        "--script", help="JSON list of turns and replies, answered in order and again from the first (see load_script)"
+    )
     args = parser.parse_args(argv)
     try:
         script = load_script(args.script) if args.script else []
-        server = FakeOpenAI(port=args.port)
+        server = FakeOpenAI(port=args.port, repeat=True)
     except (OSError, ValueError, TypeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     server.answer(*script)
-    print(f"fake OpenAI server on {server.base_url} with {len(script)} scripted answer(s); Ctrl-C stops it")
+    print(
+        f"fake OpenAI server on {server.base_url} with {len(script)} scripted answer(s), played in a loop; "
+        "Ctrl-C stops it"
+    )
     print(f"  export OPENAI_BASE_URL={server.base_url} OPENAI_API_KEY=fake", flush=True)
     try:
         server._server.serve_forever()

@@ -64,9 +64,19 @@ async def get_graph(assistant_id: str, api: Api, tenant: Tenant) -> dict[str, An
     return graph(await api.wp.store.agent(api.settings.task_queue, assistant_id))
 
 
+@router.get("/assistants/{assistant_id}/subgraphs")
+@router.get("/assistants/{assistant_id}/subgraphs/{namespace}")
+async def get_subgraphs(assistant_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """None: an agent is one graph (model, then tools)."""
+    await api.wp.store.agent(api.settings.task_queue, assistant_id)
+    return {}
+
+
 @router.post("/assistants")
 @router.patch("/assistants/{assistant_id}")
 @router.delete("/assistants/{assistant_id}")
+@router.post("/assistants/{assistant_id}/versions")
+@router.post("/assistants/{assistant_id}/latest")
 async def change(api: Api, tenant: Tenant) -> None:
     """Not supported: assistants are the agents your workers load."""
     raise not_supported(

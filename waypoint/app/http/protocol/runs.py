@@ -54,12 +54,15 @@ class RunCreate(BaseModel):
     if_not_exists: str | None = None
 
 
+NO_COMMANDS = (
+    "commands (resume, goto) are not supported: approve or deny a waiting tool call with "
+    "POST /v1/runs/{id}/approve or /deny"
+)
+
+
 def _refuse_unsupported(body: RunCreate) -> None:
     if body.command:
-        raise not_supported(
-            "commands (resume, goto) are not supported: approve or deny a waiting tool call with "
-            "POST /v1/runs/{id}/approve or /deny"
-        )
+        raise not_supported(NO_COMMANDS)
     if body.multitask_strategy not in (None, "reject"):
         raise not_supported("only multitask_strategy=reject is supported: wait for the thread's run, or cancel it")
     if body.interrupt_before or body.interrupt_after:
@@ -350,3 +353,35 @@ async def join_stateless(
 ) -> Response:
     await api.wp.check_run(run_id, tenant_id=tenant)
     return await _stream(api, tenant, None, run_id, stream_modes(stream_mode), resume_point(last_event_id, None))
+
+
+# --- what is not supported: 501, with what to do instead -----------------------------------------
+
+
+@router.post("/runs/{run_id}/stream")
+@router.post("/runs/{run_id}/wait")
+async def resume(run_id: str, tenant: Tenant) -> None:
+    raise not_supported(NO_COMMANDS)
+
+
+@router.post("/runs/batch")
+async def batch(tenant: Tenant) -> None:
+    raise not_supported("batches of runs are not supported: start each run with POST /runs")
+
+
+@router.post("/runs/cancel")
+async def cancel_many(tenant: Tenant) -> None:
+    raise not_supported(
+        "cancelling runs in bulk is not supported: cancel each with POST /threads/{id}/runs/{run_id}/cancel "
+        "or POST /v1/runs/{id}/cancel"
+    )
+
+
+@router.post("/threads/{thread_id}/runs/crons")
+@router.post("/runs/crons")
+@router.post("/runs/crons/search")
+@router.post("/runs/crons/count")
+@router.patch("/runs/crons/{cron_id}")
+@router.delete("/runs/crons/{cron_id}")
+async def crons(tenant: Tenant) -> None:
+    raise not_supported("crons are not supported: start runs on a schedule of your own with POST /runs")

@@ -31,7 +31,9 @@ SUPPORTED_MODES = ("values", "updates", "messages-tuple", "custom")
 
 
 def stream_modes(value: str | Sequence[str] | None) -> list[str]:
-    modes = [value] if isinstance(value, str) else list(value or ["values"])
+    """The requested modes, `values` when none is; an empty one is none (langgraph-sdk's
+    `join_stream` without `stream_mode` sends `?stream_mode=`)."""
+    modes = [m for m in ([value] if isinstance(value, str) else list(value or [])) if m]
     unknown = [m for m in modes if m not in SUPPORTED_MODES]
     if unknown:
         raise InvalidInput(

@@ -4,9 +4,9 @@ of that run and of the runs it was forked from (`<run_id>:<step>`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from waypoint.app.http.auth import Api, Tenant
@@ -203,6 +203,7 @@ async def post_state_at(thread_id: str, body: CheckpointRef, api: Api, tenant: T
 
 
 @router.post("/threads/{thread_id}/state")
+@router.patch("/threads/{thread_id}/state")
 async def update_state(thread_id: str, api: Api, tenant: Tenant) -> None:
     await api.wp.store.get_thread(tenant, thread_id)
     raise not_supported(
@@ -219,3 +220,31 @@ async def history(thread_id: str, body: History, api: Api, tenant: Tenant) -> li
         ids = [s["checkpoint"]["checkpoint_id"] for s in found]
         found = found[ids.index(before) + 1 :] if before in ids else []
     return found[: body.limit]
+
+
+@router.get("/threads/{thread_id}/history")
+async def history_of(
+    thread_id: str,
+    api: Api,
+    tenant: Tenant,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    before: str | None = None,
+) -> list[dict[str, Any]]:
+    """The same as POST, with `limit` and `before` (a checkpoint id) in the query."""
+    return await history(thread_id, History(limit=limit, before=before), api, tenant)
+
+
+@router.get("/threads/{thread_id}/stream")
+async def thread_stream(thread_id: str, api: Api, tenant: Tenant) -> None:
+    await api.wp.store.get_thread(tenant, thread_id)
+    raise not_supported(
+        "thread streams are not supported: join a run's stream with GET /threads/{id}/runs/{run_id}/stream"
+    )
+
+
+@router.post("/threads/prune")
+async def prune(tenant: Tenant) -> None:
+    raise not_supported(
+        "pruning threads is not supported: delete each with DELETE /threads/{id} "
+        "(its runs stay in the log until DELETE /v1/runs/{id})"
+    )
