@@ -170,7 +170,7 @@ def build_worker(
         interceptors=telemetry.worker_interceptors(client, settings),
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
         build_id=build_id(),
         **limits,
     )
@@ -207,7 +207,7 @@ def build_memory_worker(
             tools.run_tool,
         ],
         interceptors=telemetry.worker_interceptors(client, settings),
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
         build_id=build_id(),
     )
 
@@ -265,7 +265,8 @@ async def run_worker(
                 # Another worker owns the embedded shard and serves memory for every run.
                 log.warning("this worker serves no memory: %s", exc)
             else:
-                await stack.enter_async_context(build_memory_worker(client, engine, settings, agents, store))
+                memory_worker = build_memory_worker(client, engine, settings, agents, store)
+                await stack.enter_async_context(running(memory_worker, settings))
         main = build_worker(
             client,
             engine,
@@ -278,10 +279,43 @@ async def run_worker(
             ),
             max_concurrent_activities=_or(max_concurrent_activities, settings.worker_max_concurrent_activities),
         )
-        async with main:
+        async with running(main, settings):
             if ready is not None:
                 ready()
             await stop.wait()
+
+
+# What a stop waits past the graceful shutdown timeout for the cancelled activities to finish.
+STOP_MARGIN_SECONDS = 5.0
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker, settings: Settings) -> AsyncIterator[Worker]:
+    """`async with worker`, with a stop that ends: activities in flight get the graceful shutdown
+    timeout (`worker_stop_grace_seconds`), then are cancelled; a worker still not stopped
+    STOP_MARGIN_SECONDS later (a local activity retrying in its workflow task, an activity that
+    ignores its cancellation) is left behind, and the process goes on stopping. Temporal hands
+    whatever it was doing to the next worker (timeouts and retries), so nothing is lost."""
+    await worker.__aenter__()
+    failure: tuple[Any, Any, Any] = (None, None, None)
+    try:
+        yield worker
+    except BaseException:
+        failure = sys.exc_info()
+        raise
+    finally:
+        stopping = asyncio.ensure_future(worker.__aexit__(*failure))
+        bound = settings.worker_stop_grace_seconds + STOP_MARGIN_SECONDS
+        done, _ = await asyncio.wait({stopping}, timeout=bound)
+        if done:
+            stopping.result()  # a fatal worker error, as `async with` raises it
+        else:
+            log.warning(
+                "worker of task queue %s did not stop within %g s (its runs' work is stuck or retrying): "
+                "stopping without it; Temporal gives that work to the next worker",
+                worker.task_queue,
+                bound,
+            )
 
 
 def _or(value: int | None, default: int) -> int:
