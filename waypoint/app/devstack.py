@@ -78,6 +78,9 @@ def serve(settings: Settings, *, worker: bool) -> None:
         out.console.print("stack stopped")
 
 
+LOOPBACK = "127.0.0.1"
+
+
 def api_socket(port: int, *, explicit: bool) -> socket.socket:
     """The socket of dev's HTTP API on the loopback address. A port the user set (WAYPOINT_API_PORT:
     `explicit`) that is taken is an error naming it; the default port, taken, gives a free one, so a
@@ -86,9 +89,6 @@ def api_socket(port: int, *, explicit: bool) -> socket.socket:
 
     fix = "set WAYPOINT_API_PORT to a free port (or stop what holds it)"
     return listen_on(LOOPBACK, port, port_fix=fix, or_free=not explicit)
-
-
-LOOPBACK = "127.0.0.1"
 
 
 async def _serve(
@@ -137,15 +137,10 @@ async def _start_api(
     except WaypointError as exc:
         return None, f"not started: {exc}"
     url = url_of(server)
-    moved = (
-        f"; port {settings.api_port} is in use, so this free one (WAYPOINT_API_PORT sets it)"
-        if port != settings.api_port
-        else ""
-    )
-    return (
-        server,
-        task,
-    ), f"{url} (viewer {url}/ui, docs {url}/docs); auth off: no API key needed, loopback only{moved}"
+    text = f"{url} (viewer {url}/ui, docs {url}/docs); auth off: no API key needed, loopback only"
+    if port != settings.api_port:
+        text += f"; port {settings.api_port} is in use, so this free one (WAYPOINT_API_PORT sets it)"
+    return (server, task), text
 
 
 async def worker_main(settings: Settings) -> None:

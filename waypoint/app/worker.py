@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -257,6 +258,7 @@ async def run_worker(
     the settings' `worker_max_*` apply."""
     await check_schema(engine)
     agents = agents or load_agents(settings)
+    deadline = StopDeadline(settings)
     async with contextlib.AsyncExitStack() as stack:
         if settings.memory:
             try:
@@ -266,7 +268,7 @@ async def run_worker(
                 log.warning("this worker serves no memory: %s", exc)
             else:
                 memory_worker = build_memory_worker(client, engine, settings, agents, store)
-                await stack.enter_async_context(running(memory_worker, settings))
+                await stack.enter_async_context(running(memory_worker, deadline))
         main = build_worker(
             client,
             engine,
@@ -279,7 +281,7 @@ async def run_worker(
             ),
             max_concurrent_activities=_or(max_concurrent_activities, settings.worker_max_concurrent_activities),
         )
-        async with running(main, settings):
+        async with running(main, deadline):
             if ready is not None:
                 ready()
             await stop.wait()
@@ -289,13 +291,28 @@ async def run_worker(
 STOP_MARGIN_SECONDS = 5.0
 
 
+class StopDeadline:
+    """One bound for a stop, however many workers it stops in turn: the graceful shutdown timeout
+    plus STOP_MARGIN_SECONDS, from the moment the first one starts stopping."""
+
+    def __init__(self, settings: Settings):
+        self.seconds = settings.worker_stop_grace_seconds + STOP_MARGIN_SECONDS
+        self._at: float | None = None
+
+    def remaining(self) -> float:
+        now = time.monotonic()
+        if self._at is None:
+            self._at = now + self.seconds
+        return max(self._at - now, 1.0)  # a worker stopped after another gets a moment too
+
+
 @contextlib.asynccontextmanager
-async def running(worker: Worker, settings: Settings) -> AsyncIterator[Worker]:
+async def running(worker: Worker, deadline: StopDeadline) -> AsyncIterator[Worker]:
     """`async with worker`, with a stop that ends: activities in flight get the graceful shutdown
-    timeout (`worker_stop_grace_seconds`), then are cancelled; a worker still not stopped
-    STOP_MARGIN_SECONDS later (a local activity retrying in its workflow task, an activity that
-    ignores its cancellation) is left behind, and the process goes on stopping. Temporal hands
-    whatever it was doing to the next worker (timeouts and retries), so nothing is lost."""
+    timeout (`worker_stop_grace_seconds`), then are cancelled; a worker still not stopped at the
+    deadline (a local activity retrying in its workflow task, an activity that ignores its
+    cancellation) is left behind, and the process goes on stopping. Temporal hands whatever it
+    was doing to the next worker (timeouts and retries), so nothing is lost."""
     await worker.__aenter__()
     failure: tuple[Any, Any, Any] = (None, None, None)
     try:
@@ -305,8 +322,7 @@ async def running(worker: Worker, settings: Settings) -> AsyncIterator[Worker]:
         raise
     finally:
         stopping = asyncio.ensure_future(worker.__aexit__(*failure))
-        bound = settings.worker_stop_grace_seconds + STOP_MARGIN_SECONDS
-        done, _ = await asyncio.wait({stopping}, timeout=bound)
+        done, _ = await asyncio.wait({stopping}, timeout=deadline.remaining())
         if done:
             stopping.result()  # a fatal worker error, as `async with` raises it
         else:
@@ -314,7 +330,7 @@ async def running(worker: Worker, settings: Settings) -> AsyncIterator[Worker]:
                 "worker of task queue %s did not stop within %g s (its runs' work is stuck or retrying): "
                 "stopping without it; Temporal gives that work to the next worker",
                 worker.task_queue,
-                bound,
+                deadline.seconds,
             )
 
 
