@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -396,3 +397,35 @@ hopper = Agent(
 )
 
 TEST_AGENTS.append(hopper)
+
+# --- stopping a worker whatever its runs do (tests/test_startup.py) -------------------------------
+
+
+@tool(timeout=600)
+async def wedge(ctx: ToolContext) -> str:
+    """Never return, not even when cancelled (a tool stuck in a call it cannot leave)."""
+    _marker(ctx.workspace, "wedged")
+    while True:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(600)
+
+
+@tool(max_attempts=4)
+def fumble() -> str:
+    """Fail with a bug, every attempt."""
+    raise RuntimeError("a bug in this tool")
+
+
+fumbler = Agent(
+    name="fumbler",
+    instructions="Calls a tool with a bug.",
+    model=ScriptedModel([ScriptedTurn(tool_calls=[("fumble", {})]), ScriptedTurn(content="it failed")]),
+    tools=(fumble,),
+)
+
+wedged = Agent(
+    name="wedged",
+    instructions="Calls a tool that never returns.",
+    model=ScriptedModel([ScriptedTurn(tool_calls=[("wedge", {})]), ScriptedTurn(content="unreachable")]),
+    tools=(wedge,),
+)

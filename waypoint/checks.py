@@ -37,6 +37,13 @@ def check_count(name: str, value: int, *, low: int = 1, high: int = 10_000) -> i
     return value
 
 
+def check_port(value: int, setting: str) -> int:
+    """A TCP port to listen on: 1 to 65535 (`setting` names where it came from, for the fix)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise InvalidInput(f"port {value!r} is out of range: use a port from 1 to 65535 ({setting})")
+    return value
+
+
 def check_choice(name: str, value: str, choices: type[StrEnum]) -> str:
     """A value of a closed set (a status, an event kind): one of `choices`."""
     if value not in {c.value for c in choices}:

@@ -153,7 +153,11 @@ class Settings(BaseSettings):
     )
     # The HTTP API (waypoint/app/http/) and live streams.
     api_host: str = Field("127.0.0.1", description="Address `waypoint serve` (and `waypoint dev`) listens on.")
-    api_port: int = Field(8000, ge=0, le=65535, description="Port of the HTTP API.")
+    api_port: int = Field(
+        8000,
+        description="Port of the HTTP API. `waypoint dev` takes a free one when the default is in use "
+        "and this is not set.",
+    )
     api_cors_origins: str = Field(
         "", description="Comma-separated origins browsers may call the HTTP API from (CORS); empty: none."
     )
@@ -186,6 +190,13 @@ class Settings(BaseSettings):
         description="Activities a worker runs at once. Model calls mostly wait on the provider, so a "
         "worker holds many; 1,000 runs waiting on a 30 s model fit in 450 MiB.",
     )
+    worker_stop_grace_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="On Ctrl-C or SIGTERM, activities in flight get this long to finish, then are cancelled; "
+        "5 s later the worker stops whatever its runs are doing (Temporal retries their work later).",
+    )
     db_pool_size: int = Field(5, ge=1, description="Postgres connections each process keeps open.")
     db_max_overflow: int = Field(10, ge=0, description="Extra Postgres connections a process may open under load.")
     db_statement_timeout_ms: int = Field(
@@ -201,6 +212,17 @@ class Settings(BaseSettings):
         try:
             return check_tenant(value)
         except InvalidInput as exc:  # pydantic reports a ValueError with the setting's name
+            raise ValueError(str(exc)) from None
+
+    @field_validator("api_port")
+    @classmethod
+    def _api_port(cls, value: int) -> int:
+        from waypoint.checks import check_port
+        from waypoint.errors import InvalidInput
+
+        try:
+            return check_port(value, "set WAYPOINT_API_PORT")
+        except InvalidInput as exc:
             raise ValueError(str(exc)) from None
 
     def child_environment(self, **extra: str) -> dict[str, str]:

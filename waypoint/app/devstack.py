@@ -4,6 +4,7 @@ starting the embedded stack, preparing its database, spawning worker processes."
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ from waypoint.agents import AgentRegistry
 from waypoint.app import console as out
 from waypoint.app.client import Waypoint, database_url
 from waypoint.app.embedded import EmbeddedStack, StackInfo
+from waypoint.app.loop import run
 from waypoint.app.temporal import connect
 from waypoint.app.worker import load_agents, run_worker, stop_event
 from waypoint.config import Settings
@@ -59,18 +61,39 @@ def with_stack(settings: Settings, info: StackInfo) -> Settings:
 
 
 def serve(settings: Settings, *, worker: bool) -> None:
-    # A bad agent module fails here, before anything starts or anything says it did.
+    # A bad agent module, or a port the API cannot have, fails here, before anything starts or
+    # anything says it did.
     agents = load_agents(settings) if worker else None
-    stack, cfg = start_stack(settings, ui=True, worker=worker)
+    api = api_socket(settings.api_port, explicit="api_port" in settings.model_fields_set)
     try:
-        asyncio.run(_serve(cfg, stack.info, agents))
+        stack, cfg = start_stack(settings, ui=True, worker=worker)
+    except BaseException:
+        api.close()
+        raise
+    try:
+        run(_serve(cfg, stack.info, agents, api))  # a worker left behind does not hold it open
     finally:
         with out.console.status("stopping..."):
             stack.stop()
         out.console.print("stack stopped")
 
 
-async def _serve(settings: Settings, info: StackInfo | None, agents: AgentRegistry | None) -> None:
+LOOPBACK = "127.0.0.1"
+
+
+def api_socket(port: int, *, explicit: bool) -> socket.socket:
+    """The socket of dev's HTTP API on the loopback address. A port the user set (WAYPOINT_API_PORT:
+    `explicit`) that is taken is an error naming it; the default port, taken, gives a free one, so a
+    second `waypoint dev` just works (its table prints the URL)."""
+    from waypoint.app.http.server import listen_on
+
+    fix = "set WAYPOINT_API_PORT to a free port (or stop what holds it)"
+    return listen_on(LOOPBACK, port, port_fix=fix, or_free=not explicit)
+
+
+async def _serve(
+    settings: Settings, info: StackInfo | None, agents: AgentRegistry | None, api_sock: socket.socket
+) -> None:
     stop = stop_event()
     seed_workspace(settings.resolved_workspace)  # so `waypoint run --agent demo` has notes to read
     engine = await prepare_database(settings.database_url or "")
@@ -78,7 +101,7 @@ async def _serve(settings: Settings, info: StackInfo | None, agents: AgentRegist
     try:
         client = await connect(settings)
         here = f"running here, agents: {', '.join(agents.names())}" if agents else "none (start `waypoint worker`)"
-        api, api_text = await _start_api(settings, Waypoint(client, engine, settings))
+        api, api_text = await _start_api(settings, Waypoint(client, engine, settings), api_sock)
         out.console.print(out.endpoints_table(settings, info, here, api_text))
         from waypoint.app.schedule import apply_schedule
 
@@ -100,18 +123,24 @@ async def _serve(settings: Settings, info: StackInfo | None, agents: AgentRegist
         await engine.dispose()
 
 
-async def _start_api(settings: Settings, wp: Waypoint) -> tuple[tuple[Any, asyncio.Task[None]] | None, str]:
-    """The HTTP API in this process, without keys: on the loopback address only. A taken port
-    leaves the rest of the stack running, and says how to pick another."""
+async def _start_api(
+    settings: Settings, wp: Waypoint, sock: socket.socket
+) -> tuple[tuple[Any, asyncio.Task[None]] | None, str]:
+    """The HTTP API in this process, on `sock` (see `api_socket`), without keys: on the loopback
+    address only. If it fails to start, the rest of the stack runs on, and the table says why."""
     from waypoint.app.http.server import api_server, start_api, url_of
 
-    server = api_server(settings, host="127.0.0.1", port=settings.api_port, auth=False, waypoint=wp)
+    port = sock.getsockname()[1]
+    server = api_server(settings, host=LOOPBACK, port=port, auth=False, waypoint=wp)
     try:
-        task = await start_api(server)
+        task = await start_api(server, sock)
     except WaypointError as exc:
         return None, f"not started: {exc}"
     url = url_of(server)
-    return (server, task), f"{url} (viewer {url}/ui, docs {url}/docs); auth off: no API key needed, loopback only"
+    text = f"{url} (viewer {url}/ui, docs {url}/docs); auth off: no API key needed, loopback only"
+    if port != settings.api_port:
+        text += f"; port {settings.api_port} is in use, so this free one (WAYPOINT_API_PORT sets it)"
+    return (server, task), text
 
 
 async def worker_main(settings: Settings) -> None:

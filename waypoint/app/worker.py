@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -170,7 +171,7 @@ def build_worker(
         interceptors=telemetry.worker_interceptors(client, settings),
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
         build_id=build_id(),
         **limits,
     )
@@ -207,7 +208,7 @@ def build_memory_worker(
             tools.run_tool,
         ],
         interceptors=telemetry.worker_interceptors(client, settings),
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
         build_id=build_id(),
     )
 
@@ -257,6 +258,7 @@ async def run_worker(
     the settings' `worker_max_*` apply."""
     await check_schema(engine)
     agents = agents or load_agents(settings)
+    deadline = StopDeadline(settings)
     async with contextlib.AsyncExitStack() as stack:
         if settings.memory:
             try:
@@ -265,7 +267,8 @@ async def run_worker(
                 # Another worker owns the embedded shard and serves memory for every run.
                 log.warning("this worker serves no memory: %s", exc)
             else:
-                await stack.enter_async_context(build_memory_worker(client, engine, settings, agents, store))
+                memory_worker = build_memory_worker(client, engine, settings, agents, store)
+                await stack.enter_async_context(running(memory_worker, deadline))
         main = build_worker(
             client,
             engine,
@@ -278,10 +281,57 @@ async def run_worker(
             ),
             max_concurrent_activities=_or(max_concurrent_activities, settings.worker_max_concurrent_activities),
         )
-        async with main:
+        async with running(main, deadline):
             if ready is not None:
                 ready()
             await stop.wait()
+
+
+# What a stop waits past the graceful shutdown timeout for the cancelled activities to finish.
+STOP_MARGIN_SECONDS = 5.0
+
+
+class StopDeadline:
+    """One bound for a stop, however many workers it stops in turn: the graceful shutdown timeout
+    plus STOP_MARGIN_SECONDS, from the moment the first one starts stopping."""
+
+    def __init__(self, settings: Settings):
+        self.seconds = settings.worker_stop_grace_seconds + STOP_MARGIN_SECONDS
+        self._at: float | None = None
+
+    def remaining(self) -> float:
+        now = time.monotonic()
+        if self._at is None:
+            self._at = now + self.seconds
+        return max(self._at - now, 1.0)  # a worker stopped after another gets a moment too
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker, deadline: StopDeadline) -> AsyncIterator[Worker]:
+    """`async with worker`, with a stop that ends: activities in flight get the graceful shutdown
+    timeout (`worker_stop_grace_seconds`), then are cancelled; a worker still not stopped at the
+    deadline (a local activity retrying in its workflow task, an activity that ignores its
+    cancellation) is left behind, and the process goes on stopping. Temporal hands whatever it
+    was doing to the next worker (timeouts and retries), so nothing is lost."""
+    await worker.__aenter__()
+    failure: tuple[Any, Any, Any] = (None, None, None)
+    try:
+        yield worker
+    except BaseException:
+        failure = sys.exc_info()
+        raise
+    finally:
+        stopping = asyncio.ensure_future(worker.__aexit__(*failure))
+        done, _ = await asyncio.wait({stopping}, timeout=deadline.remaining())
+        if done:
+            stopping.result()  # a fatal worker error, as `async with` raises it
+        else:
+            log.warning(
+                "worker of task queue %s did not stop within %g s (its runs' work is stuck or retrying): "
+                "stopping without it; Temporal gives that work to the next worker",
+                worker.task_queue,
+                deadline.seconds,
+            )
 
 
 def _or(value: int | None, default: int) -> int:

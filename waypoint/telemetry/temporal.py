@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,11 +143,50 @@ class RunContextFilter(logging.Filter):
         return True
 
 
+class OneTracebackFilter(logging.Filter):
+    """A failure that repeats (an activity retried, a workflow task failing again) keeps its
+    traceback the first time, per run and error; after that it is one line each time, the error
+    at its end. A run failing in a loop costs a line per attempt, not a traceback per attempt."""
+
+    KEEP = 10_000  # failures remembered (the oldest is forgotten first)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None:
+            return True
+        where = getattr(record, "temporal_activity", None) or getattr(record, "temporal_workflow", None) or {}
+        run_id = getattr(record, "waypoint_run_id", None) or where.get("workflow_id", "")
+        reason = next(iter(str(exc).splitlines()), "")[:300]
+        key = (record.name, run_id, type(exc).__name__, reason)
+        if key not in self._seen:
+            self._seen[key] = None
+            if len(self._seen) > self.KEEP:
+                self._seen.popitem(last=False)
+            return True
+        self._seen.move_to_end(key)
+        again = f" (again: {type(exc).__name__}: {reason})"
+        record.msg = f"{record.msg}{again.replace('%', '%%') if record.args else again}"
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
 _filter = RunContextFilter()
+_once = OneTracebackFilter()
+# The workflow worker logs a failed workflow task on its own logger, outside the workflow.
+_WORKFLOW_TASK_LOGGER = "temporalio.worker._workflow_instance"
 
 
 def _install_log_filter() -> None:
-    for name in ("temporalio.activity", "temporalio.workflow"):
+    for name, filters in (
+        ("temporalio.activity", (_filter, _once)),
+        ("temporalio.workflow", (_filter, _once)),
+        (_WORKFLOW_TASK_LOGGER, (_once,)),
+    ):
         logger = logging.getLogger(name)
-        if _filter not in logger.filters:
-            logger.addFilter(_filter)
+        for found in filters:
+            if found not in logger.filters:
+                logger.addFilter(found)

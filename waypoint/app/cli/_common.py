@@ -6,7 +6,6 @@ a command needs beyond them it imports when it runs.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import sys
 from collections.abc import Callable, Coroutine
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from waypoint.app.loop import run
 from waypoint.errors import WaypointError
 
 if TYPE_CHECKING:
@@ -44,7 +44,10 @@ def settings(**extra: Any) -> Settings:
     try:
         return Settings(**{**overrides, **extra})
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
         raise WaypointError(f"invalid configuration: {problems}") from None
 
 
@@ -59,7 +62,7 @@ def command(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
-            return asyncio.run(fn(*args, **kwargs))
+            return run(fn(*args, **kwargs))
         except WaypointError as exc:
             raise fail(str(exc)) from None
         except KeyboardInterrupt:

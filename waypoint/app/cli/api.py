@@ -24,19 +24,32 @@ async def serve(
 ) -> None:
     """Serve the HTTP API (Waypoint's endpoints, live streams, the Agent Protocol) until Ctrl-C."""
     from waypoint.app import console as out
-    from waypoint.app.http.server import api_server, start_api, stop_api, url_of
+    from waypoint.app.client import Waypoint
+    from waypoint.app.http.server import api_server, listen_on, start_api, stop_api, url_of
     from waypoint.app.worker import stop_event
+    from waypoint.checks import check_port
+    from waypoint.store.db import schema_revision
 
     cfg = settings()
-    server = api_server(cfg, host=host or cfg.api_host, port=cfg.api_port if port is None else port)
-    stop = stop_event()
-    task = await start_api(server)
-    url = url_of(server)
-    out.console.print(f"Waypoint HTTP API on {url} (docs {url}/docs); requests need an API key; Ctrl-C stops it")
+    host = host or cfg.api_host
+    port = cfg.api_port if port is None else check_port(port, "pass --port or set WAYPOINT_API_PORT")
+    sock = listen_on(host, port)  # before the app is built: a taken port costs nothing
+    # Postgres answers before uvicorn starts: its own start-up failure is a traceback and exit code 3.
+    wp = await Waypoint.connect(cfg, temporal=False)
     try:
-        await stop.wait()
+        await schema_revision(wp.engine)
+        server = api_server(cfg, host=host, port=port, waypoint=wp)
+        stop = stop_event()
+        task = await start_api(server, sock)
+        url = url_of(server)
+        out.console.print(f"Waypoint HTTP API on {url} (docs {url}/docs); requests need an API key; Ctrl-C stops it")
+        try:
+            await stop.wait()
+        finally:
+            await stop_api(server, task)
     finally:
-        await stop_api(server, task)
+        sock.close()
+        await wp.close()
 
 
 @keys_app.command(name="create")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
+import socket
 from collections.abc import Iterator
 
 import uvicorn
@@ -12,7 +14,7 @@ import uvicorn
 from waypoint.app.client import Waypoint
 from waypoint.app.http.app import create_app
 from waypoint.config import Settings
-from waypoint.errors import InvalidInput, WaypointError
+from waypoint.errors import ConfigError, InvalidInput, WaypointError
 
 
 def is_loopback(host: str) -> bool:
@@ -59,17 +61,49 @@ def api_server(
     return ApiServer(config)
 
 
-async def start_api(server: uvicorn.Server) -> asyncio.Task[None]:
-    """Start the server on this event loop; returns once it listens (or raises why it could not)."""
-    task = asyncio.create_task(server.serve())
+PORT_FIX = "pass --port or set WAYPOINT_API_PORT"
+HOST_FIX = "pass --host or set WAYPOINT_API_HOST"
+
+
+def listen_on(
+    host: str, port: int, *, port_fix: str = PORT_FIX, host_fix: str = HOST_FIX, or_free: bool = False
+) -> socket.socket:
+    """A socket bound to host:port for `start_api`, or a ConfigError naming the fix. Bound here,
+    not by uvicorn: its bind failure is a log line of its own and a SystemExit(3). `or_free`: a
+    port in use gives a free one instead."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(f"cannot listen on {host!r} ({getattr(exc, 'strerror', exc)}): {host_fix}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE and or_free:
+            return listen_on(host, 0, port_fix=port_fix, host_fix=host_fix)
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} is in use on {host}: {port_fix}") from None
+        fix = port_fix if exc.errno == errno.EACCES else host_fix
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}): {fix}") from None
+    return sock
+
+
+async def start_api(server: uvicorn.Server, sock: socket.socket | None = None) -> asyncio.Task[None]:
+    """Start the server on this event loop, on `sock` (default: bound to its configured address
+    by `listen_on`); returns once it listens (or raises why it could not)."""
+    if sock is None:
+        sock = listen_on(server.config.host, server.config.port)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if task.done():
             exc = task.exception() if not task.cancelled() else None
+            sock.close()
             where = f"{server.config.host}:{server.config.port}"
-            raise WaypointError(
-                f"the HTTP API could not start on {where} ({exc or 'it stopped'}): "
-                "pick another port with --port or WAYPOINT_API_PORT"
-            )
+            raise WaypointError(f"the HTTP API could not start on {where} ({exc or 'it stopped'})")
         await asyncio.sleep(0.02)
     return task
 
