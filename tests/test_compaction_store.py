@@ -16,7 +16,7 @@ from tests.helpers import Step, make_run, step
 from waypoint.activities.compaction import CompactionActivities
 from waypoint.compaction_types import CompactRunInput
 from waypoint.config import Settings
-from waypoint.names import RunStatus
+from waypoint.names import DecisionKind, RunStatus
 from waypoint.store import RunStore
 from waypoint.store.compactions import insert_compaction, latest_compaction
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
@@ -24,7 +24,7 @@ from waypoint.store.schema import compactions, events
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn, completion
 from waypoint.tokens import messages_tokens
 from waypoint.transcript import event_messages
-from waypoint.types import StepRecord
+from waypoint.types import StepDecision, StepRecord
 from waypoint.working_memory import assemble
 
 pytestmark = pytest.mark.postgres
@@ -114,7 +114,7 @@ async def test_fallback_compaction_pins_prunes_and_leaves_the_log_alone(engine, 
 async def test_decisions_survive_every_compaction(engine, store: RunStore, settings):
     steps = tool_heavy(6)
     turn, results, _ = steps[1]
-    steps[1] = (turn, results, [{"call_id": "c2_0", "decision": "approved", "reason": "read-only"}])
+    steps[1] = (turn, results, [StepDecision("c2_0", DecisionKind.APPROVED, "read-only")])
     run_id = await make_run(store, settings, steps)
     acts = compactor(store, settings, compaction_keep_steps=0)
     first = await acts.compact(CompactRunInput(run_id, settings.tenant))
