@@ -72,6 +72,7 @@ async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunSto
         assert any(m.get("content") == "5" for m in state["messages"])
         diff = await call(client, "diff_steps", run_id=mine, a=0, b=2)
         assert diff["added"]
+        assert "from 0 to 2147483647" in await error_of(client, "step_state", run_id=mine, step=3_000_000_000)
 
         for tool, args in (("run_status", {}), ("step_state", {"step": 1}), ("diff_steps", {"a": 0, "b": 1})):
             assert f"no run {theirs!r} for tenant {settings.tenant!r}" in await error_of(
@@ -106,6 +107,8 @@ async def test_memory_search_and_the_tools_that_act_when_configured(
         assert (await wp.run(forked["run_id"])).parent_run_id == started["run_id"]
 
         assert "has ended" in await error_of(client, "send_message", run_id=started["run_id"], text="hi")
+        too_many = await error_of(client, "start_run", task="add", agent="calculator", max_steps=3_000_000_000)
+        assert "at most 2147483647" in too_many
         assert "no run" in await error_of(client, "cancel_run", run_id=theirs)
 
 
