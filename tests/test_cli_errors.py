@@ -53,6 +53,7 @@ async def test_values_that_cannot_work_say_so(settings: Settings, worker, client
         ("memory", "search", "launch", "-k", "0"): "k must be a whole number from 1 to 100",
         ("--tenant", "", "runs"): "invalid tenant id ''",
         ("run", "hi", "--agent", "calculator", "--model", "gpt-4"): "unknown model spec 'gpt-4'",
+        ("run", "hi", "--agent", "calculator", "--max-steps", "3000000000"): "max steps must be positive and at most",
     }
     for args, message in cases.items():
         assert message in one_line_error(await waypoint(settings, *args)), args

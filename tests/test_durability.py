@@ -186,6 +186,15 @@ async def test_unknown_run_messages_name_the_problem(client: Client, engine, set
         await wp.pause("run-nope")
     with pytest.raises(InvalidInput, match="max tokens must be positive"):
         await wp.start_run("x", budget=Budget(max_tokens=0))
+    # what the store cannot hold is refused before anything starts or is asked
+    with pytest.raises(InvalidInput, match="lone surrogate"):
+        await wp.start_run("\udb0c_")
+    with pytest.raises(InvalidInput, match="at most 315360000"):
+        await wp.start_run("x", budget=Budget(deadline_seconds=1e12))
+    with pytest.raises(InvalidInput, match="NUL"):
+        await wp.runs(text="a\x00b")
+    with pytest.raises(InvalidInput, match="after_seq"):
+        await wp.events("run-nope", after_seq=3_000_000_000)
 
 
 async def test_a_200_that_is_not_a_completion_is_retried_then_fails_naming_what_came_back(

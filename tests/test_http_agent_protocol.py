@@ -158,6 +158,16 @@ async def test_what_is_not_supported_says_so(api: ApiServer, worker):
     assert (await api.http.post("/assistants", json={})).status_code == 501
     assert (await api.http.put("/store/items", json={})).status_code == 501
 
+    # what the store cannot hold is refused, and the thread stays free
+    huge = {"configurable": {"max_steps": 3_000_000_000}}
+    r = await api.http.post(
+        f"/threads/{thread['thread_id']}/runs", json={"assistant_id": "calculator", "input": human("x"), "config": huge}
+    )
+    assert r.status_code == 400 and "at most 2147483647" in r.json()["error"]["message"]
+    assert (await lg.threads.get(thread["thread_id"]))["status"] == "idle"
+    r = await api.http.post("/threads", json={"metadata": {"user": "a\x00"}})
+    assert r.status_code == 400 and "NUL" in r.json()["error"]["message"]
+
 
 async def test_every_unsupported_route_of_the_protocol_answers_501(api: ApiServer, worker):
     """Each method and path of LangGraph Server's API that Waypoint does not serve: 501 `not_supported`

@@ -200,6 +200,25 @@ async def test_bad_requests_get_json_errors_with_stable_codes(api: ApiServer, wo
     assert (await http.get("/openapi.json")).json()["info"]["title"] == "Waypoint"
 
 
+async def test_what_the_store_cannot_hold_is_refused_where_it_enters(api: ApiServer, worker):
+    http = api.http
+    too_big = {"max_steps": 3_000_000_000, "max_tokens": 2**63, "deadline_seconds": 1e12}
+    for name, value in too_big.items():
+        body = {"task": "add", "agent": "calculator", name: value}
+        assert "at most" in error_of(await http.post("/v1/runs", json=body), 400)["message"], name
+    for raw in (b'{"task": "\\udb0c_", "agent": "calculator"}', b'{"task": "add", "max_cost_usd": Infinity}'):
+        error_of(await http.post("/v1/runs", content=raw, headers={"content-type": "application/json"}), 400)
+    assert (await http.get("/v1/runs")).json()["runs"] == []  # nothing started
+    for params in ({"run_id": "run-\x00"}, {"text": "a\x00b"}):
+        assert "NUL" in error_of(await http.get("/v1/runs", params=params), 400)["message"]
+
+    run_id = (await http.post("/v1/runs", json={"task": "add", "agent": "calculator"})).json()["run_id"]
+    await finished(api, run_id)
+    error_of(await http.get(f"/v1/runs/{run_id}/events", params={"after_seq": 3_000_000_000}), 400)
+    error_of(await http.get(f"/v1/runs/{run_id}/steps/3000000000/state"), 400)
+    error_of(await http.post(f"/v1/runs/{run_id}/fork", json={"step": 1, "message": "a\x00"}), 400)
+
+
 async def test_keys_no_key_a_wrong_key_and_a_revoked_key_are_401(api: ApiServer, settings: Settings):
     raw = httpx.AsyncClient(base_url=api.url)
     async with raw:

@@ -89,8 +89,12 @@ async def test_a_stream_spans_continue_as_new_and_resumes_anywhere(api: ApiServe
 async def test_an_unknown_or_bad_position_is_refused(api: ApiServer, settings, store):
     assert (await api.http.get("/v1/runs/run-nope/stream")).status_code == 404
     run_id = await start(store, settings)
-    r = await api.http.get(f"/v1/runs/{run_id}/stream", headers={"Last-Event-ID": "yesterday"})
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_input"
+    for last_id in ("yesterday", "1.5", "3000000000", "2"):  # its log ends at 1: "2" was never sent
+        r = await api.http.get(f"/v1/runs/{run_id}/stream", headers={"Last-Event-ID": last_id})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_input", last_id
+    assert "last event is 1" in r.json()["error"]["message"]
+    r = await api.http.get(f"/v1/runs/{run_id}/stream", params={"after": 2})
+    assert r.status_code == 400 and "last event is 1" in r.json()["error"]["message"]
     r = await api.http.get(f"/v1/runs/{run_id}/stream", params={"format": "xml"})
     assert r.status_code == 422
 

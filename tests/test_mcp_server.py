@@ -82,6 +82,7 @@ async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunSto
             "step_state: step is missing; call it as step_state(run_id: string, step: integer)"
         )
         assert client.server_info is not None and client.server_info.version == version("waypoint")
+        assert "from 0 to 2147483647" in await error_of(client, "step_state", run_id=mine, step=3_000_000_000)
 
         for tool, args in (("run_status", {}), ("step_state", {"step": 1}), ("diff_steps", {"a": 0, "b": 1})):
             assert f"no run {theirs!r} for tenant {settings.tenant!r}" in await error_of(
@@ -157,6 +158,8 @@ async def test_memory_search_and_the_tools_that_act_when_configured(
         assert (await wp.run(forked["run_id"])).parent_run_id == started["run_id"]
 
         assert "has ended" in await error_of(client, "send_message", run_id=started["run_id"], text="hi")
+        too_many = await error_of(client, "start_run", task="add", agent="calculator", max_steps=3_000_000_000)
+        assert "at most 2147483647" in too_many
         assert "no run" in await error_of(client, "cancel_run", run_id=theirs)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 from sqlalchemy import select
@@ -15,6 +16,7 @@ from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import WaypointError
 from waypoint.store.schema import checkpoints, events, runs
+from waypoint.types import Budget, RunInput
 
 pytestmark = pytest.mark.postgres
 
@@ -71,6 +73,21 @@ async def test_cancel_while_paused_ends_the_run(client: Client, engine: AsyncEng
     await wp.cancel(run_id)
     result = await wp.result(run_id)
     assert result.status == "cancelled" and result.error == "cancelled by a user"
+
+
+async def test_a_deadline_no_timer_holds_still_lets_a_paused_run_end(
+    client: Client, engine: AsyncEngine, settings: Settings, worker
+):
+    """A run started before budgets were bounded may carry such a deadline: its waits are cut to the
+    longest timer instead of failing every workflow task."""
+    wp = Waypoint(client, engine, settings)
+    run_id = f"run-{uuid.uuid4().hex[:12]}"
+    huge = RunInput(agent="listener", task="count", tenant_id=settings.tenant, budget=Budget(deadline_seconds=1e300))
+    await (await wp.temporal()).start_run(run_id, huge)  # past the client, which refuses it now
+    await wp.pause(run_id)
+    await eventually(lambda: _is(engine, run_id, "paused"))
+    await asyncio.wait_for(wp.cancel(run_id), 60)  # without the cut, no workflow task completes
+    assert (await wp.result(run_id)).status == "cancelled"
 
 
 async def test_approve_then_deny(client: Client, engine: AsyncEngine, settings: Settings, worker):

@@ -1,16 +1,24 @@
-"""The rules of what users type: tenant ids, run ids, counts, and values of closed sets.
+"""The rules of what users type: tenant ids, run ids, counts, values of closed sets, and what the
+store can hold.
 
 Each check returns the value or raises InvalidInput naming the rule. Standard library only: the
 Settings validate with it, so do the client (and through it the CLI, the HTTP API and MCP).
+
+What the store can hold: Postgres refuses a NUL character (U+0000) in TEXT and JSONB, a string
+with a surrogate code point (U+D800-U+DFFF, half of a UTF-16 pair) has no UTF-8 form, and a
+number past its INTEGER column fails the statement. A run started with such a value would fail on
+its first write, for ever; so the client refuses it where it enters, before anything starts.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
+from typing import Any, TypeVar
 
 from waypoint.errors import InvalidInput
 
@@ -28,6 +36,87 @@ def check_tenant(tenant: str) -> str:
 
 def new_run_id() -> str:
     return f"run-{uuid.uuid4().hex[:12]}"
+
+
+# --- what the store can hold ---------------------------------------------------------------------
+
+INT_MAX = 2**31 - 1  # Postgres INTEGER: step numbers, event seqs, max_steps
+BIGINT_MAX = 2**63 - 1  # Postgres BIGINT: token counts
+COST_MAX_USD = 99_999_999  # runs.cost_usd is NUMERIC(14, 6)
+DEADLINE_MAX_SECONDS = 3650 * 86_400  # ten years: past any run, well within what a Temporal timer holds
+TEXT_MAX = 100_000  # characters of a task or a message: they travel in Temporal history (2 MB a payload)
+NAME_MAX = 1_000  # characters of a run id, agent name, model spec... (Temporal's longest workflow id)
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_Text = TypeVar("_Text", bound=str | None)
+
+
+def check_text(name: str, value: _Text, *, high: int = TEXT_MAX) -> _Text:
+    """Text the store can hold (None passes): no NUL, no surrogate code point, at most `high` characters."""
+    if value is None:
+        return value
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be text, got {type(value).__name__}")
+    bad = _UNSTORABLE.search(value)
+    if bad is not None:
+        char = bad.group()
+        what = "a NUL character (U+0000)" if char == "\x00" else f"a lone surrogate (U+{ord(char):04X})"
+        raise InvalidInput(
+            f"{name} has {what} at position {bad.start()}, which cannot be stored: send valid UTF-8 text without it"
+        )
+    if len(value) > high:
+        raise InvalidInput(f"{name} is {len(value)} characters: keep it to {high}")
+    return value
+
+
+def check_name(name: str, value: _Text) -> _Text:
+    """A run id, an agent name, a model spec, a call id: text the store holds, at most NAME_MAX characters."""
+    return check_text(name, value, high=NAME_MAX)
+
+
+def check_json(name: str, value: Any) -> Any:
+    """A JSON value the store can hold (JSONB): every key and string as check_text says, every
+    number finite (Postgres JSON has no NaN or Infinity)."""
+    if isinstance(value, str):
+        check_text(name, value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(f"a key of {name}", key, high=NAME_MAX)
+            check_json(name, item)
+    elif isinstance(value, list):
+        for item in value:
+            check_json(name, item)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{name} holds {value}, which JSON cannot: send a finite number")
+    return value
+
+
+def check_seq(name: str, value: int) -> int:
+    """A step number or an event seq as a position: a whole number from 0 to INT_MAX (its column)."""
+    return check_count(name, value, low=0, high=INT_MAX)
+
+
+BUDGET_MAX: dict[str, int] = {
+    "max_steps": INT_MAX,
+    "max_tokens": BIGINT_MAX,
+    "max_cost_usd": COST_MAX_USD,
+    "deadline_seconds": DEADLINE_MAX_SECONDS,
+}
+_WHOLE = ("max_steps", "max_tokens")
+
+
+def check_budget(limits: dict[str, int | float | None]) -> None:
+    """A run's budget (`dataclasses.asdict(Budget)`): each limit set is above 0 and at most its
+    BUDGET_MAX; steps and tokens are whole numbers."""
+    for key, value in limits.items():
+        if value is None:
+            continue
+        label, high = key.replace("_", " "), BUDGET_MAX[key]
+        whole = key in _WHOLE
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            raise InvalidInput(f"{label} must be a {'whole number' if whole else 'number'}, got {value!r}")
+        if not 0 < value <= high:  # NaN fails too
+            raise InvalidInput(f"{label} must be positive and at most {high}, got {value!r}")
 
 
 def check_count(name: str, value: int, *, low: int = 1, high: int = 10_000) -> int:
@@ -54,6 +143,7 @@ def check_choice(name: str, value: str, choices: type[StrEnum]) -> str:
 _AGE = re.compile(r"(\d+)([smhdw])")
 _AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 SELECT_KEYS = ("status", "agent", "since")
+AGE_MAX_SECONDS = 1000 * 365 * 86_400  # older dates do not exist in Python (or in the runs)
 
 
 def age_seconds(text: str) -> int | None:
@@ -67,6 +157,8 @@ def parse_when(name: str, text: str, *, now: datetime | None = None) -> datetime
     (`2025-01-31`, `2025-01-31T09:30`, UTC unless it names its offset)."""
     seconds = age_seconds(text)
     if seconds is not None:
+        if seconds > AGE_MAX_SECONDS:
+            raise InvalidInput(f"{name}={text!r} is over a thousand years back: write a shorter age")
         return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
     try:
         when = datetime.fromisoformat(text.strip())
@@ -89,7 +181,7 @@ def parse_selection(text: str) -> dict[str, str | int]:
             )
         if key == "since":
             seconds = age_seconds(value)
-            if seconds is None:
+            if seconds is None or seconds > AGE_MAX_SECONDS:
                 raise InvalidInput(f"since={value!r}: write an age such as 30m, 12h, 7d or 2w")
             found[key] = seconds
         else:
@@ -112,7 +204,7 @@ def check_instructions(text: str | None) -> str | None:
         raise InvalidInput(
             f"the instructions are {len(text)} characters: keep them under {INSTRUCTIONS_MAX} (they travel with a run)"
         )
-    return text
+    return check_text("the instructions", text, high=INSTRUCTIONS_MAX)
 
 
 def read_instructions(path: str) -> str:

@@ -56,6 +56,9 @@ WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 ACTION_WAIT = timedelta(seconds=10)
 # A tool the plan does not know (it cannot happen unless an agent changed mid-run) gets this.
 DEFAULT_TOOL_TIMEOUT_SECONDS = 60.0
+# The longest timer a workflow sets (protobuf's Duration holds 10,000 years): a longer wait, for a
+# deadline a run in flight may carry from before the API bounded it, is cut to this.
+LONGEST_TIMER_SECONDS = 315_576_000_000
 # Memory is best-effort: without a memory worker polling, a step waits this long, then goes on.
 MEMORY_SCHEDULE_TIMEOUT = timedelta(seconds=10)
 MEMORY_TIMEOUT = timedelta(seconds=60)

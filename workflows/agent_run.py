@@ -245,10 +245,13 @@ class AgentRunWorkflow(RunMessages):
     async def _wait(self, condition: Callable[[], bool]) -> None:
         """Wait for `condition`, or cancel, or the deadline (whichever comes first)."""
         remaining = self._deadline_remaining()
+        # A deadline past what a timer holds is cut to the longest timer (a huge one failed every
+        # workflow task). Replay compares a timer's id, not its duration, so no patch is needed.
+        timeout = None if remaining is None else min(max(remaining, 0.001), retry.LONGEST_TIMER_SECONDS)
         try:
             await workflow.wait_condition(
                 lambda: condition() or self._cancel_reason is not None,
-                timeout=timedelta(seconds=max(remaining, 0.001)) if remaining is not None else None,
+                timeout=timedelta(seconds=timeout) if timeout is not None else None,
             )
         except TimeoutError:
             pass  # the deadline check that follows ends the run

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,10 +25,15 @@ from typing import TYPE_CHECKING
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.checks import (
+    NAME_MAX,
+    check_budget,
     check_choice,
     check_count,
     check_instructions,
+    check_name,
+    check_seq,
     check_tenant,
+    check_text,
     parse_selection,
     parse_when,
 )
@@ -150,6 +155,12 @@ class Waypoint:
         """The tenant a call acts for: the one given, else the configured one."""
         return self.settings.tenant if tenant_id is None else check_tenant(tenant_id)
 
+    def _scoped(self, tenant_id: str | None, *run_ids: str | None) -> str:
+        """The tenant a call acts for, once the run ids it names are ids the store can hold."""
+        for run_id in run_ids:
+            check_name("the run id", run_id)
+        return self.tenant(tenant_id)
+
     # --- starting runs ------------------------------------------------------------------------------
 
     async def start_run(
@@ -164,16 +175,20 @@ class Waypoint:
         run_id: str | None = None,
     ) -> str:
         """Start a run and return its id (the Temporal workflow id; `run_id` to choose it)."""
-        if not task.strip():
+        if not check_text("the task", task).strip():
             raise InvalidInput("the task is empty: say what the agent should do")
+        check_name("the agent", agent)
+        check_name("the model", model)
         budget = budget or Budget()
         if max_steps is not None:
             budget = replace(budget, max_steps=max_steps)
-        for name, value in budget.__dict__.items():
-            if value is not None and value <= 0:
-                raise InvalidInput(f"{name.replace('_', ' ')} must be positive, got {value}")
+        check_budget(asdict(budget))
         inp = RunInput(
-            agent=agent, task=task, tenant_id=self.tenant(tenant_id), model=model or self.settings.model, budget=budget
+            agent=agent,
+            task=task,
+            tenant_id=self._scoped(tenant_id, run_id),
+            model=model or self.settings.model,
+            budget=budget,
         )
         await self.check_start(inp.agent, inp.model)
         return await self._start(run_id or make_run_id(), inp)
@@ -207,7 +222,10 @@ class Waypoint:
         is what it recalls from long-term memory: by default memory as it was at that step, never
         the parent's later episodes."""
         check_choice("memory", memory, MemoryView)
-        tenant = self.tenant(tenant_id)
+        check_seq("the step", step)
+        check_text("the message", message)
+        check_name("the model", model)
+        tenant = self._scoped(tenant_id, run_id, new_run_id)
         await self.store.owner_of_step(tenant, run_id, step)  # the run and the step exist
         parent = await self.store.get_run(tenant, run_id)
         await self.check_start(parent.agent, model or parent.model)
@@ -245,7 +263,10 @@ class Waypoint:
         check_choice("tool mode", tools, ToolMode)
         check_choice("memory", memory, MemoryView)
         check_instructions(instructions)
-        tenant = self.tenant(tenant_id)
+        check_seq("the step", from_step)
+        check_name("the model", model)
+        check_name("the agent", agent)
+        tenant = self._scoped(tenant_id, run_id, new_run_id)
         await self.store.owner_of_step(tenant, run_id, from_step)  # the run and the step exist
         source = await self.store.get_run(tenant, run_id)
         agent = agent or source.agent
@@ -292,7 +313,10 @@ class Waypoint:
         check_choice("tool mode", tools, ToolMode)
         check_choice("memory", memory, MemoryView)
         check_instructions(instructions)
-        chosen = parse_selection(select)
+        check_seq("the step", from_step)
+        check_name("the model", model)
+        check_name("the agent", agent)
+        chosen = parse_selection(check_text("the selection", select))
         if "status" in chosen:
             check_choice("status", str(chosen["status"]), RunStatus)
         since = datetime.now(UTC) - timedelta(seconds=int(chosen["since"])) if "since" in chosen else None
@@ -380,10 +404,29 @@ class Waypoint:
         """NotFound unless the run is the tenant's (a run so new it has no row yet is asked of Temporal)."""
         await self._check_tenant(run_id, tenant_id)
 
+    async def check_position(self, run_id: str, after_seq: int, *, tenant_id: str | None = None) -> int:
+        """Where a reader of the run's log resumes (a stream's Last-Event-ID): 0, or the seq of one of
+        its events. NotFound unless the run is the tenant's; InvalidInput past its newest event, an
+        id no stream sent (the log only grows, and an event is sent once it is written)."""
+        await self._check_tenant(run_id, tenant_id)
+        check_seq("the position", after_seq)
+        if after_seq == 0:
+            return 0
+        try:
+            last = await self.store.last_seq(self.tenant(tenant_id), run_id)
+        except NotFound:
+            last = 0  # a run so new that its row is not written: its log is empty
+        if after_seq > last:
+            raise InvalidInput(
+                f"event {after_seq} is past the end of run {run_id}'s log, whose last event is {last}: "
+                "resume after an id the stream sent, or from the start"
+            )
+        return after_seq
+
     async def starting(self, run_id: str, *, tenant_id: str | None = None) -> bool:
         """Whether the run is the tenant's and so new that its row is not written yet (Temporal runs
         it); False once it has a row, NotFound if it is not the tenant's or is gone."""
-        tenant = self.tenant(tenant_id)
+        tenant = self._scoped(tenant_id, run_id)
         if await self.store.run_exists(tenant, run_id):
             return False
         await self._check_tenant(run_id, tenant)
@@ -394,7 +437,7 @@ class Waypoint:
     async def _check_tenant(self, run_id: str, tenant_id: str | None) -> None:
         """Another tenant's run is "not found". A run so new that its row is not written yet
         is checked against the tenant Temporal holds for it."""
-        tenant = self.tenant(tenant_id)
+        tenant = self._scoped(tenant_id, run_id)
         try:
             await self.store.get_run(tenant, run_id)
             return
@@ -486,23 +529,23 @@ class Waypoint:
     async def cancel(self, run_id: str, reason: str | None = None, *, tenant_id: str | None = None) -> RunProgress:
         """End the run with status `cancelled`: a model call in flight is cancelled (the step gets
         no checkpoint); a stuck run's workflow is terminated and its row marked cancelled."""
-        return await self._update(run_id, Update.CANCEL, reason, tenant_id)
+        return await self._update(run_id, Update.CANCEL, check_text("the reason", reason), tenant_id)
 
     async def send(self, run_id: str, text: str, *, tenant_id: str | None = None) -> RunProgress:
         """Add a user message, read by the run's next model call."""
-        return await self._update(run_id, Update.SEND, text, tenant_id)
+        return await self._update(run_id, Update.SEND, check_text("the message", text), tenant_id)
 
     async def approve(
         self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None
     ) -> RunProgress:
         """Let a tool call that waits for approval run."""
-        return await self._update(run_id, Update.APPROVE, Decision(call_id=call_id, reason=reason), tenant_id)
+        return await self._update(run_id, Update.APPROVE, decision(call_id, reason), tenant_id)
 
     async def deny(
         self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None
     ) -> RunProgress:
         """Refuse a waiting tool call; the model is told, with the reason."""
-        return await self._update(run_id, Update.DENY, Decision(call_id=call_id, reason=reason), tenant_id)
+        return await self._update(run_id, Update.DENY, decision(call_id, reason), tenant_id)
 
     async def result(self, run_id: str, *, tenant_id: str | None = None) -> RunResult:
         """Wait for a run to end. A failed run returns its result with status `failed` and the error."""
@@ -558,7 +601,11 @@ class Waypoint:
         check_choice("sort", sort, RunSort)
         if run_ids is not None and len(run_ids) > 500:
             raise InvalidInput(f"{len(run_ids)} run ids: ask for at most 500 at a time")
-        tenant = self.tenant(tenant_id)
+        check_name("the agent", agent)
+        check_text("the text", text, high=NAME_MAX)
+        check_name("the cursor", cursor)
+        check_name("the batch id", batch_id)
+        tenant = self._scoped(tenant_id, *(run_ids or []))
         page = await self.store.runs_page(
             tenant,
             limit=limit,
@@ -581,7 +628,7 @@ class Waypoint:
 
     async def run(self, run_id: str, *, tenant_id: str | None = None, check_stuck: bool = False) -> RunRow:
         """The run's row; `check_stuck`: marked with why it is stuck, if it has not ended (Temporal is asked)."""
-        row = await self.store.get_run(self.tenant(tenant_id), run_id)
+        row = await self.store.get_run(self._scoped(tenant_id, run_id), run_id)
         return (await self.with_stuck([row]))[0] if check_stuck else row
 
     async def timeline(
@@ -591,14 +638,16 @@ class Waypoint:
         if limit is not None:
             check_count("the limit", limit)
         check_count("after_step", after_step, low=0, high=10**9)
-        return await self.store.timeline(self.tenant(tenant_id), run_id, after_step=after_step, limit=limit)
+        return await self.store.timeline(self._scoped(tenant_id, run_id), run_id, after_step=after_step, limit=limit)
 
     async def state(self, run_id: str, step: int, *, tenant_id: str | None = None) -> StepState:
         """The state (working memory) at `step`, with the step's events."""
-        return await self.store.state_at(self.tenant(tenant_id), run_id, step)
+        return await self.store.state_at(self._scoped(tenant_id, run_id), run_id, check_seq("the step", step))
 
     async def diff(self, run_id: str, a: int, b: int, *, tenant_id: str | None = None) -> StateDiff:
-        return await self.store.diff(self.tenant(tenant_id), run_id, a, b)
+        check_seq("step a", a)
+        check_seq("step b", b)
+        return await self.store.diff(self._scoped(tenant_id, run_id), run_id, a, b)
 
     async def events(
         self,
@@ -618,9 +667,11 @@ class Waypoint:
         if limit is not None:
             check_count("the limit", limit, high=1_000_000)
         check_count("since_step", since_step, low=0, high=10**9)
-        check_count("after_seq", after_seq, low=0, high=2**62)
+        check_seq("after_seq", after_seq)
+        if step is not None:
+            check_seq("the step", step)
         return await self.store.events(
-            self.tenant(tenant_id),
+            self._scoped(tenant_id, run_id),
             run_id,
             kinds=kinds,
             since_step=since_step,
@@ -631,25 +682,25 @@ class Waypoint:
 
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
         """The full transcript as JSON lines (streamed)."""
-        return self.store.export(self.tenant(tenant_id), run_id)
+        return self.store.export(self._scoped(tenant_id, run_id), run_id)
 
     async def compare(self, run_a: str, run_b: str, *, tenant_id: str | None = None) -> RunComparison:
         """Two runs of the tenant step by step: tool calls, answers, tokens, cost, model time, outcome."""
-        return await self.store.compare(self.tenant(tenant_id), run_a, run_b)
+        return await self.store.compare(self._scoped(tenant_id, run_a, run_b), run_a, run_b)
 
     async def lineage(self, run_id: str, *, tenant_id: str | None = None) -> list[LineageLink]:
-        return await self.store.lineage(self.tenant(tenant_id), run_id)
+        return await self.store.lineage(self._scoped(tenant_id, run_id), run_id)
 
     async def verify(self, run_id: str, *, tenant_id: str | None = None) -> Verdict:
         """Recompute the run's hash chain and checkpoint hashes."""
-        return await self.store.verify(self.tenant(tenant_id), run_id)
+        return await self.store.verify(self._scoped(tenant_id, run_id), run_id)
 
     async def delete(self, run_id: str, *, tenant_id: str | None = None) -> None:
         """Remove a finished run and every trace of it: its episodes in long-term memory, its spans in
         the local span file, then its rows (the only way rows leave the append-only log). In that
         order, so a delete cut half-way (a crash, an unreachable memory worker) finishes when run again:
         the run's row is the last thing to go."""
-        tenant = self.tenant(tenant_id)
+        tenant = self._scoped(tenant_id, run_id)
         run = await self.store.deletable(tenant, run_id)
         if self.settings.memory and await self._has_episodes(run):
             await (await self.temporal()).memory(MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id))
@@ -697,7 +748,7 @@ class Waypoint:
         """Run a compaction pass now (of one run, or of the tenant's runs past the threshold) and wait."""
         from waypoint.app.schedule import compact_now
 
-        tenant = self.tenant(tenant_id)
+        tenant = self._scoped(tenant_id, run_id)
         if run_id is not None:
             await self.run(run_id, tenant_id=tenant)  # an unknown run is named before Temporal is asked
         return await compact_now((await self.temporal()).client, self.settings, run_id=run_id, tenant_id=tenant)
@@ -705,7 +756,7 @@ class Waypoint:
     async def compactions(
         self, run_id: str | None = None, *, tenant_id: str | None = None, limit: int = 20
     ) -> list[CompactionRow]:
-        return await self.store.compactions(self.tenant(tenant_id), run_id=run_id, limit=limit)
+        return await self.store.compactions(self._scoped(tenant_id, run_id), run_id=run_id, limit=limit)
 
     # --- episodic memory (served by the memory worker, reached through Temporal) --------------------
 
@@ -719,29 +770,35 @@ class Waypoint:
         tenant_id: str | None = None,
     ) -> list[Memory]:
         """Episodes of this tenant most relevant to `query` (optionally of one agent or run)."""
-        if not query.strip():
+        if not check_text("the query", query).strip():
             raise InvalidInput("the query is empty: say what to search for")
         check_count("k", k, high=100)
+        check_name("the agent", agent)
         req = MemoryRequest(
-            op=MemoryOp.SEARCH, tenant_id=self.tenant(tenant_id), query=query, k=k, agent=agent, run_id=run_id
+            op=MemoryOp.SEARCH, tenant_id=self._scoped(tenant_id, run_id), query=query, k=k, agent=agent, run_id=run_id
         )
         return (await (await self.temporal()).memory(req)).memories
 
     async def memory_show(self, run_id: str, *, tenant_id: str | None = None) -> list[Memory]:
         """Every episode a run left in long-term memory."""
-        tenant = self.tenant(tenant_id)
+        tenant = self._scoped(tenant_id, run_id)
         await self.run(run_id, tenant_id=tenant)  # another tenant's run is "not found"
         return (await (await self.temporal()).memory(MemoryRequest(MemoryOp.SHOW, tenant, run_id=run_id))).memories
 
     async def memory_forget(self, run_id: str, *, tenant_id: str | None = None) -> int:
         """Delete a run's episodes (this tenant's only), whether or not the run's row still exists;
         returns how many went."""
-        tenant = self.tenant(tenant_id)
+        tenant = self._scoped(tenant_id, run_id)
         request = MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id)
         deleted = (await (await self.temporal()).memory(request)).deleted
         if deleted == 0:
             await self.run(run_id, tenant_id=tenant)  # neither episodes nor a run: say so
         return deleted
+
+
+def decision(call_id: str | None, reason: str | None) -> Decision:
+    """An approval or a denial, its call id and reason checked (the run records both)."""
+    return Decision(call_id=check_name("the call id", call_id), reason=check_text("the reason", reason))
 
 
 __all__ = ["ReplayOutcome", "Waypoint", "database_url"]

@@ -12,7 +12,7 @@ import secrets
 
 from sqlalchemy import func, select, update
 
-from waypoint.checks import check_tenant
+from waypoint.checks import BIGINT_MAX, check_count, check_tenant
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.store.base import StoreBase
 from waypoint.store.rows import ApiKeyRow
@@ -74,8 +74,8 @@ class ApiKeys(StoreBase):
     async def revoke_key(self, key_ref: str) -> ApiKeyRow:
         """Revoke a key by its id or the prefix `keys list` shows; requests with it get 401 at once."""
         ref = key_ref.strip()
-        if ref.isdigit():
-            where = api_keys.c.id == int(ref)
+        if ref.isascii() and ref.isdigit():
+            where = api_keys.c.id == check_count("the key id", int(ref), high=BIGINT_MAX)
         elif ref.startswith(KEY_PREFIX) and len(ref) >= SHOWN_CHARS:
             where = api_keys.c.prefix == ref[:SHOWN_CHARS]
         else:

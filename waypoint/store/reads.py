@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, ColumnElement, and_, cast, column, extract, func, or_, select, table
 
+from waypoint.checks import BIGINT_MAX, INT_MAX
 from waypoint.errors import InvalidInput
 from waypoint.names import EventKind, LineageKind, RunSort
 from waypoint.store.base import StoreBase, of_tenant, run_filter
@@ -72,10 +73,14 @@ def decode_cursor(cursor: str, sort: RunSort) -> tuple[Any, str]:
         if len(parts) == 2:  # the cursors given out before sorts existed: newest first
             parts = [RunSort.NEWEST, *parts]
         made_for, text, run_id = parts
-        if made_for == sort:
+        if made_for == sort and "\x00" not in run_id:
             if sort in (RunSort.NEWEST, RunSort.OLDEST):
                 return datetime.fromisoformat(text), run_id
-            return (Decimal(text) if sort == RunSort.COST else int(text)), run_id
+            if sort == RunSort.COST:
+                return Decimal(text), run_id
+            value = int(text)
+            if abs(value) <= (INT_MAX if sort == RunSort.STEPS else BIGINT_MAX):  # its column's range
+                return value, run_id
     except (ValueError, binascii.Error, UnicodeDecodeError, InvalidOperation):
         pass
     raise InvalidInput(

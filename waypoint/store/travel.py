@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from waypoint.checks import INT_MAX
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.names import EventKind, LineageKind
 from waypoint.store import context
@@ -29,8 +30,8 @@ def parse_step(raw: str | int) -> int:
         step = int(raw)
     except (TypeError, ValueError):
         raise InvalidInput(f"a step is a whole number, got {raw!r}") from None
-    if step < 0:
-        raise InvalidInput(f"a step is 0 or more, got {step}")
+    if not 0 <= step <= INT_MAX:
+        raise InvalidInput(f"a step is a whole number from 0 to {INT_MAX}, got {step}")
     return step
 
 

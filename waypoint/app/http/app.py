@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -26,6 +26,7 @@ from waypoint.app.client import Waypoint
 from waypoint.app.http import errors
 from waypoint.app.http.hub import StreamHub
 from waypoint.app.http.state import ApiState
+from waypoint.checks import check_text
 from waypoint.config import Settings
 
 
@@ -87,6 +88,13 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": response.body})
 
 
+async def storable_parameters(request: Request) -> None:
+    """Refuse a path or query parameter the store cannot hold (a NUL, sent as `%00`) before a route
+    reads it: the Agent Protocol's thread routes pass theirs to the store as they come."""
+    for name, value in [*request.path_params.items(), *request.query_params.multi_items()]:
+        check_text(f"the parameter {name!r}", value)
+
+
 def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | None = None) -> FastAPI:
     """The API on the configured stack; `waypoint` reuses a client (its Temporal connection and engine)."""
     from waypoint.app.http import agents, memory, runs
@@ -117,7 +125,7 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
     errors.install(app, pages={"/ui": ui.error_page})
     routers = (runs, agents, memory, assistants, threads, protocol_runs, store)
     for module in routers:
-        app.include_router(module.router)
+        app.include_router(module.router, dependencies=[Depends(storable_parameters)])
     ui.install(app)
 
     @app.get("/healthz", tags=["meta"])

@@ -6,6 +6,7 @@ returns); every call acts for the tenant of the API key, and another tenant's ru
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -250,8 +251,7 @@ async def stream(
 ) -> Response:
     """Server-sent events: the run's log from a position on, then live as it commits, with model
     token deltas, until the run ends. Reconnect with Last-Event-ID to resume exactly."""
-    await api.wp.check_run(run_id, tenant_id=tenant)
-    position = resume_point(last_event_id, after)
+    position = await api.wp.check_position(run_id, resume_point(last_event_id, after), tenant_id=tenant)
     items = run_items(api.hub, api.wp.store, tenant, run_id, position, deltas=deltas)
     keepalive = api.settings.api_keepalive_seconds
     if format == "agui":
@@ -263,13 +263,16 @@ async def stream(
 
 
 def resume_point(last_event_id: str | None, after: int | None) -> int:
-    """The seq a stream resumes after: Last-Event-ID wins over ?after=."""
-    if last_event_id:
-        head = last_event_id.strip().split(".", 1)[0]
-        if not head.isdigit():
+    """The seq a stream resumes after, as sent: Last-Event-ID wins over ?after=. Whether the run's
+    log has it is `Waypoint.check_position`'s to say."""
+    if last_event_id and last_event_id.strip():
+        if not _EVENT_ID.fullmatch(last_event_id.strip()):
             raise InvalidInput(f"Last-Event-ID {last_event_id!r} is not an id this API sent: it sends seqs (1, 2, ...)")
-        return int(head)
+        return int(last_event_id)
     return after or 0
+
+
+_EVENT_ID = re.compile("[0-9]{1,10}")  # a seq (INTEGER): ten digits at most
 
 
 @router.post("/runs/{run_id}/fork", status_code=201)

@@ -143,7 +143,7 @@ def _fork_point(thread: ThreadRow, body: RunCreate) -> tuple[RunRow | None, int]
     if wanted:
         run_id, _, step = str(wanted).rpartition(":")
         for member in thread.runs:
-            if member.run_id == run_id and member.run is not None and step.isdigit():
+            if member.run_id == run_id and member.run is not None and step.isascii() and step.isdigit():
                 return member.run, int(step)
         raise NotFound(f"thread {thread.thread_id} has no checkpoint {wanted!r}: its history lists them")
     last = newest_started(thread)
@@ -298,7 +298,8 @@ async def join_stream(
 ) -> Response:
     """Join a run's stream: from the start, or after Last-Event-ID, then live until it ends."""
     await _member(api, tenant, thread_id, run_id)
-    return await _stream(api, tenant, thread_id, run_id, stream_modes(stream_mode), resume_point(last_event_id, None))
+    position = await api.wp.check_position(run_id, resume_point(last_event_id, None), tenant_id=tenant)
+    return await _stream(api, tenant, thread_id, run_id, stream_modes(stream_mode), position)
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
@@ -351,8 +352,8 @@ async def join_stateless(
     stream_mode: Annotated[list[str] | None, Query()] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
-    await api.wp.check_run(run_id, tenant_id=tenant)
-    return await _stream(api, tenant, None, run_id, stream_modes(stream_mode), resume_point(last_event_id, None))
+    position = await api.wp.check_position(run_id, resume_point(last_event_id, None), tenant_id=tenant)
+    return await _stream(api, tenant, None, run_id, stream_modes(stream_mode), position)
 
 
 # --- what is not supported: 501, with what to do instead -----------------------------------------

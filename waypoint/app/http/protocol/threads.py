@@ -19,6 +19,7 @@ from waypoint.app.http.protocol.shapes import (
     thread_status,
 )
 from waypoint.app.http.state import ApiState
+from waypoint.checks import check_json, check_name
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.names import FINISHED
 from waypoint.store.rows import RunRow, ThreadRow
@@ -86,6 +87,8 @@ def newest_started(thread: ThreadRow) -> RunRow | None:
 async def create_thread(body: ThreadCreate, api: Api, tenant: Tenant) -> dict[str, Any]:
     if body.if_exists not in ("raise", "do_nothing"):
         raise InvalidInput("if_exists is raise or do_nothing")
+    check_name("the thread id", body.thread_id)
+    check_json("the metadata", body.metadata)
     thread = await api.wp.store.create_thread(
         tenant, thread_id=body.thread_id, metadata=body.metadata, if_exists=body.if_exists
     )
@@ -94,6 +97,7 @@ async def create_thread(body: ThreadCreate, api: Api, tenant: Tenant) -> dict[st
 
 @router.post("/threads/search")
 async def search_threads(body: ThreadSearch, api: Api, tenant: Tenant) -> list[dict[str, Any]]:
+    check_json("the metadata", body.metadata)
     found = await api.wp.store.search_threads(tenant, metadata=body.metadata, limit=body.limit, offset=body.offset)
     shaped = [await thread_json(api, tenant, t) for t in found]
     return [t for t in shaped if body.status is None or t["status"] == body.status]
@@ -101,6 +105,7 @@ async def search_threads(body: ThreadSearch, api: Api, tenant: Tenant) -> list[d
 
 @router.post("/threads/count")
 async def count_threads(body: ThreadSearch, api: Api, tenant: Tenant) -> int:
+    check_json("the metadata", body.metadata)
     return await api.wp.store.count_threads(tenant, metadata=body.metadata)
 
 
@@ -111,6 +116,7 @@ async def get_thread(thread_id: str, api: Api, tenant: Tenant) -> dict[str, Any]
 
 @router.patch("/threads/{thread_id}")
 async def patch_thread(thread_id: str, body: ThreadPatch, api: Api, tenant: Tenant) -> dict[str, Any]:
+    check_json("the metadata", body.metadata)
     return await thread_json(api, tenant, await api.wp.store.update_thread(tenant, thread_id, body.metadata))
 
 
