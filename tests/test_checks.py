@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from waypoint.agents import Agent
 from waypoint.checks import (
     BUDGET_MAX,
     INT_MAX,
@@ -16,7 +17,7 @@ from waypoint.checks import (
     check_text,
     parse_when,
 )
-from waypoint.errors import InvalidInput
+from waypoint.errors import ConfigError, InvalidInput
 from waypoint.store.travel import parse_step
 
 
@@ -47,3 +48,5 @@ def test_numbers_stay_within_their_column_or_timer():
         check_budget({"max_steps": 2.5})
     with pytest.raises(InvalidInput, match="thousand years"):
         parse_when("since", "99999999999w")
+    with pytest.raises(ConfigError, match="agent 'big': deadline seconds must be positive and at most"):
+        Agent(name="big", instructions="Wait.", deadline_seconds=1e12)  # an agent's own budget: when it registers
