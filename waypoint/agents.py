@@ -10,7 +10,8 @@ import importlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from waypoint.errors import ConfigError, UnknownAgent, UnknownTool
+from waypoint.checks import check_budget
+from waypoint.errors import ConfigError, InvalidInput, UnknownAgent, UnknownTool
 from waypoint.mcp.servers import MCPServer
 from waypoint.models.scripted import ScriptedModel
 from waypoint.models.spec import Provider
@@ -61,6 +62,11 @@ class Agent:
             raise ConfigError(f"agent {self.name!r} has two tools with the same name: {names}")
         if self.max_steps < 1:
             raise ConfigError(f"agent {self.name!r}: max_steps must be at least 1")
+        budget = {"max_steps": self.max_steps, "max_tokens": self.max_tokens, "max_cost_usd": self.max_cost_usd}
+        try:
+            check_budget({**budget, "deadline_seconds": self.deadline_seconds})
+        except InvalidInput as exc:
+            raise ConfigError(f"agent {self.name!r}: {exc}") from None
         if self.continue_as_new_every < 1:
             raise ConfigError(f"agent {self.name!r}: continue_as_new_every must be at least 1")
         servers = [s.name for s in self.mcp]
