@@ -19,6 +19,7 @@ Imported by workflow code, so it may use only temporalio and the standard librar
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from temporalio.common import RetryPolicy
@@ -88,13 +89,7 @@ STORE_RETRY = RetryPolicy(
 # A start that fails for a reason Waypoint does not know is tried this often (`activities.boundary.gives_up`).
 START_ATTEMPTS = 3
 # Any other start failure that retrying may heal (Postgres down) is retried for about three minutes.
-START_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=24,
-    non_retryable_error_types=NON_RETRYABLE,
-)
+START_RETRY = replace(STORE_RETRY, maximum_attempts=24)
 
 # Memory and inline compaction help a run but must not hold it up: a few attempts, then go on.
 MEMORY_RETRY = RetryPolicy(
