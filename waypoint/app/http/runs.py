@@ -252,7 +252,7 @@ async def stream(
     """Server-sent events: the run's log from a position on, then live as it commits, with model
     token deltas, until the run ends. Reconnect with Last-Event-ID to resume exactly."""
     position = await api.wp.check_position(run_id, resume_point(last_event_id, after), tenant_id=tenant)
-    items = run_items(api.hub, api.wp.store, tenant, run_id, position, deltas=deltas)
+    items = run_items(api.hub, api.wp, tenant, run_id, position, deltas=deltas)
     keepalive = api.settings.api_keepalive_seconds
     if format == "agui":
         from waypoint.app.http.agui import AguiFormat

@@ -67,7 +67,7 @@ async def tenant_of(request: Request) -> str:
     api = api_state(request)
     if api.auth:
         key_id = session.key_in(session.secret_of(api.settings.ui_secret), request.cookies.get(session.COOKIE))
-        tenant = await api.wp.store.tenant_of_key_id(key_id) if key_id is not None else None
+        tenant = await api.wp.keys.tenant_of_id(key_id) if key_id is not None else None
         if tenant is None:
             raise LoginNeeded()
     else:
@@ -156,7 +156,7 @@ async def login_page(request: Request, next: str = "/ui") -> Response:
 async def login(
     request: Request, api: Api, key: Annotated[str, Form()], next: Annotated[str, Form()] = "/ui"
 ) -> Response:
-    row = await api.wp.store.valid_key(key.strip()) if key.strip() else None
+    row = await api.wp.keys.valid(key.strip()) if key.strip() else None
     if row is None:
         message = "unknown or revoked API key: create one with `waypoint keys create --tenant T`"
         return render(request, "login.html", status=401, next=next, refusal=message)
