@@ -72,7 +72,9 @@ from waypoint.store.rows import (
     StateDiff,
     StepLine,
     StepState,
+    ThreadRow,
     Verdict,
+    as_json,
 )
 from waypoint.store.streams import DELTAS_CHANNEL, EVENTS_CHANNEL
 from waypoint.types import (
@@ -850,4 +852,15 @@ def decision(call_id: str | None, reason: str | None) -> Decision:
     return Decision(call_id=check_name("the call id", call_id), reason=check_text("the reason", reason))
 
 
-__all__ = ["ReplayOutcome", "Waypoint", "database_url"]
+__all__ = [
+    "ReplayOutcome",
+    "Waypoint",
+    "database_url",
+    # the typed rows the client hands out, and their JSON: a surface takes them from here, not from the store
+    "EventRow",
+    "Listener",
+    "RunRow",
+    "StepState",
+    "ThreadRow",
+    "as_json",
+]

@@ -29,11 +29,9 @@ from typing import TYPE_CHECKING, Any
 from waypoint.deltas import AttemptText, DeltaBatch, parse_batch
 from waypoint.errors import NotFound
 from waypoint.names import EventKind
-from waypoint.store.listen import Listener
-from waypoint.store.rows import EventRow
 
 if TYPE_CHECKING:
-    from waypoint.app.client import Waypoint
+    from waypoint.app.client import EventRow, Listener, Waypoint
 
 log = logging.getLogger(__name__)
 

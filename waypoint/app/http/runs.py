@@ -1,6 +1,6 @@
 """Waypoint's own API for runs: everything the CLI does, under /v1/runs.
 
-Bodies and answers are JSON (`waypoint.store.rows.as_json` of the typed rows the Python client
+Bodies and answers are JSON (`as_json` of the typed rows the Python client
 returns); every call acts for the tenant of the API key, and another tenant's run is 404.
 """
 
@@ -13,12 +13,12 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from waypoint.app.client import RunRow, as_json
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.streams import NativeFormat, run_items, sse_response
+from waypoint.checks import parse_step
 from waypoint.errors import InvalidInput, NotFound, WaypointError
 from waypoint.names import FINISHED, STUCK, EventKind, RunSort, RunStatus
-from waypoint.store.rows import RunRow, as_json
-from waypoint.store.travel import parse_step
 from waypoint.types import Budget
 
 router = APIRouter(prefix="/v1", tags=["runs"])

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from waypoint.app.client import EventRow, as_json
 from waypoint.app.http.hub import PAGE, StreamHub, read_log
 from waypoint.deltas import AttemptText, DeltaBatch
 from waypoint.errors import NotFound
 from waypoint.names import FINISHED, EventKind
-from waypoint.store.rows import EventRow, as_json
 
 if TYPE_CHECKING:
     from waypoint.app.client import Waypoint

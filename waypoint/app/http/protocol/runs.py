@@ -19,6 +19,7 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
+from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of
@@ -30,7 +31,6 @@ from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.checks import new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.names import FINISHED, MemoryView
-from waypoint.store.rows import RunRow, ThreadRow
 
 router = APIRouter(tags=["agent protocol: runs"])
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from waypoint.app.client import EventRow, RunRow, ThreadRow
 from waypoint.errors import InvalidInput
 from waypoint.names import MESSAGE_KINDS, EventKind, RunStatus
-from waypoint.store.rows import EventRow, RunRow, ThreadRow
 from waypoint.transcript import event_messages
 from waypoint.types import AgentInfo
 

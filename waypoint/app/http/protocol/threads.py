@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.protocol.shapes import (
@@ -21,7 +22,6 @@ from waypoint.app.http.protocol.shapes import (
 from waypoint.app.http.state import ApiState
 from waypoint.errors import NotFound
 from waypoint.names import FINISHED
-from waypoint.store.rows import RunRow, ThreadRow
 
 router = APIRouter(tags=["agent protocol: threads"])
 

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
-from waypoint.app.client import EventRow, RunRow, StepState
+from waypoint.app.client import EventRow, RunRow, StepState, as_json
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.ui import session
 from waypoint.app.http.ui.render import (
@@ -24,7 +24,6 @@ from waypoint.app.http.ui.render import (
 )
 from waypoint.errors import InvalidInput, NotFound, WaypointError
 from waypoint.names import FINISHED, EventKind, RunSort, RunStatus
-from waypoint.store.rows import as_json
 from waypoint.working_memory import recalled_texts
 
 PAGE_SIZE = 50
