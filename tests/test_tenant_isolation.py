@@ -8,7 +8,6 @@ import pytest
 from tests.helpers import waypoint
 from waypoint.app.client import Waypoint
 from waypoint.errors import NotFound
-from waypoint.types import Decision
 
 pytestmark = pytest.mark.postgres
 
@@ -40,7 +39,7 @@ async def test_tenant_b_reaches_nothing_of_tenant_a(memory_worker, settings):
         "pause": b.pause(run_id),
         "cancel": b.cancel(run_id),
         "send": b.send(run_id, "hi"),
-        "approve": b.approve(run_id, Decision()),
+        "approve": b.approve(run_id),
     }
     for name, attempt in attempts.items():
         with pytest.raises(NotFound):
