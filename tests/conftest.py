@@ -189,7 +189,7 @@ async def api(client: Client, engine: AsyncEngine, settings: Settings) -> AsyncI
     wp = Waypoint(client, engine, settings)
     server = api_server(settings, host="127.0.0.1", port=free_port(), waypoint=wp)
     task = await start_api(server)
-    key, _ = await wp.store.create_key(settings.tenant, "test")
+    key, _ = await wp.keys.create(settings.tenant, "test")
     url = url_of(server)
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
         yield ApiServer(url, key, http, settings)

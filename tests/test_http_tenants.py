@@ -89,7 +89,7 @@ async def test_tenant_b_gets_404_for_every_run_and_thread_of_tenant_a(api: ApiSe
 
     await eventually(remembered)
 
-    key_b, _ = await wp.store.create_key("tenant-b", "b")
+    key_b, _ = await wp.keys.create("tenant-b", "b")
     async with httpx.AsyncClient(base_url=api.url, headers={"Authorization": f"Bearer {key_b}"}, timeout=60) as b:
         for method, path, body in RUN_ENDPOINTS + THREAD_ENDPOINTS:
             url = path.format(run=run_id, thread=thread_id)

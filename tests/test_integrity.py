@@ -13,6 +13,7 @@ from waypoint import telemetry
 from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
+from waypoint.store import RunStore
 from waypoint.telemetry.spanfile import read_trace, span_file
 
 pytestmark = pytest.mark.postgres
@@ -105,12 +106,14 @@ async def test_delete_removes_every_trace_of_a_run(client: Client, engine: Async
     assert read_trace(spans, trace_id) == []
 
 
-async def test_forget_works_on_episodes_whose_run_is_gone(client: Client, engine: AsyncEngine, memory_worker):
+async def test_forget_works_on_episodes_whose_run_is_gone(
+    client: Client, engine: AsyncEngine, store: RunStore, memory_worker
+):
     wp, memory = memory_worker
     run_id = await wp.start_run("What is the launch code?", agent="scout")
     await wp.result(run_id)
     stored = len(await memory.list_run(wp.settings.tenant, run_id))
-    await wp.store.delete_run(wp.settings.tenant, run_id)  # as a delete before episodes were removed did
+    await store.delete_run(wp.settings.tenant, run_id)  # as a delete before episodes were removed did
     assert await wp.memory_forget(run_id) == stored > 0
     with pytest.raises(NotFound):  # nothing left: neither episodes nor a run
         await wp.memory_forget(run_id)

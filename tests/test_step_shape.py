@@ -48,7 +48,7 @@ async def test_a_local_tool_runs_in_the_workflow_worker_with_the_ledger(client: 
     result = await wp.result(run_id)
     assert (result.status, result.output) == ("completed", "twice 21 is 42")
     assert Activity.RUN_TOOL not in await scheduled_activities(client, run_id)
-    effects = await wp.store.effects(settings.tenant, run_id)
+    effects = await wp.effects(run_id)
     assert [(e.idempotency_key, e.tool, e.output, e.outcome) for e in effects] == [
         (f"{run_id}:1:0", "double", "42", "ok")
     ]

@@ -8,7 +8,6 @@ import pytest
 from tests.helpers import waypoint
 from waypoint.app.client import Waypoint
 from waypoint.errors import NotFound
-from waypoint.types import Decision
 
 pytestmark = pytest.mark.postgres
 
@@ -40,7 +39,7 @@ async def test_tenant_b_reaches_nothing_of_tenant_a(memory_worker, settings):
         "pause": b.pause(run_id),
         "cancel": b.cancel(run_id),
         "send": b.send(run_id, "hi"),
-        "approve": b.approve(run_id, Decision()),
+        "approve": b.approve(run_id),
     }
     for name, attempt in attempts.items():
         with pytest.raises(NotFound):
@@ -79,3 +78,16 @@ async def test_the_cli_says_not_found_to_another_tenant(memory_worker, settings,
     assert done.code == 1
     assert ("not found" in done.err or "no run" in done.err) and run_id in done.err
     assert len(done.err.strip().splitlines()) == 1 and "Traceback" not in done.err
+
+
+async def test_a_write_to_another_tenants_thread_is_refused_not_skipped(engine, settings):
+    a = Waypoint(None, engine, settings.model_copy(update={"tenant": "tenant-a"}))
+    b = Waypoint(None, engine, settings.model_copy(update={"tenant": "tenant-b"}))
+    thread = await a.threads.create()
+    await a.threads.reserve_run(thread.thread_id, 0, "run-of-a")
+    with pytest.raises(NotFound):
+        await b.threads.release_run(thread.thread_id, "run-of-a")
+    assert [r.run_id for r in (await a.threads.get(thread.thread_id)).runs] == ["run-of-a"]
+    await a.threads.release_run(thread.thread_id, "run-of-a")
+    with pytest.raises(NotFound):  # a slot that is gone is said so, again not skipped
+        await a.threads.release_run(thread.thread_id, "run-of-a")

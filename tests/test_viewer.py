@@ -221,7 +221,7 @@ async def test_another_tenants_session_gets_a_404_page(browser, contexts, api: A
 
     wp = await Waypoint.connect(api.settings, temporal=False)
     try:
-        other_key, _ = await wp.store.create_key("tenant-b", "viewer test")
+        other_key, _ = await wp.keys.create("tenant-b", "viewer test")
     finally:
         await wp.close()
     _, page = await logged_in(browser, contexts, api, other_key)
@@ -386,12 +386,12 @@ async def test_revoking_a_key_ends_its_viewer_sessions_at_once(api: ApiServer):
 
     wp = await Waypoint.connect(api.settings, temporal=False)
     try:
-        key, row = await wp.store.create_key(api.settings.tenant, "to revoke")
+        key, row = await wp.keys.create(api.settings.tenant, "to revoke")
         async with httpx.AsyncClient(base_url=api.url) as http:
             assert (await sign_in(http, key)).status_code == 303
             assert (await http.get("/ui")).status_code == 200
             assert (await http.get("/v1/runs")).status_code == 200
-            await wp.store.revoke_key(str(row.id))  # what `waypoint keys revoke` does
+            await wp.keys.revoke(str(row.id))  # what `waypoint keys revoke` does
             page = await http.get("/ui", follow_redirects=False)
             assert page.status_code == 303 and page.headers["location"].startswith("/ui/login")
             listing = await http.get("/v1/runs")

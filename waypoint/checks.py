@@ -152,6 +152,17 @@ def age_seconds(text: str) -> int | None:
     return None if age is None else int(age.group(1)) * _AGE_SECONDS[age.group(2)]
 
 
+def parse_step(raw: str | int) -> int:
+    """A step number as a user typed it."""
+    try:
+        step = int(raw)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"a step is a whole number, got {raw!r}") from None
+    if not 0 <= step <= INT_MAX:
+        raise InvalidInput(f"a step is a whole number from 0 to {INT_MAX}, got {step}")
+    return step
+
+
 def parse_when(name: str, text: str, *, now: datetime | None = None) -> datetime:
     """A moment as a user typed it: an age back from now (`1h`, `7d`) or an ISO date or time
     (`2025-01-31`, `2025-01-31T09:30`, UTC unless it names its offset)."""

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from waypoint.app.client_keys import Keys
+from waypoint.app.client_threads import Threads
 from waypoint.checks import (
     NAME_MAX,
     check_budget,
@@ -56,6 +58,8 @@ from waypoint.names import (
 from waypoint.store import RunStore
 from waypoint.store.base import not_found
 from waypoint.store.db import engine_for
+from waypoint.store.ledger import Effect
+from waypoint.store.listen import Handler, Listener
 from waypoint.store.reads import RunsPage
 from waypoint.store.rows import (
     BatchItem,
@@ -68,9 +72,22 @@ from waypoint.store.rows import (
     StateDiff,
     StepLine,
     StepState,
+    ThreadRow,
     Verdict,
+    as_json,
 )
-from waypoint.types import Budget, Decision, ForkOrigin, Memory, MemoryRequest, RunInput, RunProgress, RunResult
+from waypoint.store.streams import DELTAS_CHANNEL, EVENTS_CHANNEL
+from waypoint.types import (
+    AgentInfo,
+    Budget,
+    Decision,
+    ForkOrigin,
+    Memory,
+    MemoryRequest,
+    RunInput,
+    RunProgress,
+    RunResult,
+)
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -108,8 +125,10 @@ class Waypoint:
         self._client = client
         self._gateway: TemporalGateway | None = None
         self.engine = engine
-        self.store = RunStore(engine)
+        self._store = RunStore(engine)  # private: every surface reads and writes through the client
         self.settings = settings
+        self.threads = Threads(self._store, self._scoped)
+        self.keys = Keys(self._store)
         self._trace_ids: dict[str, str] = {}
         self._stuck_seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 
@@ -193,10 +212,18 @@ class Waypoint:
         await self.check_start(inp.agent, inp.model)
         return await self._start(run_id or make_run_id(), inp)
 
+    async def agents(self) -> list[AgentInfo]:
+        """The agents the workers of this deployment's task queue serve (the catalog they register)."""
+        return await self._store.agents(self.settings.task_queue)
+
+    async def agent(self, name: str) -> AgentInfo:
+        """One agent of the catalog; NotFound naming the ones there are."""
+        return await self._store.agent(self.settings.task_queue, check_text("the agent", name))
+
     async def check_start(self, agent: str, model: str | None) -> None:
         """Refuse a run that cannot start before anything starts (and before it gets an id): an agent
         no worker serves, a model spec that names no adapter, a model its worker cannot call."""
-        info = await self.store.agent(self.settings.task_queue, agent)
+        info = await self._store.agent(self.settings.task_queue, agent)
         spec = parse_model_spec(model or info.model)
         if spec.provider == Provider.SCRIPTED and Provider.SCRIPTED not in info.providers:
             raise InvalidInput(f"agent {agent!r} has no scripted turns: pick a model with --model openai:<name>")
@@ -226,8 +253,8 @@ class Waypoint:
         check_text("the message", message)
         check_name("the model", model)
         tenant = self._scoped(tenant_id, run_id, new_run_id)
-        await self.store.owner_of_step(tenant, run_id, step)  # the run and the step exist
-        parent = await self.store.get_run(tenant, run_id)
+        await self._store.owner_of_step(tenant, run_id, step)  # the run and the step exist
+        parent = await self._store.get_run(tenant, run_id)
         await self.check_start(parent.agent, model or parent.model)
         inp = RunInput(
             agent=parent.agent,
@@ -267,8 +294,8 @@ class Waypoint:
         check_name("the model", model)
         check_name("the agent", agent)
         tenant = self._scoped(tenant_id, run_id, new_run_id)
-        await self.store.owner_of_step(tenant, run_id, from_step)  # the run and the step exist
-        source = await self.store.get_run(tenant, run_id)
+        await self._store.owner_of_step(tenant, run_id, from_step)  # the run and the step exist
+        source = await self._store.get_run(tenant, run_id)
         agent = agent or source.agent
         model = model or (source.model if agent == source.agent else None)
         await self.check_start(agent, model)
@@ -321,7 +348,7 @@ class Waypoint:
             check_choice("status", str(chosen["status"]), RunStatus)
         since = datetime.now(UTC) - timedelta(seconds=int(chosen["since"])) if "since" in chosen else None
         tenant = self.tenant(tenant_id)
-        sources = await self.store.list_runs(
+        sources = await self._store.list_runs(
             tenant,
             limit=limit,
             status=str(chosen["status"]) if "status" in chosen else None,
@@ -352,7 +379,7 @@ class Waypoint:
                     item = BatchItem(source.run_id, None, error=str(exc))
                 else:
                     result = await self.result(new_id, tenant_id=tenant)
-                    found = await self.store.compare(tenant, source.run_id, new_id)
+                    found = await self._store.compare(tenant, source.run_id, new_id)
                     item = BatchItem(
                         source.run_id,
                         new_id,
@@ -413,7 +440,7 @@ class Waypoint:
         if after_seq == 0:
             return 0
         try:
-            last = await self.store.last_seq(self.tenant(tenant_id), run_id)
+            last = await self._store.last_seq(self.tenant(tenant_id), run_id)
         except NotFound:
             last = 0  # a run so new that its row is not written: its log is empty
         if after_seq > last:
@@ -427,7 +454,7 @@ class Waypoint:
         """Whether the run is the tenant's and so new that its row is not written yet (Temporal runs
         it); False once it has a row, NotFound if it is not the tenant's or is gone."""
         tenant = self._scoped(tenant_id, run_id)
-        if await self.store.run_exists(tenant, run_id):
+        if await self._store.run_exists(tenant, run_id):
             return False
         await self._check_tenant(run_id, tenant)
         if await (await self.temporal()).ended_without_row(run_id) is not None:
@@ -439,7 +466,7 @@ class Waypoint:
         is checked against the tenant Temporal holds for it."""
         tenant = self._scoped(tenant_id, run_id)
         try:
-            await self.store.get_run(tenant, run_id)
+            await self._store.get_run(tenant, run_id)
             return
         except NotFound:
             if self._client is None and self._gateway is None:  # read-only: the database is the only witness
@@ -477,7 +504,7 @@ class Waypoint:
         await (await self.temporal()).terminate(run_id, error)
         self._gauge_stuck(run_id, tenant, None)
         try:
-            row = await self.store.finish_run(tenant, run_id, RunStatus.CANCELLED, None, error)
+            row = await self._store.finish_run(tenant, run_id, RunStatus.CANCELLED, None, error)
         except NotFound:  # stuck before its row was written: Temporal keeps the reason
             return RunProgress(step=0, status=RunStatus.CANCELLED)
         return RunProgress(
@@ -606,7 +633,7 @@ class Waypoint:
         check_name("the cursor", cursor)
         check_name("the batch id", batch_id)
         tenant = self._scoped(tenant_id, *(run_ids or []))
-        page = await self.store.runs_page(
+        page = await self._store.runs_page(
             tenant,
             limit=limit,
             status=status,
@@ -620,7 +647,7 @@ class Waypoint:
             batch_id=batch_id,
             run_ids=run_ids,
         )
-        if batch_id is not None and not page.runs and not await self.store.has_batch(tenant, batch_id):
+        if batch_id is not None and not page.runs and not await self._store.has_batch(tenant, batch_id):
             raise NotFound(
                 f"no batch {batch_id!r} for tenant {tenant!r}: `waypoint rerun --select ...` prints its batch's id"
             )
@@ -628,7 +655,7 @@ class Waypoint:
 
     async def run(self, run_id: str, *, tenant_id: str | None = None, check_stuck: bool = False) -> RunRow:
         """The run's row; `check_stuck`: marked with why it is stuck, if it has not ended (Temporal is asked)."""
-        row = await self.store.get_run(self._scoped(tenant_id, run_id), run_id)
+        row = await self._store.get_run(self._scoped(tenant_id, run_id), run_id)
         return (await self.with_stuck([row]))[0] if check_stuck else row
 
     async def timeline(
@@ -638,16 +665,16 @@ class Waypoint:
         if limit is not None:
             check_count("the limit", limit)
         check_count("after_step", after_step, low=0, high=10**9)
-        return await self.store.timeline(self._scoped(tenant_id, run_id), run_id, after_step=after_step, limit=limit)
+        return await self._store.timeline(self._scoped(tenant_id, run_id), run_id, after_step=after_step, limit=limit)
 
     async def state(self, run_id: str, step: int, *, tenant_id: str | None = None) -> StepState:
         """The state (working memory) at `step`, with the step's events."""
-        return await self.store.state_at(self._scoped(tenant_id, run_id), run_id, check_seq("the step", step))
+        return await self._store.state_at(self._scoped(tenant_id, run_id), run_id, check_seq("the step", step))
 
     async def diff(self, run_id: str, a: int, b: int, *, tenant_id: str | None = None) -> StateDiff:
         check_seq("step a", a)
         check_seq("step b", b)
-        return await self.store.diff(self._scoped(tenant_id, run_id), run_id, a, b)
+        return await self._store.diff(self._scoped(tenant_id, run_id), run_id, a, b)
 
     async def events(
         self,
@@ -670,7 +697,7 @@ class Waypoint:
         check_seq("after_seq", after_seq)
         if step is not None:
             check_seq("the step", step)
-        return await self.store.events(
+        return await self._store.events(
             self._scoped(tenant_id, run_id),
             run_id,
             kinds=kinds,
@@ -680,20 +707,44 @@ class Waypoint:
             limit=limit,
         )
 
+    async def tail(
+        self, run_id: str, *, after_seq: int = 0, limit: int = 500, tenant_id: str | None = None
+    ) -> list[EventRow]:
+        """A stream's read of the log: the events after `after_seq` (with their tools' outputs), at
+        most `limit`; NotFound unless the run is the tenant's (or, past seq 0, when it has no more)."""
+        return await self._store.tail(self._scoped(tenant_id, run_id), run_id, after_seq=after_seq, limit=limit)
+
+    async def last_seq(self, run_id: str, *, tenant_id: str | None = None) -> int:
+        """The seq of the run's newest event (0 before the first); NotFound unless the run is the tenant's."""
+        return await self._store.last_seq(self._scoped(tenant_id, run_id), run_id)
+
+    async def listen(
+        self, *, on_events: Handler, on_deltas: Handler, on_reconnect: Callable[[], None] | None = None
+    ) -> Listener:
+        """Hear each commit to a run's log and each batch of model deltas as Postgres announces them
+        (one connection of its own; `close()` it)."""
+        url = self.engine.url.render_as_string(hide_password=False)
+        handlers = {EVENTS_CHANNEL: on_events, DELTAS_CHANNEL: on_deltas}
+        return await Listener(url, handlers, on_reconnect=on_reconnect).start()
+
+    async def effects(self, run_id: str, *, tenant_id: str | None = None) -> list[Effect]:
+        """The run's tool calls with side effects, as the ledger recorded them."""
+        return await self._store.effects(self._scoped(tenant_id, run_id), run_id)
+
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
         """The full transcript as JSON lines (streamed)."""
-        return self.store.export(self._scoped(tenant_id, run_id), run_id)
+        return self._store.export(self._scoped(tenant_id, run_id), run_id)
 
     async def compare(self, run_a: str, run_b: str, *, tenant_id: str | None = None) -> RunComparison:
         """Two runs of the tenant step by step: tool calls, answers, tokens, cost, model time, outcome."""
-        return await self.store.compare(self._scoped(tenant_id, run_a, run_b), run_a, run_b)
+        return await self._store.compare(self._scoped(tenant_id, run_a, run_b), run_a, run_b)
 
     async def lineage(self, run_id: str, *, tenant_id: str | None = None) -> list[LineageLink]:
-        return await self.store.lineage(self._scoped(tenant_id, run_id), run_id)
+        return await self._store.lineage(self._scoped(tenant_id, run_id), run_id)
 
     async def verify(self, run_id: str, *, tenant_id: str | None = None) -> Verdict:
         """Recompute the run's hash chain and checkpoint hashes."""
-        return await self.store.verify(self._scoped(tenant_id, run_id), run_id)
+        return await self._store.verify(self._scoped(tenant_id, run_id), run_id)
 
     async def delete(self, run_id: str, *, tenant_id: str | None = None) -> None:
         """Remove a finished run and every trace of it: its episodes in long-term memory, its spans in
@@ -701,21 +752,21 @@ class Waypoint:
         order, so a delete cut half-way (a crash, an unreachable memory worker) finishes when run again:
         the run's row is the last thing to go."""
         tenant = self._scoped(tenant_id, run_id)
-        run = await self.store.deletable(tenant, run_id)
+        run = await self._store.deletable(tenant, run_id)
         if self.settings.memory and await self._has_episodes(run):
             await (await self.temporal()).memory(MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id))
         if run.trace_id:
             from waypoint.telemetry.spanfile import remove_trace, span_file
 
             remove_trace(span_file(self.settings.state_dir), run.trace_id)
-        await self.store.delete_run(tenant, run_id)
+        await self._store.delete_run(tenant, run_id)
 
     async def _has_episodes(self, run: RunRow) -> bool:
         """Whether long-term memory may hold episodes of the run: its steps were stored (by the run,
         or by a compaction pass), or it ran with memory (its memory tools write episodes too)."""
         if run.remembered_step > (run.fork_step or 0):
             return True
-        plan = await self.store.recorded_plan(run.tenant_id, run.run_id)
+        plan = await self._store.recorded_plan(run.tenant_id, run.run_id)
         return plan is not None and plan.memory_queue is not None
 
     async def replay(
@@ -756,7 +807,7 @@ class Waypoint:
     async def compactions(
         self, run_id: str | None = None, *, tenant_id: str | None = None, limit: int = 20
     ) -> list[CompactionRow]:
-        return await self.store.compactions(self._scoped(tenant_id, run_id), run_id=run_id, limit=limit)
+        return await self._store.compactions(self._scoped(tenant_id, run_id), run_id=run_id, limit=limit)
 
     # --- episodic memory (served by the memory worker, reached through Temporal) --------------------
 
@@ -801,4 +852,15 @@ def decision(call_id: str | None, reason: str | None) -> Decision:
     return Decision(call_id=check_name("the call id", call_id), reason=check_text("the reason", reason))
 
 
-__all__ = ["ReplayOutcome", "Waypoint", "database_url"]
+__all__ = [
+    "ReplayOutcome",
+    "Waypoint",
+    "database_url",
+    # the typed rows the client hands out, and their JSON: a surface takes them from here, not from the store
+    "EventRow",
+    "Listener",
+    "RunRow",
+    "StepState",
+    "ThreadRow",
+    "as_json",
+]

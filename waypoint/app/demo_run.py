@@ -85,7 +85,7 @@ async def _demo(settings: Settings, model: str | None, started: float) -> None:
 
 async def wrote_report(wp: Waypoint, run_id: str) -> bool:
     """This run wrote report.md (its write_file call succeeded), not an earlier one."""
-    effects = await wp.store.effects(wp.tenant(), run_id)
+    effects = await wp.effects(run_id)
     return any(e.tool == "write_file" and e.outcome == ToolOutcome.OK and "report.md" in e.arguments for e in effects)
 
 

@@ -142,12 +142,24 @@ class Threads(StoreBase):
                 raise Conflict(f"thread {thread_id!r} got another run meanwhile: wait for it, then try again") from None
             await conn.execute(update(threads).where(threads.c.thread_id == thread_id).values(updated_at=func.now()))
 
-    async def release_thread_run(self, thread_id: str, run_id: str) -> None:
-        """Give back a slot whose run could not start."""
+    async def release_thread_run(self, tenant_id: str, thread_id: str, run_id: str) -> None:
+        """Take the run off the tenant's thread (a slot whose run could not start, or a deleted run);
+        NotFound when no such thread of this tenant holds it, never a silent no-op."""
+        mine = select(threads.c.thread_id).where(threads.c.thread_id == thread_id, threads.c.tenant_id == tenant_id)
         async with self.engine.begin() as conn:
-            await conn.execute(
-                delete(thread_runs).where(thread_runs.c.thread_id == thread_id, thread_runs.c.run_id == run_id)
+            gone = await conn.execute(
+                delete(thread_runs)
+                .where(
+                    thread_runs.c.thread_id == thread_id,
+                    thread_runs.c.run_id == run_id,
+                    thread_runs.c.thread_id.in_(mine),
+                )
+                .returning(thread_runs.c.position)
             )
+            if gone.first() is None:
+                raise NotFound(
+                    f"thread {thread_id!r} holds no run {run_id!r}: GET /threads/{thread_id}/runs lists its runs"
+                )
 
     async def copy_thread(self, tenant_id: str, thread_id: str) -> ThreadRow:
         """A new thread holding the same runs (shared, never copied); the copy goes on on its own."""

@@ -9,8 +9,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from waypoint.checks import INT_MAX
-from waypoint.errors import InvalidInput, NotFound
+from waypoint.errors import NotFound
 from waypoint.names import EventKind, LineageKind
 from waypoint.store import context
 from waypoint.store.base import StoreBase, of_tenant
@@ -22,17 +21,6 @@ from waypoint.store.schema import events, runs
 from waypoint.store.working import read_parts, recalled_text
 from waypoint.tokens import estimate_tokens
 from waypoint.working_memory import rebuild
-
-
-def parse_step(raw: str | int) -> int:
-    """A step number as a user typed it."""
-    try:
-        step = int(raw)
-    except (TypeError, ValueError):
-        raise InvalidInput(f"a step is a whole number, got {raw!r}") from None
-    if not 0 <= step <= INT_MAX:
-        raise InvalidInput(f"a step is a whole number from 0 to {INT_MAX}, got {step}")
-    return step
 
 
 class TimeTravel(StoreBase):

@@ -63,7 +63,7 @@ async def keys_create(
     from waypoint.app import console as out
 
     async with await connect() as wp:
-        key, row = await wp.store.create_key(tenant, name)
+        key, row = await wp.keys.create(tenant, name)
     if as_json:
         out.print_json({"key": key, **out.as_json(row)})
         return
@@ -82,7 +82,7 @@ async def keys_list(
     from waypoint.app import console as out
 
     async with await connect() as wp:
-        rows = await wp.store.list_keys(tenant)
+        rows = await wp.keys.list(tenant)
     if as_json:
         out.print_json(rows)
         return
@@ -99,7 +99,7 @@ async def keys_revoke(
     from waypoint.app import console as out
 
     async with await connect() as wp:
-        row = await wp.store.revoke_key(key)
+        row = await wp.keys.revoke(key)
     if as_json:
         out.print_json(row)
     else:

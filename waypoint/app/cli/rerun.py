@@ -40,8 +40,7 @@ async def rerun(
     """Run RUN again with a change (model, agent, instructions), as a new run; the original is untouched."""
     from waypoint.app import console as out
     from waypoint.app.cli.run import follow_to_end
-    from waypoint.checks import read_instructions
-    from waypoint.store.travel import parse_step
+    from waypoint.checks import parse_step, read_instructions
 
     step = parse_step(from_step)
     if (run_id is None) == (select is None):

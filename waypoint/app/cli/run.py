@@ -65,7 +65,7 @@ async def fork(
 ) -> None:
     """Start a new run from the state of RUN at a step; the parent is untouched."""
     from waypoint.app import console as out
-    from waypoint.store.travel import parse_step
+    from waypoint.checks import parse_step
 
     fork_step = parse_step(step)
     async with await connect(temporal=True) as wp:

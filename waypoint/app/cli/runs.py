@@ -119,7 +119,7 @@ async def show(
 ) -> None:
     """The state at a step: the working memory, and the step's messages, tool calls and results."""
     from waypoint.app import console as out
-    from waypoint.store.travel import parse_step
+    from waypoint.checks import parse_step
 
     async with await connect() as wp:
         found = await wp.state(run_id, parse_step(step))
@@ -153,7 +153,7 @@ async def show(
 async def diff(run_id: RunArg, a: StepArg, b: StepArg, as_json: JsonOpt = False) -> None:
     """What changed in the state between steps A and B: messages added or dropped, fields, tokens."""
     from waypoint.app import console as out
-    from waypoint.store.travel import parse_step
+    from waypoint.checks import parse_step
 
     async with await connect() as wp:
         d = await wp.diff(run_id, parse_step(a), parse_step(b))

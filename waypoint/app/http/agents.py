@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from waypoint.app.client import as_json
 from waypoint.app.http.auth import Api, Tenant
-from waypoint.store.rows import as_json
 
 router = APIRouter(prefix="/v1", tags=["agents"])
 
@@ -15,10 +15,10 @@ router = APIRouter(prefix="/v1", tags=["agents"])
 @router.get("/agents")
 async def list_agents(api: Api, tenant: Tenant) -> dict[str, Any]:
     """Agents of this deployment's task queue: instructions, model, tools with their JSON schemas, limits."""
-    return {"agents": as_json(await api.wp.store.agents(api.settings.task_queue))}
+    return {"agents": as_json(await api.wp.agents())}
 
 
 @router.get("/agents/{name}")
 async def get_agent(name: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    data: dict[str, Any] = as_json(await api.wp.store.agent(api.settings.task_queue, name))
+    data: dict[str, Any] = as_json(await api.wp.agent(name))
     return data

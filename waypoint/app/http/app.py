@@ -104,8 +104,7 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         wp = waypoint or await Waypoint.connect(settings, temporal=False)
-        url = wp.engine.url.render_as_string(hide_password=False)
-        hub = await StreamHub(wp.store, url, buffer=settings.api_stream_buffer).start()
+        hub = await StreamHub(wp, buffer=settings.api_stream_buffer).start()
         app.state.api = ApiState(wp=wp, hub=hub, settings=settings, auth=auth)
         try:
             yield

@@ -91,7 +91,7 @@ async def tenant_of(request: Request) -> str:
 
         key_id = key_in(secret_of(api.settings.ui_secret), request.cookies.get(COOKIE))
         if key_id is not None:
-            tenant = await api.wp.store.tenant_of_key_id(key_id)
+            tenant = await api.wp.keys.tenant_of_id(key_id)
             if tenant is None:
                 raise unauthorized("the viewer session's API key is revoked: log in at /ui/login with a valid key")
             return tenant
@@ -99,7 +99,7 @@ async def tenant_of(request: Request) -> str:
         raise unauthorized(
             "no API key: send `Authorization: Bearer <key>`; create a key with `waypoint keys create --tenant T`"
         )
-    tenant = await api.wp.store.tenant_of_key(key)
+    tenant = await api.wp.keys.tenant_of(key)
     if tenant is None:
         raise unauthorized("unknown or revoked API key: `waypoint keys list` shows the valid ones")
     return tenant

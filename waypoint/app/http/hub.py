@@ -24,15 +24,14 @@ import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from waypoint.deltas import AttemptText, DeltaBatch, parse_batch
 from waypoint.errors import NotFound
 from waypoint.names import EventKind
-from waypoint.store import RunStore
-from waypoint.store.listen import Listener
-from waypoint.store.rows import EventRow
-from waypoint.store.streams import DELTAS_CHANNEL, EVENTS_CHANNEL
+
+if TYPE_CHECKING:
+    from waypoint.app.client import EventRow, Listener, Waypoint
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ class RunFeed:
     async def _loop(self) -> None:
         try:
             try:
-                self.cursor = await self.hub.store.last_seq(self.tenant_id, self.run_id)
+                self.cursor = await self.hub.wp.last_seq(self.run_id, tenant_id=self.tenant_id)
             except NotFound:
                 self.cursor = 0  # the run's row is not written yet: every row is new
             while True:
@@ -103,7 +102,9 @@ class RunFeed:
     async def _fetch(self) -> None:
         while True:
             try:
-                rows = await self.hub.store.tail(self.tenant_id, self.run_id, after_seq=self.cursor or 0, limit=PAGE)
+                rows = await self.hub.wp.tail(
+                    self.run_id, after_seq=self.cursor or 0, limit=PAGE, tenant_id=self.tenant_id
+                )
             except NotFound:
                 return
             for row in rows:
@@ -117,22 +118,19 @@ class RunFeed:
 
 
 class StreamHub:
-    """`await StreamHub(store, url).start()`; `subscribe` / `unsubscribe` per client."""
+    """`await StreamHub(wp).start()`; `subscribe` / `unsubscribe` per client."""
 
-    def __init__(self, store: RunStore, database_url: str, *, buffer: int = 1000):
-        self.store = store
-        self.database_url = database_url
+    def __init__(self, wp: Waypoint, *, buffer: int = 1000):
+        self.wp = wp
         self.buffer = buffer
         self.feeds: dict[str, RunFeed] = {}
         self.attempts: OrderedDict[str, AttemptText] = OrderedDict()
         self.listener: Listener | None = None
 
     async def start(self) -> StreamHub:
-        self.listener = await Listener(
-            self.database_url,
-            {EVENTS_CHANNEL: self._on_events, DELTAS_CHANNEL: self._on_deltas},
-            on_reconnect=self._resync,
-        ).start()
+        self.listener = await self.wp.listen(
+            on_events=self._on_events, on_deltas=self._on_deltas, on_reconnect=self._resync
+        )
         return self
 
     async def close(self) -> None:
@@ -210,10 +208,10 @@ class StreamHub:
             del self.attempts[run_id]
 
 
-async def read_log(store: RunStore, tenant_id: str, run_id: str, after_seq: int) -> list[EventRow]:
+async def read_log(wp: Waypoint, tenant_id: str, run_id: str, after_seq: int) -> list[EventRow]:
     """One page of the run's log after `after_seq`; empty while the run has no row yet."""
     try:
-        return await store.tail(tenant_id, run_id, after_seq=after_seq, limit=PAGE)
+        return await wp.tail(run_id, after_seq=after_seq, limit=PAGE, tenant_id=tenant_id)
     except NotFound:
         return []
 

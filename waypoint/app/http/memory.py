@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from waypoint.app.client import as_json
 from waypoint.app.http.auth import Api, Tenant
-from waypoint.store.rows import as_json
 
 router = APIRouter(prefix="/v1", tags=["memory"])
 

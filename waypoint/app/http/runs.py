@@ -1,6 +1,6 @@
 """Waypoint's own API for runs: everything the CLI does, under /v1/runs.
 
-Bodies and answers are JSON (`waypoint.store.rows.as_json` of the typed rows the Python client
+Bodies and answers are JSON (`as_json` of the typed rows the Python client
 returns); every call acts for the tenant of the API key, and another tenant's run is 404.
 """
 
@@ -13,12 +13,12 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from waypoint.app.client import RunRow, as_json
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.streams import NativeFormat, run_items, sse_response
+from waypoint.checks import parse_step
 from waypoint.errors import InvalidInput, NotFound, WaypointError
 from waypoint.names import FINISHED, STUCK, EventKind, RunSort, RunStatus
-from waypoint.store.rows import RunRow, as_json
-from waypoint.store.travel import parse_step
 from waypoint.types import Budget
 
 router = APIRouter(prefix="/v1", tags=["runs"])
@@ -252,7 +252,7 @@ async def stream(
     """Server-sent events: the run's log from a position on, then live as it commits, with model
     token deltas, until the run ends. Reconnect with Last-Event-ID to resume exactly."""
     position = await api.wp.check_position(run_id, resume_point(last_event_id, after), tenant_id=tenant)
-    items = run_items(api.hub, api.wp.store, tenant, run_id, position, deltas=deltas)
+    items = run_items(api.hub, api.wp, tenant, run_id, position, deltas=deltas)
     keepalive = api.settings.api_keepalive_seconds
     if format == "agui":
         from waypoint.app.http.agui import AguiFormat

@@ -18,16 +18,18 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from waypoint.app.client import EventRow, as_json
 from waypoint.app.http.hub import PAGE, StreamHub, read_log
 from waypoint.deltas import AttemptText, DeltaBatch
 from waypoint.errors import NotFound
 from waypoint.names import FINISHED, EventKind
-from waypoint.store import RunStore
-from waypoint.store.rows import EventRow, as_json
+
+if TYPE_CHECKING:
+    from waypoint.app.client import Waypoint
 
 SEND_TIMEOUT_SECONDS = 60.0  # a client that takes no bytes for this long is dropped
 
@@ -44,7 +46,7 @@ class StreamItem:
 
 
 async def run_items(
-    hub: StreamHub, store: RunStore, tenant_id: str, run_id: str, after_seq: int, *, deltas: bool = True
+    hub: StreamHub, wp: Waypoint, tenant_id: str, run_id: str, after_seq: int, *, deltas: bool = True
 ) -> AsyncIterator[StreamItem]:
     """Every event of the run after `after_seq`, in order, none twice, then live ones (and deltas)
     until `run_finished`. A long backlog is read before subscribing (so it never fills the live
@@ -55,7 +57,7 @@ async def run_items(
     async def backlog() -> AsyncIterator[EventRow]:
         nonlocal sent, recorded
         while True:
-            rows = await read_log(store, tenant_id, run_id, sent)
+            rows = await read_log(wp, tenant_id, run_id, sent)
             for row in rows:
                 sent = row.seq
                 if row.kind == EventKind.MODEL_RESPONSE:
@@ -74,7 +76,7 @@ async def run_items(
             yield StreamItem("event", event=row)
             if row.kind == EventKind.RUN_FINISHED:
                 return
-        if await finished(store, tenant_id, run_id):
+        if await finished(wp, tenant_id, run_id):
             return  # the client was past `run_finished` already: nothing more will come
         if deltas and sub.snapshot is not None and sub.snapshot.step > recorded:
             yield StreamItem("snapshot", snapshot=sub.snapshot)
@@ -106,9 +108,9 @@ async def run_items(
         hub.unsubscribe(sub)
 
 
-async def finished(store: RunStore, tenant_id: str, run_id: str) -> bool:
+async def finished(wp: Waypoint, tenant_id: str, run_id: str) -> bool:
     try:
-        return (await store.get_run(tenant_id, run_id)).status in FINISHED
+        return (await wp.run(run_id, tenant_id=tenant_id)).status in FINISHED
     except NotFound:
         return False
 

@@ -25,7 +25,7 @@ class Search(BaseModel):
 
 async def _found(api: Api, body: Search) -> list[dict[str, Any]]:
     found = []
-    for info in await api.wp.store.agents(api.settings.task_queue):
+    for info in await api.wp.agents():
         shaped = assistant(info)
         if body.graph_id and body.graph_id != info.name:
             continue
@@ -50,25 +50,25 @@ async def count(body: Search, api: Api, tenant: Tenant) -> int:
 
 @router.get("/assistants/{assistant_id}")
 async def get(assistant_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    return assistant(await api.wp.store.agent(api.settings.task_queue, assistant_id))
+    return assistant(await api.wp.agent(assistant_id))
 
 
 @router.get("/assistants/{assistant_id}/schemas")
 async def get_schemas(assistant_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """Input, output and state: `{"messages": [...]}`; config: model and max_steps; and the tools' JSON schemas."""
-    return schemas(await api.wp.store.agent(api.settings.task_queue, assistant_id))
+    return schemas(await api.wp.agent(assistant_id))
 
 
 @router.get("/assistants/{assistant_id}/graph")
 async def get_graph(assistant_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    return graph(await api.wp.store.agent(api.settings.task_queue, assistant_id))
+    return graph(await api.wp.agent(assistant_id))
 
 
 @router.get("/assistants/{assistant_id}/subgraphs")
 @router.get("/assistants/{assistant_id}/subgraphs/{namespace}")
 async def get_subgraphs(assistant_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """None: an agent is one graph (model, then tools)."""
-    await api.wp.store.agent(api.settings.task_queue, assistant_id)
+    await api.wp.agent(assistant_id)
     return {}
 
 

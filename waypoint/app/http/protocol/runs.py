@@ -10,6 +10,7 @@ thread). A thread runs one run at a time: a new run while one is live is 409 (th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -18,6 +19,7 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
+from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of
@@ -29,7 +31,6 @@ from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.checks import new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.names import FINISHED, MemoryView
-from waypoint.store.rows import RunRow, ThreadRow
 
 router = APIRouter(tags=["agent protocol: runs"])
 
@@ -105,7 +106,7 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
     parent, step = _fork_point(thread, body)
     if parent is not None and parent.agent != body.assistant_id:
         raise InvalidInput(f"thread {thread_id} talks to assistant {parent.agent!r}: a thread keeps its assistant")
-    await api.wp.store.reserve_thread_run(tenant, thread_id, last.position + 1 if last else 0, run_id)
+    await api.wp.threads.reserve_run(thread_id, last.position + 1 if last else 0, run_id, tenant_id=tenant)
     try:
         if parent is None:
             await api.wp.start_run(
@@ -124,18 +125,19 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
                 new_run_id=run_id,
             )
     except BaseException:
-        await api.wp.store.release_thread_run(thread_id, run_id)
+        with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it
+            await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
         raise
     return run_id
 
 
 async def _thread_for_run(api: ApiState, tenant: str, thread_id: str, body: RunCreate) -> ThreadRow:
     try:
-        return await api.wp.store.get_thread(tenant, thread_id)
+        return await api.wp.threads.get(thread_id, tenant_id=tenant)
     except NotFound:
         if body.if_not_exists != "create":
             raise
-        return await api.wp.store.create_thread(tenant, thread_id=thread_id, if_exists="do_nothing")
+        return await api.wp.threads.create(thread_id=thread_id, if_exists="do_nothing", tenant_id=tenant)
 
 
 def _fork_point(thread: ThreadRow, body: RunCreate) -> tuple[RunRow | None, int]:
@@ -152,7 +154,7 @@ def _fork_point(thread: ThreadRow, body: RunCreate) -> tuple[RunRow | None, int]
 
 async def _member(api: ApiState, tenant: str, thread_id: str, run_id: str) -> RunRow | None:
     """The run's row if the run belongs to the thread (None while it starts); NotFound otherwise."""
-    thread = await api.wp.store.get_thread(tenant, thread_id)
+    thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
     for member in thread.runs:
         if member.run_id == run_id:
             return member.run
@@ -181,10 +183,10 @@ async def _stream(
         row = await _written(api, tenant, run_id)
         if row is not None and row.parent_run_id:
             # a fork: the conversation so far is its ancestors', each up to the step it was forked at
-            entries = await conversation(api.wp.store, tenant, run_id)
+            entries = await conversation(api.wp, tenant, run_id)
             fmt.messages = flatten([e for e in entries if e.run_id != run_id])
             fmt.forked = True
-        async for item in run_items(api.hub, api.wp.store, tenant, run_id, 0, deltas=deltas):
+        async for item in run_items(api.hub, api.wp, tenant, run_id, 0, deltas=deltas):
             yield item
 
     return sse_response(
@@ -211,7 +213,7 @@ async def _written(api: ApiState, tenant: str, run_id: str, wait: float = 30.0) 
 
 async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, Any]:
     result = await api.wp.result(run_id, tenant_id=tenant)
-    values: dict[str, Any] = {"messages": flatten(await conversation(api.wp.store, tenant, run_id))}
+    values: dict[str, Any] = {"messages": flatten(await conversation(api.wp, tenant, run_id))}
     if result.status == "failed":
         values["__error__"] = {"error": "RunFailed", "message": result.error}
     return values
@@ -249,7 +251,7 @@ async def list_runs(
     status: str | None = None,
 ) -> list[dict[str, Any]]:
     """The thread's runs, newest first."""
-    thread = await api.wp.store.get_thread(tenant, thread_id)
+    thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
     shaped = [run_json(m.run_id, thread_id, "", m.run) for m in reversed(thread.runs)]
     shaped = [r for r in shaped if status is None or r["status"] == status]
     return shaped[offset : offset + limit]
@@ -307,7 +309,7 @@ async def delete_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> R
     """Delete a finished run (and everything it wrote) and take it off the thread."""
     await _member(api, tenant, thread_id, run_id)
     await api.wp.delete(run_id, tenant_id=tenant)
-    await api.wp.store.release_thread_run(thread_id, run_id)
+    await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
     return Response(status_code=204)
 
 
@@ -341,7 +343,7 @@ async def get_stateless(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]
         if not await api.wp.starting(run_id, tenant_id=tenant):
             raise
         row = None
-    return run_json(run_id, await api.wp.store.thread_of_run(tenant, run_id), "", row)
+    return run_json(run_id, await api.wp.threads.of_run(run_id, tenant_id=tenant), "", row)
 
 
 @router.get("/runs/{run_id}/stream")

@@ -15,14 +15,16 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from waypoint.app.client import EventRow, RunRow, ThreadRow
 from waypoint.errors import InvalidInput
 from waypoint.names import MESSAGE_KINDS, EventKind, RunStatus
-from waypoint.store import RunStore
-from waypoint.store.rows import EventRow, RunRow, ThreadRow
 from waypoint.transcript import event_messages
 from waypoint.types import AgentInfo
+
+if TYPE_CHECKING:
+    from waypoint.app.client import Waypoint
 
 RUN_STATUS = {
     RunStatus.RUNNING: "running",
@@ -217,15 +219,15 @@ class Entry:
     messages: list[dict[str, Any]]
 
 
-async def conversation(store: RunStore, tenant_id: str, run_id: str) -> list[Entry]:
+async def conversation(wp: Waypoint, tenant_id: str, run_id: str) -> list[Entry]:
     """Every message event of the run and of its ancestors (each up to the step its child forked at)."""
     # Each ancestor link carries the step its child forked at: the last step of it in the conversation.
-    chain = [link for link in await store.lineage(tenant_id, run_id) if link.relation == "ancestor"]
+    chain = [link for link in await wp.lineage(run_id, tenant_id=tenant_id) if link.relation == "ancestor"]
     upto = [(link.run_id, link.forked_at, i > 0) for i, link in enumerate(chain)]
     upto.append((run_id, None, bool(chain)))
     entries: list[Entry] = []
     for rid, last_step, forked in upto:
-        for row in await store.events(tenant_id, rid, kinds=list(MESSAGE_KINDS)):
+        for row in await wp.events(rid, kinds=list(MESSAGE_KINDS), tenant_id=tenant_id):
             if last_step is not None and row.step > last_step:
                 break
             entries.append(Entry(rid, row.step, row.seq, row.created_at, lc_messages(row, forked=forked)))

@@ -20,12 +20,12 @@ from typing import Any
 
 from sse_starlette import ServerSentEvent
 
+from waypoint.app.client import EventRow
 from waypoint.app.http.protocol.shapes import ai_id, lc_messages
 from waypoint.app.http.streams import StreamItem, delta_data, event_data, merged
 from waypoint.deltas import AttemptText
 from waypoint.errors import InvalidInput
 from waypoint.names import EventKind, RunStatus
-from waypoint.store.rows import EventRow
 
 SUPPORTED_MODES = ("values", "updates", "messages-tuple", "custom")
 

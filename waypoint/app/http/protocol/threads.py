@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.protocol.shapes import (
@@ -19,10 +20,8 @@ from waypoint.app.http.protocol.shapes import (
     thread_status,
 )
 from waypoint.app.http.state import ApiState
-from waypoint.checks import check_json, check_name
-from waypoint.errors import InvalidInput, NotFound
+from waypoint.errors import NotFound
 from waypoint.names import FINISHED
-from waypoint.store.rows import RunRow, ThreadRow
 
 router = APIRouter(tags=["agent protocol: threads"])
 
@@ -63,7 +62,7 @@ class CheckpointRef(Loose):
 
 async def thread_json(api: ApiState, tenant: str, thread: ThreadRow) -> dict[str, Any]:
     last = newest_started(thread)
-    values = {"messages": flatten(await conversation(api.wp.store, tenant, last.run_id))} if last else {}
+    values = {"messages": flatten(await conversation(api.wp, tenant, last.run_id))} if last else {}
     return {
         "thread_id": thread.thread_id,
         "created_at": iso(thread.created_at),
@@ -85,52 +84,45 @@ def newest_started(thread: ThreadRow) -> RunRow | None:
 
 @router.post("/threads")
 async def create_thread(body: ThreadCreate, api: Api, tenant: Tenant) -> dict[str, Any]:
-    if body.if_exists not in ("raise", "do_nothing"):
-        raise InvalidInput("if_exists is raise or do_nothing")
-    check_name("the thread id", body.thread_id)
-    check_json("the metadata", body.metadata)
-    thread = await api.wp.store.create_thread(
-        tenant, thread_id=body.thread_id, metadata=body.metadata, if_exists=body.if_exists
+    thread = await api.wp.threads.create(
+        thread_id=body.thread_id, metadata=body.metadata, if_exists=body.if_exists, tenant_id=tenant
     )
     return await thread_json(api, tenant, thread)
 
 
 @router.post("/threads/search")
 async def search_threads(body: ThreadSearch, api: Api, tenant: Tenant) -> list[dict[str, Any]]:
-    check_json("the metadata", body.metadata)
-    found = await api.wp.store.search_threads(tenant, metadata=body.metadata, limit=body.limit, offset=body.offset)
+    found = await api.wp.threads.search(metadata=body.metadata, limit=body.limit, offset=body.offset, tenant_id=tenant)
     shaped = [await thread_json(api, tenant, t) for t in found]
     return [t for t in shaped if body.status is None or t["status"] == body.status]
 
 
 @router.post("/threads/count")
 async def count_threads(body: ThreadSearch, api: Api, tenant: Tenant) -> int:
-    check_json("the metadata", body.metadata)
-    return await api.wp.store.count_threads(tenant, metadata=body.metadata)
+    return await api.wp.threads.count(metadata=body.metadata, tenant_id=tenant)
 
 
 @router.get("/threads/{thread_id}")
 async def get_thread(thread_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    return await thread_json(api, tenant, await api.wp.store.get_thread(tenant, thread_id))
+    return await thread_json(api, tenant, await api.wp.threads.get(thread_id, tenant_id=tenant))
 
 
 @router.patch("/threads/{thread_id}")
 async def patch_thread(thread_id: str, body: ThreadPatch, api: Api, tenant: Tenant) -> dict[str, Any]:
-    check_json("the metadata", body.metadata)
-    return await thread_json(api, tenant, await api.wp.store.update_thread(tenant, thread_id, body.metadata))
+    return await thread_json(api, tenant, await api.wp.threads.update(thread_id, body.metadata, tenant_id=tenant))
 
 
 @router.delete("/threads/{thread_id}", status_code=204)
 async def delete_thread(thread_id: str, api: Api, tenant: Tenant) -> Response:
     """Forget the thread; its runs stay in the log (DELETE /v1/runs/{id} removes one)."""
-    await api.wp.store.delete_thread(tenant, thread_id)
+    await api.wp.threads.delete(thread_id, tenant_id=tenant)
     return Response(status_code=204)
 
 
 @router.post("/threads/{thread_id}/copy")
 async def copy_thread(thread_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """A new thread with the same history: its next run forks from the same place (nothing is copied)."""
-    return await thread_json(api, tenant, await api.wp.store.copy_thread(tenant, thread_id))
+    return await thread_json(api, tenant, await api.wp.threads.copy(thread_id, tenant_id=tenant))
 
 
 # --- state and history (checkpoints are steps: "<run_id>:<step>") ---------------------------------
@@ -169,11 +161,11 @@ def states(thread: ThreadRow, entries: list[Entry], last: RunRow) -> list[dict[s
 
 
 async def thread_states(api: ApiState, tenant: str, thread_id: str) -> list[dict[str, Any]]:
-    thread = await api.wp.store.get_thread(tenant, thread_id)
+    thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
     last = newest_started(thread)
     if last is None:
         return []
-    return states(thread, await conversation(api.wp.store, tenant, last.run_id), last)
+    return states(thread, await conversation(api.wp, tenant, last.run_id), last)
 
 
 def empty_state(thread_id: str) -> dict[str, Any]:
@@ -211,7 +203,7 @@ async def post_state_at(thread_id: str, body: CheckpointRef, api: Api, tenant: T
 @router.post("/threads/{thread_id}/state")
 @router.patch("/threads/{thread_id}/state")
 async def update_state(thread_id: str, api: Api, tenant: Tenant) -> None:
-    await api.wp.store.get_thread(tenant, thread_id)
+    await api.wp.threads.get(thread_id, tenant_id=tenant)
     raise not_supported(
         "a thread's state is its runs' append-only log: add to it with a new run on the thread, "
         "or POST /v1/runs/{id}/send to a running run"
@@ -242,7 +234,7 @@ async def history_of(
 
 @router.get("/threads/{thread_id}/stream")
 async def thread_stream(thread_id: str, api: Api, tenant: Tenant) -> None:
-    await api.wp.store.get_thread(tenant, thread_id)
+    await api.wp.threads.get(thread_id, tenant_id=tenant)
     raise not_supported(
         "thread streams are not supported: join a run's stream with GET /threads/{id}/runs/{run_id}/stream"
     )

@@ -1,0 +1,96 @@
+"""`wp.threads`: the Agent Protocol's threads (conversations, each a chain of runs), tenant-scoped
+and validated here for every surface, as the rest of the client does for runs.
+
+    thread = await wp.threads.create(metadata={"user": "ada"}, tenant_id="acme")
+    await wp.threads.reserve_run(thread.thread_id, 0, run_id, tenant_id="acme")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from waypoint.checks import check_json, check_name, check_text
+from waypoint.errors import InvalidInput
+from waypoint.store import RunStore
+from waypoint.store.rows import ThreadRow
+
+IF_EXISTS = ("raise", "do_nothing")
+
+
+class Threads:
+    def __init__(self, store: RunStore, scoped: Callable[..., str]):
+        self._store = store
+        self._scoped = scoped  # Waypoint._scoped: the tenant, once the run ids it names are checked
+
+    def _tenant(self, tenant_id: str | None, thread_id: str | None, *run_ids: str | None) -> str:
+        check_text("the thread id", thread_id)
+        return self._scoped(tenant_id, *run_ids)
+
+    async def create(
+        self,
+        *,
+        thread_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        if_exists: str = "raise",
+        tenant_id: str | None = None,
+    ) -> ThreadRow:
+        """A new thread; an existing id is a Conflict, or with `if_exists="do_nothing"` that thread
+        (another tenant's id is a Conflict too, never a way in)."""
+        if if_exists not in IF_EXISTS:
+            raise InvalidInput("if_exists is raise or do_nothing")
+        check_name("the thread id", thread_id)
+        check_json("the metadata", metadata)
+        tenant = self._tenant(tenant_id, thread_id)
+        return await self._store.create_thread(tenant, thread_id=thread_id, metadata=metadata, if_exists=if_exists)
+
+    async def get(self, thread_id: str, *, tenant_id: str | None = None) -> ThreadRow:
+        return await self._store.get_thread(self._tenant(tenant_id, thread_id), thread_id)
+
+    async def update(self, thread_id: str, metadata: dict[str, Any], *, tenant_id: str | None = None) -> ThreadRow:
+        """Merge `metadata` into the thread's."""
+        check_json("the metadata", metadata)
+        return await self._store.update_thread(self._tenant(tenant_id, thread_id), thread_id, metadata)
+
+    async def delete(self, thread_id: str, *, tenant_id: str | None = None) -> None:
+        """Forget the thread (its runs stay in the log: `wp.delete` removes a run)."""
+        await self._store.delete_thread(self._tenant(tenant_id, thread_id), thread_id)
+
+    async def copy(self, thread_id: str, *, tenant_id: str | None = None) -> ThreadRow:
+        """A new thread holding the same runs (shared, never copied)."""
+        return await self._store.copy_thread(self._tenant(tenant_id, thread_id), thread_id)
+
+    async def search(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        tenant_id: str | None = None,
+    ) -> list[ThreadRow]:
+        """The tenant's threads, newest first, whose metadata contains `metadata`."""
+        check_json("the metadata", metadata)
+        tenant = self._scoped(tenant_id)
+        return await self._store.search_threads(tenant, metadata=metadata, limit=limit, offset=offset)
+
+    async def count(self, *, metadata: dict[str, Any] | None = None, tenant_id: str | None = None) -> int:
+        check_json("the metadata", metadata)
+        return await self._store.count_threads(self._scoped(tenant_id), metadata=metadata)
+
+    async def reserve_run(self, thread_id: str, position: int, run_id: str, *, tenant_id: str | None = None) -> None:
+        """Take slot `position` of the thread for `run_id`; a Conflict when another run took it first."""
+        tenant = self._tenant(tenant_id, thread_id, run_id)
+        await self._store.reserve_thread_run(tenant, thread_id, position, run_id)
+
+    async def release_run(self, thread_id: str, run_id: str, *, tenant_id: str | None = None) -> None:
+        """Take the run off the thread (a run that could not start, or one deleted); NotFound unless
+        the thread is the tenant's and holds the run."""
+        tenant = self._tenant(tenant_id, thread_id, run_id)
+        await self._store.release_thread_run(tenant, thread_id, run_id)
+
+    async def of_run(self, run_id: str, *, tenant_id: str | None = None) -> str | None:
+        """The first thread (of this tenant) that holds the run, if any."""
+        return await self._store.thread_of_run(self._scoped(tenant_id, run_id), run_id)
+
+
+__all__ = ["Threads"]
