@@ -429,3 +429,5 @@ wedged = Agent(
     model=ScriptedModel([ScriptedTurn(tool_calls=[("wedge", {})]), ScriptedTurn(content="unreachable")]),
     tools=(wedge,),
 )
+
+TEST_AGENTS += [fumbler, wedged]
