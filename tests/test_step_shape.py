@@ -42,6 +42,21 @@ async def test_a_step_is_one_remote_model_call_and_one_remote_tool_call(memory_w
     assert row.remembered_step == 3  # every step's episodes are in memory
 
 
+async def test_one_worker_process_runs_the_model_call_with_memory_on_the_run_queue(one_process_worker, client: Client):
+    """`run_worker` (the default: one process opens the store and serves both queues): the model
+    call, memory inside it, goes to the run's own task queue, where Temporal can start it eagerly."""
+    wp = one_process_worker
+    run_id = await wp.start_run("add things", agent="calculator")
+    assert (await wp.result(run_id)).status == "completed"
+    queues = {
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        async for e in client.get_workflow_handle(run_id).fetch_history_events()
+        if e.activity_task_scheduled_event_attributes.activity_type.name == Activity.CALL_MODEL
+    }
+    assert queues == {wp.settings.task_queue}
+    assert (await wp.run(run_id)).remembered_step == 3  # the calls stored the episodes
+
+
 async def test_a_local_tool_runs_in_the_workflow_worker_with_the_ledger(client: Client, engine, settings, worker):
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("double it", agent="quick")
