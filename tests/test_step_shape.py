@@ -9,13 +9,18 @@ from collections.abc import Sequence
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
+from waypoint.activities.model import ModelActivities
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_memory_worker, build_worker
 from waypoint.config import Settings
 from waypoint.memory import Episode, open_store
 from waypoint.names import Activity
+from waypoint.store import RunStore
+from waypoint.types import CallModelInput
 
 pytestmark = pytest.mark.postgres
 
@@ -55,6 +60,15 @@ async def test_one_worker_process_runs_the_model_call_with_memory_on_the_run_que
     }
     assert queues == {wp.settings.task_queue}
     assert (await wp.run(run_id)).remembered_step == 3  # the calls stored the episodes
+
+
+async def test_a_model_call_with_memory_on_a_worker_without_the_store_runs_nothing(engine, settings, agents):
+    """It fails at once, not retried there, and says why: the workflow sends it to the memory queue."""
+    acts = ModelActivities(RunStore(engine), agents, settings)  # a main worker of a process without the store
+    call = CallModelInput("run-x", settings.tenant, "calculator", 1, "scripted", memory=True, recall_k=3)
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(acts.call_model, call)
+    assert (caught.value.type, caught.value.non_retryable) == ("MemoryElsewhere", True)
 
 
 async def test_a_local_tool_runs_in_the_workflow_worker_with_the_ledger(client: Client, engine, settings, worker):
