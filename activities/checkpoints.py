@@ -36,12 +36,15 @@ class CheckpointActivities:
         agents: AgentRegistry,
         *,
         memory_queue: str | None = None,
+        memory_here: bool = False,
         mcp: MCPHub | None = None,
     ):
         self.store = store
         self.agents = agents
         # The task queue of the worker that owns episodic memory; None when there is none.
         self.memory_queue = memory_queue
+        # This process owns it too, and this worker's model calls use it (see RunPlan.memory_on_main_queue).
+        self.memory_here = memory_here
         self.mcp = mcp or MCPHub(store)
 
     def plan(self, inp: StartRunInput) -> RunPlan:
@@ -61,6 +64,7 @@ class CheckpointActivities:
             context_tokens=agent.context_tokens,
             recall_k=agent.recall_k if agent.memory and self.memory_queue else 0,
             memory_queue=self.memory_queue,
+            memory_on_main_queue=self.memory_here and self.memory_queue is not None,
             compact_at=agent.compact_at,
         )
         return replace(plan, start_step=inp.fork.step) if inp.fork is not None else plan

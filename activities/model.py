@@ -11,6 +11,12 @@ store: it stores the episodes of every step not stored yet (beside the model cal
 time on the step's path) and recalls memories for this step. Memory never fails a step: a store
 that is away is logged, the step goes on without it, and the next call stores what this one could
 not (`ModelTurn.remembered_through` tells record_step how far memory got).
+
+Where one process holds the store and serves the run's own task queue as well (`run_worker`: the
+default single worker), its main worker's model calls do memory themselves, and the workflow
+schedules them there, where Temporal starts them eagerly. A call with memory that reaches a worker
+without the store (another process owns it) raises MemoryElsewhere before anything runs, and the
+workflow sends it to the memory task queue.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from waypoint.activities.boundary import boundary, heartbeating
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
-from waypoint.errors import ConfigError, ModelError, PayloadTooLarge
+from waypoint.errors import ConfigError, MemoryElsewhere, ModelError, PayloadTooLarge
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, RecallScope
 from waypoint.memory.steps import pending_episodes, recall_query, recall_scope, recall_search, recalled_memories
@@ -175,6 +181,10 @@ class ModelActivities:
     @activity.defn(name=Activity.CALL_MODEL)
     @boundary
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
+        if inp.memory and self.memory is None:
+            raise MemoryElsewhere(
+                f"this worker does not hold episodic memory: step {inp.step}'s model call goes to the memory task queue"
+            )
         adapter = self.adapter(inp.agent, inp.model)
         agent = self.agents.get(inp.agent)
         tools = await self.tool_schemas(inp)

@@ -169,11 +169,11 @@ class ToolActivities:
         """In a rerun with recorded tools: the source run's result of the matching call (same step,
         same position, same tool, same canonical arguments), without running the tool; for a call
         that matches none, a "not recorded" error unless the tool is replay-safe (None: run it)."""
-        origin = await self._recorded_origin(inp)
-        if origin is None:
+        source_run = await self._recorded_source(inp)
+        if source_run is None:
             return None
         call = inp.call
-        source = await self._source_call(inp, origin)
+        source = await self._source_call(inp, source_run)
         if matches(source, inp):
             assert source is not None
             output, outcome = source.output, source.outcome
@@ -185,7 +185,7 @@ class ToolActivities:
         else:
             recorded = f"{source.tool}({source.arguments})" if source is not None else "no call"
             output = (
-                f"error: not recorded: this is a rerun with recorded tool results, and {origin.run_id} made "
+                f"error: not recorded: this is a rerun with recorded tool results, and {source_run} made "
                 f"{recorded} at step {inp.step} position {inp.call_index}, not {call.name}({call.arguments}); "
                 f"{call.name} is neither replay_safe nor read-only, so it did not run"
             )
@@ -213,23 +213,26 @@ class ToolActivities:
         wait for a human to approve them (the tool does not run)."""
         found = []
         for inp in calls:
-            origin = await self._recorded_origin(inp)
-            if origin is not None and matches(await self._source_call(inp, origin), inp):
+            source_run = await self._recorded_source(inp)
+            if source_run is not None and matches(await self._source_call(inp, source_run), inp):
                 found.append(inp.call.id)
         return found
 
-    async def _recorded_origin(self, inp: RunToolInput) -> ForkOrigin | None:
-        """The run's origin when it is a rerun with recorded tools, else None."""
+    async def _recorded_source(self, inp: RunToolInput) -> str | None:
+        """The source run when this run is a rerun with recorded tools, else None: from the input, or
+        (inputs from before it carried it) from the run's origin in Postgres."""
+        if inp.origin_known:
+            return inp.recorded_from
         origin = await self._ledger(inp.idempotency_key, lambda: self._origin(inp.tenant_id, inp.run_id))
         if origin is None or origin.kind != LineageKind.RERUN or origin.tools != ToolMode.RECORDED:
             return None
-        return origin
+        return origin.run_id
 
-    async def _source_call(self, inp: RunToolInput, origin: ForkOrigin) -> Effect | None:
+    async def _source_call(self, inp: RunToolInput, source_run: str) -> Effect | None:
         """The source run's ledger row of the call at the same step and position, if any."""
         result: Effect | None = await self._ledger(
             inp.idempotency_key,
-            lambda: self.store.recorded_call(inp.tenant_id, origin.run_id, inp.step, inp.call_index),
+            lambda: self.store.recorded_call(inp.tenant_id, source_run, inp.step, inp.call_index),
         )
         return result
 

@@ -26,7 +26,7 @@ from tests.agents import TEST_AGENTS
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import EmbeddedStack, StackInfo, free_port
-from waypoint.app.worker import build_memory_worker, build_worker
+from waypoint.app.worker import build_memory_worker, build_worker, run_worker
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
 from waypoint.memory import EpisodicStore, open_store
@@ -158,6 +158,22 @@ async def memory_worker(
             yield Waypoint(client, engine, settings), store
     finally:
         await store.close()
+
+
+@pytest.fixture
+async def one_process_worker(
+    client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry
+) -> AsyncIterator[Waypoint]:
+    """`run_worker`, as `waypoint worker` and `waypoint dev` run it: one process opens the (edge)
+    store and serves both the main and the memory task queue."""
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_worker(client, engine, settings, stop, ready.set, agents))
+    try:
+        await asyncio.wait_for(ready.wait(), 60)
+        yield Waypoint(client, engine, settings)
+    finally:
+        stop.set()
+        await task
 
 
 @pytest.fixture

@@ -145,6 +145,30 @@ async def test_the_ledger_returns_a_recorded_call_without_running_the_tool_again
     assert sorted(r.idempotency_key for r in rows) == [f"{run_id}:1:0", f"{run_id}:1:1"]
 
 
+async def test_run_tool_takes_the_source_of_recorded_tools_from_its_input(
+    engine: AsyncEngine, agents: AgentRegistry, settings: Settings, client, worker
+):
+    """The workflow names the run whose ledger answers a rerun's calls: run_tool does not read the
+    run's origin (here the run is no rerun at all, and the input alone decides); an input from
+    before it carried one still looks the origin up."""
+    EFFECTS.clear()
+    wp = Waypoint(client, engine, settings)
+    source = await wp.start_run("add", agent="calculator", max_steps=1)  # step 1, call 1: note("adding")
+    other = await wp.start_run("double it", agent="quick")  # step 1 has one call: position 1 is free
+    await wp.result(source)
+    await wp.result(other)
+    acts = ToolActivities(RunStore(engine), agents, settings)
+    call = ToolCall(id="call_x", name="note", arguments='{"text": "adding"}')
+    at = {"run_id": other, "tenant_id": settings.tenant, "agent": "calculator", "step": 1, "call": call}
+    inp = RunToolInput(**at, call_index=1, recorded_from=source, origin_known=True)
+    answered = await ActivityEnvironment().run(acts.run_tool, inp)
+    assert (answered.outcome, answered.output) == ("ok", "noted 'adding'")
+    assert EFFECTS == [f"{source}:1:1=adding"]  # answered from the source's ledger: the tool did not run
+    before = RunToolInput(**at, call_index=2)  # from an older history: the origin is looked up (none)
+    assert (await ActivityEnvironment().run(acts.run_tool, before)).output == "noted 'adding'"
+    assert EFFECTS == [f"{source}:1:1=adding", f"{other}:1:2=adding"]
+
+
 async def test_large_outputs_stay_out_of_history(client: Client, engine: AsyncEngine, settings: Settings, worker):
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("hoard", agent="hoarder")

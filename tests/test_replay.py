@@ -58,6 +58,7 @@ def test_histories_are_checked_in():
         "agent_run_failed_start.json",
         "agent_run_mute_once.json",
         "agent_run_memory.json",
+        "agent_run_memory_main_queue.json",
         "agent_run_quick.json",
         "agent_run_rerun_gated.json",
         "agent_run_rerun_gated_waited.json",
@@ -141,6 +142,16 @@ async def test_fresh_memory_histories_replay(memory_worker, client: Client):
     )
     assert shown.memories and {m.run_id for m in shown.memories} == {run_id}
     await _fresh(client, request_id, [MemoryRequestWorkflow], "memory/memory_request.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_one_process_memory_history_replays(one_process_worker, client: Client):
+    """A run with memory on a worker that holds the store itself: its model calls, memory inside
+    them, run on the run's own task queue (a patched branch: runs from before used the memory queue)."""
+    wp = one_process_worker
+    run_id = await wp.start_run("remember things", agent="rememberer")
+    assert (await wp.result(run_id)).status == "completed"
+    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_memory_main_queue.json")
 
 
 @pytest.mark.postgres

@@ -9,13 +9,18 @@ from collections.abc import Sequence
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
+from waypoint.activities.model import ModelActivities
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_memory_worker, build_worker
 from waypoint.config import Settings
 from waypoint.memory import Episode, open_store
 from waypoint.names import Activity
+from waypoint.store import RunStore
+from waypoint.types import CallModelInput
 
 pytestmark = pytest.mark.postgres
 
@@ -40,6 +45,30 @@ async def test_a_step_is_one_remote_model_call_and_one_remote_tool_call(memory_w
     assert remote.count(Activity.MEMORY_STEP) == 1
     row = await wp.run(run_id)
     assert row.remembered_step == 3  # every step's episodes are in memory
+
+
+async def test_one_worker_process_runs_the_model_call_with_memory_on_the_run_queue(one_process_worker, client: Client):
+    """`run_worker` (the default: one process opens the store and serves both queues): the model
+    call, memory inside it, goes to the run's own task queue, where Temporal can start it eagerly."""
+    wp = one_process_worker
+    run_id = await wp.start_run("add things", agent="calculator")
+    assert (await wp.result(run_id)).status == "completed"
+    queues = {
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        async for e in client.get_workflow_handle(run_id).fetch_history_events()
+        if e.activity_task_scheduled_event_attributes.activity_type.name == Activity.CALL_MODEL
+    }
+    assert queues == {wp.settings.task_queue}
+    assert (await wp.run(run_id)).remembered_step == 3  # the calls stored the episodes
+
+
+async def test_a_model_call_with_memory_on_a_worker_without_the_store_runs_nothing(engine, settings, agents):
+    """It fails at once, not retried there, and says why: the workflow sends it to the memory queue."""
+    acts = ModelActivities(RunStore(engine), agents, settings)  # a main worker of a process without the store
+    call = CallModelInput("run-x", settings.tenant, "calculator", 1, "scripted", memory=True, recall_k=3)
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(acts.call_model, call)
+    assert (caught.value.type, caught.value.non_retryable) == ("MemoryElsewhere", True)
 
 
 async def test_a_local_tool_runs_in_the_workflow_worker_with_the_ledger(client: Client, engine, settings, worker):

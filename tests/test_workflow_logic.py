@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -283,6 +284,9 @@ async def test_a_rerun_answers_recorded_gated_calls_without_a_human(ts: Workflow
     assert [[c.call.id for c in lookup] for lookup in doubles.recorded_lookups] == [["c1"]]
     assert RunStatus.WAITING_APPROVAL not in doubles.status_names
     assert [t.call.id for t in doubles.tool_calls] == ["c1"]
+    # The source run travels in the inputs: the activities need not look the run's origin up.
+    lookups = [*doubles.recorded_lookups[0], *doubles.tool_calls]
+    assert [(t.origin_known, t.recorded_from) for t in lookups] == [(True, "run-source")] * 2
 
 
 # --- messages: pause, resume, cancel, send -------------------------------------------------------
@@ -407,6 +411,23 @@ async def test_the_model_call_runs_on_the_memory_worker(ts: WorkflowEnvironment)
     assert [(c.memory, c.recall_k) for c in doubles.calls] == [(True, 3), (True, 3)]
 
 
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["store-here", "store-elsewhere"])
+async def test_the_model_call_with_memory_runs_on_the_run_queue_when_its_worker_holds_memory(
+    ts: WorkflowEnvironment, elsewhere: bool
+) -> None:
+    """Patch memory-on-main-queue-1: the worker that started the run holds the store, so the model
+    call, memory inside it, goes to the run's own queue (where Temporal starts it eagerly). A call
+    that reaches a worker without the store goes to the memory queue, and so do the later ones."""
+    doubles = Doubles(turns=answer_at(3), memory_elsewhere=elsewhere)
+    async with bench(ts.client, doubles, memory=True) as b:
+        doubles.plan = replace(doubles.plan, memory_on_main_queue=True)
+        result: RunResult = await (await b.start()).result()
+    assert result.status == RunStatus.COMPLETED and doubles.steps == [1, 2, 3]
+    main, memory = b.task_queue, f"{b.task_queue}-memory"
+    assert doubles.memory_queues == ([main, memory, memory, memory] if elsewhere else [main] * 3)
+    assert all(c.memory and c.recall_k == 3 for c in doubles.calls)
+
+
 async def test_inline_compaction_when_the_context_passes_its_budget(ts: WorkflowEnvironment) -> None:
     """Patch inline-compaction-1: at most once every 5 steps, when the model reports more input
     tokens than compact_at x context_tokens; its summary goes to episodic memory."""
@@ -438,6 +459,7 @@ async def test_a_fork_starts_at_its_fork_step(ts: WorkflowEnvironment) -> None:
         result: RunResult = await (await b.start(RunInput(agent="double", task="t", fork=fork))).result()
     assert result.status == RunStatus.COMPLETED
     assert doubles.steps == [5, 6]
+    assert [(t.origin_known, t.recorded_from) for t in doubles.tool_calls] == [(True, None)]  # tools run live
 
 
 # A run without a memory worker goes on without memory after MEMORY_SCHEDULE_TIMEOUT (10 s): a

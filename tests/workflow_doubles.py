@@ -103,6 +103,7 @@ class Doubles:
     tool_gate: asyncio.Event | None = None  # set: tools wait for it
     model_gate: asyncio.Event | None = None  # set: model calls wait for it (heartbeating, so they can be cancelled)
     model_cancelled: list[int] = field(default_factory=list)  # steps whose model call saw its cancellation
+    memory_elsewhere: bool = False  # set: a model call with memory on the main queue finds no store there
 
     # --- agent runs ------------------------------------------------------------------------------
 
@@ -115,7 +116,10 @@ class Doubles:
     @activity.defn(name=Activity.CALL_MODEL)
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
         self.calls.append(inp)
-        self.memory_queues.append(activity.info().task_queue if inp.memory else None)
+        queue = activity.info().task_queue
+        self.memory_queues.append(queue if inp.memory else None)
+        if inp.memory and self.memory_elsewhere and not queue.endswith("-memory"):
+            raise ApplicationError("no store here", type="MemoryElsewhere", non_retryable=True)
         try:
             while self.model_gate is not None and not self.model_gate.is_set():
                 activity.heartbeat()

@@ -11,6 +11,8 @@
                                deleting a running run)
       StackError               an embedded component failed to start (names which, and the fix)
       Unavailable              Temporal, Postgres or a memory worker cannot be reached: retryable
+      MemoryElsewhere          a model call with memory reached a worker that does not hold the store:
+                               not retried there, the workflow sends it to the memory task queue
       ToolError                raised by a tool: reported to the model, the run goes on
       MCPStartFailed           an MCP server did not answer when a run started (names its command or URL,
                                with the tail of its stderr)
@@ -80,6 +82,12 @@ class StackError(WaypointError):
 
 class Unavailable(WaypointError):
     retryable = True
+
+
+class MemoryElsewhere(WaypointError):
+    """A model call with episodic memory reached a worker of the run's own task queue that does not
+    hold the store (another process owns it). Nothing ran: the workflow sends the call to the memory
+    task queue instead, at once, so it is not retried here."""
 
 
 class ToolError(WaypointError):

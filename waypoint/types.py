@@ -179,6 +179,10 @@ class RunPlan:
     # queue of the worker that owns memory (None: this deployment has no memory worker).
     recall_k: int = 0
     memory_queue: str | None = None
+    # The worker that started the run holds the store too (one process serves both queues, as
+    # `waypoint dev` and a single `waypoint worker` do): the model call, memory inside it, goes to
+    # the run's own task queue, where Temporal starts it eagerly on that worker.
+    memory_on_main_queue: bool = False
     # Compact inline once the model reports more input tokens than this share of context_tokens.
     compact_at: float = 0.8
 
@@ -316,6 +320,11 @@ class RunToolInput:
     step: int
     call_index: int
     call: ToolCall
+    # The run whose ledger answers this call (a rerun with recorded tools), None when the tools run
+    # live: the workflow knows it from its input, so run_tool does not read the run's origin.
+    # `origin_known` is False in inputs from before this was carried: run_tool looks it up then.
+    recorded_from: str | None = None
+    origin_known: bool = False
 
     @property
     def idempotency_key(self) -> str:

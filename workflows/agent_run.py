@@ -30,7 +30,7 @@ from waypoint.workflows.run_messages import RunMessages
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry
     from waypoint.compaction_types import CompactionSummary, CompactRunInput, summary_episode
-    from waypoint.errors import failure_message
+    from waypoint.errors import MemoryElsewhere, failure_message
     from waypoint.names import Activity, LineageKind, RunStatus, ToolMode, ToolOutcome, Workflow
     from waypoint.pricing import format_usd
     from waypoint.types import (
@@ -280,6 +280,8 @@ class AgentRunWorkflow(RunMessages):
     def _continue_as_new(self, inp: RunInput) -> None:
         state = self._state
         carried = replace(state, paused=self._paused, pending_messages=list(self._messages))
+        if self._memory_on_main is False:  # a worker without the store took a call: keep the memory queue
+            carried = replace(carried, plan=replace(carried.plan, memory_on_main_queue=False))
         workflow.continue_as_new(replace(inp, resume=carried))
 
     async def _step(self, inp: RunInput) -> tuple[ModelTurn, list[ToolResult]]:
@@ -375,7 +377,25 @@ class AgentRunWorkflow(RunMessages):
         """The model call on the worker that holds episodic memory, which stores the episodes not stored
         yet and recalls this step's memories in the same activity: no round trip of its own. Memory is
         best-effort: with no memory worker polling, the call goes to the main queue without it, and the
-        memory queue is tried again some steps later (its episodes are stored then, none is lost)."""
+        memory queue is tried again some steps later (its episodes are stored then, none is lost).
+
+        When the worker that started the run holds the store too (one process serves both queues), the
+        call goes to the run's own task queue instead, where Temporal starts it eagerly on the worker
+        that schedules it. Should it reach a worker that does not hold the store (MemoryElsewhere, before
+        anything ran), it goes to the memory queue at once, and so do the run's later calls."""
+        if self._on_main_queue(plan):
+            try:
+                return await self._call_model(replace(call, memory=True, recall_k=plan.recall_k))
+            except ActivityError as exc:
+                cause = exc.cause
+                if not (isinstance(cause, ApplicationError) and cause.type == MemoryElsewhere.__name__):
+                    raise
+                workflow.logger.warning(
+                    "step %s's model call reached a worker without memory: it goes to %s from now on",
+                    call.step,
+                    plan.memory_queue,
+                )
+                self._memory_on_main = False
         if call.step >= self._memory_retry_at:
             try:
                 return await self._call_model(
@@ -392,6 +412,13 @@ class AgentRunWorkflow(RunMessages):
                 )
                 self._memory_retry_at = call.step + MEMORY_RETRY_STEPS
         return await self._call_model(call)
+
+    def _on_main_queue(self, plan: RunPlan) -> bool:
+        """Whether this run's model calls with memory go to its own task queue (plans from before, and
+        runs started on a worker without the store, keep the memory queue)."""
+        if self._memory_on_main is None:
+            self._memory_on_main = plan.memory_on_main_queue and workflow.patched("memory-on-main-queue-1")
+        return self._memory_on_main
 
     async def _memory(self, inp: RunInput, *, remember: int | None, recall: int | None) -> list[Memory]:
         """Store the episodes of step `remember` and recall memories for step `recall` on the
@@ -499,10 +526,7 @@ class AgentRunWorkflow(RunMessages):
             return set()
         if not workflow.patched("recorded-approvals-1"):
             return set()
-        lookups = [
-            RunToolInput(run_id=self._run_id, tenant_id=inp.tenant_id, agent=inp.agent, step=step, call_index=i, call=c)
-            for i, c in calls
-        ]
+        lookups = [self._tool_input(inp, step, i, c) for i, c in calls]
         found: list[str] = await workflow.execute_local_activity(
             Activity.RECORDED_CALLS,
             lookups,
@@ -511,6 +535,22 @@ class AgentRunWorkflow(RunMessages):
             retry_policy=retry.STORE_RETRY,
         )
         return set(found)
+
+    def _tool_input(self, inp: RunInput, step: int, index: int, call: ToolCall) -> RunToolInput:
+        """A tool call's input, with the run whose ledger answers it when this is a rerun with
+        recorded tools (from the run's own input: run_tool need not look it up)."""
+        fork = inp.fork
+        recorded = fork is not None and fork.kind == LineageKind.RERUN and fork.tools == ToolMode.RECORDED
+        return RunToolInput(
+            run_id=self._run_id,
+            tenant_id=inp.tenant_id,
+            agent=inp.agent,
+            step=step,
+            call_index=index,
+            call=call,
+            recorded_from=fork.run_id if fork is not None and recorded else None,
+            origin_known=True,
+        )
 
     async def _run_tool(
         self,
@@ -536,9 +576,7 @@ class AgentRunWorkflow(RunMessages):
                 ToolOutcome.FAILED,
                 f"{call.name} needs long-term memory, and this deployment has no memory worker",
             )
-        run = RunToolInput(
-            run_id=self._run_id, tenant_id=inp.tenant_id, agent=inp.agent, step=step, call_index=index, call=call
-        )
+        run = self._tool_input(inp, step, index, call)
         try:
             if spec.local:  # `@tool(local=True)`: in this worker, no round trip (plans from before have none)
                 local: ToolResult = await workflow.execute_local_activity(

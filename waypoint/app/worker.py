@@ -119,12 +119,16 @@ def build_worker(
     *,
     task_queue: str | None = None,
     memory: bool = False,
+    memory_store: EpisodicStore | None = None,
     max_cached_workflows: int | None = None,
     max_concurrent_workflow_tasks: int | None = None,
     max_concurrent_activities: int | None = None,
 ) -> Worker:
     """The main worker. `memory`: runs use episodic memory, served on the memory task queue by
-    `build_memory_worker` (in this process or another).
+    `build_memory_worker` (in this process or another). `memory_store`: this process owns the store
+    (`run_worker` opened it for its memory worker): this worker's model calls store and recall
+    themselves, so the runs it starts schedule them on their own task queue, where Temporal starts
+    them eagerly, without a round trip through the server.
 
     The three limits go to Temporal's `Worker` as they are (None: the SDK's default): runs kept in the
     sticky cache, workflow tasks and activities in flight at once. They bound what one worker process
@@ -142,9 +146,20 @@ def build_worker(
     store = RunStore(engine)
     mcp = MCPHub(store)  # one session per MCP server for this worker, shared by its activities
     checkpoints = CheckpointActivities(
-        store, agents, memory_queue=memory_task_queue(queue) if memory else None, mcp=mcp
+        store,
+        agents,
+        memory_queue=memory_task_queue(queue) if memory else None,
+        memory_here=memory and memory_store is not None,
+        mcp=mcp,
     )
-    models = ModelActivities(store, agents, settings, mcp=mcp, deltas=delta_publisher(store, settings))
+    models = ModelActivities(
+        store,
+        agents,
+        settings,
+        memory=memory_store if memory else None,
+        mcp=mcp,
+        deltas=delta_publisher(store, settings),
+    )
     tools = ToolActivities(store, agents, settings, mcp=mcp)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
@@ -260,6 +275,7 @@ async def run_worker(
     agents = agents or load_agents(settings)
     deadline = StopDeadline(settings)
     async with contextlib.AsyncExitStack() as stack:
+        store: EpisodicStore | None = None
         if settings.memory:
             try:
                 store = await stack.enter_async_context(open_memory(settings))
@@ -275,6 +291,7 @@ async def run_worker(
             settings,
             agents,
             memory=settings.memory,
+            memory_store=store,
             max_cached_workflows=_or(max_cached_workflows, settings.worker_max_cached_workflows),
             max_concurrent_workflow_tasks=_or(
                 max_concurrent_workflow_tasks, settings.worker_max_concurrent_workflow_tasks

@@ -69,13 +69,16 @@ async def patiently(op: Callable[[], Awaitable[T]], *, patience_seconds: float) 
 
 class Ledger(StoreBase):
     async def recorded_effect(self, tenant_id: str, key: str) -> Effect | None:
-        """The ledger row of this call, if the call has run (and the run is the tenant's)."""
+        """The ledger row of this call, if the call has run (and the run is the tenant's). One round
+        trip, no transaction around it (autocommit: no BEGIN and ROLLBACK): it is on every tool
+        call's path, before the tool runs."""
         query = (
             select(tool_effects)
             .join(runs, runs.c.run_id == tool_effects.c.run_id)
             .where(tool_effects.c.idempotency_key == key, of_tenant(tenant_id))
         )
         async with self.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
             row = (await conn.execute(query)).mappings().first()
         return None if row is None else Effect(**{k: row[k] for k in Effect.__dataclass_fields__})
 
@@ -102,13 +105,15 @@ class Ledger(StoreBase):
 
     async def record_effect(self, tenant_id: str, effect: Effect) -> None:
         """Write a call's outcome, if the run is the tenant's; a second write of the same key
-        changes nothing. One statement: it is on every tool call's path."""
+        changes nothing. One statement, committed on its own (autocommit: no BEGIN and COMMIT
+        round trips; a single statement is atomic anyway): it is on every tool call's path."""
         values = effect.__dict__
         columns = list(values)
         row = select(*(literal(values[c], type_=tool_effects.c[c].type).label(c) for c in columns)).where(
             run_filter(tenant_id, effect.run_id)
         )
-        async with self.engine.begin() as conn:
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
             await conn.execute(
                 insert(tool_effects)
                 .from_select(columns, row)
