@@ -23,9 +23,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tests.agents import TEST_AGENTS
+from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import EmbeddedStack, StackInfo, free_port
+from waypoint.app.embedded import EmbeddedStack, StackInfo
 from waypoint.app.worker import build_memory_worker, build_worker
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
@@ -48,7 +49,7 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
     embedded = EmbeddedStack(
-        tmp_path_factory.mktemp("stack"), temporal_port=free_port(), ui_port=None, postgres=EXTERNAL_DATABASE is None
+        tmp_path_factory.mktemp("stack"), temporal_port=reserve_port(), ui_port=None, postgres=EXTERNAL_DATABASE is None
     )
     info = embedded.start()
     try:
@@ -187,7 +188,7 @@ async def api(client: Client, engine: AsyncEngine, settings: Settings) -> AsyncI
     from waypoint.app.http.server import api_server, start_api, stop_api, url_of
 
     wp = Waypoint(client, engine, settings)
-    server = api_server(settings, host="127.0.0.1", port=free_port(), waypoint=wp)
+    server = api_server(settings, host="127.0.0.1", port=0, waypoint=wp)
     task = await start_api(server)
     key, _ = await wp.store.create_key(settings.tenant, "test")
     url = url_of(server)

@@ -14,10 +14,10 @@ from temporalio.client import Client, ScheduleOverlapPolicy
 from temporalio.worker import Worker
 
 from tests.helpers import eventually, make_run, one_line_error, waypoint
+from tests.ports import reserve_port
 from tests.test_compaction_store import next_call_view, range_messages, tool_heavy
 from waypoint.activities.compaction import CompactionActivities
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import free_port
 from waypoint.app.schedule import apply_schedule, compact_now, describe_schedule
 from waypoint.app.worker import build_worker
 from waypoint.compaction_types import CompactionInput, CompactionReport, CompactRunInput, RememberInput
@@ -196,7 +196,7 @@ def test_waypoint_dev_applies_the_schedule(tmp_path: Path):
     from tests.test_dev_stack import cli, env_for, stack_pids, start_dev, stop_dev
 
     state = tmp_path / "state"
-    env = env_for(state, free_port(), free_port())
+    env = env_for(state, reserve_port(), reserve_port())
     proc = start_dev(env, state)
     try:
         shown = cli(env, "schedule", "show", "--json")
