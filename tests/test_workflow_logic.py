@@ -441,7 +441,8 @@ async def test_a_fork_starts_at_its_fork_step(ts: WorkflowEnvironment) -> None:
 
 
 # A run without a memory worker goes on without memory after MEMORY_SCHEDULE_TIMEOUT (10 s): a
-# schedule-to-start timeout is not skipped, so tests/test_step_shape.py covers that on the real stack.
+# schedule-to-start timeout is not skipped, so tests/test_step_shape.py covers that on the real stack
+# (with what a compaction pass stores of such a run afterwards).
 
 
 # --- the compaction and memory workflows --------------------------------------------------------
