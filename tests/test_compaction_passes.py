@@ -166,7 +166,9 @@ async def test_schedule_apply_is_idempotent_and_a_scheduled_pass_runs(client, ag
         await engine.dispose()
 
 
-async def test_cli_schedule_and_compact(store: RunStore, settings, worker):
+async def test_cli_schedule_and_compact(store: RunStore, settings, memory_worker):
+    # With a memory worker, as `waypoint dev` and `serve` have: without one each pass would wait
+    # 10 s for it (memory_timeout_seconds) before saying the episodes were not stored.
     cfg = settings.model_copy(
         update={"compaction_schedule_id": f"cli-{uuid.uuid4().hex[:8]}", "compaction_interval_seconds": 3600}
     )
