@@ -211,8 +211,8 @@ def count(a: int, b: int) -> int:
     return a + b
 
 
-# Long enough to continue as new five times; its tool is local, so a step costs one round trip.
-MARATHON_STEPS = 400
+# Long enough to continue as new four times; its tool is local, so a step costs one round trip.
+MARATHON_STEPS = 200
 marathon = Agent(
     name="marathon",
     instructions="Runs for a very long time.",
@@ -224,7 +224,7 @@ marathon = Agent(
     ),
     tools=(count,),
     max_steps=MARATHON_STEPS,
-    continue_as_new_every=80,
+    continue_as_new_every=40,
     context_tokens=2_000,
 )
 
