@@ -431,3 +431,5 @@ wedged = Agent(
     model=ScriptedModel([ScriptedTurn(tool_calls=[("wedge", {})]), ScriptedTurn(content="unreachable")]),
     tools=(wedge,),
 )
+
+TEST_AGENTS += [fumbler, wedged]
