@@ -1,9 +1,10 @@
 """Real servers for the tests: a Temporal dev server and PostgreSQL, started once per session.
 
-Both run on free ports in temporary folders, so the suite can run beside a
-`waypoint dev`. Postgres is the embedded server unless WAYPOINT_TEST_DATABASE_URL
-names one; then the session uses a fresh database created on it and dropped after.
-Every test gets its own task queue and tenant, which keeps tests apart.
+Both run in temporary folders, Temporal on a reserved port (tests/ports.py) and Postgres on a
+Unix socket in its data folder, so the suite can run beside a `waypoint dev` and in parallel
+(`pytest -n`: each xdist worker is a session with its own stack). Postgres is the embedded server
+unless WAYPOINT_TEST_DATABASE_URL names one; then the session uses a fresh database created on it
+and dropped after. Every test gets its own task queue and tenant, which keeps tests apart.
 """
 
 from __future__ import annotations
