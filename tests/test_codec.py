@@ -168,6 +168,7 @@ async def test_a_payload_encrypted_with_an_old_key_decrypts_after_rotation():
         (f"k1:{new_key()},k1:{new_key()}", "appears twice"),
         (" , ", "holds no key"),
     ],
+    ids=["no-colon", "not-base64", "short", "twice", "empty"],  # fixed: xdist workers must collect the same ids
 )
 def test_bad_keys_are_refused_with_the_fix(value: str, message: str):
     with pytest.raises(ConfigError, match=message) as info:
