@@ -101,22 +101,24 @@ def _marker(ctx_workspace: Path, name: str) -> None:
 
 @tool(timeout=30)
 async def slow_effect(ctx: ToolContext, text: str) -> str:
-    """Append a line to effects.log, keyed by the call, then work for a while."""
+    """Append a line to effects.log, keyed by the call, then work for a while: 3 s for the first
+    attempt of step 1's call (the one tests interrupt), a moment for the others."""
     log = ctx.workspace / "effects.log"
     _marker(ctx.workspace, f"tool-started-{ctx.step}-attempt-{ctx.attempt}")
     lines = log.read_text().splitlines() if log.exists() else []
     if not any(line.startswith(ctx.idempotency_key + " ") for line in lines):  # the effect, once per call
         with log.open("a") as fh:
             fh.write(f"{ctx.idempotency_key} {text}\n")
-    await asyncio.sleep(3)
+    await asyncio.sleep(3 if (ctx.step, ctx.attempt) == (1, 1) else 0.1)
     return f"appended {text!r}"
 
 
 def _slow_model_turn(step: int, turn: ScriptedTurn):
     async def source(messages: list) -> ScriptedTurn:
         workspace = Path(os.environ.get("WAYPOINT_WORKSPACE", "."))
+        again = (workspace / f"model-started-{step}").exists()
         _marker(workspace, f"model-started-{step}")
-        await asyncio.sleep(3)
+        await asyncio.sleep(0.1 if again else 3)  # 3 s the first time (tests interrupt it), a moment after
         return turn
 
     return source
@@ -209,8 +211,8 @@ def count(a: int, b: int) -> int:
     return a + b
 
 
-# Long enough to continue as new five times; its tool is local, so a step costs one round trip.
-MARATHON_STEPS = 400
+# Long enough to continue as new four times; its tool is local, so a step costs one round trip.
+MARATHON_STEPS = 200
 marathon = Agent(
     name="marathon",
     instructions="Runs for a very long time.",
@@ -222,7 +224,7 @@ marathon = Agent(
     ),
     tools=(count,),
     max_steps=MARATHON_STEPS,
-    continue_as_new_every=80,
+    continue_as_new_every=40,
     context_tokens=2_000,
 )
 

@@ -1,9 +1,10 @@
 """Real servers for the tests: a Temporal dev server and PostgreSQL, started once per session.
 
-Both run on free ports in temporary folders, so the suite can run beside a
-`waypoint dev`. Postgres is the embedded server unless WAYPOINT_TEST_DATABASE_URL
-names one; then the session uses a fresh database created on it and dropped after.
-Every test gets its own task queue and tenant, which keeps tests apart.
+Both run in temporary folders, Temporal on a reserved port (tests/ports.py) and Postgres on a
+Unix socket in its data folder, so the suite can run beside a `waypoint dev` and in parallel
+(`pytest -n`: each xdist worker is a session with its own stack). Postgres is the embedded server
+unless WAYPOINT_TEST_DATABASE_URL names one; then the session uses a fresh database created on it
+and dropped after. Every test gets its own task queue and tenant, which keeps tests apart.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tests.agents import TEST_AGENTS
+from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import EmbeddedStack, StackInfo, free_port
+from waypoint.app.embedded import EmbeddedStack, StackInfo
 from waypoint.app.worker import build_memory_worker, build_worker, run_worker
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
@@ -48,7 +50,7 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
     embedded = EmbeddedStack(
-        tmp_path_factory.mktemp("stack"), temporal_port=free_port(), ui_port=None, postgres=EXTERNAL_DATABASE is None
+        tmp_path_factory.mktemp("stack"), temporal_port=reserve_port(), ui_port=None, postgres=EXTERNAL_DATABASE is None
     )
     info = embedded.start()
     try:
@@ -203,7 +205,7 @@ async def api(client: Client, engine: AsyncEngine, settings: Settings) -> AsyncI
     from waypoint.app.http.server import api_server, start_api, stop_api, url_of
 
     wp = Waypoint(client, engine, settings)
-    server = api_server(settings, host="127.0.0.1", port=free_port(), waypoint=wp)
+    server = api_server(settings, host="127.0.0.1", port=0, waypoint=wp)
     task = await start_api(server)
     key, _ = await wp.keys.create(settings.tenant, "test")
     url = url_of(server)

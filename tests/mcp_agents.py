@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.ports import reserve_port
 from waypoint import Agent, ScriptedModel, ScriptedTurn
-from waypoint.app.embedded import free_port
 from waypoint.mcp import MCPServer
 
 SERVER_SCRIPT = str(Path(__file__).with_name("mcp_server.py"))
@@ -38,7 +38,7 @@ def http_server(url: str, **options: Any) -> MCPServer:
 @contextmanager
 def serving_http(folder: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The test server over streamable HTTP in a process of its own, on a free port: (URL, process)."""
-    port = free_port()
+    port = reserve_port()
     proc = subprocess.Popen(
         [sys.executable, SERVER_SCRIPT, "--http", str(port)],
         env={**os.environ, "MCP_TEST_DIR": str(folder)},

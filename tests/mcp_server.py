@@ -123,14 +123,15 @@ def add(a: int, b: int) -> str:
 
 @server.tool()
 async def record(text: str, ctx: Context, seconds: float = 0.0) -> str:
-    """Apply a side effect once per idempotency key, then work for `seconds`."""
+    """Apply a side effect once per idempotency key, then work for `seconds` (a call again with the
+    same key, the retry of an interrupted one, only finishes)."""
     key = key_of(ctx)
     log("calls", tool="record", key=key, args=[text])
     effects = HERE / "effects"
     done = effects.exists() and any(json.loads(line)["key"] == key for line in effects.read_text().splitlines())
     if not done:
         log("effects", key=key, text=text)
-    if seconds:
+    if seconds and not done:
         (HERE / f"record-running-{text}").touch()
         await asyncio.sleep(seconds)
     return f"recorded {text}"

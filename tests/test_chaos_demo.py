@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from waypoint.app.embedded import free_port
+from tests.ports import reserve_port
 from waypoint.config import Settings
 
 
@@ -28,7 +28,7 @@ def chaos_workers(state: Path) -> list[int]:
 
 @pytest.mark.postgres
 def test_chaos_demo_survives_model_failures_and_a_killed_worker(tmp_path: Path):
-    env = Settings(temporal_address=f"localhost:{free_port()}").child_environment(COLUMNS="200")
+    env = Settings(temporal_address=f"localhost:{reserve_port()}").child_environment(COLUMNS="200")
     done = subprocess.run(
         [sys.executable, "-m", "waypoint", "--state-dir", str(tmp_path), "demo", "--chaos"],
         env=env,

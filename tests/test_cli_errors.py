@@ -111,4 +111,6 @@ async def test_an_unreachable_collector_costs_one_warning_and_no_wait(settings: 
     assert done.out.strip().startswith("run-")
     noise = [line for line in done.err.splitlines() if line.strip() and not line.startswith("trace ")]
     assert len(noise) <= 1, done.err
-    assert took < 5, f"{took:.1f} s"
+    # The export gives up after 2 s (EXPORT_TIMEOUT_SECONDS); the SDK's own default would wait 10 s.
+    # The margin is for a machine busy with other tests (pytest -n).
+    assert took < 8, f"{took:.1f} s"

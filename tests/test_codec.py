@@ -22,9 +22,9 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 
+from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import free_port
 from waypoint.app.temporal import connect as connect_temporal
 from waypoint.app.worker import build_worker
 from waypoint.codec import ENCODING, CodecServer, EncryptionCodec, parse_keys
@@ -168,6 +168,7 @@ async def test_a_payload_encrypted_with_an_old_key_decrypts_after_rotation():
         (f"k1:{new_key()},k1:{new_key()}", "appears twice"),
         (" , ", "holds no key"),
     ],
+    ids=["no-colon", "not-base64", "short", "twice", "empty"],  # fixed: xdist workers must collect the same ids
 )
 def test_bad_keys_are_refused_with_the_fix(value: str, message: str):
     with pytest.raises(ConfigError, match=message) as info:
@@ -185,7 +186,7 @@ async def test_codec_server_decodes_for_the_web_ui_over_a_socket():
     codec = EncryptionCodec(parse_keys(f"k1:{new_key()}"))
     original = (await DataConverter.default.encode(["hello from the UI"]))[0]
     [sealed] = await codec.encode([original])
-    server = CodecServer(codec, "http://localhost:8233").start("127.0.0.1", free_port())
+    server = CodecServer(codec, "http://localhost:8233").start("127.0.0.1", 0)
     host, port = server.address
     try:
         wire = {
@@ -230,7 +231,7 @@ async def test_codec_server_decodes_for_the_web_ui_over_a_socket():
 def test_codec_server_command_without_keys_says_what_to_set(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
     proc = subprocess.run(
-        [sys.executable, "-m", "waypoint", "codec-server", "--port", str(free_port())],
+        [sys.executable, "-m", "waypoint", "codec-server", "--port", str(reserve_port())],
         env=env | {"WAYPOINT_STATE_DIR": str(tmp_path)},
         capture_output=True,
         text=True,

@@ -14,10 +14,10 @@ from temporalio.client import Client, ScheduleOverlapPolicy
 from temporalio.worker import Worker
 
 from tests.helpers import eventually, make_run, one_line_error, waypoint
+from tests.ports import reserve_port
 from tests.test_compaction_store import next_call_view, range_messages, tool_heavy
 from waypoint.activities.compaction import CompactionActivities
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import free_port
 from waypoint.app.schedule import apply_schedule, compact_now, describe_schedule
 from waypoint.app.worker import build_worker
 from waypoint.compaction_types import CompactionInput, CompactionReport, CompactRunInput, RememberInput
@@ -166,7 +166,9 @@ async def test_schedule_apply_is_idempotent_and_a_scheduled_pass_runs(client, ag
         await engine.dispose()
 
 
-async def test_cli_schedule_and_compact(store: RunStore, settings, worker):
+async def test_cli_schedule_and_compact(store: RunStore, settings, memory_worker):
+    # With a memory worker, as `waypoint dev` and `serve` have: without one each pass would wait
+    # 10 s for it (memory_timeout_seconds) before saying the episodes were not stored.
     cfg = settings.model_copy(
         update={"compaction_schedule_id": f"cli-{uuid.uuid4().hex[:8]}", "compaction_interval_seconds": 3600}
     )
@@ -196,7 +198,7 @@ def test_waypoint_dev_applies_the_schedule(tmp_path: Path):
     from tests.test_dev_stack import cli, env_for, stack_pids, start_dev, stop_dev
 
     state = tmp_path / "state"
-    env = env_for(state, free_port(), free_port())
+    env = env_for(state, reserve_port(), reserve_port())
     proc = start_dev(env, state)
     try:
         shown = cli(env, "schedule", "show", "--json")

@@ -18,8 +18,8 @@ import psutil
 import pytest
 from rich.console import Console
 
+from tests.ports import reserve_port
 from waypoint.app.console import endpoints_table
-from waypoint.app.embedded import free_port
 from waypoint.config import Settings
 
 
@@ -28,7 +28,7 @@ def env_for(state: Path, temporal_port: int, ui_port: int, api_port: int = 0) ->
         state_dir=state,
         temporal_address=f"localhost:{temporal_port}",
         temporal_ui_port=ui_port,
-        api_port=api_port or free_port(),
+        api_port=api_port or reserve_port(),
     )
     return settings.child_environment(COLUMNS="200")
 
@@ -91,8 +91,8 @@ def dev_processes() -> Iterator[list[subprocess.Popen[str]]]:
 
 def test_dev_serves_runs_stops_cleanly_and_keeps_its_data(tmp_path: Path, dev_processes):
     state = tmp_path / "state"
-    api_port = free_port()
-    env = env_for(state, free_port(), free_port(), api_port)
+    api_port = reserve_port()
+    env = env_for(state, reserve_port(), reserve_port(), api_port)
 
     proc = start_dev(env, state)
     dev_processes.append(proc)
@@ -139,7 +139,7 @@ def test_a_taken_port_is_named_with_the_fix(tmp_path: Path):
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        done = cli(env_for(tmp_path / "state", port, free_port()), "dev")
+        done = cli(env_for(tmp_path / "state", port, reserve_port()), "dev")
     assert done.returncode == 1
     assert f"Temporal port {port} is already in use" in done.stderr and "WAYPOINT_TEMPORAL_ADDRESS" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

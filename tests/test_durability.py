@@ -102,7 +102,7 @@ async def test_a_hanging_tool_times_out_is_retried_and_fails_cleanly(client: Cli
         (Budget(max_tokens=300), {}, "token budget reached"),
         (Budget(max_cost_usd=0.01), {"scripted": (10.0, 10.0)}, "cost budget reached"),
         # A tiny budget reads as itself, never "$0.0000 of $0.0000".
-        (Budget(max_cost_usd=0.00001), {"scripted": (0.001, 0.001)}, "of $0.00001 spent"),
+        (Budget(max_cost_usd=0.00001), {"scripted": (0.1, 0.1)}, "of $0.00001 spent"),
         (Budget(deadline_seconds=1.0), {}, "deadline reached"),
     ],
     ids=["tokens", "cost", "tiny-cost", "deadline"],

@@ -31,7 +31,9 @@ def error_of(r: httpx.Response, status: int) -> dict:
     return error
 
 
-async def test_every_read_and_write_of_a_run(api: ApiServer, worker, settings: Settings):
+async def test_every_read_and_write_of_a_run(api: ApiServer, memory_worker, settings: Settings):
+    # A memory worker polls, as with `waypoint dev`: without one, each compaction pass below waits
+    # 10 s for it (memory_timeout_seconds) before it reports the episodes not stored.
     http = api.http
     started = await http.post("/v1/runs", json={"task": "add", "agent": "calculator", "max_steps": 10})
     assert started.status_code == 201 and started.headers["location"] == f"/v1/runs/{started.json()['run_id']}"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import reserve_port
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import free_port
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 
@@ -28,7 +28,7 @@ def curl_block() -> str:
 @pytest.mark.timeout(240)
 async def test_the_readme_curl_examples_run(client, engine, worker, settings: Settings):
     seed_workspace(settings.resolved_workspace)
-    port = free_port()
+    port = reserve_port()
     script = "set -e\n" + curl_block().replace("8000", str(port))
     proc = await asyncio.create_subprocess_exec(
         "bash",

@@ -14,7 +14,6 @@ from tests.helpers import Sse, sse_events, start, step
 from tests.test_crash_recovery import kill, wait_for, worker_env
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
-from waypoint.app.embedded import free_port
 from waypoint.app.http.server import api_server, start_api, stop_api, url_of
 from waypoint.names import RunStatus
 from waypoint.store.schema import events
@@ -101,7 +100,7 @@ async def test_an_unknown_or_bad_position_is_refused(api: ApiServer, settings, s
 
 async def test_keep_alive_comments_while_nothing_happens(client, engine, settings, store):
     quiet = settings.model_copy(update={"api_keepalive_seconds": 0.2})
-    server = api_server(quiet, host="127.0.0.1", port=free_port(), auth=False, waypoint=Waypoint(client, engine, quiet))
+    server = api_server(quiet, host="127.0.0.1", port=0, auth=False, waypoint=Waypoint(client, engine, quiet))
     task = await start_api(server)
     try:
         run_id = await start(store, settings)  # a run that never moves
@@ -120,7 +119,7 @@ async def test_keep_alive_comments_while_nothing_happens(client, engine, setting
 
 async def test_a_slow_client_is_cut_off_with_an_event_and_resumes(client, engine, settings, store):
     tight = settings.model_copy(update={"api_stream_buffer": 3})
-    server = api_server(tight, host="127.0.0.1", port=free_port(), auth=False, waypoint=Waypoint(client, engine, tight))
+    server = api_server(tight, host="127.0.0.1", port=0, auth=False, waypoint=Waypoint(client, engine, tight))
     task = await start_api(server)
     run_id = await start(store, settings)
     big = "x" * 400_000

@@ -26,8 +26,9 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.helpers import cli_env, make_run, step
+from tests.ports import reserve_port
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import StackInfo, free_port
+from waypoint.app.embedded import StackInfo
 from waypoint.config import Settings
 from waypoint.memory import Episode
 from waypoint.store import RunStore
@@ -165,7 +166,7 @@ async def test_memory_search_and_the_tools_that_act_when_configured(
 
 @pytest.fixture
 def http_server(settings: Settings) -> Iterator[str]:
-    port = free_port()
+    port = reserve_port()
     env = cli_env(settings, WAYPOINT_MCP_API_KEY="s3cret-key")
     proc = subprocess.Popen(
         [sys.executable, "-m", "waypoint", "mcp", "--transport", "http", "--port", str(port)],

@@ -202,9 +202,9 @@ async def test_a_server_that_does_not_answer_fails_the_start_with_its_command_or
 
 
 def _closed_port() -> int:
-    from waypoint.app.embedded import free_port
+    from tests.ports import reserve_port
 
-    return free_port()  # nothing listens there
+    return reserve_port()  # nothing listens there
 
 
 async def test_a_crashed_stdio_server_is_started_again_and_the_call_retried(

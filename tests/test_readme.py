@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import typer.main
 
+from tests.ports import reserve_port
 from waypoint.app.cli import app
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import free_port
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
@@ -63,9 +63,9 @@ def own_ports() -> dict[str, str]:
     """Free ports for every server `waypoint dev` starts (Temporal, its UI, the HTTP API), so a test
     never meets the developer's own `waypoint dev`."""
     return {
-        "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{free_port()}",
-        "WAYPOINT_TEMPORAL_UI_PORT": str(free_port()),
-        "WAYPOINT_API_PORT": str(free_port()),
+        "WAYPOINT_TEMPORAL_ADDRESS": f"localhost:{reserve_port()}",
+        "WAYPOINT_TEMPORAL_UI_PORT": str(reserve_port()),
+        "WAYPOINT_API_PORT": str(reserve_port()),
     }
 
 
@@ -190,7 +190,7 @@ async def test_the_fake_servers_script_answers_every_run(tmp_path: Path, client,
 
     echo, serve, export = fake_server_commands()
     assert serve.startswith("python -m waypoint.testing.fake_openai --port 8765") and "OPENAI_BASE_URL" in export
-    port = free_port()
+    port = reserve_port()
     subprocess.run(["bash", "-c", echo], cwd=tmp_path, check=True)
     fake = await asyncio.create_subprocess_exec(
         "bash", "-c", "exec " + serve.replace("8765", str(port)), cwd=tmp_path, stdout=asyncio.subprocess.PIPE

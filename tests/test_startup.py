@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import reserve_port
 from tests.test_dev_stack import cli, env_for, stack_pids, start_dev, stop_dev
 from tests.test_dev_stack import dev_processes as dev_processes  # the fixture: a test's dev stacks stop with it
 from waypoint.app.devstack import api_socket
-from waypoint.app.embedded import free_port
 
 
 def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
@@ -60,7 +60,7 @@ def test_serve_on_a_taken_port_names_the_setting(tmp_path: Path, taken_port: int
 
 
 def test_dev_on_a_taken_api_port_says_which_setting_else_takes_a_free_one(tmp_path: Path, taken_port: int):
-    env = env_for(tmp_path / "state", free_port(), free_port(), taken_port)
+    env = env_for(tmp_path / "state", reserve_port(), reserve_port(), taken_port)
     line = one_error_line(waypoint("dev", env=env))  # set, and taken: before anything starts
     assert f"port {taken_port} is in use on 127.0.0.1: set WAYPOINT_API_PORT to a free port" in line
     assert not (tmp_path / "state" / "stack.json").exists()
@@ -73,7 +73,7 @@ def test_sigterm_stops_dev_within_its_grace_period_whatever_its_runs_do(
     tmp_path: Path, dev_processes: list[subprocess.Popen[str]]
 ):
     state = tmp_path / "state"
-    env = env_for(state, free_port(), free_port()) | {
+    env = env_for(state, reserve_port(), reserve_port()) | {
         "WAYPOINT_AGENTS": "tests.agents",
         "WAYPOINT_WORKER_STOP_GRACE_SECONDS": "1",
     }
@@ -96,7 +96,7 @@ def test_sigterm_stops_dev_within_its_grace_period_whatever_its_runs_do(
 
 def serve_answers(env: dict[str, str]) -> None:
     """`waypoint serve` on the stack: it listens, answers, and stops on SIGTERM."""
-    port = free_port()
+    port = reserve_port()
     serve = subprocess.Popen(
         [sys.executable, "-m", "waypoint", "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE, text=True
     )

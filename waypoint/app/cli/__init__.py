@@ -10,7 +10,7 @@ import atexit
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -80,9 +80,13 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    # The Temporal client's native threads can abort CPython's finalization at exit
-    # ("PyGILState_Release ... must be current", temporalio/sdk-python issue 300), so
-    # run the exit hooks ourselves and leave without finalizing.
+    leave(code)
+
+
+def leave(code: int) -> NoReturn:
+    """Exit with `code`. The Temporal client's native threads can abort CPython's finalization at
+    exit ("PyGILState_Release ... must be current", temporalio/sdk-python issue 300), so run the
+    exit hooks here and leave without finalizing."""
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
