@@ -15,10 +15,10 @@ from waypoint.checks import (
     check_json,
     check_seq,
     check_text,
+    parse_step,
     parse_when,
 )
 from waypoint.errors import ConfigError, InvalidInput
-from waypoint.store.travel import parse_step
 
 
 def test_text_the_store_can_hold_passes_and_the_rest_names_what_to_remove():

@@ -141,16 +141,19 @@ async def test_run_page_shows_a_step_appear_live(browser, contexts, api: ApiServ
 
 
 async def visit(page, url: str) -> None:
-    """page.goto, again if it was aborted: a run page open in this tab reloads itself when the
-    run's status changes, and a reload landing on a navigation aborts it (net::ERR_ABORTED)."""
+    """page.goto, again if it was cut short: a run page open in this tab reloads itself when the
+    run's status changes, and a reload landing on a navigation aborts it (net::ERR_ABORTED) or,
+    under load, leaves the navigation waiting for a load event that belongs to the reload."""
     from playwright.async_api import Error as PlaywrightError
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
 
     for attempt in range(3):
         try:
-            await page.goto(url)
+            await page.goto(url, wait_until="domcontentloaded", timeout=10_000)
             return
         except PlaywrightError as exc:
-            if "ERR_ABORTED" not in str(exc) or attempt == 2:
+            cut = isinstance(exc, PlaywrightTimeout) or "ERR_ABORTED" in str(exc)
+            if not cut or attempt == 2:
                 raise
 
 
