@@ -219,6 +219,9 @@ async def test_unknown_run_messages_name_the_problem(client: Client, engine, set
         await wp.runs(text="a\x00b")
     with pytest.raises(InvalidInput, match="after_seq"):
         await wp.events("run-nope", after_seq=3_000_000_000)
+    # an empty message is refused by the client itself, before any run is asked (every surface)
+    with pytest.raises(InvalidInput, match="the message is empty"):
+        await wp.send("run-nope", "  ")
 
 
 async def test_a_200_that_is_not_a_completion_is_retried_then_fails_naming_what_came_back(

@@ -560,7 +560,9 @@ class Waypoint:
 
     async def send(self, run_id: str, text: str, *, tenant_id: str | None = None) -> RunProgress:
         """Add a user message, read by the run's next model call."""
-        return await self._update(run_id, Update.SEND, check_text("the message", text), tenant_id)
+        if not check_text("the message", text).strip():
+            raise InvalidInput("the message is empty: send some text")
+        return await self._update(run_id, Update.SEND, text, tenant_id)
 
     async def approve(
         self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None

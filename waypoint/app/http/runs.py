@@ -388,8 +388,6 @@ async def cancel(run_id: str, api: Api, tenant: Tenant, body: Reason | None = No
 @router.post("/runs/{run_id}/send")
 async def send(run_id: str, body: Text, api: Api, tenant: Tenant) -> dict[str, Any]:
     """A user message the run's next model call reads."""
-    if not body.text.strip():
-        raise InvalidInput("the message is empty: send some text")
     return json_of(await api.wp.send(run_id, body.text, tenant_id=tenant))
 
 

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Form
 from fastapi.responses import RedirectResponse, Response
 
 from waypoint.app.http.ui.render import Api, Tenant, answers_errors, as_refusal, back_to, own_form
-from waypoint.errors import InvalidInput
 from waypoint.types import RunProgress
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(own_form)])
@@ -43,27 +42,30 @@ async def cancel(run_id: str, api: Api, tenant: Tenant, reason: Annotated[str, F
 @router.post("/runs/{run_id}/send")
 @answers_errors(as_refusal)
 async def send(run_id: str, api: Api, tenant: Tenant, text: Annotated[str, Form()] = "") -> Response:
-    if not text.strip():
-        raise InvalidInput("the message is empty: type some text")
     return await act(run_id, "message sent", api.wp.send(run_id, text, tenant_id=tenant))
+
+
+CallId = Annotated[str, Form()]
+Reason = Annotated[str, Form()]
+
+
+async def decide(run_id: str, api: Api, tenant: Tenant, call_id: str, reason: str, *, approve: bool) -> Response:
+    """Approve or deny the call that waits (the form's `call_id`), with an optional reason."""
+    answer = api.wp.approve if approve else api.wp.deny
+    call = answer(run_id, call_id or None, reason.strip() or None, tenant_id=tenant)
+    return await act(run_id, "approved" if approve else "denied", call)
 
 
 @router.post("/runs/{run_id}/approve")
 @answers_errors(as_refusal)
-async def approve(
-    run_id: str, api: Api, tenant: Tenant, call_id: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = ""
-) -> Response:
-    call = api.wp.approve(run_id, call_id or None, reason.strip() or None, tenant_id=tenant)
-    return await act(run_id, "approved", call)
+async def approve(run_id: str, api: Api, tenant: Tenant, call_id: CallId = "", reason: Reason = "") -> Response:
+    return await decide(run_id, api, tenant, call_id, reason, approve=True)
 
 
 @router.post("/runs/{run_id}/deny")
 @answers_errors(as_refusal)
-async def deny(
-    run_id: str, api: Api, tenant: Tenant, call_id: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = ""
-) -> Response:
-    call = api.wp.deny(run_id, call_id or None, reason.strip() or None, tenant_id=tenant)
-    return await act(run_id, "denied", call)
+async def deny(run_id: str, api: Api, tenant: Tenant, call_id: CallId = "", reason: Reason = "") -> Response:
+    return await decide(run_id, api, tenant, call_id, reason, approve=False)
 
 
 @router.post("/runs/{run_id}/fork")
