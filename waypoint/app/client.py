@@ -114,6 +114,11 @@ def database_url(settings: Settings) -> str:
     return stack.database_url
 
 
+# A runs page asks Temporal whether each unfinished run is stuck: at most this many calls at a time,
+# however long the page (a listing of 500 live runs must not open 500 calls at once).
+STUCK_CHECKS_AT_ONCE = 16
+
+
 @dataclass(frozen=True)
 class ReplayOutcome:
     execution: str  # Temporal's run id of one execution (continue-as-new makes several)
@@ -540,9 +545,15 @@ class Waypoint:
 
     async def with_stuck(self, rows: Sequence[RunRow]) -> list[RunRow]:
         """The rows, each unfinished one marked with why it is stuck if it is (one Temporal call
-        per unfinished run, at once; none when every run has ended)."""
+        per unfinished run, STUCK_CHECKS_AT_ONCE at a time; none when every run has ended)."""
         live = [r for r in rows if r.status not in FINISHED]
-        found = await asyncio.gather(*(self._stuck(r.run_id, r.tenant_id) for r in live))
+        gate = asyncio.Semaphore(STUCK_CHECKS_AT_ONCE)
+
+        async def check(row: RunRow) -> str | None:
+            async with gate:
+                return await self._stuck(row.run_id, row.tenant_id)
+
+        found = await asyncio.gather(*(check(r) for r in live))
         marked = {r.run_id: why for r, why in zip(live, found, strict=True) if why}
         return [replace(r, stuck=marked[r.run_id]) if r.run_id in marked else r for r in rows]
 
