@@ -20,13 +20,23 @@ from temporalio import activity
 
 from waypoint import telemetry
 from waypoint.activities.boundary import attempt, boundary, gives_up, heartbeating
+from waypoint.activities.tools import preview
 from waypoint.agents import AgentRegistry
+from waypoint.config import Settings
 from waypoint.mcp import MCPHub
 from waypoint.names import Activity, RunStatus
 from waypoint.retry import START_ATTEMPTS
 from waypoint.store import RunStore
 from waypoint.store.steps import NewRun
 from waypoint.types import FinishRunInput, RunPlan, RunResult, SetStatusInput, StartRunInput, StepRecord
+
+
+def first_set(a: float | None, b: float | None) -> Any:
+    return a or b
+
+
+def smallest(a: float | None, b: float | None) -> Any:
+    return min((v for v in (a, b) if v), default=None)
 
 
 class CheckpointActivities:
@@ -38,8 +48,11 @@ class CheckpointActivities:
         memory_queue: str | None = None,
         memory_here: bool = False,
         mcp: MCPHub | None = None,
+        settings: Settings | None = None,
     ):
         self.store = store
+        # How many sub-agent runs one run of a tenant may have at once (the settings' caps).
+        self.agents_cap = settings.parallel_agents_cap if settings is not None else lambda tenant: 8
         self.agents = agents
         # The task queue of the worker that owns episodic memory; None when there is none.
         self.memory_queue = memory_queue
@@ -51,14 +64,16 @@ class CheckpointActivities:
         """The run's plan: the agent's definition, with the run's own model and budgets over it."""
         agent = self.agents.get(inp.agent)
         budget = inp.budget
+        # A run's own budget replaces its agent's; a sub-agent run's (what its caller has left) caps it.
+        pick = smallest if inp.parent is not None else first_set
         plan = RunPlan(
             model=inp.model or agent.model_spec,
             max_steps=budget.max_steps or agent.max_steps,
             tools=agent.tool_specs(),
             retry=agent.model_retry,
-            max_tokens=budget.max_tokens or agent.max_tokens,
-            max_cost_usd=budget.max_cost_usd or agent.max_cost_usd,
-            deadline_seconds=budget.deadline_seconds or agent.deadline_seconds,
+            max_tokens=pick(budget.max_tokens, agent.max_tokens),
+            max_cost_usd=pick(budget.max_cost_usd, agent.max_cost_usd),
+            deadline_seconds=pick(budget.deadline_seconds, agent.deadline_seconds),
             max_repairs=agent.max_repairs,
             continue_as_new_every=agent.continue_as_new_every,
             context_tokens=agent.context_tokens,
@@ -66,6 +81,10 @@ class CheckpointActivities:
             memory_queue=self.memory_queue,
             memory_on_main_queue=self.memory_here and self.memory_queue is not None,
             compact_at=agent.compact_at,
+            agents=agent.agent_names,
+            max_parallel_agents=min(agent.max_parallel_agents, self.agents_cap(inp.tenant_id)),
+            max_agent_depth=agent.max_agent_depth,
+            depth=inp.parent.depth if inp.parent is not None else 0,
         )
         return replace(plan, start_step=inp.fork.step) if inp.fork is not None else plan
 
@@ -97,6 +116,7 @@ class CheckpointActivities:
                 fork=inp.fork,
                 trace_id=telemetry.trace_id(),  # the run's trace, for `waypoint trace`
                 mcp_tools=mcp_tools,
+                parent=inp.parent,
             )
             return await self.store.create_run(new)
 
@@ -111,6 +131,8 @@ class CheckpointActivities:
     async def set_run_status(self, inp: SetStatusInput) -> None:
         """Mirror a live status change (paused, waiting for approval, running again)."""
         await self.store.set_status(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
+        if inp.caller:  # a sub-agent run's wait for approval shows on its callers
+            await self.store.mirror_waiting(inp.run_id, RunStatus(inp.status), inp.detail)
 
     @activity.defn(name=Activity.FINISH_RUN)
     @boundary
@@ -126,9 +148,16 @@ class CheckpointActivities:
                 task=start.task,
                 model=start.model or "",
                 error=inp.error or "could not start",
+                parent=start.parent,
             )
         else:
             row = await self.store.finish_run(
                 inp.tenant_id, inp.run_id, RunStatus(inp.status), inp.output, inp.error, interrupted=inp.interrupted
             )
-        return row.result()
+        result = row.result()
+        if row.caller_run_id is None:
+            return result
+        await self.store.mirror_waiting(row.run_id, RunStatus(row.status), None)  # its callers stop waiting on it
+        # A sub-agent run's caller reads the whole answer from Postgres: its history gets a preview.
+        text, stored = preview(result.output or "")
+        return replace(result, output=text if result.output is not None else None, output_stored=stored)

@@ -164,10 +164,11 @@ class ModelActivities:
         await self.store.record_model_failure(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
 
     async def tool_schemas(self, inp: CallModelInput) -> list[dict[str, Any]]:
-        """The agent's own tools, then the MCP tools the run recorded when it started (the same
-        schemas for the whole run, whatever the servers list now)."""
+        """The agent's own tools, its sub-agents, then the MCP tools the run recorded when it started
+        (the same schemas for the whole run, whatever the servers list now)."""
         agent = self.agents.get(inp.agent)
         tools = [t.openai_schema() for t in agent.tools]
+        tools += [self.agents.get(name).as_tool_schema() for name in agent.agent_names]
         if agent.mcp:
             tools += [t.openai_schema() for t in (await self.mcp.recorded(inp.tenant_id, inp.run_id)).values()]
         return tools

@@ -7,8 +7,9 @@ A user defines agents in their own module and points the worker at it with
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from waypoint.checks import check_budget
 from waypoint.errors import ConfigError, InvalidInput, UnknownAgent, UnknownTool
@@ -18,7 +19,9 @@ from waypoint.models.spec import Provider
 from waypoint.tools import Tool
 from waypoint.types import AgentInfo, RetrySpec, ToolInfo, ToolSpec
 
-BUILTIN_AGENT_MODULES = ("waypoint.demo",)
+BUILTIN_AGENT_MODULES = ("waypoint.demo", "waypoint.demo_research")
+# The argument every sub-agent tool takes: what the sub-agent is asked to do.
+TASK_ARGUMENT = "task"
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,11 @@ class Agent:
     `model` is a spec such as `openai:gpt-4o-mini`, or a `ScriptedModel` whose
     canned turns make the agent run offline (its spec is then `scripted`). `mcp` lists MCP servers
     whose tools the agent's runs use too (listed when a run starts; see `waypoint.mcp`).
+
+    `agents` lists sub-agents (agents, or names of agents the worker loads too): the model sees
+    each as a tool taking a `task` (plus the sub-agent's own `parameters`), and calling it starts a
+    child run whose final answer is the tool's result. `description` is what a parent's model
+    reads about this agent as a sub-agent (its instructions' first line when empty).
     """
 
     name: str
@@ -55,11 +63,23 @@ class Agent:
     compact_at: float = 0.8
     # MCP servers whose tools a run lists when it starts, records, and calls like its own.
     mcp: Sequence[MCPServer] = field(default_factory=tuple)
+    # Sub-agents, offered to the model as tools; each call is a child run.
+    agents: Sequence[Agent | str] = field(default_factory=tuple)
+    description: str = ""
+    # JSON-schema properties of the extra arguments a parent passes when it calls this agent.
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    # Sub-agent runs of one run at once (the rest wait, in call order), and how deep a tree grows.
+    max_parallel_agents: int = 8
+    max_agent_depth: int = 4
 
     def __post_init__(self) -> None:
-        names = [t.name for t in self.tools]
+        names = [t.name for t in self.tools] + self.agent_names
         if len(names) != len(set(names)):
-            raise ConfigError(f"agent {self.name!r} has two tools with the same name: {names}")
+            raise ConfigError(f"agent {self.name!r} has two tools (or sub-agents) with the same name: {names}")
+        if self.max_parallel_agents < 1 or self.max_agent_depth < 1:
+            raise ConfigError(f"agent {self.name!r}: max_parallel_agents and max_agent_depth must be at least 1")
+        if TASK_ARGUMENT in self.parameters:
+            raise ConfigError(f"agent {self.name!r}: {TASK_ARGUMENT!r} is every sub-agent's own argument; rename it")
         if self.max_steps < 1:
             raise ConfigError(f"agent {self.name!r}: max_steps must be at least 1")
         budget = {"max_steps": self.max_steps, "max_tokens": self.max_tokens, "max_cost_usd": self.max_cost_usd}
@@ -72,6 +92,23 @@ class Agent:
         servers = [s.name for s in self.mcp]
         if len(servers) != len(set(servers)):
             raise ConfigError(f"agent {self.name!r} has two MCP servers named alike: {servers}; pass name=...")
+
+    @property
+    def agent_names(self) -> list[str]:
+        return [a if isinstance(a, str) else a.name for a in self.agents]
+
+    @property
+    def summary(self) -> str:
+        """What a parent's model reads about this agent."""
+        return self.description or (self.instructions.strip().splitlines() or [self.name])[0]
+
+    def as_tool_schema(self) -> dict[str, Any]:
+        """This agent as a tool of its parents, in the chat-completions shape."""
+        properties = {TASK_ARGUMENT: {"type": "string", "description": f"what {self.name} should do"}}
+        properties.update(self.parameters)
+        parameters = {"type": "object", "properties": properties, "required": [TASK_ARGUMENT]}
+        function = {"name": self.name, "description": self.summary, "parameters": parameters}
+        return {"type": "function", "function": function}
 
     def tool_specs(self) -> list[ToolSpec]:
         return [
@@ -116,6 +153,9 @@ class Agent:
             "recall_k": self.recall_k,
             "compact_at": self.compact_at,
             "mcp_servers": [s.name for s in self.mcp],
+            "agents": self.agent_names,
+            "max_parallel_agents": self.max_parallel_agents,
+            "max_agent_depth": self.max_agent_depth,
         }
         return AgentInfo(self.name, self.instructions, self.model_spec, providers, tools, settings, worker)
 
@@ -128,7 +168,7 @@ class Agent:
         for t in self.tools:
             if t.name == name:
                 return t
-        known = ", ".join([*(t.name for t in self.tools), *also]) or "none"
+        known = ", ".join([*(t.name for t in self.tools), *self.agent_names, *also]) or "none"
         raise UnknownTool(f"agent {self.name!r} has no tool {name!r} (its tools: {known})")
 
     def has_tool(self, name: str) -> bool:
@@ -146,11 +186,40 @@ class AgentRegistry:
         self._agents: dict[str, Agent] = {}
         for agent in agents:
             self.add(agent)
+        self.check_tree()
 
     def add(self, agent: Agent) -> None:
+        """Register `agent` and the sub-agents it lists as agents (not by name)."""
         if agent.name in self._agents and self._agents[agent.name] is not agent:
             raise ConfigError(f"two agents are named {agent.name!r}: rename one")
         self._agents[agent.name] = agent
+        for sub in agent.agents:
+            if isinstance(sub, Agent) and self._agents.get(sub.name) is not sub:
+                self.add(sub)
+
+    def check_tree(self) -> None:
+        """Every sub-agent named is registered, and no agent reaches itself through its sub-agents."""
+        for agent in self._agents.values():
+            for name in agent.agent_names:
+                if name not in self._agents:
+                    known = ", ".join(sorted(self._agents))
+                    raise ConfigError(
+                        f"agent {agent.name!r} lists sub-agent {name!r}, which no module defines (known: {known})"
+                    )
+        done: set[str] = set()
+
+        def visit(name: str, path: list[str]) -> None:
+            if name in path:
+                cycle = " -> ".join([*path[path.index(name) :], name])
+                raise ConfigError(f"sub-agents make a cycle: {cycle}; an agent may not reach itself")
+            if name in done:
+                return
+            for sub in self._agents[name].agent_names:
+                visit(sub, [*path, name])
+            done.add(name)
+
+        for name in sorted(self._agents):
+            visit(name, [])
 
     def get(self, name: str) -> Agent:
         try:
@@ -176,4 +245,5 @@ class AgentRegistry:
             for value in vars(module).values():
                 if isinstance(value, Agent):
                     registry.add(value)
+        registry.check_tree()
         return registry

@@ -114,6 +114,14 @@ class Settings(BaseSettings):
     temporal_metrics: bool = Field(
         False, description="Export the Temporal SDK's own worker metrics to the OTLP endpoint as well."
     )
+    # Sub-agents (Agent(agents=...)).
+    max_parallel_agents: int = Field(
+        8, ge=1, le=1_000, description="Sub-agent runs one run may have at once, whatever its agent asks for."
+    )
+    tenant_parallel_agents: dict[str, int] = Field(
+        default_factory=dict,
+        description='Per-tenant caps in place of max_parallel_agents, as JSON: {"acme": 4}.',
+    )
     # Compaction (waypoint/compaction.py, workflows/compaction.py).
     compaction_schedule_id: str = Field("waypoint-compaction", description="Id of the compaction Schedule.")
     compaction_interval_seconds: float = Field(
@@ -224,6 +232,11 @@ class Settings(BaseSettings):
             return check_port(value, "set WAYPOINT_API_PORT")
         except InvalidInput as exc:
             raise ValueError(str(exc)) from None
+
+    def parallel_agents_cap(self, tenant_id: str) -> int:
+        """How many sub-agent runs one run of this tenant may have at once."""
+        cap = self.tenant_parallel_agents.get(tenant_id, self.max_parallel_agents)
+        return max(1, min(cap, 1_000))
 
     def child_environment(self, **extra: str) -> dict[str, str]:
         """The environment of a Waypoint subprocess (a worker, the CLI) that sees exactly these

@@ -106,6 +106,7 @@ class LineageKind(StrEnum):
 
     FORK = "fork"  # `waypoint fork`: the parent's state at a step, maybe a new message or model
     RERUN = "rerun"  # `waypoint rerun`: the same run again with a change, tools answered from the record
+    SUBAGENT = "subagent"  # a sub-agent run its parent started with a tool call (a child workflow)
 
 
 class ToolMode(StrEnum):
@@ -141,6 +142,7 @@ class Activity(StrEnum):
     COMPACT_RUN = "compact_run"
     SELECT_RUNS = "select_runs_to_compact"
     REMEMBER_MISSING = "remember_missing"
+    AGENT_RESULT = "agent_result"
 
 
 class Workflow(StrEnum):
@@ -189,6 +191,12 @@ MEMORY_SAVE_TOOL = "memory_save"
 def memory_task_queue(task_queue: str) -> str:
     """The queue of the worker that owns episodic memory."""
     return f"{task_queue}-memory"
+
+
+def child_run_id(run_id: str, step: int, call_index: int) -> str:
+    """The run id of the sub-agent run that call `call_index` of `step` starts: derived, never drawn,
+    so a retried or replayed parent can only ever name (and start) the same child."""
+    return f"{run_id}.{step}.{call_index}"
 
 
 def idempotency_key(run_id: str, step: int, call_index: int) -> str:

@@ -158,6 +158,21 @@ class ForkOrigin:
     instructions: str | None = None
     # What it recalls from long-term memory; None in runs started before it was chosen.
     memory: MemoryView | None = None
+    # A rerun with recorded tools runs its sub-agents again instead of answering their calls from
+    # the recorded answers (`waypoint rerun --rerun-children`).
+    rerun_children: bool = False
+
+
+@dataclass(frozen=True)
+class ParentRef:
+    """Where a sub-agent run comes from: the call (`step`, `call_index`) of `run_id` that started it,
+    the root of its tree, and its depth there (the root is at 0, its children at 1)."""
+
+    run_id: str
+    step: int
+    call_index: int
+    root_run_id: str
+    depth: int = 1
 
 
 @dataclass(frozen=True)
@@ -185,6 +200,12 @@ class RunPlan:
     memory_on_main_queue: bool = False
     # Compact inline once the model reports more input tokens than this share of context_tokens.
     compact_at: float = 0.8
+    # Sub-agents: the agents the model may call as tools, how many of their runs go at once, how
+    # deep a tree may grow, and this run's depth in its tree (0: a root).
+    agents: list[str] = field(default_factory=list)
+    max_parallel_agents: int = 8
+    max_agent_depth: int = 4
+    depth: int = 0
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> RunPlan:
@@ -212,6 +233,9 @@ class RunState:
     pending_messages: list[str] = field(default_factory=list)
     executions: int = 1
     compacted_at_step: int = 0  # the step after which the run last compacted inline
+    # What the run's sub-agent runs (their whole trees) used: the run's budgets cover its tree.
+    children_tokens: int = 0
+    children_cost_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -227,6 +251,8 @@ class RunInput:
     # Set when the run continues as new: where it was.
     resume: RunState | None = None
     fork: ForkOrigin | None = None
+    # Set for a sub-agent run: the parent's call that started it.
+    parent: ParentRef | None = None
 
 
 @dataclass(frozen=True)
@@ -238,6 +264,7 @@ class StartRunInput:
     model: str | None
     budget: Budget
     fork: ForkOrigin | None = None
+    parent: ParentRef | None = None
 
 
 @dataclass(frozen=True)
@@ -332,6 +359,36 @@ class RunToolInput:
 
 
 @dataclass(frozen=True)
+class AgentCallInput:
+    """Input of `agent_result`: the outcome of one sub-agent call, to record in the parent's ledger
+    under the call's idempotency key. `child_run_id` names the child run whose answer (or end) it
+    is; without one, `error` says why no child ran (a bad call, the tree too deep)."""
+
+    run_id: str
+    tenant_id: str
+    step: int
+    call_index: int
+    call: ToolCall
+    child_run_id: str | None = None
+    error: str | None = None
+    outcome: ToolOutcome = ToolOutcome.TOOL_ERROR
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.run_id, self.step, self.call_index)
+
+
+@dataclass(frozen=True)
+class AgentCallResult:
+    """What `agent_result` answers: the call's result as the model reads it, and what the child's
+    whole tree used (the parent's budgets cover it)."""
+
+    result: ToolResult
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True)
 class StepDecision:
     """A human's decision on one call that waited for approval, as its step records it (the
     payload of a `decision` event)."""
@@ -364,6 +421,7 @@ class SetStatusInput:
     status: RunStatus
     detail: str | None = None
     tenant_id: str = ""  # empty in histories written before writes were tenant-checked
+    caller: bool = False  # a sub-agent run: its callers mirror a wait for approval
 
 
 @dataclass(frozen=True)
@@ -390,6 +448,9 @@ class RunResult:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    # A sub-agent run's result carries a preview of a long answer (the whole is in Postgres), so its
+    # parent's history stays small: this says so.
+    output_stored: bool = False
 
 
 @dataclass(frozen=True)

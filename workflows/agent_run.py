@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from waypoint.workflows.run_messages import RunMessages
+from waypoint.workflows.subagents import StepCancelled, SubAgentCalls
 
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry
@@ -68,14 +69,6 @@ MEMORY_RETRY_STEPS = 10
 COMPACT_EVERY_MIN_STEPS = 5
 
 
-class StepCancelled(Exception):
-    """The run was cancelled while its step's model call was in flight, and the call was cancelled."""
-
-    def __init__(self, step: int, why: str):
-        super().__init__(why)
-        self.step = step
-
-
 def stop_reason(
     state: RunState, cancel_reason: str | None, deadline_remaining: float | None
 ) -> tuple[RunStatus, str] | None:
@@ -85,11 +78,12 @@ def stop_reason(
         return RunStatus.CANCELLED, cancel_reason
     if state.step >= plan.max_steps:
         return RunStatus.MAX_STEPS, f"max_steps: {plan.max_steps} steps done"
-    if plan.max_tokens is not None and state.input_tokens + state.output_tokens >= plan.max_tokens:
-        used = state.input_tokens + state.output_tokens
+    # A run's budgets cover its sub-agent runs too (children_* stay 0 in runs without any).
+    used = state.input_tokens + state.output_tokens + state.children_tokens
+    if plan.max_tokens is not None and used >= plan.max_tokens:
         return RunStatus.BUDGET_EXCEEDED, f"token budget reached: {used} of {plan.max_tokens} tokens used"
-    if plan.max_cost_usd is not None and state.cost_usd >= plan.max_cost_usd:
-        spent, budget = format_usd(state.cost_usd), format_usd(plan.max_cost_usd)
+    if plan.max_cost_usd is not None and state.cost_usd + state.children_cost_usd >= plan.max_cost_usd:
+        spent, budget = format_usd(state.cost_usd + state.children_cost_usd), format_usd(plan.max_cost_usd)
         return RunStatus.BUDGET_EXCEEDED, f"cost budget reached: {spent} of {budget} spent"
     if deadline_remaining is not None and deadline_remaining <= 0:
         return RunStatus.BUDGET_EXCEEDED, f"deadline reached: {plan.deadline_seconds:g} s of wall-clock time passed"
@@ -102,7 +96,7 @@ def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
 
 
 @workflow.defn(name=Workflow.AGENT_RUN)
-class AgentRunWorkflow(RunMessages):
+class AgentRunWorkflow(RunMessages, SubAgentCalls):
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
         """The run's state exists before its first message can arrive: carried over when the run
@@ -110,6 +104,7 @@ class AgentRunWorkflow(RunMessages):
         super().__init__()
         self._run_id = workflow.info().workflow_id
         self._tenant_id = inp.tenant_id
+        self._caller = inp.parent is not None  # a sub-agent run
         if inp.resume is not None:
             self._state = replace(inp.resume, executions=inp.resume.executions + 1)
             self._paused = self._state.paused
@@ -161,9 +156,18 @@ class AgentRunWorkflow(RunMessages):
                     break
         except StepCancelled as stopped:
             status, reason = RunStatus.CANCELLED, self._cancel_reason
-            interrupted = {"step": stopped.step, "activity": Activity.CALL_MODEL.value, "why": str(stopped)}
+            interrupted = {"step": stopped.step, "activity": stopped.activity, "why": str(stopped)}
         except FAILED as exc:
             status, reason = RunStatus.FAILED, failure_message(exc)
+        except asyncio.CancelledError:
+            # Temporal asked the workflow to cancel: its caller ended (the parent-close policy of a
+            # sub-agent run) or someone cancelled the workflow itself. The run records its end.
+            if not workflow.patched("cancel-request-1"):
+                raise
+            self._cancel_reason = self._cancel_reason or (
+                "its caller ended" if inp.parent is not None else "its workflow was cancelled"
+            )
+            status, reason = RunStatus.CANCELLED, self._cancel_reason
 
         state = self._state
         if state.step > state.plan.start_step and status != RunStatus.FAILED:
@@ -191,6 +195,7 @@ class AgentRunWorkflow(RunMessages):
             model=inp.model,
             budget=inp.budget or Budget(),
             fork=inp.fork,
+            parent=inp.parent,
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.
@@ -259,7 +264,8 @@ class AgentRunWorkflow(RunMessages):
     async def _set_status(self, status: RunStatus, detail: str | None = None) -> None:
         self._status = status
         await self._store(
-            Activity.SET_STATUS, SetStatusInput(self._run_id, status, detail=detail, tenant_id=self._tenant_id)
+            Activity.SET_STATUS,
+            SetStatusInput(self._run_id, status, detail=detail, tenant_id=self._tenant_id, caller=self._caller),
         )
 
     async def _wait_while_paused(self) -> None:
@@ -304,10 +310,15 @@ class AgentRunWorkflow(RunMessages):
             recalled = await self._memory(inp, remember=remember, recall=step)
             turn = await self._call_model(replace(call, recalled=recalled))
         decisions, recorded = await self._approvals(inp, step, turn.tool_calls)
+        agents = set(state.plan.agents)
+        if called := [c.name for c in turn.tool_calls if c.name in agents]:
+            self._last_action = "waiting for sub-agents: " + ", ".join(called)
         results = list(
             await asyncio.gather(
                 *(
-                    self._run_tool(inp, step, i, call, decisions.get(call.id), recorded=call.id in recorded)
+                    self._run_agent(inp, step, i, call)
+                    if call.name in agents
+                    else self._run_tool(inp, step, i, call, decisions.get(call.id), recorded=call.id in recorded)
                     for i, call in enumerate(turn.tool_calls)
                 )
             )
@@ -328,7 +339,7 @@ class AgentRunWorkflow(RunMessages):
         )
         bad_call = any(r.outcome == ToolOutcome.BAD_CALL for r in results)
         self._state = replace(
-            state,
+            self._state,  # its sub-agent calls added what their runs used
             step=step,
             input_tokens=state.input_tokens + turn.usage.input_tokens,
             output_tokens=state.output_tokens + turn.usage.output_tokens,

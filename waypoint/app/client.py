@@ -591,7 +591,7 @@ class Waypoint:
         """Wait for a run to end. A failed run returns its result with status `failed` and the error."""
         await self._check_tenant(run_id, tenant_id)
         result = await (await self.temporal()).result(run_id)
-        if result is not None:
+        if result is not None and not result.output_stored:
             return result
         return (await self.run(run_id, tenant_id=tenant_id)).result()
 

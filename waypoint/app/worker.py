@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from waypoint import telemetry
+from waypoint.activities.agents import AgentCallActivities
 from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.activities.compaction import CompactionActivities
 from waypoint.activities.memory import MemoryActivities
@@ -151,6 +152,7 @@ def build_worker(
         memory_queue=memory_task_queue(queue) if memory else None,
         memory_here=memory and memory_store is not None,
         mcp=mcp,
+        settings=settings,
     )
     models = ModelActivities(
         store,
@@ -179,6 +181,7 @@ def build_worker(
             models.call_model,
             tools.run_tool,
             tools.recorded_calls,
+            AgentCallActivities(store).agent_result,
             compaction.select_runs,
             compaction.compact_run,
         ],

@@ -27,6 +27,7 @@ from waypoint.store.steps import StepWriter
 from waypoint.store.streams import Streams
 from waypoint.store.threads import Threads
 from waypoint.store.travel import TimeTravel
+from waypoint.store.trees import Trees
 from waypoint.store.working import WorkingReads
 
 
@@ -44,6 +45,7 @@ class RunStore(
     Threads,
     Streams,
     Compare,
+    Trees,
 ):
     """Every read and write of the Postgres mirror."""
 

@@ -19,6 +19,7 @@ from waypoint.store.base import StoreBase, run_filter
 from waypoint.store.hashing import chained_event
 from waypoint.store.rows import RunRow
 from waypoint.store.schema import events, runs
+from waypoint.types import ParentRef
 
 NewEvent = tuple[int, str, dict[str, Any]]  # (step, kind, payload)
 
@@ -108,7 +109,15 @@ class RunLog(StoreBase):
             return await self._run(conn, tenant_id, run_id)
 
     async def record_failed_start(
-        self, tenant_id: str, run_id: str, *, agent: str, task: str, model: str, error: str
+        self,
+        tenant_id: str,
+        run_id: str,
+        *,
+        agent: str,
+        task: str,
+        model: str,
+        error: str,
+        parent: ParentRef | None = None,
     ) -> RunRow:
         """The row of a run that could not start (status `failed`, the reason), with its
         `run_finished` event; a retry, or a run that did start, changes nothing."""
@@ -126,6 +135,10 @@ class RunLog(StoreBase):
                         max_steps=0,
                         error=error,
                         finished_at=func.now(),
+                        caller_run_id=parent.run_id if parent else None,
+                        caller_step=parent.step if parent else None,
+                        caller_call_index=parent.call_index if parent else None,
+                        root_run_id=parent.root_run_id if parent else run_id,
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)

@@ -46,6 +46,11 @@ class RunRow:
     remembered_step: int = 0  # the newest step whose episodes are in long-term memory
     lineage_kind: str | None = None  # a LineageKind: how it came from its parent
     batch_id: str | None = None
+    # A sub-agent run: the call that started it (run, step, call index), and its tree's root.
+    caller_run_id: str | None = None
+    caller_step: int | None = None
+    caller_call_index: int | None = None
+    root_run_id: str | None = None
     # Never stored: why its workflow task keeps failing, when a read asked Temporal (`Waypoint.with_stuck`).
     stuck: str | None = None
 

@@ -56,6 +56,11 @@ runs = Table(
     Column("remembered_step", Integer, nullable=False, server_default="0"),
     Column("lineage_kind", Text, nullable=True),  # a LineageKind, for a run with a parent
     Column("batch_id", Text, nullable=True),  # the batch of reruns it belongs to
+    # A sub-agent run: the call (run, step, call index) that started it. Its tree's root (itself for a root).
+    Column("caller_run_id", Text, ForeignKey("runs.run_id"), nullable=True),
+    Column("caller_step", Integer, nullable=True),
+    Column("caller_call_index", Integer, nullable=True),
+    Column("root_run_id", Text, nullable=True),
 )
 
 events = Table(

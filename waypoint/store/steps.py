@@ -24,7 +24,7 @@ from waypoint.store.log import NewEvent, append_events, hash_chain
 from waypoint.store.outputs import OUTPUT_REF, output_ref
 from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, runs
 from waypoint.transcript import event_messages
-from waypoint.types import ForkOrigin, Message, RunPlan, StepRecord
+from waypoint.types import ForkOrigin, Message, ParentRef, RunPlan, StepRecord
 
 # Overlapping attempts of one step lose the race at most this many times before giving up.
 WRITE_CONFLICT_RETRIES = 5
@@ -45,6 +45,7 @@ class NewRun:
     # The MCP tools listed at start (MCPTool.to_json()): what the model and run_tool use for the
     # rest of the run, so no server is asked again.
     mcp_tools: list[dict[str, Any]] = field(default_factory=list)
+    parent: ParentRef | None = None  # a sub-agent run: the call that started it
 
 
 # record_step's two statements. Plain SQL with one text whatever the number of events, so the
@@ -180,6 +181,10 @@ class StepWriter(StoreBase):
                         steps=plan.start_step,
                         remembered_step=plan.start_step,  # a fork's earlier steps are its parent's
                         trace_id=new.trace_id,
+                        caller_run_id=new.parent.run_id if new.parent else None,
+                        caller_step=new.parent.step if new.parent else None,
+                        caller_call_index=new.parent.call_index if new.parent else None,
+                        root_run_id=new.parent.root_run_id if new.parent else new.run_id,
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)
@@ -196,6 +201,8 @@ class StepWriter(StoreBase):
                 "plan": asdict(plan),
                 "fork": asdict(fork) if fork else None,
             }
+            if new.parent is not None:
+                payload["parent"] = asdict(new.parent)
             if new.mcp_tools:
                 payload["mcp_tools"] = new.mcp_tools
             seq = await append_events(conn, new.run_id, [(plan.start_step, EventKind.RUN_STARTED, payload)])
