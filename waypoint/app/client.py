@@ -77,6 +77,7 @@ from waypoint.store.rows import (
     as_json,
 )
 from waypoint.store.streams import DELTAS_CHANNEL, EVENTS_CHANNEL
+from waypoint.store.trees import RunTree, tree_totals
 from waypoint.types import (
     AgentInfo,
     Budget,
@@ -558,11 +559,26 @@ class Waypoint:
         return [replace(r, stuck=marked[r.run_id]) if r.run_id in marked else r for r in rows]
 
     async def pause(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
-        """Pause before the next step (the current one finishes)."""
-        return await self._update(run_id, Update.PAUSE, None, tenant_id)
+        """Pause before the next step (the current one finishes); its live sub-agent runs pause too."""
+        progress = await self._update(run_id, Update.PAUSE, None, tenant_id)
+        await self._below(run_id, Update.PAUSE, tenant_id)
+        return progress
 
     async def resume(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
-        return await self._update(run_id, Update.RESUME, None, tenant_id)
+        """Go on after a pause; its paused sub-agent runs go on too."""
+        progress = await self._update(run_id, Update.RESUME, None, tenant_id)
+        await self._below(run_id, Update.RESUME, tenant_id)
+        return progress
+
+    async def _below(self, run_id: str, name: Update, tenant_id: str | None) -> None:
+        """Deliver a pause or a resume to the live runs below `run_id` in its tree (a workflow cannot
+        send an update to another, and Temporal's parent-close policy covers only the parent's end).
+        A run that has just ended, or is already in that state, is passed over."""
+        for row in await self._store.live_below(self._scoped(tenant_id, run_id), run_id):
+            if (name == Update.PAUSE) == (row.status == RunStatus.PAUSED):
+                continue
+            with contextlib.suppress(Conflict, InvalidInput, NotFound):
+                await self._update(row.run_id, name, None, tenant_id)
 
     async def cancel(self, run_id: str, reason: str | None = None, *, tenant_id: str | None = None) -> RunProgress:
         """End the run with status `cancelled`: a model call in flight is cancelled (the step gets
@@ -578,14 +594,39 @@ class Waypoint:
     async def approve(
         self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None
     ) -> RunProgress:
-        """Let a tool call that waits for approval run."""
-        return await self._update(run_id, Update.APPROVE, decision(call_id, reason), tenant_id)
+        """Let a tool call that waits for approval run: the run's own, or (given the id of a run
+        above it) that of the one run of its tree that waits."""
+        target = await self._waiting_run(run_id, call_id, tenant_id)
+        return await self._update(target, Update.APPROVE, decision(call_id, reason), tenant_id)
 
     async def deny(
         self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None
     ) -> RunProgress:
-        """Refuse a waiting tool call; the model is told, with the reason."""
-        return await self._update(run_id, Update.DENY, decision(call_id, reason), tenant_id)
+        """Refuse a waiting tool call; the model is told, with the reason. As `approve`, the id of a
+        run above the waiting one reaches it."""
+        target = await self._waiting_run(run_id, call_id, tenant_id)
+        return await self._update(target, Update.DENY, decision(call_id, reason), tenant_id)
+
+    async def _waiting_run(self, run_id: str, call_id: str | None, tenant_id: str | None) -> str:
+        """The run whose call a decision given for `run_id` is about: `run_id` itself, unless it is not
+        waiting and exactly one run below it is (or one whose pending calls include `call_id`)."""
+        tenant = self._scoped(tenant_id, run_id)
+        row = await self._store.get_run(tenant, run_id)
+        waiting = await self._store.waiting_below(tenant, run_id)
+        if not waiting:
+            return run_id
+        if call_id is not None:
+            for below in waiting:
+                progress = await (await self.temporal()).progress(below.run_id)
+                if any(p.call_id == call_id for p in progress.pending_approvals):
+                    return below.run_id
+            return run_id  # its own call, or its own update says there is no such call
+        if row.status not in FINISHED and (await (await self.temporal()).progress(run_id)).pending_approvals:
+            return run_id
+        if len(waiting) > 1:
+            names = ", ".join(w.run_id for w in waiting)
+            raise Conflict(f"{len(waiting)} runs below {run_id} wait for approval ({names}): name one of them")
+        return waiting[0].run_id
 
     async def result(self, run_id: str, *, tenant_id: str | None = None) -> RunResult:
         """Wait for a run to end. A failed run returns its result with status `failed` and the error."""
@@ -752,6 +793,15 @@ class Waypoint:
         """Two runs of the tenant step by step: tool calls, answers, tokens, cost, model time, outcome."""
         return await self._store.compare(self._scoped(tenant_id, run_a, run_b), run_a, run_b)
 
+    async def tree(self, run_id: str, *, tenant_id: str | None = None) -> RunTree:
+        """The run and every sub-agent run below it, depth first in call order, with the tree's totals."""
+        nodes = await self._store.tree(self._scoped(tenant_id, run_id), run_id)
+        return RunTree(nodes=nodes, totals=tree_totals(nodes))
+
+    async def children(self, run_id: str, *, tenant_id: str | None = None) -> list[RunRow]:
+        """The sub-agent runs this run started itself, in call order."""
+        return await self._store.children(self._scoped(tenant_id, run_id), run_id)
+
     async def lineage(self, run_id: str, *, tenant_id: str | None = None) -> list[LineageLink]:
         return await self._store.lineage(self._scoped(tenant_id, run_id), run_id)
 
@@ -765,6 +815,11 @@ class Waypoint:
         order, so a delete cut half-way (a crash, an unreachable memory worker) finishes when run again:
         the run's row is the last thing to go."""
         tenant = self._scoped(tenant_id, run_id)
+        for node in reversed((await self._store.tree(tenant, run_id))[1:]):  # its sub-agent runs first
+            await self._delete_one(tenant, node.run.run_id)
+        await self._delete_one(tenant, run_id)
+
+    async def _delete_one(self, tenant: str, run_id: str) -> None:
         run = await self._store.deletable(tenant, run_id)
         if self.settings.memory and await self._has_episodes(run):
             await (await self.temporal()).memory(MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id))

@@ -44,7 +44,19 @@ class TreeTotals:
         return self.input_tokens + self.output_tokens
 
 
-def totals(nodes: list[TreeNode]) -> TreeTotals:
+@dataclass(frozen=True)
+class RunTree:
+    """A run (the first node) and the runs below it, depth first in call order, with their totals."""
+
+    nodes: list[TreeNode]
+    totals: TreeTotals
+
+    @property
+    def root(self) -> RunRow:
+        return self.nodes[0].run
+
+
+def tree_totals(nodes: list[TreeNode]) -> TreeTotals:
     rows = [n.run for n in nodes]
     return TreeTotals(
         runs=len(rows),
