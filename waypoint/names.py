@@ -176,6 +176,13 @@ class MemoryOp(StrEnum):
     FORGET = "forget"
 
 
+class DemoAgent(StrEnum):
+    """The demos `waypoint demo --agent` runs."""
+
+    DEMO = "demo"  # one agent reads the notes, counts their words, writes report.md
+    RESEARCH = "research"  # a lead agent fans the notes out to sub-agents at once; one writes research.md
+
+
 class EpisodeKind(StrEnum):
     STEP = "step"
     DECISION = "decision"

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from waypoint.config import Settings
 from waypoint.names import STUCK, LineageKind, RunStatus
+from waypoint.pricing import format_usd
 from waypoint.store.rows import (
     ApiKeyRow,
     BatchReport,
@@ -26,6 +27,7 @@ from waypoint.store.rows import (
     StepSide,
     as_json,
 )
+from waypoint.store.trees import RunTree
 
 console = Console()
 err_console = Console(stderr=True)  # progress bars: stdout stays the table (or the JSON)
@@ -150,8 +152,34 @@ def run_table(run: RunRow) -> Table:
             value = run.shown_status
         if value is not None:
             table.add_row(key, status_text(value) if key == "status" else str(value))
+    if run.caller_run_id:
+        table.add_row("started by", f"{run.caller_run_id} (step {run.caller_step}, call {run.caller_call_index})")
     if run.stuck:
         table.add_row("stuck", f"[red]{escape(run.stuck)}[/red]: `waypoint cancel {run.run_id}` ends it")
+    return table
+
+
+def tree_table(tree: RunTree) -> Table:
+    """One line per run of the tree, each under its caller with its run id (never cut), then the totals."""
+    table = Table(box=box.SIMPLE_HEAD, show_footer=True)
+    t = tree.totals
+    table.add_column("run id", footer=f"{t.runs} runs", no_wrap=True)
+    table.add_column("agent", footer="total", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("steps", footer=str(t.steps), justify="right")
+    table.add_column("tokens", footer=str(t.tokens), justify="right")
+    table.add_column("cost", footer=format_usd(t.cost_usd), justify="right")
+    for node in tree.nodes:
+        r = node.run
+        indent = "  " * (node.depth - 1) + "└ " if node.depth else ""
+        table.add_row(
+            f"{indent}{r.run_id}",
+            r.agent,
+            status_text(r.shown_status),
+            str(r.steps),
+            str(r.input_tokens + r.output_tokens),
+            format_usd(r.cost_usd),
+        )
     return table
 
 

@@ -19,12 +19,15 @@ from waypoint.app.temporal import TemporalGateway, connect
 from waypoint.app.worker import run_worker
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
+from waypoint.demo_research import REPORT_PATH, RESEARCH_TASK
 from waypoint.errors import WaypointError
-from waypoint.names import RunStatus, ToolOutcome
+from waypoint.names import DemoAgent, RunStatus, ToolOutcome
 from waypoint.store.rows import RunRow
 
+DEMO_RUNS = {DemoAgent.DEMO: (DEMO_TASK, "report.md"), DemoAgent.RESEARCH: (RESEARCH_TASK, REPORT_PATH)}
 
-def run_demo(settings: Settings, *, model: str | None, chaos: bool = False) -> None:
+
+def run_demo(settings: Settings, *, model: str | None, chaos: bool = False, agent: DemoAgent = DemoAgent.DEMO) -> None:
     started = time.monotonic()
     info = running_stack(Path(settings.state_dir))
 
@@ -33,7 +36,7 @@ def run_demo(settings: Settings, *, model: str | None, chaos: bool = False) -> N
             from waypoint.app.chaos import chaos_demo  # its process tools cost a plain demo nothing
 
             return chaos_demo(cfg, started, shared_stack=info is not None)
-        return _demo(cfg, model, started)
+        return _demo(cfg, model, started, agent)
 
     if info is not None:
         out.console.print(f"reusing the embedded stack of process {info.pid}")
@@ -47,7 +50,8 @@ def run_demo(settings: Settings, *, model: str | None, chaos: bool = False) -> N
         stack.stop()
 
 
-async def _demo(settings: Settings, model: str | None, started: float) -> None:
+async def _demo(settings: Settings, model: str | None, started: float, agent: DemoAgent) -> None:
+    task, report_path = DEMO_RUNS[agent]
     seed_workspace(settings.resolved_workspace)
     engine = await prepare_database(settings.database_url or "")
     stop = asyncio.Event()
@@ -64,14 +68,18 @@ async def _demo(settings: Settings, model: str | None, started: float) -> None:
                 waiting.cancel()
                 worker_task.result()  # raises why it stopped
         wp = Waypoint(client, engine, settings)
-        run_id = await wp.start_run(DEMO_TASK, agent="demo", model=model)
-        out.console.print(f"started [bold]{run_id}[/bold]: {DEMO_TASK}")
+        run_id = await wp.start_run(task, agent=agent.value, model=model)
+        out.console.print(f"started [bold]{run_id}[/bold]: {task}")
         row = await _follow_or_fail(wp, run_id, worker_task)
         lines = await wp.timeline(run_id)
         out.console.print(out.timeline_table(lines))
         out.console.print(out.run_table(row))
-        report = settings.resolved_workspace / "report.md"
-        if row.status == RunStatus.COMPLETED and await wrote_report(wp, run_id):
+        family = await wp.tree(run_id)
+        if len(family.nodes) > 1:
+            out.console.print(out.tree_table(family))
+            out.console.print(f"the tree again: waypoint tree {run_id}")
+        report = settings.resolved_workspace / report_path
+        if row.status == RunStatus.COMPLETED and await wrote_report(wp, run_id, report_path):
             out.console.print(f"report written to {report}")
         out.console.print(f"[dim]demo took {time.monotonic() - started:.1f} s[/dim]")
         if row.status != RunStatus.COMPLETED:
@@ -83,10 +91,14 @@ async def _demo(settings: Settings, model: str | None, started: float) -> None:
         await engine.dispose()
 
 
-async def wrote_report(wp: Waypoint, run_id: str) -> bool:
-    """This run wrote report.md (its write_file call succeeded), not an earlier one."""
-    effects = await wp.effects(run_id)
-    return any(e.tool == "write_file" and e.outcome == ToolOutcome.OK and "report.md" in e.arguments for e in effects)
+async def wrote_report(wp: Waypoint, run_id: str, path: str = "report.md") -> bool:
+    """This run, or a sub-agent run below it, wrote `path` (its write_file call succeeded), not an
+    earlier run."""
+    for node in (await wp.tree(run_id)).nodes:
+        effects = await wp.effects(node.run.run_id)
+        if any(e.tool == "write_file" and e.outcome == ToolOutcome.OK and path in e.arguments for e in effects):
+            return True
+    return False
 
 
 async def _follow_or_fail(wp: Waypoint, run_id: str, worker_task: asyncio.Task[None] | None) -> RunRow:

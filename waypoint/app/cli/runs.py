@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from waypoint.app.cli._common import JsonOpt, RunArg, StepArg, command, connect, settings
 from waypoint.errors import InvalidInput
 
+if TYPE_CHECKING:
+    from waypoint.store.trees import TreeNode
+
 
 def register(app: typer.Typer) -> None:
-    for fn in (runs, status, history, show, diff, events, export, trace, verify, replay, delete):
+    for fn in (runs, status, tree, history, show, diff, events, export, trace, verify, replay, delete):
         app.command(name=fn.__name__.rstrip("_"))(fn)
 
 
@@ -64,6 +67,7 @@ async def status(
     async with await connect() as wp:
         row = await wp.run(run_id, check_stuck=True)
         lines = await wp.timeline(run_id)
+        family = await wp.tree(run_id)
         live = None
         if row.status not in FINISHED and not row.stuck:  # a stuck run answers no query
             try:
@@ -71,16 +75,54 @@ async def status(
             except WaypointError as exc:  # Temporal unreachable, or the run unreadable: Postgres still answers
                 print(f"warning: no live state from Temporal: {exc}", file=sys.stderr)
     if as_json:
-        out.print_json({**out.as_json(row), "status": row.shown_status, "timeline": lines, "live": live})
+        below = [tree_json(n) for n in family.nodes[1:]]
+        out.print_json(
+            {**out.as_json(row), "status": row.shown_status, "timeline": lines, "live": live, "children": below}
+        )
         return
     out.console.print(out.run_table(row))
     if lines:
         out.console.print(out.timeline_table(lines))
+    if len(family.nodes) > 1:
+        out.console.print(out.tree_table(family))
     for p in live.pending_approvals if live else []:
         out.console.print(
             f"[yellow]waiting for approval:[/yellow] {p.tool}({p.arguments}) call {p.call_id}: "
             f"`waypoint approve {run_id}` or `waypoint deny {run_id}`"
         )
+
+
+def tree_json(node: TreeNode) -> dict[str, Any]:
+    r = node.run
+    return {
+        "run_id": r.run_id,
+        "depth": node.depth,
+        "caller_run_id": r.caller_run_id,
+        "caller_step": r.caller_step,
+        "caller_call_index": r.caller_call_index,
+        "agent": r.agent,
+        "status": r.shown_status,
+        "steps": r.steps,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "cost_usd": r.cost_usd,
+    }
+
+
+@command
+async def tree(run_id: RunArg, as_json: JsonOpt = False) -> None:
+    """The run and the sub-agent runs below it: one line per run, each with its id, status, steps,
+    tokens and cost, then the tree's totals."""
+    from dataclasses import asdict
+
+    from waypoint.app import console as out
+
+    async with await connect() as wp:
+        found = await wp.tree(run_id)
+    if as_json:
+        out.print_json({"runs": [tree_json(n) for n in found.nodes], "totals": asdict(found.totals)})
+        return
+    out.console.print(out.tree_table(found))
 
 
 @command

@@ -9,6 +9,7 @@ import typer
 
 from waypoint.app.cli._common import command, fail, settings
 from waypoint.errors import InvalidInput, WaypointError
+from waypoint.names import DemoAgent
 
 
 def register(app: typer.Typer) -> None:
@@ -41,6 +42,10 @@ def dev(no_worker: Annotated[bool, typer.Option("--no-worker", help="Start no wo
 
 
 def demo(
+    agent: Annotated[
+        DemoAgent,
+        typer.Option(help="demo: one agent reads notes; research: a lead agent fans out to sub-agents at once."),
+    ] = DemoAgent.DEMO,
     model: Annotated[str | None, typer.Option(help="Model spec, e.g. openai:gpt-4o-mini (default: scripted).")] = None,
     chaos: Annotated[
         bool, typer.Option("--chaos", help="Fail model calls, kill the worker mid-tool, resume, check the result.")
@@ -53,7 +58,11 @@ def demo(
     try:
         if chaos and model:
             raise InvalidInput("--chaos plays its own model (a local server that fails some calls): drop --model")
-        run_demo(settings(), model=model, chaos=chaos)
+        if chaos and agent != DemoAgent.DEMO:
+            raise InvalidInput("--chaos plays the notes demo only: drop --agent")
+        if model and agent != DemoAgent.DEMO:
+            raise InvalidInput("the research demo's agents are scripted: drop --model")
+        run_demo(settings(), model=model, chaos=chaos, agent=agent)
     except WaypointError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
