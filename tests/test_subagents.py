@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
+from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
@@ -57,3 +61,26 @@ async def test_research_demo_fans_out_to_three_children_and_writes_the_report(
         (2, "report_writer", "ok"),
     ]
     assert ledger[0]["output"] == by_id[readers[0]]["output"]
+
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+
+
+def test_the_research_demo_runs_as_the_quick_start_shows(tmp_path: Path):
+    """The quick start's sub-agents command, typed in a shell on a fresh folder: the tree it prints has
+    one line per run, each with its run id, and the report is written."""
+    quick = README.split("## Quick start", 1)[1].split("A lead agent that hands work to sub-agents", 1)[1]
+    command = quick.split("```bash\n", 1)[1].split("```", 1)[0].strip()
+    assert command == "waypoint demo --agent research"
+    env = Settings(temporal_address=f"localhost:{reserve_port()}").child_environment(
+        COLUMNS="200", WAYPOINT_API_PORT=str(reserve_port())
+    )
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_id = done.stdout.split("started ", 1)[1].split(":", 1)[0].strip()
+    tree_lines = [line for line in done.stdout.splitlines() if f"{run_id}." in line and "completed" in line]
+    children = [line.split()[1] for line in tree_lines if line.strip().startswith("└")]
+    assert children == [f"{run_id}.1.0", f"{run_id}.1.1", f"{run_id}.1.2", f"{run_id}.2.0"], done.stdout
+    assert "5 runs" in done.stdout
+    report = (tmp_path / ".waypoint" / "workspace" / "research.md").read_text()
+    assert report.count("- notes/") == 3
