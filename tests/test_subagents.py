@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 from pathlib import Path
 
@@ -10,15 +12,18 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
+from tests.helpers import eventually, one_line_error, waypoint
 from tests.ports import reserve_port
+from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.demo_research import RESEARCH_TASK, research
-from waypoint.names import child_run_id
-from waypoint.store.schema import runs, tool_effects
+from waypoint.errors import Conflict, NotFound
+from waypoint.names import EventKind, RunStatus, child_run_id
+from waypoint.store.schema import events, runs, tool_effects
 
 pytestmark = pytest.mark.postgres
 
@@ -84,3 +89,155 @@ def test_the_research_demo_runs_as_the_quick_start_shows(tmp_path: Path):
     assert "5 runs" in done.stdout
     report = (tmp_path / ".waypoint" / "workspace" / "research.md").read_text()
     assert report.count("- notes/") == 3
+
+
+# --- lifecycle: approvals, pause, cancel, the CLI ------------------------------------------------------
+
+
+@tool(requires_approval=True)
+def launch(target: str) -> str:
+    """Launch something (a human must approve)."""
+    return f"launched {target}"
+
+
+@tool
+async def slow_step(n: int) -> str:
+    """Work for a while."""
+    await asyncio.sleep(0.4)
+    return f"worked {n}"
+
+
+gated_child = Agent(
+    name="gated_child",
+    description="Launches what it is told to, once a human approves.",
+    instructions="Launch the target with launch, then say so.",
+    model=ScriptedModel([ScriptedTurn(tool_calls=[("launch", {"target": "probe"})]), ScriptedTurn(content="launched")]),
+    tools=(launch,),
+    memory=False,
+)
+slow_child = Agent(
+    name="slow_child",
+    description="Works slowly, step by step.",
+    instructions="Work.",
+    model=ScriptedModel([ScriptedTurn(tool_calls=[("slow_step", {"n": i})]) for i in range(30)]),
+    tools=(slow_step,),
+    max_steps=30,
+    memory=False,
+)
+lead = Agent(
+    name="lifecycle_lead",
+    instructions="Hand the work to your sub-agents.",
+    model=ScriptedModel(
+        [
+            lambda messages: ScriptedTurn(tool_calls=[(str(messages[1]["content"]), {"task": "go"})] * 2),
+            lambda messages: ScriptedTurn(
+                content="children said: " + " | ".join(str(m["content"]) for m in messages if m["role"] == "tool")
+            ),
+        ]
+    ),
+    agents=(gated_child, slow_child),
+    memory=False,
+)
+
+
+@pytest.fixture
+async def lifecycle(client: Client, engine: AsyncEngine, settings: Settings):
+    async with build_worker(client, engine, settings, AgentRegistry([lead])):
+        yield Waypoint(client, engine, settings)
+
+
+async def status_of(wp: Waypoint, run_id: str) -> str:
+    return (await wp.run(run_id)).status
+
+
+async def test_a_childs_approval_shows_on_its_caller_and_approve_on_the_callers_id_reaches_it(lifecycle, engine):
+    wp = lifecycle
+    run_id = await wp.start_run("gated_child", agent="lifecycle_lead")
+    children = [child_run_id(run_id, 1, 0), child_run_id(run_id, 1, 1)]
+    await eventually(
+        lambda: all_of(wp, children, RunStatus.WAITING_APPROVAL), what="both children waiting for approval"
+    )
+    assert await status_of(wp, run_id) == RunStatus.WAITING_APPROVAL  # mirrored on the caller
+    async with engine.connect() as conn:
+        details = await conn.scalars(
+            select(events.c.payload).where(events.c.run_id == run_id, events.c.kind == EventKind.STATUS_CHANGED)
+        )
+        waiting = [p["waiting_run_id"] for p in details if p.get("waiting_run_id")]
+    assert waiting and waiting[0] in children
+    with pytest.raises(Conflict, match="2 runs below .* wait for approval"):
+        await wp.approve(run_id)  # two wait: name one
+    await wp.approve(children[0])
+    await eventually(lambda: all_of(wp, children[:1], RunStatus.COMPLETED), what="the first child completing")
+    assert await status_of(wp, run_id) == RunStatus.WAITING_APPROVAL  # the other still waits
+    await wp.deny(run_id, reason="not this one")  # one waits now: the caller's id reaches it
+    result = await wp.result(run_id)
+    assert result.status == RunStatus.COMPLETED
+    assert result.output == "children said: launched | launched"  # the denied child answered after the denial
+    effects = await wp.effects(children[1])
+    assert [(e.tool, e.outcome) for e in effects] == []  # the denied call never ran
+    assert [(e.tool, e.outcome) for e in await wp.effects(children[0])] == [("launch", "ok")]
+
+
+async def all_of(wp: Waypoint, run_ids: list[str], status: RunStatus) -> bool:
+    for run_id in run_ids:
+        try:
+            if await status_of(wp, run_id) != status:
+                return False
+        except NotFound:
+            return False
+    return True
+
+
+async def test_pause_and_resume_reach_the_children_and_cancel_ends_them(lifecycle):
+    wp = lifecycle
+    run_id = await wp.start_run("slow_child", agent="lifecycle_lead")
+    children = [child_run_id(run_id, 1, 0), child_run_id(run_id, 1, 1)]
+    await eventually(lambda: all_of(wp, children, RunStatus.RUNNING), what="both children running")
+    await wp.pause(run_id)
+    await eventually(lambda: all_of(wp, children, RunStatus.PAUSED), what="both children paused")
+    paused_at = [(await wp.run(c)).steps for c in children]
+    await asyncio.sleep(1.0)
+    assert [(await wp.run(c)).steps for c in children] == paused_at  # no step while paused
+    await wp.resume(run_id)
+    await eventually(lambda: all_of(wp, children, RunStatus.RUNNING), what="both children running again")
+    await eventually(
+        lambda: steps_past(wp, children, paused_at), what="the children making steps again after the resume"
+    )
+    await wp.cancel(run_id, "enough")
+    result = await wp.result(run_id)
+    assert result.status == RunStatus.CANCELLED and result.error == "enough"
+    # The parent's close asked Temporal to cancel its children; each records its own end.
+    await eventually(lambda: all_of(wp, children, RunStatus.CANCELLED), what="the children cancelled", timeout=20)
+    for child in children:
+        row = await wp.run(child)
+        assert row.status == RunStatus.CANCELLED, row
+        assert row.error == "its caller ended"
+
+
+async def steps_past(wp: Waypoint, run_ids: list[str], before: list[int]) -> bool:
+    now = [(await wp.run(r)).steps for r in run_ids]
+    return all(n > b for n, b in zip(now, before, strict=True))
+
+
+async def test_tree_on_the_cli_prints_a_line_per_run_and_refuses_an_unknown_id(
+    client: Client, engine: AsyncEngine, settings: Settings
+):
+    seed_workspace(settings.resolved_workspace)
+    wp = Waypoint(client, engine, settings)
+    async with build_worker(client, engine, settings, AgentRegistry([research])):
+        run_id = await wp.start_run(RESEARCH_TASK, agent="research")
+        await wp.result(run_id)
+    done = await waypoint(settings, "tree", run_id, "--json")
+    assert done.code == 0, done.err
+    tree = json.loads(done.out)
+    rows = {r["run_id"]: r for r in tree["runs"]}
+    assert list(rows) == [run_id, *(child_run_id(run_id, 1, i) for i in range(3)), child_run_id(run_id, 2, 0)]
+    assert [r["depth"] for r in tree["runs"]] == [0, 1, 1, 1, 1]
+    assert tree["totals"]["runs"] == 5 and tree["totals"]["steps"] == sum(r["steps"] for r in tree["runs"])
+    assert rows[child_run_id(run_id, 2, 0)]["caller_step"] == 2
+    text = await waypoint(settings, "tree", run_id)
+    assert sum(1 for line in text.out.splitlines() if f"{run_id}." in line) == 4
+    status = await waypoint(settings, "status", child_run_id(run_id, 1, 2))
+    assert "started by" in status.out and f"{run_id} (step 1, call 2)" in status.out
+    error = one_line_error(await waypoint(settings, "tree", "no-such-run"))
+    assert "no run 'no-such-run'" in error
