@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from temporalio.client import Client
 from tests.helpers import eventually, one_line_error, waypoint
 from tests.ports import reserve_port
 from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
+from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
@@ -23,7 +25,9 @@ from waypoint.demo import seed_workspace
 from waypoint.demo_research import RESEARCH_TASK, research
 from waypoint.errors import Conflict, NotFound
 from waypoint.names import EventKind, RunStatus, child_run_id
+from waypoint.store import RunStore
 from waypoint.store.schema import events, runs, tool_effects
+from waypoint.types import Budget, ParentRef, StartRunInput
 
 pytestmark = pytest.mark.postgres
 
@@ -241,3 +245,29 @@ async def test_tree_on_the_cli_prints_a_line_per_run_and_refuses_an_unknown_id(
     assert "started by" in status.out and f"{run_id} (step 1, call 2)" in status.out
     error = one_line_error(await waypoint(settings, "tree", "no-such-run"))
     assert "no run 'no-such-run'" in error
+
+
+def test_caps_and_budgets_a_sub_agent_run_is_planned_with(monkeypatch: pytest.MonkeyPatch):
+    """The settings cap a run's sub-agents at once (per tenant where set); a sub-agent run's budget is
+    the smaller of its caller's remainder and its agent's own."""
+    monkeypatch.setenv("WAYPOINT_MAX_PARALLEL_AGENTS", "5")
+    monkeypatch.setenv("WAYPOINT_TENANT_PARALLEL_AGENTS", '{"acme": 2}')
+    capped = replace(research, max_tokens=900, max_parallel_agents=8)
+    acts = CheckpointActivities(RunStore(create_engine_stub()), AgentRegistry([capped]), settings=Settings())
+    start = StartRunInput("r", "acme", "research", "t", None, Budget())
+    assert acts.plan(start).max_parallel_agents == 2
+    assert acts.plan(replace(start, tenant_id="other")).max_parallel_agents == 5
+    assert acts.plan(start).agents == ["note_reader", "report_writer"] and acts.plan(start).depth == 0
+    as_child = replace(
+        start, budget=Budget(max_tokens=400, deadline_seconds=30), parent=ParentRef("p", 1, 0, "p", depth=2)
+    )
+    plan = acts.plan(as_child)
+    assert (plan.max_tokens, plan.deadline_seconds, plan.depth) == (400, 30, 2)
+    assert acts.plan(replace(as_child, budget=Budget(max_tokens=5000))).max_tokens == 900  # its agent's is smaller
+    assert acts.plan(replace(start, budget=Budget(max_tokens=5000))).max_tokens == 5000  # a root's own replaces it
+
+
+def create_engine_stub():  # the plan reads no row
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    return create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none")
