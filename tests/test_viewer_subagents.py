@@ -12,7 +12,7 @@ from tests import a11y
 from tests.agents import listener
 from tests.conftest import ApiServer
 from tests.helpers import eventually
-from tests.test_viewer import browser, contexts, logged_in, needs_browser  # noqa: F401 (fixtures)
+from tests.test_viewer import browser, contexts, logged_in, needs_browser, shot  # noqa: F401 (fixtures)
 from waypoint.agents import Agent, AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
@@ -69,6 +69,7 @@ async def test_run_page_shows_the_tree_and_a_child_links_back_to_its_call(
     totals = await page.locator("#tree tfoot").inner_text()
     assert "5 runs" in totals and f"{tree.totals.tokens:,}" in totals and str(tree.totals.steps) in totals
     assert await a11y.problems(page) == []
+    await shot(page, "tree")
 
     await page.click(f"#tree a[href='/ui/runs/{readers[1]}']")
     await page.wait_for_url(f"**/ui/runs/{readers[1]}")
@@ -96,6 +97,13 @@ async def test_run_page_shows_the_tree_and_a_child_links_back_to_its_call(
     mark = page.locator(f"#runs tr[data-run='{writer}'] .sub-agent")
     assert f"sub-agent of {run_id}" in await mark.inner_text()
     assert await page.locator(f"#runs tr[data-run='{run_id}'] .sub-agent").count() == 0
+    await page.check("input[name=roots]")  # only the runs no call started
+    await page.click("button:text-is('Filter')")
+    await page.wait_for_url("**roots=1*")
+    listed = await page.locator("#runs tr[data-run]").evaluate_all("rs => rs.map(r => r.dataset.run)")
+    assert run_id in listed and not set(listed) & {*readers, writer}
+    assert await page.locator("input[name=roots]").is_checked()
+    assert await a11y.problems(page) == []
 
 
 @needs_browser

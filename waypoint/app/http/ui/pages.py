@@ -87,6 +87,7 @@ async def runs_page(
     since: str = "",
     until: str = "",
     sort: str = "",
+    roots: str = "",
     cursor: str = "",
 ) -> Response:
     filters = {
@@ -96,6 +97,7 @@ async def runs_page(
         "since": since.strip(),
         "until": until.strip(),
         "sort": sort or RunSort.NEWEST,
+        "roots": "1" if roots else "",  # only the runs no sub-agent call started
     }
     page = await api.wp.runs_page(
         tenant_id=tenant,
@@ -107,6 +109,7 @@ async def runs_page(
         until=filters["until"] or None,
         sort=filters["sort"],
         cursor=cursor or None,
+        roots=bool(filters["roots"]),
     )
     nxt = None
     if page.next_cursor is not None:
