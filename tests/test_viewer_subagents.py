@@ -105,6 +105,11 @@ async def test_run_page_shows_the_tree_and_a_child_links_back_to_its_call(
     assert await page.locator("input[name=roots]").is_checked()
     assert await a11y.problems(page) == []
 
+    other_key, _ = await wp.keys.create(f"other-{settings.tenant}", "viewer test")
+    _, other = await logged_in(browser, contexts, api, other_key)  # another tenant sees none of the tree
+    for path in (f"/ui/runs/{run_id}/tree", f"/ui/runs/{readers[0]}", f"/ui/runs/{run_id}/steps/1"):
+        assert (await other.request.get(path)).status == 404, path
+
 
 @needs_browser
 @pytest.mark.timeout(150)  # a browser, a stack and a worker under CI load; a hang still fails
