@@ -671,11 +671,12 @@ class Waypoint:
         before: tuple[datetime, str] | None = None,
         batch_id: str | None = None,
         run_ids: Sequence[str] | None = None,
+        roots: bool = False,
     ) -> RunsPage:
         """A page of runs and the cursor of the next (what the HTTP API and the viewer list).
         `since`/`until`: created at or after / before, an age back from now (`1h`, `7d`), an ISO
         date or a datetime; `sort`: a RunSort; `cursor`: the previous page's `next_cursor`;
-        `run_ids`: only these runs."""
+        `run_ids`: only these runs; `roots`: no sub-agent runs."""
         check_count("the limit", limit)
         if status is not None:
             check_choice("status", status, RunStatus)
@@ -700,6 +701,7 @@ class Waypoint:
             before=before,
             batch_id=batch_id,
             run_ids=run_ids,
+            roots=roots,
         )
         if batch_id is not None and not page.runs and not await self._store.has_batch(tenant, batch_id):
             raise NotFound(

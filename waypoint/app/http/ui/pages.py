@@ -87,6 +87,7 @@ async def runs_page(
     since: str = "",
     until: str = "",
     sort: str = "",
+    roots: str = "",
     cursor: str = "",
 ) -> Response:
     filters = {
@@ -96,6 +97,7 @@ async def runs_page(
         "since": since.strip(),
         "until": until.strip(),
         "sort": sort or RunSort.NEWEST,
+        "roots": "1" if roots else "",  # only the runs no sub-agent call started
     }
     page = await api.wp.runs_page(
         tenant_id=tenant,
@@ -107,6 +109,7 @@ async def runs_page(
         until=filters["until"] or None,
         sort=filters["sort"],
         cursor=cursor or None,
+        roots=bool(filters["roots"]),
     )
     nxt = None
     if page.next_cursor is not None:
@@ -137,6 +140,7 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
         return render(request, "starting.html", run_id=run_id, stuck=stuck)  # Temporal runs it; its row comes next
     lines = await wp.timeline(run_id, tenant_id=tenant)
     lineage = await wp.lineage(run_id, tenant_id=tenant)
+    tree = await wp.tree(run_id, tenant_id=tenant)
     live = None
     after_seq = 0
     if row.status not in FINISHED:
@@ -157,6 +161,7 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
         run=row,
         lines=lines,
         lineage=lineage,
+        tree=tree,
         live=live,
         finished=row.status in FINISHED,
         after_seq=after_seq,
@@ -172,6 +177,13 @@ async def rows_fragment(
     lines = await api.wp.timeline(run_id, tenant_id=tenant, after_step=after)
     row = await api.wp.run(run_id, tenant_id=tenant)
     return render(request, "rows.html", run=row, lines=lines)
+
+
+@router.get("/runs/{run_id}/tree")
+async def tree_fragment(request: Request, run_id: str, api: Api, tenant: Tenant) -> Response:
+    """The run's table of sub-agent runs, for a live run's page to refresh (empty while it has none)."""
+    tree = await api.wp.tree(run_id, tenant_id=tenant)
+    return render(request, "tree.html", run=tree.root, tree=tree)
 
 
 def recalled_of(request: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -191,6 +203,7 @@ def message_text(m: Any) -> str:
 @router.get("/runs/{run_id}/steps/{step}")
 async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: Tenant) -> Response:
     row, before, events = await step_parts(api, tenant, run_id, step)
+    started = {c.caller_call_index: c for c in await api.wp.children(run_id, tenant_id=tenant) if c.caller_step == step}
     request_json = as_json(before.request) if before is not None and before.request else None
     return render(
         request,
@@ -203,6 +216,7 @@ async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: 
         recalled=recalled_of(request_json),
         responses=[e for e in events if e.kind == EventKind.MODEL_RESPONSE],
         tools=[e for e in events if e.kind == EventKind.TOOL_RESULT],
+        started=started,
         failures=[e for e in events if e.kind == EventKind.MODEL_ATTEMPT_FAILED],
         others=[
             e
