@@ -22,6 +22,8 @@ RUN_ENDPOINTS = [
     ("GET", "/v1/runs/{run}/export", None),
     ("GET", "/v1/runs/{run}/stream", None),
     ("GET", "/v1/runs/{run}/stream?format=agui", None),
+    ("GET", "/v1/runs/{run}/stream?children=true", None),
+    ("GET", "/v1/runs/{run}/tree", None),
     ("GET", "/v1/runs/{run}/replay", None),
     ("GET", "/v1/runs/{run}/verify", None),
     ("GET", "/v1/runs/{run}/trace", None),

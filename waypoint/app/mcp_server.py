@@ -26,13 +26,15 @@ from waypoint.config import Settings
 from waypoint.errors import WaypointError
 from waypoint.names import FINISHED
 from waypoint.store.rows import as_json
+from waypoint.store.trees import tree_json
 
 Transport = Literal["stdio", "http"]
 
 INSTRUCTIONS = (
     "Waypoint runs LLM agents durably and keeps every step. Read a tenant's runs: list_runs, then "
-    "run_status (status and one line per step), step_state (what the model saw at a step and the "
-    "step's events), diff_steps, search_memory (long-term memory)."
+    "run_status (status and one line per step), run_tree (the sub-agent runs below a run and the "
+    "tree's totals), step_state (what the model saw at a step and the step's events), diff_steps, "
+    "search_memory (long-term memory)."
 )
 WRITE_INSTRUCTIONS = " Steer runs: start_run, send_message, approve, deny, cancel_run, fork_run."
 
@@ -134,6 +136,17 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
             return {"run": row, "timeline": timeline, "live": live}
 
         return await answer(ctx, status)
+
+    @server.tool(annotations=READ)
+    async def run_tree(ctx: Context, run_id: str) -> str:
+        """A run and the sub-agent runs below it (theirs too), depth first in call order: each one's
+        id, agent, status, steps, tokens, cost, depth and caller (run, step, call index); then the
+        tree's totals."""
+
+        async def tree(tenant: str) -> dict[str, Any]:
+            return tree_json(await wp.tree(run_id, tenant_id=tenant))
+
+        return await answer(ctx, tree)
 
     @server.tool(annotations=READ)
     async def step_state(ctx: Context, run_id: str, step: int) -> str:

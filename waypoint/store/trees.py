@@ -67,6 +67,63 @@ def tree_totals(nodes: list[TreeNode]) -> TreeTotals:
     )
 
 
+def caller_json(run: RunRow) -> dict[str, Any] | None:
+    """The call that started a sub-agent run (None for a run no agent started)."""
+    if run.caller_run_id is None:
+        return None
+    return {"run_id": run.caller_run_id, "step": run.caller_step, "call_index": run.caller_call_index}
+
+
+def child_json(run: RunRow) -> dict[str, Any]:
+    """A sub-agent run as its caller lists it: who, how far, what it cost, and the call (step,
+    index) of the caller that started it."""
+    return {
+        "run_id": run.run_id,
+        "agent": run.agent,
+        "status": run.shown_status,
+        "steps": run.steps,
+        "step": run.caller_step,
+        "call_index": run.caller_call_index,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "cost_usd": run.cost_usd,
+    }
+
+
+def tree_json(tree: RunTree) -> dict[str, Any]:
+    """A tree as the surfaces answer it: each node's figures, depth and caller, then the totals."""
+    nodes = [
+        {
+            "run_id": n.run.run_id,
+            "agent": n.run.agent,
+            "status": n.run.shown_status,
+            "steps": n.run.steps,
+            "input_tokens": n.run.input_tokens,
+            "output_tokens": n.run.output_tokens,
+            "tokens": n.run.input_tokens + n.run.output_tokens,
+            "cost_usd": n.run.cost_usd,
+            "depth": n.depth,
+            "caller_run_id": n.run.caller_run_id,
+            "caller_step": n.run.caller_step,
+            "caller_call_index": n.run.caller_call_index,
+        }
+        for n in tree.nodes
+    ]
+    totals = tree.totals
+    return {
+        "run_id": tree.root.run_id,
+        "nodes": nodes,
+        "totals": {
+            "runs": totals.runs,
+            "steps": totals.steps,
+            "input_tokens": totals.input_tokens,
+            "output_tokens": totals.output_tokens,
+            "tokens": totals.tokens,
+            "cost_usd": totals.cost_usd,
+        },
+    }
+
+
 def subtree_query(tenant_id: str, run_id: str) -> Any:
     """(run_id, depth) of `run_id` and every run below it, as a CTE."""
     top = select(runs.c.run_id, literal(0).label("depth")).where(runs.c.run_id == run_id, of_tenant(tenant_id))

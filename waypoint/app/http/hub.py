@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -126,6 +127,7 @@ class StreamHub:
         self.feeds: dict[str, RunFeed] = {}
         self.attempts: OrderedDict[str, AttemptText] = OrderedDict()
         self.listener: Listener | None = None
+        self.watchers: dict[str, set[Callable[[str], None]]] = {}  # run id -> told of each run below it
 
     async def start(self) -> StreamHub:
         self.listener = await self.wp.listen(
@@ -152,6 +154,17 @@ class StreamHub:
         feed = self.feeds.get(run_id)
         if feed is not None:
             feed.notify("events", None)
+        if self.watchers:
+            self._tell_watchers(run_id)
+
+    def _tell_watchers(self, run_id: str) -> None:
+        """A sub-agent run's id starts with its caller's and a dot (`child_run_id`), so the runs that
+        may be above `run_id` are its prefixes up to each dot: at most one look-up per level."""
+        at = run_id.find(".")
+        while at > 0:
+            for tell in list(self.watchers.get(run_id[:at], ())):
+                tell(run_id)
+            at = run_id.find(".", at + 1)
 
     def _on_deltas(self, payload: str) -> None:
         batch = parse_batch(payload)
@@ -173,6 +186,9 @@ class StreamHub:
     def _resync(self) -> None:
         for feed in self.feeds.values():
             feed.notify("resync", None)
+        for run_id, tells in list(self.watchers.items()):
+            for tell in list(tells):
+                tell(run_id)  # notifications may have been missed: look the tree up again
 
     # --- subscribers ----------------------------------------------------------------------------
 
@@ -200,6 +216,19 @@ class StreamHub:
         if not feed.subscribers:
             del self.feeds[sub.run_id]
             feed.task.cancel()
+
+    def watch(self, run_id: str, tell: Callable[[str], None]) -> None:
+        """Call `tell(id)` (on the event loop) whenever the log of a run whose id says it may be below
+        `run_id` grows; `tell(run_id)` itself after the LISTEN connection came back. A hint: the
+        caller checks the tree, since any run may be given an id with a dot."""
+        self.watchers.setdefault(run_id, set()).add(tell)
+
+    def unwatch(self, run_id: str, tell: Callable[[str], None]) -> None:
+        tells = self.watchers.get(run_id)
+        if tells is not None:
+            tells.discard(tell)
+            if not tells:
+                del self.watchers[run_id]
 
     def forget_attempt(self, run_id: str, step: int) -> None:
         """The step is recorded: its deltas are history now."""

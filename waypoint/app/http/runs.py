@@ -16,9 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from waypoint.app.client import RunRow, as_json
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.streams import NativeFormat, run_items, sse_response
+from waypoint.app.http.trees import TreeFormat, TreeStream, parse_tree_position
 from waypoint.checks import parse_step
 from waypoint.errors import InvalidInput, NotFound, WaypointError
 from waypoint.names import FINISHED, STUCK, EventKind, RunSort, RunStatus
+from waypoint.store.trees import caller_json, child_json
 from waypoint.types import Budget
 
 router = APIRouter(prefix="/v1", tags=["runs"])
@@ -137,7 +139,9 @@ async def list_runs(
 
 @router.get("/runs/{run_id}")
 async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    """The run's row and, while it runs, its live state from Temporal (step, pending approvals).
+    """The run's row and, while it runs, its live state from Temporal (step, pending approvals);
+    `parent`, the call that started it if a sub-agent call did (run, step, call index), and
+    `children`, the sub-agent runs its own calls started (GET .../tree has the whole tree).
     A run started a moment ago whose worker has not written its row yet is `starting`; an
     unfinished run whose workflow task keeps failing is `stuck`, with the failure in `stuck`."""
     try:
@@ -147,14 +151,24 @@ async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
             raise
         why = await api.wp.stuck(run_id, tenant_id=tenant)
         status = STUCK if why else STARTING
-        return {"run_id": run_id, "tenant_id": tenant, "status": status, "stuck": why, "steps": 0, "live": None}
+        return {
+            "run_id": run_id,
+            "tenant_id": tenant,
+            "status": status,
+            "stuck": why,
+            "steps": 0,
+            "live": None,
+            "parent": None,
+            "children": [],
+        }
     live = None
     if row.status not in FINISHED and not row.stuck:  # a stuck run answers no query
         try:
             live = await api.wp.progress(run_id, tenant_id=tenant)
         except WaypointError:
             live = None  # Temporal unreachable: Postgres still answers
-    return {**run_json(row), "live": as_json(live)}
+    children = [child_json(c) for c in await api.wp.children(run_id, tenant_id=tenant)]
+    return {**run_json(row), "live": as_json(live), "parent": caller_json(row), "children": children}
 
 
 @router.get("/runs/{run_id}/steps")
@@ -248,12 +262,23 @@ async def stream(
         str, Query(pattern="^(waypoint|agui)$", description="waypoint, or agui (AG-UI events).")
     ] = "waypoint",
     deltas: Annotated[bool, Query(description="Include model token deltas.")] = True,
+    children: Annotated[
+        bool, Query(description="The events of its sub-agent runs too (theirs too), each naming its run.")
+    ] = False,
 ) -> Response:
     """Server-sent events: the run's log from a position on, then live as it commits, with model
-    token deltas, until the run ends. Reconnect with Last-Event-ID to resume exactly."""
+    token deltas, until the run ends. Reconnect with Last-Event-ID to resume exactly. With
+    `children=true`, the runs below it too, until every one has ended (ids: see `trees`)."""
+    keepalive = api.settings.api_keepalive_seconds
+    if children:
+        if format != "waypoint":
+            raise InvalidInput("children=true streams in format=waypoint only: leave format out")
+        cursors = parse_tree_position(run_id, last_event_id) if last_event_id and last_event_id.strip() else {}
+        cursors[run_id] = await api.wp.check_position(run_id, cursors.get(run_id, after or 0), tenant_id=tenant)
+        tree_stream = TreeStream(api.hub, api.wp, tenant, run_id, cursors, deltas=deltas)
+        return sse_response(tree_stream.items(), TreeFormat(tree_stream).render, keepalive=keepalive)
     position = await api.wp.check_position(run_id, resume_point(last_event_id, after), tenant_id=tenant)
     items = run_items(api.hub, api.wp, tenant, run_id, position, deltas=deltas)
-    keepalive = api.settings.api_keepalive_seconds
     if format == "agui":
         from waypoint.app.http.agui import AguiFormat
 

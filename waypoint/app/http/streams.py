@@ -43,6 +43,7 @@ class StreamItem:
     batch: DeltaBatch | None = None
     snapshot: AttemptText | None = None
     last_seq: int = 0
+    run_id: str = ""  # the run it is of, in a stream of several (a tree's); "" in a run's own stream
 
 
 async def run_items(
@@ -145,13 +146,14 @@ class NativeFormat:
         self.run_id = run_id
 
     def render(self, item: StreamItem) -> list[ServerSentEvent]:
+        run_id = item.run_id or self.run_id
         if item.kind == "event" and item.event is not None:
             row = item.event
             return [ServerSentEvent(json.dumps(event_data(row)), event=row.kind, id=str(row.seq))]
         if item.kind == "snapshot" and item.snapshot is not None:
             snap = item.snapshot
-            data = delta_data(self.run_id, snap.step, snap.attempt, snap.text, snap.tool_calls)
-            start = {"run_id": self.run_id, "step": snap.step, "attempt": snap.attempt}
+            data = delta_data(run_id, snap.step, snap.attempt, snap.text, snap.tool_calls)
+            start = {"run_id": run_id, "step": snap.step, "attempt": snap.attempt}
             return [
                 ServerSentEvent(json.dumps(start), event="attempt_started"),
                 ServerSentEvent(json.dumps({**data, "snapshot": True}), event="model_delta"),
@@ -160,23 +162,24 @@ class NativeFormat:
             opens, joined = merged(item.batch)
             out = []
             if opens:
-                start = {"run_id": self.run_id, "step": joined.step, "attempt": joined.attempt}
+                start = {"run_id": run_id, "step": joined.step, "attempt": joined.attempt}
                 out.append(ServerSentEvent(json.dumps(start), event="attempt_started"))
             if joined.text or joined.tool_calls:
-                data = delta_data(self.run_id, joined.step, joined.attempt, joined.text, joined.tool_calls)
+                data = delta_data(run_id, joined.step, joined.attempt, joined.text, joined.tool_calls)
                 out.append(ServerSentEvent(json.dumps({**data, "snapshot": False}), event="model_delta"))
             return out
         return [overflow_event(item.last_seq)]
 
 
-def overflow_event(last_seq: int) -> ServerSentEvent:
+def overflow_event(last_id: int | str) -> ServerSentEvent:
+    """The cut-off, naming the id to resume from: a seq, or a tree stream's position."""
     data = {
         "error": {
             "code": "slow_client",
-            "message": f"this client read the stream too slowly and was cut off after event {last_seq}: "
-            f"reconnect with Last-Event-ID: {last_seq} to go on from there",
+            "message": f"this client read the stream too slowly and was cut off after event {last_id}: "
+            f"reconnect with Last-Event-ID: {last_id} to go on from there",
         },
-        "last_event_id": last_seq,
+        "last_event_id": last_id,
     }
     return ServerSentEvent(json.dumps(data), event="error")
 

@@ -23,11 +23,12 @@ from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of
-from waypoint.app.http.protocol.stream import ProtocolFormat, stream_modes
+from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes
 from waypoint.app.http.protocol.threads import newest_started
 from waypoint.app.http.runs import resume_point
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.streams import StreamItem, run_items, sse_response
+from waypoint.app.http.trees import TreeStream
 from waypoint.checks import new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.names import FINISHED, MemoryView
@@ -45,6 +46,7 @@ class RunCreate(BaseModel):
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     stream_mode: str | list[str] | None = None
+    stream_subgraphs: bool = False
     multitask_strategy: str | None = None
     checkpoint_id: str | None = None
     checkpoint: dict[str, Any] | None = None
@@ -173,11 +175,15 @@ async def _stream(
     run_id: str,
     modes: list[str],
     resume_after: int = 0,
+    *,
+    subgraphs: bool = False,
 ) -> Response:
     """The run's stream in the protocol's format: its log from the start (state is rebuilt from it;
-    parts the client saw before `resume_after` are not sent again), then live."""
+    parts the client saw before `resume_after` are not sent again), then live; with `subgraphs`,
+    its sub-agent runs' parts too, until every run of its tree has ended."""
     fmt = ProtocolFormat(run_id, modes, [], forked=False, resume_after=resume_after)
     deltas = "messages-tuple" in modes or "custom" in modes
+    tree = TreeStream(api.hub, api.wp, tenant, run_id, {}, deltas=deltas) if subgraphs else None
 
     async def items() -> AsyncIterator[StreamItem]:
         row = await _written(api, tenant, run_id)
@@ -186,12 +192,13 @@ async def _stream(
             entries = await conversation(api.wp, tenant, run_id)
             fmt.messages = flatten([e for e in entries if e.run_id != run_id])
             fmt.forked = True
-        async for item in run_items(api.hub, api.wp, tenant, run_id, 0, deltas=deltas):
+        stream = tree.items() if tree else run_items(api.hub, api.wp, tenant, run_id, 0, deltas=deltas)
+        async for item in stream:
             yield item
 
     return sse_response(
         items(),
-        fmt.render,
+        SubgraphFormat(fmt, tree, modes).render if tree else fmt.render,
         keepalive=api.settings.api_keepalive_seconds,
         headers=_locations(thread_id, run_id),
         opening=fmt.opening() if resume_after == 0 else [],
@@ -231,7 +238,7 @@ async def stream_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) 
     """Start a run on the thread and stream it (stream modes: values, updates, messages-tuple, custom)."""
     modes = stream_modes(body.stream_mode)
     run_id = await start_on_thread(api, tenant, thread_id, body)
-    return await _stream(api, tenant, thread_id, run_id, modes)
+    return await _stream(api, tenant, thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
 @router.post("/threads/{thread_id}/runs/wait")
@@ -326,7 +333,7 @@ async def create_stateless(body: RunCreate, api: Api, tenant: Tenant) -> JSONRes
 async def stream_stateless(body: RunCreate, api: Api, tenant: Tenant) -> Response:
     modes = stream_modes(body.stream_mode)
     run_id = await start_on_thread(api, tenant, None, body)
-    return await _stream(api, tenant, None, run_id, modes)
+    return await _stream(api, tenant, None, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
 @router.post("/runs/wait")

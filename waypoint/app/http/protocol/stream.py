@@ -7,6 +7,11 @@
     event: custom     data: {"event": {...}} or {"delta": {...}}     Waypoint's own log events and deltas
     event: error      data: {"error": ..., "message": ...}           a failed run, or a client cut off
 
+With `stream_subgraphs`, the parts of the sub-agent runs below the run come too, each run's
+rendered as above, their event names carrying the run's namespace as LangGraph servers send a
+subgraph's (`values|<ns>`, `updates|<ns>`, ...; langgraph-sdk splits it on `|`): one
+`<agent>:<run id>` per level below the run, e.g. `values|note_reader:<run>.1.0`.
+
 The log event behind a part gives it its SSE id (its seq, on the last part it yields), so the
 SDK's reconnect with Last-Event-ID resumes exactly; deltas carry no id. A failed attempt's
 chunks carry their own message id (`<run>:<step>:<attempt>`), the retry's another.
@@ -23,6 +28,7 @@ from sse_starlette import ServerSentEvent
 from waypoint.app.client import EventRow
 from waypoint.app.http.protocol.shapes import ai_id, lc_messages
 from waypoint.app.http.streams import StreamItem, delta_data, event_data, merged
+from waypoint.app.http.trees import TreeStream
 from waypoint.deltas import AttemptText
 from waypoint.errors import InvalidInput
 from waypoint.names import EventKind, RunStatus
@@ -142,4 +148,30 @@ class ProtocolFormat:
                 out += self._values()
         elif row.kind == EventKind.RUN_FINISHED and row.payload.get("status") == RunStatus.FAILED:
             out.append(sse("error", {"error": "RunFailed", "message": row.payload.get("error") or "the run failed"}))
+        return out
+
+
+class SubgraphFormat:
+    """The parts of a tree's stream: the top run's as `top` renders them, each run's below through a
+    format of its own, its events named with its namespace. Those carry no SSE id: a reconnect
+    joins the top run's stream after the top run's seq."""
+
+    def __init__(self, top: ProtocolFormat, stream: TreeStream, modes: list[str]):
+        self.top = top
+        self.stream = stream
+        self.modes = modes
+        self.below: dict[str, ProtocolFormat] = {}
+
+    def render(self, item: StreamItem) -> list[ServerSentEvent]:
+        run_id = item.run_id
+        if run_id in ("", self.stream.top):
+            return self.top.render(item)
+        fmt = self.below.get(run_id)
+        if fmt is None:
+            fmt = self.below[run_id] = ProtocolFormat(run_id, self.modes, [], forked=False)
+        namespace = "|".join(self.stream.namespace(run_id))
+        out = fmt.render(item)
+        for part in out:
+            part.event = f"{part.event}|{namespace}"
+            part.id = None
         return out
