@@ -234,10 +234,10 @@ async def test_tree_on_the_cli_prints_a_line_per_run_and_refuses_an_unknown_id(
     done = await waypoint(settings, "tree", run_id, "--json")
     assert done.code == 0, done.err
     tree = json.loads(done.out)
-    rows = {r["run_id"]: r for r in tree["runs"]}
+    rows = {r["run_id"]: r for r in tree["nodes"]}
     assert list(rows) == [run_id, *(child_run_id(run_id, 1, i) for i in range(3)), child_run_id(run_id, 2, 0)]
-    assert [r["depth"] for r in tree["runs"]] == [0, 1, 1, 1, 1]
-    assert tree["totals"]["runs"] == 5 and tree["totals"]["steps"] == sum(r["steps"] for r in tree["runs"])
+    assert [r["depth"] for r in tree["nodes"]] == [0, 1, 1, 1, 1]
+    assert tree["totals"]["runs"] == 5 and tree["totals"]["steps"] == sum(r["steps"] for r in tree["nodes"])
     assert rows[child_run_id(run_id, 2, 0)]["caller_step"] == 2
     text = await waypoint(settings, "tree", run_id)
     assert sum(1 for line in text.out.splitlines() if f"{run_id}." in line) == 4

@@ -90,25 +90,28 @@ def child_json(run: RunRow) -> dict[str, Any]:
     }
 
 
+def node_json(node: TreeNode) -> dict[str, Any]:
+    """One run of a tree: its figures, its depth and the call that started it."""
+    r = node.run
+    return {
+        "run_id": r.run_id,
+        "agent": r.agent,
+        "status": r.shown_status,
+        "steps": r.steps,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "tokens": r.input_tokens + r.output_tokens,
+        "cost_usd": r.cost_usd,
+        "depth": node.depth,
+        "caller_run_id": r.caller_run_id,
+        "caller_step": r.caller_step,
+        "caller_call_index": r.caller_call_index,
+    }
+
+
 def tree_json(tree: RunTree) -> dict[str, Any]:
     """A tree as the surfaces answer it: each node's figures, depth and caller, then the totals."""
-    nodes = [
-        {
-            "run_id": n.run.run_id,
-            "agent": n.run.agent,
-            "status": n.run.shown_status,
-            "steps": n.run.steps,
-            "input_tokens": n.run.input_tokens,
-            "output_tokens": n.run.output_tokens,
-            "tokens": n.run.input_tokens + n.run.output_tokens,
-            "cost_usd": n.run.cost_usd,
-            "depth": n.depth,
-            "caller_run_id": n.run.caller_run_id,
-            "caller_step": n.run.caller_step,
-            "caller_call_index": n.run.caller_call_index,
-        }
-        for n in tree.nodes
-    ]
+    nodes = [node_json(n) for n in tree.nodes]
     totals = tree.totals
     return {
         "run_id": tree.root.run_id,

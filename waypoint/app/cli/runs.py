@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
 from waypoint.app.cli._common import JsonOpt, RunArg, StepArg, command, connect, settings
 from waypoint.errors import InvalidInput
-
-if TYPE_CHECKING:
-    from waypoint.store.trees import TreeNode
 
 
 def register(app: typer.Typer) -> None:
@@ -75,7 +72,9 @@ async def status(
             except WaypointError as exc:  # Temporal unreachable, or the run unreadable: Postgres still answers
                 print(f"warning: no live state from Temporal: {exc}", file=sys.stderr)
     if as_json:
-        below = [tree_json(n) for n in family.nodes[1:]]
+        from waypoint.store.trees import node_json
+
+        below = [node_json(n) for n in family.nodes[1:]]
         out.print_json(
             {**out.as_json(row), "status": row.shown_status, "timeline": lines, "live": live, "children": below}
         )
@@ -92,35 +91,17 @@ async def status(
         )
 
 
-def tree_json(node: TreeNode) -> dict[str, Any]:
-    r = node.run
-    return {
-        "run_id": r.run_id,
-        "depth": node.depth,
-        "caller_run_id": r.caller_run_id,
-        "caller_step": r.caller_step,
-        "caller_call_index": r.caller_call_index,
-        "agent": r.agent,
-        "status": r.shown_status,
-        "steps": r.steps,
-        "input_tokens": r.input_tokens,
-        "output_tokens": r.output_tokens,
-        "cost_usd": r.cost_usd,
-    }
-
-
 @command
 async def tree(run_id: RunArg, as_json: JsonOpt = False) -> None:
     """The run and the sub-agent runs below it: one line per run, each with its id, status, steps,
     tokens and cost, then the tree's totals."""
-    from dataclasses import asdict
-
     from waypoint.app import console as out
+    from waypoint.store.trees import tree_json
 
     async with await connect() as wp:
         found = await wp.tree(run_id)
     if as_json:
-        out.print_json({"runs": [tree_json(n) for n in found.nodes], "totals": asdict(found.totals)})
+        out.print_json(tree_json(found))
         return
     out.console.print(out.tree_table(found))
 
