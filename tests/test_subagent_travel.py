@@ -188,6 +188,8 @@ async def test_rerun_children_runs_the_sub_agents_again_as_its_own(wp: Waypoint,
     ]
     assert all(p["same"] and p["same_answer"] and p["same_status"] and not p["shared"] for p in pairs)
     assert all(p["steps_delta"] == 0 and p["a"]["tokens"] > 0 for p in pairs)
+    over_http = (await api.http.get(f"/v1/runs/{run_id}/compare/{again}")).json()
+    assert over_http["children"] == pairs and over_http["diverged"] is False
     table = await waypoint(settings, "compare", run_id, again)
     assert table.code == 0, table.err
     assert "sub-agent calls" in table.out and child_run_id(again, 2, 0) in table.out
@@ -234,7 +236,9 @@ async def test_compare_names_children_on_one_side_and_different_answers(
     assert "sub-agent calls: 0 paired, 0 differ, 4 only in a" in table.out, table.out
 
 
-async def test_verify_covers_every_run_of_the_tree(wp: Waypoint, engine: AsyncEngine, settings: Settings):
+async def test_verify_covers_every_run_of_the_tree(
+    wp: Waypoint, engine: AsyncEngine, settings: Settings, api: ApiServer
+):
     run_id = await research_run(wp)
     verdict = await wp.verify(run_id)
     assert verdict.ok, verdict
@@ -276,3 +280,6 @@ async def test_verify_covers_every_run_of_the_tree(wp: Waypoint, engine: AsyncEn
     assert "1 more in 2 run(s)" in line
     as_json = json.loads((await waypoint(settings, "verify", run_id, "--json")).out)
     assert as_json["ok"] is False and [v["ok"] for v in as_json["below"]] == [True, False, True, True]
+    over_http = (await api.http.get(f"/v1/runs/{run_id}/verify")).json()
+    assert over_http["ok"] is False and over_http["problems"] == verdict.problems
+    assert [v["problems"] for v in over_http["below"]] == [v.problems for v in verdict.below]
