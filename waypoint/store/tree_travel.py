@@ -65,6 +65,8 @@ async def agent_calls(
     order: its ledger rows for tools that are sub-agents of its plan, and its child runs."""
     started = await _started(conn, run.run_id)
     names = list((started.get("plan") or {}).get("agents") or [])
+    if not names:  # an agent without sub-agents makes no such call (and starts no child)
+        return []
     ledger = select(tool_effects).where(tool_effects.c.run_id == run.run_id, tool_effects.c.tool.in_(names))
     children = select(runs).where(runs.c.caller_run_id == run.run_id, of_tenant(tenant_id))
     if step is not None:
@@ -73,7 +75,7 @@ async def agent_calls(
     if upto is not None:
         ledger = ledger.where(tool_effects.c.step <= upto)
         children = children.where(runs.c.caller_step <= upto)
-    effects = {(r["step"], r["call_index"]): r for r in (await conn.execute(ledger)).mappings()} if names else {}
+    effects = {(r["step"], r["call_index"]): r for r in (await conn.execute(ledger)).mappings()}
     rows = [RunRow.of(r) for r in (await conn.execute(children)).mappings()]
     by_call = {(r.caller_step or 0, r.caller_call_index or 0): r for r in rows}
     source = await _recorded_source(conn, tenant_id, run, started)
