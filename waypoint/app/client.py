@@ -284,6 +284,7 @@ class Waypoint:
         batch_id: str | None = None,
         tenant_id: str | None = None,
         new_run_id: str | None = None,
+        rerun_children: bool = False,
     ) -> str:
         """Run `run_id` again from its state at `from_step` with another model, agent or
         `instructions` (the system prompt, in place of the agent's own), as a new run (lineage kind
@@ -292,7 +293,10 @@ class Waypoint:
         MemoryView) is what it recalls from long-term memory: `"then"` memory as it was when the
         original reached `from_step` (its start, from step 0), `"now"` as it is now; neither ever
         recalls the original's episodes after `from_step` (its final answer among them), `"all"`
-        does. The original is untouched; `compare(run_id, new_id)` shows what changed."""
+        does. A sub-agent call is a recorded tool call too, answered from its recorded answer;
+        `rerun_children=True` starts its sub-agent runs again instead, as the rerun's own children
+        (`tools="live"` always does). The original is untouched; `compare(run_id, new_id)` shows what
+        changed."""
         check_choice("tool mode", tools, ToolMode)
         check_choice("memory", memory, MemoryView)
         check_instructions(instructions)
@@ -318,6 +322,7 @@ class Waypoint:
                 batch_id=batch_id,
                 instructions=instructions,
                 memory=MemoryView(memory),
+                rerun_children=rerun_children,
             ),
         )
         return await self._start(new_run_id or make_run_id(), inp)
@@ -336,11 +341,12 @@ class Waypoint:
         memory: str = MemoryView.THEN,
         tenant_id: str | None = None,
         on_done: Callable[[BatchItem], None] | None = None,
+        rerun_children: bool = False,
     ) -> BatchReport:
         """Rerun the tenant's runs that `select` picks (`status=completed agent=X since=7d`, newest
         first, reruns left out, at most `limit`) with the same change, `concurrency` at a time; wait
         for each and compare it with its source. Every rerun is an ordinary run tagged with the
-        batch id (`runs(batch_id=...)`); `memory` as for `rerun`."""
+        batch id (`runs(batch_id=...)`); `memory` and `rerun_children` as for `rerun`."""
         check_count("the limit", limit)
         check_count("the concurrency", concurrency, high=100)
         check_choice("tool mode", tools, ToolMode)
@@ -380,6 +386,7 @@ class Waypoint:
                         memory=memory,
                         batch_id=batch_id,
                         tenant_id=tenant,
+                        rerun_children=rerun_children,
                     )
                 except WaypointError as exc:
                     item = BatchItem(source.run_id, None, error=str(exc))
@@ -808,8 +815,9 @@ class Waypoint:
         return await self._store.lineage(self._scoped(tenant_id, run_id), run_id)
 
     async def verify(self, run_id: str, *, tenant_id: str | None = None) -> Verdict:
-        """Recompute the run's hash chain and checkpoint hashes."""
-        return await self._store.verify(self._scoped(tenant_id, run_id), run_id)
+        """Recompute the run's hash chain and checkpoint hashes, and those of every sub-agent run below
+        it (`Verdict.below`); check that each sub-agent answer in a caller's ledger is its child's."""
+        return await self._store.verify_tree(self._scoped(tenant_id, run_id), run_id)
 
     async def delete(self, run_id: str, *, tenant_id: str | None = None) -> None:
         """Remove a finished run and every trace of it: its episodes in long-term memory, its spans in

@@ -17,9 +17,11 @@ from waypoint.config import Settings
 from waypoint.names import STUCK, LineageKind, RunStatus
 from waypoint.pricing import format_usd
 from waypoint.store.rows import (
+    AgentCall,
     ApiKeyRow,
     BatchReport,
     CallLine,
+    ChildPair,
     LineageLink,
     RunComparison,
     RunRow,
@@ -252,13 +254,63 @@ def side_cost(side: StepSide | None) -> str:
 def comparison_summary(c: RunComparison) -> str:
     where = "no divergence" if c.first_divergence is None else f"first divergence at step {c.first_divergence}"
     if c.first_divergence is None and c.diverged:
-        where = "same steps, different outcome"
+        same_end = c.a.status == c.b.status and c.same_output
+        where = "same steps and outcome, different sub-agent calls" if same_end else "same steps, different outcome"
     return (
         f"{where}; steps {c.steps_delta:+d}, tokens {c.input_tokens_delta:+d}/{c.output_tokens_delta:+d}, "
         f"cost {c.cost_delta_usd:+.4f} USD, model time {c.model_ms_delta:+d} ms"
         + (f"; {c.not_recorded_b} call(s) not recorded" if c.not_recorded_b else "")
         + ("; other instructions" if c.instructions_diff else "")
+        + children_summary(c.children)
     )
+
+
+def children_summary(pairs: Sequence[ChildPair]) -> str:
+    """`; sub-agent calls: 4 paired, 1 differ, 1 only in b` (empty without any)."""
+    if not pairs:
+        return ""
+    both = [p for p in pairs if p.a is not None and p.b is not None]
+    differ = sum(not p.same for p in both)
+    only_a = sum(p.b is None for p in pairs)
+    only_b = sum(p.a is None for p in pairs)
+    return (
+        f"; sub-agent calls: {len(both)} paired, {differ} differ"
+        + (f", {only_a} only in a" if only_a else "")
+        + (f", {only_b} only in b" if only_b else "")
+    )
+
+
+def agent_call_text(call: AgentCall | None, width: int = 160) -> str:
+    """`note_reader -> run R.1.0 (completed, 3 steps, 412 tok): <answer>` for one sub-agent call."""
+    if call is None:
+        return "-"
+    if call.child_run_id is not None:
+        ran = f"run {call.child_run_id} ({call.status}, {call.steps} steps, {call.tokens} tok, ${call.cost_usd:.4f})"
+    elif call.recorded_from is not None:
+        ran = f"answered from the record of run {call.recorded_from}"
+    else:
+        ran = "no child run"
+    outcome = f" [{call.outcome}]" if call.outcome and call.outcome != "ok" else ""
+    answer = "(no answer yet)" if call.answer is None else short(call.answer, width)
+    return escape(f"{call.agent} -> {ran}{outcome}: {answer}")
+
+
+def children_table(c: RunComparison) -> Table:
+    """The two runs' sub-agent calls paired by (step, call index): `=` where the answers and ends are
+    the same, `shared` where both are the one child run a fork inherited."""
+    table = Table(title="sub-agent calls", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("call", justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    for col in ("a", "b"):
+        table.add_column(col, overflow="fold")
+    table.add_column("steps tok $ (b-a)", no_wrap=True)
+    for p in c.children:
+        mark = "[green]=[/green]" if p.same else "[red]≠[/red]"
+        if p.shared:
+            mark += " shared"
+        delta = f"{p.steps_delta:+d} {p.tokens_delta:+d} {p.cost_delta_usd:+.4f}"
+        table.add_row(f"{p.step}.{p.call_index}", mark, agent_call_text(p.a, 80), agent_call_text(p.b, 80), delta)
+    return table
 
 
 def comparison_table(c: RunComparison) -> Table:
@@ -304,6 +356,10 @@ def comparison_diffs(c: RunComparison) -> list[str]:
         if s.answer_diff:
             lines.append(f"[bold]step {s.step} answer[/bold]")
             lines += [escape(d) for d in s.answer_diff]
+    for p in c.children:
+        if p.a is not None and p.b is not None and p.answer_diff:
+            lines.append(f"[bold]sub-agent call {p.step}.{p.call_index} answer[/bold]")
+            lines += [escape(d) for d in p.answer_diff]
     if c.output_diff:
         lines.append("[bold]final answer[/bold]")
         lines += [escape(d) for d in c.output_diff]

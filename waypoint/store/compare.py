@@ -1,5 +1,7 @@
 """Two runs side by side, step by step (`waypoint compare`): the tool calls each made (name and
-canonical arguments), the answer text, tokens, cost, model time and how each ended.
+canonical arguments), the answer text, tokens, cost, model time and how each ended; and their
+trees: the sub-agent calls of both, paired by (step, call index), each pair's answers, ends and
+what their child runs used.
 
 Both runs are read for the tenant (another tenant's run is "not found"); a fork or a rerun is read
 with the steps it inherited from its parent, so steps line up by number.
@@ -16,8 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.names import EventKind, ToolOutcome
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import CallLine, RunComparison, RunRow, StepComparison, StepSide
+from waypoint.store.rows import AgentCall, CallLine, ChildPair, RunComparison, RunRow, StepComparison, StepSide
 from waypoint.store.schema import events
+from waypoint.store.tree_travel import inherited_calls
 
 COMPARED_KINDS = (EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT)
 
@@ -73,6 +76,7 @@ def compare_sides(
     sides_a: dict[int, StepSide],
     sides_b: dict[int, StepSide],
     instructions: tuple[str | None, str | None] = (None, None),
+    children: list[ChildPair] | None = None,
 ) -> RunComparison:
     compared: list[StepComparison] = []
     for n in sorted(set(sides_a) | set(sides_b)):
@@ -101,7 +105,45 @@ def compare_sides(
         not_recorded_a=not_recorded(sides_a),
         not_recorded_b=not_recorded(sides_b),
         instructions_diff=text_diff(*instructions),
+        children=children or [],
     )
+
+
+def compare_children(calls_a: list[AgentCall], calls_b: list[AgentCall]) -> list[ChildPair]:
+    """The sub-agent calls of two runs paired by (step, call index): same answer, same end (the
+    child's status, else the call's outcome), and b - a of the child runs' steps, tokens and cost."""
+    by_a = {(c.step, c.call_index): c for c in calls_a}
+    by_b = {(c.step, c.call_index): c for c in calls_b}
+    pairs = []
+    for key in sorted(set(by_a) | set(by_b)):
+        x, y = by_a.get(key), by_b.get(key)
+        both = x is not None and y is not None
+        answers = (x.answer if x else None, y.answer if y else None)
+        ids = (x.child_run_id if x else None, y.child_run_id if y else None)
+        pairs.append(
+            ChildPair(
+                step=key[0],
+                call_index=key[1],
+                a=x,
+                b=y,
+                same_answer=both and (answers[0] or "") == (answers[1] or ""),
+                same_status=both and _end(x) == _end(y),
+                shared=ids[0] is not None and ids[0] == ids[1],
+                steps_delta=(y.steps if y else 0) - (x.steps if x else 0),
+                tokens_delta=(y.tokens if y else 0) - (x.tokens if x else 0),
+                cost_delta_usd=round((y.cost_usd if y else 0.0) - (x.cost_usd if x else 0.0), 6),
+                answer_diff=text_diff(*answers),
+            )
+        )
+    return pairs
+
+
+def _end(call: AgentCall | None) -> str | None:
+    """How a call ended: its outcome in the ledger (a call answered from a record has no child run,
+    and ends as the recorded call did), else its child run's status (still running)."""
+    if call is None:
+        return None
+    return call.outcome or call.status
 
 
 def not_recorded(sides: dict[int, StepSide]) -> int:
@@ -137,7 +179,10 @@ class Compare(StoreBase):
             sides_a = step_sides(await self._compared_events(conn, tenant_id, a))
             sides_b = step_sides(await self._compared_events(conn, tenant_id, b))
             instructions = (await _instructions(conn, a.run_id), await _instructions(conn, b.run_id))
-        return compare_sides(a, b, sides_a, sides_b, instructions)
+            children = compare_children(
+                await inherited_calls(conn, tenant_id, a), await inherited_calls(conn, tenant_id, b)
+            )
+        return compare_sides(a, b, sides_a, sides_b, instructions, children)
 
 
 async def _instructions(conn: AsyncConnection, run_id: str) -> str | None:

@@ -2,21 +2,48 @@
 
 Each run's events form a chain, `hash = sha256(prev_hash || canonical JSON of the event)`,
 and each checkpoint stores the hash of its state. `verify` recomputes both and
-names the first row that does not match.
+names the first row that does not match. `verify_tree` does so for a run and every sub-agent
+run below it, and checks that each answer a caller's ledger holds is its child's.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.errors import Conflict
-from waypoint.names import LIVE
+from waypoint.names import LIVE, RunStatus, ToolOutcome
 from waypoint.store.base import StoreBase
 from waypoint.store.hashing import event_hash, state_hash
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, mismatch
 from waypoint.store.rows import RunRow, Verdict
 from waypoint.store.schema import checkpoints, compactions, events, recalled_texts, runs, tool_effects
+from waypoint.store.tree_travel import agent_calls
+from waypoint.store.trees import subtree
+
+
+async def _call_problems(conn: AsyncConnection, tenant_id: str, run: RunRow) -> list[str]:
+    """What does not hold of the run's sub-agent calls: each one its ledger says succeeded has a child
+    run that completed, whose output is the ledger's answer."""
+    problems = []
+    for call in await agent_calls(conn, tenant_id, run):
+        if call.outcome != ToolOutcome.OK:
+            continue
+        where = f"step {call.step} call {call.call_index} ({call.agent})"
+        child_id = call.child_run_id or call.recorded_from
+        if child_id is None:
+            problems.append(f"{where}: the ledger holds an answer, and no child run gave it")
+            continue
+        child = (await conn.execute(select(runs).where(runs.c.run_id == child_id))).mappings().first()
+        if child is None:
+            problems.append(f"{where}: its child run {child_id} is gone")
+        elif child["status"] != RunStatus.COMPLETED:
+            problems.append(f"{where}: the ledger says ok, and its child run {child_id} is {child['status']}")
+        elif (child["output"] or "") != (call.answer or ""):
+            problems.append(f"{where}: the ledger's answer is not the output of its child run {child_id}")
+    return problems
 
 
 class Integrity(StoreBase):
@@ -64,6 +91,21 @@ class Integrity(StoreBase):
                 if state_hash(c.state) != c.state_hash:
                     verdict.problems.append(f"checkpoint of step {c.step}: state does not match its hash")
         return verdict
+
+    async def verify_tree(self, tenant_id: str, run_id: str) -> Verdict:
+        """`verify` of the run and of every run below it (in `below`, depth first in call order), each
+        with its sub-agent calls checked: a call whose ledger outcome is ok has a child run (its own, or
+        the source's child whose recorded answer a rerun gave) that completed with that answer."""
+        async with self.engine.connect() as conn:
+            await self._run(conn, tenant_id, run_id)
+            nodes = await subtree(conn, tenant_id, run_id)
+        verdicts = []
+        for node in nodes:
+            verdict = await self.verify(tenant_id, node.run.run_id)
+            async with self.engine.connect() as conn:
+                verdict.problems += await _call_problems(conn, tenant_id, node.run)
+            verdicts.append(verdict)
+        return replace(verdicts[0], below=verdicts[1:])
 
     async def checkpoint_steps(self, tenant_id: str, run_id: str) -> list[int]:
         """The steps that have a checkpoint, in order (contiguous in an intact run)."""

@@ -135,6 +135,52 @@ class StepState:
     # What the next model call (step + 1) received, as recorded, when it has run: the messages above
     # are then that request rebuilt byte for byte (`matches`: its hash equals the recorded one).
     request: dict[str, Any] | None = None
+    # The step's sub-agent calls: the child run each started, and its answer.
+    children: list[AgentCall] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AgentCall:
+    """One sub-agent call (call `call_index` of `step` of `caller_run_id`, naming `agent`): the child
+    run it started, how that ended and what its tree used, and the answer the caller's ledger holds.
+    `child_run_id` is None when no child ran: a rerun answered the call from its source's record
+    (`recorded_from`, the source's child), or the call was refused (a bad call, a tree too deep)."""
+
+    step: int
+    call_index: int
+    agent: str
+    caller_run_id: str
+    child_run_id: str | None = None
+    status: str | None = None  # the child's RunStatus
+    steps: int = 0  # the child's own steps
+    tokens: int = 0  # input + output of the child and every run below it
+    cost_usd: float = 0.0
+    outcome: str | None = None  # the ledger's ToolOutcome; None while the child runs
+    answer: str | None = None  # the ledger's output: what the caller's model read
+    recorded_from: str | None = None
+
+
+@dataclass(frozen=True)
+class ChildPair:
+    """The sub-agent calls of two runs at the same (step, call index), side by side (`compare`);
+    `a` or `b` is None when only one run made it. `shared`: both sides are the same child run (a fork
+    inherits the calls before its fork step)."""
+
+    step: int
+    call_index: int
+    a: AgentCall | None
+    b: AgentCall | None
+    same_answer: bool
+    same_status: bool
+    shared: bool = False
+    steps_delta: int = 0  # b - a
+    tokens_delta: int = 0
+    cost_delta_usd: float = 0.0
+    answer_diff: list[str] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        return self.a is not None and self.b is not None and self.same_answer and self.same_status
 
 
 @dataclass(frozen=True)
@@ -196,10 +242,17 @@ class Verdict:
     events: int = 0
     checkpoints: int = 0
     problems: list[str] = field(default_factory=list)
+    # Each sub-agent run below it, depth first in call order (`verify` covers the tree).
+    below: list[Verdict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and all(v.ok for v in self.below)
+
+    @property
+    def broken(self) -> list[Verdict]:
+        """The runs of the tree with problems, this one first."""
+        return [v for v in (self, *self.below) if v.problems]
 
 
 @dataclass(frozen=True)
@@ -302,10 +355,17 @@ class RunComparison:
     not_recorded_b: int = 0
     # The instructions each run started with, as a diff (a rerun with `--instructions`); empty when the same.
     instructions_diff: list[str] = field(default_factory=list)
+    # Their sub-agent calls paired by (step, call index), when either run made any.
+    children: list[ChildPair] = field(default_factory=list)
 
     @property
     def diverged(self) -> bool:
-        return self.first_divergence is not None or not self.same_output or self.a.status != self.b.status
+        return (
+            self.first_divergence is not None
+            or not self.same_output
+            or self.a.status != self.b.status
+            or not all(c.same for c in self.children)
+        )
 
 
 @dataclass(frozen=True)
@@ -378,7 +438,7 @@ def as_json(value: Any) -> Any:
         data = {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
         if isinstance(value, Verdict):
             data["ok"] = value.ok
-        if isinstance(value, StepComparison):
+        if isinstance(value, StepComparison | ChildPair):
             data["same"] = value.same
         if isinstance(value, RunComparison):
             data["diverged"] = value.diverged

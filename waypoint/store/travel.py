@@ -16,8 +16,9 @@ from waypoint.store.base import StoreBase, of_tenant
 from waypoint.store.compactions import compaction_by_id
 from waypoint.store.hashing import hashed_json
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, event_row
-from waypoint.store.rows import EventRow, LineageLink, StateDiff, StepState, as_json
+from waypoint.store.rows import AgentCall, EventRow, LineageLink, StateDiff, StepState, as_json
 from waypoint.store.schema import events, runs
+from waypoint.store.tree_travel import agent_calls, caller_of_step
 from waypoint.store.working import read_parts, recalled_text
 from waypoint.tokens import estimate_tokens
 from waypoint.working_memory import rebuild
@@ -42,6 +43,7 @@ class TimeTravel(StoreBase):
                 messages = rebuild(parts, request["recalled_text"], request["dropped_turns"])
                 request["matches"] = hashed_json(messages)[0] == request["sha256"]
         step_events = await self.events(tenant_id, found["run_id"], step=step) if with_events else []
+        children = await self.step_agent_calls(tenant_id, run_id, step) if with_events else []
         return StepState(
             run_id=run_id,
             step=step,
@@ -53,7 +55,16 @@ class TimeTravel(StoreBase):
             dropped_steps=state.get("dropped_steps", 0),
             events=step_events,
             request=request,
+            children=children,
         )
+
+    async def step_agent_calls(self, tenant_id: str, run_id: str, step: int) -> list[AgentCall]:
+        """The sub-agent calls `step` made (in the run, or in the ancestor a fork inherited the step
+        from): the child run of each, how it ended, and its answer."""
+        async with self.engine.connect() as conn:
+            run = await self._run(conn, tenant_id, run_id)
+            caller = await caller_of_step(conn, tenant_id, run, step)
+            return await agent_calls(conn, tenant_id, caller, step=step)
 
     async def _next_request(self, tenant_id: str, run_id: str, step: int) -> dict[str, Any] | None:
         """The record of what step + 1's model call received (with the user messages sent before it),

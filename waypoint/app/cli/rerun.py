@@ -29,6 +29,13 @@ async def rerun(
         str, typer.Option(help="recorded: answer matching calls from the run's ledger; live: run every tool.")
     ] = "recorded",
     memory: MemoryOpt = "then",
+    rerun_children: Annotated[
+        bool,
+        typer.Option(
+            "--rerun-children",
+            help="Run its sub-agents again, as new runs of the rerun (else their recorded answers answer).",
+        ),
+    ] = False,
     select: Annotated[
         str | None, typer.Option(help='Rerun many runs: "status=completed agent=X since=7d".', show_default=False)
     ] = None,
@@ -47,12 +54,19 @@ async def rerun(
         raise fail("name one run, or pick many with --select (not both)")
     text = read_instructions(instructions) if instructions is not None else None
     if select is not None:
-        await rerun_batch(select, step, model, agent, text, tools, memory, limit, concurrency, as_json)
+        await rerun_batch(select, step, model, agent, text, tools, memory, limit, concurrency, as_json, rerun_children)
         return
     assert run_id is not None
     async with await connect(temporal=True) as wp:
         new_id = await wp.rerun(
-            run_id, from_step=step, model=model, agent=agent, tools=tools, instructions=text, memory=memory
+            run_id,
+            from_step=step,
+            model=model,
+            agent=agent,
+            tools=tools,
+            instructions=text,
+            memory=memory,
+            rerun_children=rerun_children,
         )
         if not follow:
             # the keys of POST /v1/runs/{id}/rerun's answer
@@ -80,6 +94,7 @@ async def rerun_batch(
     limit: int,
     concurrency: int,
     as_json: bool,
+    rerun_children: bool = False,
 ) -> None:
     """Many reruns with one change: a progress bar, then the summary table."""
     from rich.progress import Progress
@@ -104,6 +119,7 @@ async def rerun_batch(
                 instructions=instructions,
                 memory=memory,
                 on_done=done,
+                rerun_children=rerun_children,
             )
     if as_json:
         out.print_json(report)
@@ -130,6 +146,8 @@ async def compare(
         out.print_json(found)
     else:
         out.console.print(out.comparison_table(found))
+        if found.children:
+            out.console.print(out.children_table(found))
         for line in out.comparison_diffs(found):
             out.console.print(line, highlight=False)
         out.console.print(out.comparison_summary(found), highlight=False)

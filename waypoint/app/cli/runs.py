@@ -170,6 +170,10 @@ async def show(
         out.console.print("[bold]events of this step[/bold]")
         for event in found.events:
             out.console.print(f"  #{event.seq} {event.kind}: {out.short(event.payload)}", soft_wrap=True)
+    if found.children:
+        out.console.print("[bold]sub-agent calls of this step[/bold]")
+        for call in found.children:
+            out.console.print(f"  call {call.call_index}: {out.agent_call_text(call)}", soft_wrap=True, highlight=False)
 
 
 @command
@@ -273,7 +277,8 @@ async def trace(run_id: RunArg, as_json: JsonOpt = False) -> None:
 
 @command
 async def verify(run_id: RunArg, as_json: JsonOpt = False) -> None:
-    """Recompute a run's event hash chain and checkpoint hashes; name the first broken link."""
+    """Recompute the event hash chain and checkpoint hashes of a run and of every sub-agent run below
+    it, and check each sub-agent answer its caller's ledger holds; name the first broken link."""
     from waypoint.app import console as out
 
     async with await connect() as wp:
@@ -281,11 +286,17 @@ async def verify(run_id: RunArg, as_json: JsonOpt = False) -> None:
     if as_json:
         out.print_json(verdict)
     elif verdict.ok:
-        out.console.print(f"[green]ok[/green]: {verdict.events} events and {verdict.checkpoints} checkpoints verified")
+        tree = [verdict, *verdict.below]
+        below = f" in {len(tree)} runs (this one and the sub-agent runs below it)" if verdict.below else ""
+        events, checkpoints = sum(v.events for v in tree), sum(v.checkpoints for v in tree)
+        out.console.print(f"[green]ok[/green]: {events} events and {checkpoints} checkpoints verified{below}")
     if not verdict.ok:
         if not as_json:
-            more = f" ({len(verdict.problems) - 1} more: see --json)" if len(verdict.problems) > 1 else ""
-            print(f"error: run {run_id} was changed: {verdict.problems[0]}{more}", file=sys.stderr)
+            broken = verdict.broken
+            first = broken[0]
+            count = sum(len(v.problems) for v in broken)
+            more = f" ({count - 1} more in {len(broken)} run(s): see --json)" if count > 1 else ""
+            print(f"error: run {first.run_id} was changed: {first.problems[0]}{more}", file=sys.stderr)
         raise typer.Exit(1)
 
 

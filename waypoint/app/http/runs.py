@@ -69,6 +69,11 @@ class Rerun(Body):
         description="What it recalls from long-term memory: then (as it was at that step of the original), "
         "now (as it is); neither recalls the original's later steps, all does.",
     )
+    rerun_children: bool = Field(
+        False,
+        description="Run its sub-agents again as new runs of the rerun (with recorded tools, their recorded "
+        "answers answer the calls otherwise).",
+    )
 
 
 class Reason(Body):
@@ -322,6 +327,7 @@ async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Re
         instructions=body.instructions,
         memory=body.memory,
         tenant_id=tenant,
+        rerun_children=body.rerun_children,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "from_step": body.from_step}
@@ -336,7 +342,8 @@ async def replay(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
 
 @router.get("/runs/{run_id}/verify")
 async def verify(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    """Recompute the run's event hash chain and checkpoint hashes."""
+    """Recompute the event hash chains and checkpoint hashes of the run and of every sub-agent run below
+    it (`below`), and check each sub-agent answer in a caller's ledger; `ok` covers the whole tree."""
     data: dict[str, Any] = as_json(await api.wp.verify(run_id, tenant_id=tenant))
     return data
 
