@@ -13,6 +13,7 @@ Episode ids come from (run, step, kind, index), so a retried activity rewrites t
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from temporalio import activity
@@ -50,7 +51,7 @@ class MemoryActivities:
         step = inp.remember_step if inp.remember_step is not None else (inp.recall_step or 1) - 1
         context = await self.store.model_context(inp.tenant_id, inp.run_id, step + 1, memory=True)
         if inp.remember_step is not None and context.pending:
-            episodes = pending_episodes(inp.tenant_id, inp.agent, inp.run_id, context.pending)
+            episodes = pending_episodes(inp.tenant_id, inp.agent, inp.run_id, context.pending, context.root_run_id)
             if episodes:
                 with telemetry.span("qdrant upsert", {"db.system": "qdrant"}, run_id=inp.run_id, step=step):
                     stored = len(await self.memory.upsert(episodes))
@@ -81,7 +82,7 @@ class MemoryActivities:
                 context = await self.store.model_context(tenant_id, run_id, steps + 1, memory=True)
                 if not context.pending:
                     break
-                episodes = pending_episodes(tenant_id, agent, run_id, context.pending)
+                episodes = pending_episodes(tenant_id, agent, run_id, context.pending, context.root_run_id)
                 if episodes:
                     await self.memory.upsert(episodes)
                 await self.store.mark_remembered(tenant_id, run_id, max(context.pending))
@@ -92,6 +93,12 @@ class MemoryActivities:
     @boundary
     async def save_episodes(self, episodes: list[dict[str, Any]]) -> int:
         built = [Episode(**e) for e in episodes]
+        # Compaction summaries come without their tree: the runs' rows know it.
+        roots: dict[str, str] = {}
+        for tenant in {e.tenant for e in built if e.root_run_id is None}:
+            unknown = sorted({e.run_id for e in built if e.tenant == tenant and e.root_run_id is None})
+            roots.update(await self.store.tree_roots(tenant, unknown))
+        built = [replace(e, root_run_id=roots[e.run_id]) if e.run_id in roots else e for e in built]
         with telemetry.span("qdrant upsert", {"db.system": "qdrant"}):
             return len(await self.memory.upsert(built))
 

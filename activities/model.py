@@ -142,7 +142,7 @@ class ModelActivities:
         if not context.pending:
             return None
         assert self.memory is not None
-        episodes = pending_episodes(inp.tenant_id, inp.agent, inp.run_id, context.pending)
+        episodes = pending_episodes(inp.tenant_id, inp.agent, inp.run_id, context.pending, context.root_run_id)
         try:
             if episodes:
                 with telemetry.span("qdrant upsert", {"db.system": "qdrant"}, run_id=inp.run_id, step=inp.step - 1):

@@ -323,6 +323,44 @@ scout = Agent(
 
 TEST_AGENTS += [rememberer, scout]
 
+# --- memory over a tree of sub-agent runs (tests/test_memory_runs.py) ---------------------------------
+
+SECRET_WORD = "The secret word of the lead is PELICAN-42."
+RIVER_CODE = "The river code is OTTER-9."
+
+tree_child = Agent(
+    name="tree_child",
+    description="Finds the river code.",
+    instructions="Find the river code and save it.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("memory_save", {"text": RIVER_CODE, "importance": 0.9})]),
+            lambda messages: ScriptedTurn(
+                content="the lead's word is PELICAN-42" if "PELICAN-42" in system_text(messages) else "no word"
+            ),
+        ]
+    ),
+    tools=MEMORY_TOOLS,
+)
+
+tree_lead = Agent(
+    name="tree_lead",
+    instructions="Keep the secret word, then have tree_child find the river code.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("memory_save", {"text": SECRET_WORD, "importance": 0.9})]),
+            ScriptedTurn(tool_calls=[("tree_child", {"task": "Find the river code; what is the lead's secret word?"})]),
+            lambda messages: ScriptedTurn(
+                content="the river code is OTTER-9" if "OTTER-9" in system_text(messages) else "no code"
+            ),
+        ]
+    ),
+    tools=MEMORY_TOOLS,
+    agents=(tree_child,),
+)
+
+TEST_AGENTS += [tree_child, tree_lead]
+
 # --- inline compaction (tests/test_compaction_inline.py) ---------------------------------------------
 
 

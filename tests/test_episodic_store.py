@@ -29,7 +29,7 @@ NOW = 1_800_000_000.0
 DAY = 24 * 3600.0
 # qdrant-client says once that local mode ignores payload indexes; that is the point of RecordingClient.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect")
-INDEXED = {"tenant", "run_id", "agent", "kind", "step", "created_at", "first_at", "runs"}
+INDEXED = {"tenant", "run_id", "agent", "kind", "step", "created_at", "first_at", "runs", "trees", "root_run_id"}
 
 
 class CountingEmbedder(HashingEmbedder):
@@ -243,6 +243,45 @@ async def test_recall_as_of_a_time_and_without_some_runs(store: QdrantStoreBase)
     assert found(await store.search("t1", "vault code", **kwargs)) == {("before", 1), ("before", 2), ("legacy", 1)}
     mine = await store.search("t1", "vault code", own_past=[("rerun", None)], **kwargs)
     assert ("original", 2) in found(mine)
+
+
+async def test_recall_within_a_tree_of_runs(store: QdrantStoreBase):
+    """A run of a tree of sub-agent runs recalls the tree's episodes whatever their agent and time; the
+    rest by its agent and lineage as before. Episodes stored before trees carry none: old rules only."""
+    text = "the river code of the northern dam"
+    await store.upsert(
+        [
+            ep(run="lead", agent="lead", text=f"{text}: asked a reader", root_run_id="lead", created_at=NOW + 10),
+            ep(run="lead.1.0", agent="reader", kind="fact", text=f"{text} is OTTER-9", root_run_id="lead"),
+            ep(run="lead.1.1", agent="writer", step=2, text=f"{text}: wrote it down", root_run_id="lead"),
+            # another tree, and a run of the lead's agent without one
+            ep(run="other", agent="reader", kind="fact", text=f"{text} was OTTER-1", root_run_id="other"),
+            ep(run="alone", agent="lead", text=f"{text}: an older lead run", root_run_id="alone", created_at=NOW - DAY),
+        ]
+    )
+    legacy = ep(run="legacy", agent="reader", text=f"{text}: before trees")
+    payload = {k: v for k, v in legacy.payload().items() if k != "root_run_id"}
+    [vector] = await store.embed([legacy.text])
+    await store._write([(legacy.id, vector, payload)])
+
+    async def recall(agent: str, **kwargs: Any) -> set[str]:
+        return {h.episode.run_id for h in await store.search("t1", text, k=20, agent=agent, **kwargs)}
+
+    assert await recall("lead") == {"lead", "alone"}  # no tree: by agent only, as before
+    # the parent recalls what its children learned, the children their parent's and each other's
+    assert await recall("lead", tree="lead") == {"lead", "alone", "lead.1.0", "lead.1.1"}
+    assert await recall("reader", tree="lead") == {"lead", "lead.1.0", "lead.1.1", "other", "legacy"}
+    # a tree's episodes pass the time and lineage rules too; the rest still obey them
+    as_of = await recall("lead", tree="lead", as_of=NOW, exclude_runs=["alone"])
+    assert as_of == {"lead", "lead.1.0", "lead.1.1"}
+    assert await recall("lead", as_of=NOW) == {"alone"}  # without its tree, the lead run is too new
+    [child] = [h.episode for h in await store.search("t1", text, run_id="lead.1.0")]
+    assert child.root_run_id == "lead" and Episode.from_payload(payload).root_run_id is None
+    # a child's fact merged into another tree's point is still its tree's to recall
+    repeat = ep(run="next.1.0", agent="reader", kind="fact", text=f"{text} was otter-1!", root_run_id="next")
+    assert await store.upsert([repeat]) == [ep(run="other", kind="fact").id]
+    assert "other" in await recall("lead", tree="next")
+    assert "other" not in await recall("lead", tree="lead")
 
 
 async def test_rerank_blends_recency_and_importance(store: QdrantStoreBase):

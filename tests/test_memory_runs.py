@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -13,6 +14,8 @@ from waypoint.activities.memory import MemoryActivities
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 from waypoint.memory import RecallScope
+from waypoint.memory.steps import recall_search
+from waypoint.names import child_run_id
 from waypoint.store import RunStore
 from waypoint.store.schema import checkpoints
 from waypoint.types import MemoryStepInput
@@ -141,12 +144,40 @@ async def test_a_rerun_recalls_memory_as_the_original_had_it(memory_worker):
     assert output == "I remember: ZEBRA-7" and original in recalled
 
 
+async def test_a_tree_of_runs_recalls_across_its_runs(memory_worker):
+    """A child recalls what its parent saved, and the parent, at its next step, what the child saved:
+    runs of other agents, seen because they are of one tree."""
+    wp, store = memory_worker
+    lead = await wp.start_run("Ask tree_child for the river code.", agent="tree_lead")
+    result = await wp.result(lead)
+    assert (result.status, result.output) == ("completed", "the river code is OTTER-9"), result.error
+    child = child_run_id(lead, 2, 0)
+    assert (await wp.result(child)).output == "the lead's word is PELICAN-42"
+
+    def recalled(request: dict[str, Any] | None) -> list[tuple[str, int, str]]:
+        assert request is not None
+        return [(r["run_id"], r["step"], r["kind"]) for r in request["recalled"]]
+
+    # the child's first model call recalled the parent's fact; the parent's third call the child's
+    assert (lead, 1, "fact") in recalled((await wp.state(child, 0)).request)
+    assert (child, 1, "fact") in recalled((await wp.state(lead, 2)).request)
+    tenant = wp.settings.tenant
+    assert {e.root_run_id for e in await store.list_run(tenant, child)} == {lead}
+    # another tree's run of the lead's agent recalls the lead's episodes (its agent's), not the child's
+    hits = await recall_search(store, tenant, "the river code", 20, "tree_lead", RecallScope(tree="another-lead"))
+    assert {h.episode.run_id for h in hits} == {lead}
+
+
 def test_what_a_run_of_a_lineage_recalls():
     from waypoint.memory.steps import recall_scope
     from waypoint.store.rows import ForkLink
 
     root = ForkLink("root", None, None, None)
     assert recall_scope([root]) == RecallScope(own_past=(("root", None),))
+    # a run of a tree of sub-agent runs recalls its tree too, whatever its lineage
+    child = ForkLink("root.2.0", None, None, None, root_run_id="root")
+    assert recall_scope([child]) == RecallScope(own_past=(("root.2.0", None),), tree="root")
+    assert recall_scope([ForkLink("rerun", 3, "then", 103.0, "rerun"), child]).tree == "rerun"  # its own tree
     # a rerun from step 3: memory as of the original's checkpoint 3, nothing of the original after it
     rerun = ForkLink("rerun", 3, "then", 103.0)
     assert recall_scope([rerun, root]) == RecallScope(

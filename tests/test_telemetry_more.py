@@ -16,21 +16,27 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
+from temporalio.worker import Replayer
 
 from tests.helpers import make_run, waypoint
 from tests.test_compaction_store import tool_heavy
 from tests.test_telemetry import dump, finished, script, traced_run
 from waypoint import telemetry
+from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
 from waypoint.app.schedule import apply_schedule
 from waypoint.app.worker import build_memory_worker, build_worker
 from waypoint.config import Settings
+from waypoint.demo import seed_workspace
+from waypoint.demo_research import RESEARCH_TASK, research
 from waypoint.memory import open_store
+from waypoint.names import child_run_id
 from waypoint.store import RunStore
 from waypoint.store.compactions import latest_compaction
 from waypoint.store.db import create_engine
 from waypoint.testing.fake_openai import FakeOpenAI
+from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.postgres
 
@@ -215,3 +221,61 @@ async def test_run_prints_the_trace_id_and_trace_shows_its_tree(
         "    RunWorkflow:AgentRunWorkflow",
     ], names
     assert "chat fake-model" in names and "execute_tool note" in names
+
+
+async def test_a_tree_of_runs_is_one_trace(stack: StackInfo, engine: AsyncEngine, settings: Settings, observed):
+    """The research demo's lead run and its four sub-agent runs: one trace, each child run's spans under
+    its call's span in the lead run (`execute_tool <agent>`, naming the call and the child), and that
+    under the lead run's own spans, up to its start."""
+    exporter, _ = observed
+    seed_workspace(settings.resolved_workspace)
+    client = await Client.connect(stack.temporal_address, interceptors=telemetry.client_interceptors(settings))
+    async with build_worker(client, engine, settings, AgentRegistry([research])):
+        wp = Waypoint(client, engine, settings)
+        lead = await wp.start_run(RESEARCH_TASK, agent="research")
+        assert (await wp.result(lead)).status == "completed"
+    spans = finished(exporter)
+    trace_id = await wp.trace_id(lead)
+    assert trace_id and {s["trace_id"] for s in spans} == {trace_id}
+    calls = [(1, 0, "note_reader"), (1, 1, "note_reader"), (1, 2, "note_reader"), (2, 0, "report_writer")]
+    by_id = {s["span_id"]: s for s in spans}
+    tool_spans = [s for s in spans if s["name"].startswith("execute_tool")]
+
+    def ancestors(span: dict[str, Any]) -> list[dict[str, Any]]:
+        found = []
+        while span["parent_id"] in by_id:
+            span = by_id[span["parent_id"]]
+            found.append(span)
+        return found
+
+    for step, index, agent in calls:
+        child = child_run_id(lead, step, index)
+        assert (await wp.run(child)).trace_id == trace_id  # `waypoint trace <child>` shows the whole tree
+        [started] = [
+            s
+            for s in spans
+            if s["name"] == "RunWorkflow:AgentRunWorkflow" and s["attributes"]["temporalWorkflowID"] == child
+        ]
+        call, *above = ancestors(started)
+        assert call["name"] == f"execute_tool {agent}"
+        assert {k: call["attributes"][k] for k in ("waypoint.run_id", "waypoint.step", "waypoint.call_index")} == {
+            "waypoint.run_id": lead,
+            "waypoint.step": step,
+            "waypoint.call_index": index,
+        }
+        assert call["attributes"]["waypoint.child_run_id"] == child and call["attributes"]["gen_ai.tool.name"] == agent
+        assert [(s["name"], s["attributes"].get("temporalWorkflowID")) for s in above[:2]] == [
+            ("StartChildWorkflow:AgentRunWorkflow", lead),
+            ("StartWorkflow:AgentRunWorkflow", lead),
+        ]
+        assert above[-1]["name"] == "start_run" and above[-1]["attributes"]["waypoint.run_id"] == lead
+        # the child's own work hangs under the call too
+        tools = [s for s in tool_spans if s["attributes"].get("waypoint.run_id") == child]
+        assert tools and all(call in ancestors(s) for s in tools)
+    assert len([s for s in tool_spans if "waypoint.child_run_id" in s["attributes"]]) == 4  # a span per call
+    # a replay of the lead run (its sub-agent calls included) adds no span
+    interceptor = telemetry.current().tracing_interceptor()
+    assert interceptor is not None
+    history = await client.get_workflow_handle(lead).fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow], interceptors=[interceptor]).replay_workflow(history)
+    assert len(finished(exporter)) == len(spans)

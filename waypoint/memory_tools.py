@@ -27,6 +27,7 @@ async def _save(ctx: ToolContext, kind: str, text: str, importance: float) -> Ep
         text=text.strip(),
         importance=importance,
         index=ctx.call_index,
+        root_run_id=ctx.recall.tree if ctx.recall is not None else None,  # the run's tree of sub-agent runs
     )
     await _store(ctx).upsert([episode])
     return episode

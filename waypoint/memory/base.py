@@ -36,6 +36,9 @@ DUPLICATE_CANDIDATES = 3
 # The payload key listing every run whose episode a point holds: its own, and those of the repeats
 # merged into it. A run's recall finds what it stored itself, even merged into another run's point.
 RUNS = "runs"
+# Likewise every tree of runs (its root run id) whose episode a point holds: a child's fact merged
+# into another tree's point is still its own tree's to recall.
+TREES = "trees"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Scope:
     as_of: float | None = None
     exclude_runs: tuple[str, ...] = ()
     own_past: tuple[tuple[str, int | None], ...] = ()
+    # A tree's episodes pass `agent` and the time and exclusion rule (see `RecallScope.tree`).
+    tree: str | None = None
 
     @property
     def as_of_filter(self) -> bool:
@@ -109,6 +114,10 @@ class _BatchIndex:
         buffer[0][len(ids)] = _unit(vec)
         ids.append(ep_id)
         by_text.setdefault(normalized_text(ep.text), ep_id)
+
+
+def _tree(ep: Episode) -> tuple[str, ...]:
+    return (ep.root_run_id,) if ep.root_run_id else ()
 
 
 def _unit(vec: list[float]) -> np.ndarray:
@@ -189,8 +198,9 @@ class QdrantStoreBase(ABC):
         async with self._write_lock:
             # pending: what this call will write, by id (a later copy of one id replaces the earlier).
             pending: dict[str, tuple[Episode, list[float]]] = {}
-            # the runs whose episodes each new point holds (a merged repeat adds its run)
+            # the runs and trees whose episodes each new point holds (a merged repeat adds its own)
             runs: dict[str, set[str]] = {}
+            trees: dict[str, set[str]] = {}
             batch = _BatchIndex(duplicate_cosine(self.embedder))
             ids: list[str] = []
             for ep, vec in zip(stamped, vectors, strict=True):
@@ -202,16 +212,18 @@ class QdrantStoreBase(ABC):
                         other, other_vec = pending[target]
                         pending[target] = (_merged(other, ep), other_vec)
                         runs[target].add(ep.run_id)
+                        trees[target].update(_tree(ep))
                     else:
                         target = await self._merge_into_stored(ep, ep_id, vec)
                 if target is None:
                     pending[ep_id] = (ep, vec)
                     runs[ep_id] = {ep.run_id}
+                    trees[ep_id] = set(_tree(ep))
                     if ep.kind in MERGED_KINDS:
                         batch.add(ep, ep_id, vec)
                 ids.append(target or ep_id)
             points = [
-                (point_id, vec, {**ep.payload(), RUNS: sorted(runs[point_id])})
+                (point_id, vec, {**ep.payload(), RUNS: sorted(runs[point_id]), TREES: sorted(trees[point_id])})
                 for point_id, (ep, vec) in pending.items()
             ]
             for start in range(0, len(points), WRITE_BATCH):
@@ -233,6 +245,7 @@ class QdrantStoreBase(ABC):
                         "created_at": max(float(hit.payload["created_at"]), ep.created_at),
                         "first_at": min(Episode.from_payload(hit.payload).first_at, ep.first_at),
                         RUNS: sorted({*hit.payload.get(RUNS, [hit.payload["run_id"]]), ep.run_id}),
+                        TREES: sorted({*hit.payload.get(TREES, []), *_tree(ep)}),
                     },
                 )
                 return hit.id
@@ -251,6 +264,7 @@ class QdrantStoreBase(ABC):
         as_of: float | None = None,
         exclude_runs: Sequence[str] = (),
         own_past: Sequence[tuple[str, int | None]] = (),
+        tree: str | None = None,
     ) -> list[Recalled]:
         _require_tenant(tenant)
         if k <= 0:
@@ -266,6 +280,7 @@ class QdrantStoreBase(ABC):
             as_of=as_of,
             exclude_runs=tuple(exclude_runs),
             own_past=tuple(own_past),
+            tree=tree,
         )
         hits = await self._nearest(vector, scope, candidates(k))
         recalled = []

@@ -35,7 +35,7 @@ from qdrant_edge import (
 )
 
 from waypoint.errors import ConfigError, StackError
-from waypoint.memory.base import RUNS, Hit, QdrantStoreBase, Scope
+from waypoint.memory.base import RUNS, TREES, Hit, QdrantStoreBase, Scope
 from waypoint.memory.episode import Embedder
 
 # Written next to the shard: the embedder its vectors came from. Two embedders of the same size
@@ -56,19 +56,27 @@ def payload_indexes() -> dict[str, Any]:
         "created_at": FloatIndexParams(),
         "first_at": FloatIndexParams(),
         RUNS: KeywordIndexParams(),
+        TREES: KeywordIndexParams(),
+        "root_run_id": KeywordIndexParams(),
     }
 
 
 def edge_filter(scope: Scope) -> Filter | None:
     must: list[Any] = []
-    for key in ("tenant", "agent", "run_id"):
+    for key in ("tenant", "run_id"):
         value = getattr(scope, key)
         if value is not None:
             must.append(FieldCondition(key, match=MatchValue(value)))
     if scope.kinds:
         must.append(FieldCondition("kind", match=MatchAny(list(scope.kinds))))
+    # What the run recalls by its agent and lineage; or else, of its tree (of any agent, any time).
+    own: list[Any] = [FieldCondition("agent", match=MatchValue(scope.agent))] if scope.agent is not None else []
     if scope.as_of_filter:
-        must.append(as_of_filter(scope))
+        own.append(as_of_filter(scope))
+    if scope.tree is not None and own:
+        must.append(Filter(should=[Filter(must=own), FieldCondition(TREES, match=MatchValue(scope.tree))]))
+    else:
+        must.extend(own)
     return Filter(must=must) if must else None
 
 

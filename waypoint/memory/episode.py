@@ -36,6 +36,9 @@ class Episode:
     # When the memory was first stored (epoch seconds; 0 -> `created_at`): a merge never moves it,
     # so recall "as of" a time finds a fact that existed then, however often it was learned since.
     first_at: float = 0.0
+    # The root run of the run's tree of sub-agent runs (the run itself for a run without a caller;
+    # None: not known, an episode stored before trees were). Recall within a tree filters on it.
+    root_run_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -64,6 +67,7 @@ class Episode:
             created_at=float(payload["created_at"]),
             # points stored before `first_at` existed: their time is the best known
             first_at=float(payload.get("first_at", payload["created_at"])),
+            root_run_id=payload.get("root_run_id"),
         )
 
 
@@ -85,12 +89,17 @@ class RecallScope:
       recallable (episodes still in the window are dropped later: the model sees them verbatim);
     - `as_of`: other episodes only if first stored at or before this time (epoch seconds);
     - `exclude_runs`: other episodes never of these runs (the ancestors: their steps after the
-      fork point are a future this run did not live, its final answer included).
+      fork point are a future this run did not live, its final answer included);
+    - `tree`: the root run of the run's tree of sub-agent runs: every episode of the tree is
+      recallable too, whatever its agent (a parent recalls what its children learned, a child
+      what its parent and siblings did). Episodes stored before trees were carry none: they are
+      recalled by the other rules only.
     """
 
     own_past: tuple[tuple[str, int | None], ...] = ()
     as_of: float | None = None
     exclude_runs: tuple[str, ...] = ()
+    tree: str | None = None
 
     def own(self, run_id: str, step: int) -> bool:
         """Whether an episode of (run, step) is part of the run's own history."""
@@ -135,12 +144,14 @@ class EpisodicStore(Protocol):
         as_of: float | None = None,
         exclude_runs: Sequence[str] = (),
         own_past: Sequence[tuple[str, int | None]] = (),
+        tree: str | None = None,
     ) -> list[Recalled]:
         """The `k` best episodes for `query` (similarity blended with recency and importance), of the
         tenant, optionally of one agent, run or some kinds. Recall "as of" a time:
         `as_of` keeps episodes first stored at or before it (epoch seconds); `exclude_runs` leaves
         out those runs' episodes; `own_past` (run, through step; None: every step) names episodes
-        that pass both anyway, the asking run's own history (see `RecallScope`)."""
+        that pass both anyway, the asking run's own history (see `RecallScope`). `tree`: the
+        episodes of that tree of runs pass the agent filter and both rules too."""
         ...
 
     async def list_run(self, tenant: str, run_id: str) -> list[Episode]:

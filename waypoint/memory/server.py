@@ -14,7 +14,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
 from waypoint.errors import ConfigError
-from waypoint.memory.base import RUNS, Hit, QdrantStoreBase, Scope
+from waypoint.memory.base import RUNS, TREES, Hit, QdrantStoreBase, Scope
 from waypoint.memory.episode import Embedder
 
 SCROLL_PAGE = 1_000
@@ -32,19 +32,32 @@ def payload_indexes() -> dict[str, Any]:
         "created_at": models.PayloadSchemaType.FLOAT,
         "first_at": models.PayloadSchemaType.FLOAT,
         RUNS: models.PayloadSchemaType.KEYWORD,
+        TREES: models.PayloadSchemaType.KEYWORD,
+        "root_run_id": models.PayloadSchemaType.KEYWORD,
     }
 
 
 def server_filter(scope: Scope) -> models.Filter | None:
     must: list[models.Condition] = []
-    for key in ("tenant", "agent", "run_id"):
+    for key in ("tenant", "run_id"):
         value = getattr(scope, key)
         if value is not None:
             must.append(models.FieldCondition(key=key, match=models.MatchValue(value=value)))
     if scope.kinds:
         must.append(models.FieldCondition(key="kind", match=models.MatchAny(any=list(scope.kinds))))
+    # What the run recalls by its agent and lineage; or else, of its tree (of any agent, any time).
+    own: list[models.Condition] = (
+        [models.FieldCondition(key="agent", match=models.MatchValue(value=scope.agent))]
+        if scope.agent is not None
+        else []
+    )
     if scope.as_of_filter:
-        must.append(as_of_filter(scope))
+        own.append(as_of_filter(scope))
+    if scope.tree is not None and own:
+        tree = models.FieldCondition(key=TREES, match=models.MatchValue(value=scope.tree))
+        must.append(models.Filter(should=[models.Filter(must=own), tree]))
+    else:
+        must.extend(own)
     return models.Filter(must=must) if must else None
 
 

@@ -24,11 +24,15 @@ QUERY_CHARS = 1_500
 APPROVAL_INDEX = 1_000  # approvals' episode indexes, apart from tool-call indexes at the same step
 
 
-def step_episodes(tenant: str, agent: str, run_id: str, step: int, rows: StepEvents) -> list[Episode]:
+def step_episodes(
+    tenant: str, agent: str, run_id: str, step: int, rows: StepEvents, root_run_id: str | None = None
+) -> list[Episode]:
     """The episodes of one step: its account, and each human decision taken in it."""
 
     def episode(kind: str, text: str, importance: float, index: int = 0) -> Episode:
-        return Episode(tenant, agent, run_id, step, kind, text, importance=importance, index=index)
+        return Episode(
+            tenant, agent, run_id, step, kind, text, importance=importance, index=index, root_run_id=root_run_id
+        )
 
     # Memory tools' results are not steps' news: pin_decision and memory_save store their own.
     own = [
@@ -42,9 +46,15 @@ def step_episodes(tenant: str, agent: str, run_id: str, step: int, rows: StepEve
     return found
 
 
-def pending_episodes(tenant: str, agent: str, run_id: str, pending: Mapping[int, StepEvents]) -> list[Episode]:
-    """The episodes of the steps not stored yet, oldest step first."""
-    return [ep for step, rows in sorted(pending.items()) for ep in step_episodes(tenant, agent, run_id, step, rows)]
+def pending_episodes(
+    tenant: str, agent: str, run_id: str, pending: Mapping[int, StepEvents], root_run_id: str | None = None
+) -> list[Episode]:
+    """The episodes of the steps not stored yet, oldest step first (of the tree of `root_run_id`)."""
+    return [
+        ep
+        for step, rows in sorted(pending.items())
+        for ep in step_episodes(tenant, agent, run_id, step, rows, root_run_id)
+    ]
 
 
 def recall_query(task: str, last_step: int, last_rows: StepEvents | None) -> str:
@@ -66,7 +76,12 @@ def recall_scope(chain: Sequence[ForkLink]) -> RecallScope:
     are a future this run did not live (a rerun's original's final answer among them). With
     `MemoryView.THEN` (a rerun's or fork's default) nothing stored after its parent's checkpoint
     of the step it started from: memory as the original had it there, and as a parent that
-    recalled as of an earlier time had it, that time. A run of its own recalls everything."""
+    recalled as of an earlier time had it, that time. A run of its own recalls everything.
+
+    And always every episode of its tree of sub-agent runs, whatever their agent: a child recalls
+    its parent's and siblings' episodes, a parent its children's. For a run without caller or
+    children that is its own episodes, which it recalls anyway."""
+    tree = chain[0].root_run_id
     own: list[tuple[str, int | None]] = [(chain[0].run_id, None)]
     through: int | None = None
     for child, link in zip(chain, chain[1:], strict=False):
@@ -75,11 +90,12 @@ def recall_scope(chain: Sequence[ForkLink]) -> RecallScope:
         own.append((link.run_id, through))
     view = chain[0].memory or MemoryView.THEN
     if len(chain) == 1 or view == MemoryView.ALL:
-        return RecallScope(own_past=tuple(own))
+        return RecallScope(own_past=tuple(own), tree=tree)
     return RecallScope(
         own_past=tuple(own),
         as_of=as_of(chain) if view == MemoryView.THEN else None,
         exclude_runs=tuple(link.run_id for link in chain[1:]),
+        tree=tree,
     )
 
 
@@ -106,6 +122,7 @@ async def recall_search(
         as_of=scope.as_of,
         exclude_runs=scope.exclude_runs,
         own_past=scope.own_past,
+        tree=scope.tree,
     )
 
 

@@ -41,6 +41,7 @@ class ModelContext:
     window_start: int = 0
     pending: dict[int, StepEvents] = field(default_factory=dict)  # steps not stored yet, oldest first
     last: StepEvents = field(default_factory=list)  # the events of the newest step (step - 1)
+    root_run_id: str | None = None  # the root of the run's tree of sub-agent runs, its episodes' tree
 
 
 async def read_parts(
@@ -87,7 +88,7 @@ class WorkingReads(StoreBase):
         async with self.engine.connect() as conn:
             found = (
                 await conn.execute(
-                    select(checkpoints.c.state, runs.c.task, runs.c.remembered_step)
+                    select(checkpoints.c.state, runs.c.task, runs.c.remembered_step, runs.c.root_run_id)
                     .join(runs, runs.c.run_id == checkpoints.c.run_id)
                     .where(checkpoints.c.step == step - 1, run_filter(tenant_id, run_id))
                 )
@@ -99,6 +100,7 @@ class WorkingReads(StoreBase):
             parts = await read_parts(conn, run_id, found.state, compaction)
             compaction_id = compaction["id"] if compaction else None
             context = ModelContext(parts, compaction_id, found.task, found.remembered_step)
+            context.root_run_id = found.root_run_id
             context.window_start = step - (len(found.state["segments"]) - 1)
             # The oldest steps not stored first (so what is marked stored never has a gap), and the
             # newest step, which the recall query reads.
@@ -123,14 +125,14 @@ class WorkingReads(StoreBase):
         `waypoint.memory.steps.recall_scope`). Two queries, whatever the chain's length."""
         parent = runs.alias("parent")
         chain = (
-            select(runs.c.run_id, runs.c.parent_run_id, runs.c.fork_step, literal(0).label("depth"))
+            select(runs.c.run_id, runs.c.parent_run_id, runs.c.fork_step, runs.c.root_run_id, literal(0).label("depth"))
             .where(run_filter(tenant_id, run_id))
             .cte("chain", recursive=True)
         )
         chain = chain.union_all(
-            select(parent.c.run_id, parent.c.parent_run_id, parent.c.fork_step, chain.c.depth + 1).where(
-                parent.c.run_id == chain.c.parent_run_id, parent.c.tenant_id == tenant_id
-            )
+            select(
+                parent.c.run_id, parent.c.parent_run_id, parent.c.fork_step, parent.c.root_run_id, chain.c.depth + 1
+            ).where(parent.c.run_id == chain.c.parent_run_id, parent.c.tenant_id == tenant_id)
         )
         memory = (
             select(events.c.payload["fork"]["memory"].astext)
@@ -159,8 +161,16 @@ class WorkingReads(StoreBase):
         for i, r in enumerate(rows):
             above = (written.get((a, r.fork_step)) for a in ids[i + 1 :])
             fork_at = next((t for t in above if t is not None), None) if r.fork_step is not None else None
-            links.append(ForkLink(r.run_id, r.fork_step, r.memory, fork_at))
+            links.append(ForkLink(r.run_id, r.fork_step, r.memory, fork_at, r.root_run_id))
         return links
+
+    async def tree_roots(self, tenant_id: str, run_ids: list[str]) -> dict[str, str]:
+        """The root of each run's tree of sub-agent runs (runs of other tenants, or unknown, left out)."""
+        query = select(runs.c.run_id, runs.c.root_run_id).where(
+            runs.c.tenant_id == tenant_id, runs.c.run_id.in_(run_ids), runs.c.root_run_id.is_not(None)
+        )
+        async with self.engine.connect() as conn:
+            return {r.run_id: r.root_run_id for r in await conn.execute(query)}
 
     async def runs_to_remember(self, tenant_id: str | None, limit: int) -> list[tuple[str, str, str, int]]:
         """Finished runs with steps whose episodes are not stored, as (run_id, tenant_id, agent, steps);

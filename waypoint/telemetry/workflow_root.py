@@ -24,7 +24,10 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
-from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.contrib.opentelemetry import TracingInterceptor, TracingWorkflowInboundInterceptor
+from temporalio.worker import WorkflowInterceptorClassInput
+
+from waypoint.telemetry.agent_calls import AgentCallTracing
 
 Carrier = dict[str, list[str] | str]  # a propagator's text map, as the SDK types it
 
@@ -54,10 +57,17 @@ def workflow_root_ids(workflow_id: str, run_id: str) -> tuple[int, int]:
 
 class WaypointTracingInterceptor(TracingInterceptor):
     """temporalio's TracingInterceptor (always creating workflow spans), with one trace per
-    parentless workflow run. Runs started by a traced client are traced exactly as by the SDK."""
+    parentless workflow run. Runs started by a traced client are traced exactly as by the SDK.
+    A sub-agent call has a span of its own, above its child run's (see agent_calls.py)."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         super().__init__(tracer, always_create_workflow_spans=True)
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[TracingWorkflowInboundInterceptor]:
+        super().workflow_interceptor_class(input)  # registers the extern function spans are made through
+        return AgentCallTracing
 
     def _completed_workflow_span(self, params: Any) -> Carrier | None:
         attributes = params.attributes or {}
