@@ -493,3 +493,29 @@ fan_lead = Agent(
 )
 
 TEST_AGENTS += [fan_lead, fan_child]
+
+# --- sub-agents in a recorded history (tests/test_replay.py) ----------------------------------------
+
+delegator = Agent(
+    name="delegator",
+    instructions="Hand additions to calculators, two at a time, then report.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(
+                tool_calls=[
+                    ("calculator", {"task": "add for me"}),
+                    ("calculator", {"task": "add again", "why": "to be sure"}),
+                    ("broken", {"task": "fail"}),  # a child run that fails: a tool error
+                    ("calculator", {}),  # no task: a bad call, no child run
+                ]
+            ),
+            lambda messages: ScriptedTurn(
+                content=" | ".join(m["content"] or "" for m in messages if m["role"] == "tool")
+            ),
+        ]
+    ),
+    agents=("calculator", "broken"),
+    max_parallel_agents=2,
+)
+
+TEST_AGENTS.append(delegator)
