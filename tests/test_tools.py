@@ -109,3 +109,19 @@ def test_registry_refuses_an_unknown_sub_agent_and_a_sub_agent_named_like_a_tool
     AgentRegistry(
         [Agent(name="top", instructions="i", agents=(Agent(name="l", instructions="i", agents=(leaf,)), leaf))]
     )
+
+
+def test_a_sub_agent_runs_plan_takes_the_smaller_depth_limit_of_its_agent_and_its_caller():
+    from waypoint.activities.checkpoints import CheckpointActivities
+    from waypoint.types import Budget, ParentRef, StartRunInput
+
+    leaf = Agent(name="leaf", instructions="i", max_agent_depth=3)
+    plans = CheckpointActivities(None, AgentRegistry([leaf]))  # type: ignore[arg-type]  # plan() reads no store
+
+    def limit(parent: ParentRef | None) -> int:
+        return plans.plan(StartRunInput("r", "t", "leaf", "task", None, Budget(), parent=parent)).max_agent_depth
+
+    assert limit(None) == 3  # a root: its agent's own
+    assert limit(ParentRef("p", 1, 0, "p", depth=1, max_depth=1)) == 1  # the caller's tree stops at 1
+    assert limit(ParentRef("p", 1, 0, "p", depth=1, max_depth=4)) == 3
+    assert limit(ParentRef("p", 1, 0, "p", depth=1)) == 3  # callers from before passed none

@@ -560,8 +560,12 @@ async def until(probe: Callable[[], bool], what: str, timeout: float = 20) -> No
         await asyncio.sleep(0.02)
 
 
-async def closed(client: Client, run_id: str) -> bool:
-    return (await client.get_workflow_handle(run_id).describe()).status != WorkflowExecutionStatus.RUNNING
+async def until_closed(client: Client, run_id: str, timeout: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (await client.get_workflow_handle(run_id).describe()).status == WorkflowExecutionStatus.RUNNING:
+        assert loop.time() < deadline, f"{run_id} is still running"
+        await asyncio.sleep(0.02)
 
 
 async def test_sub_agent_calls_run_at_most_max_parallel_agents_at_once_in_call_order(ts: WorkflowEnvironment) -> None:
@@ -673,8 +677,7 @@ async def test_cancelling_the_caller_cancels_its_children_in_flight(ts: Workflow
         result: RunResult = await handle.result()
         children = [child_run_id(handle.id, 1, i) for i in range(3)]
         for child in children:  # the parent-close policy reached each child, which recorded its own end
-            await until(lambda: doubles.end_of(child) is not None, f"{child} ending")  # noqa: B023
-            assert await closed(ts.client, child)
+            await until_closed(ts.client, child)
     assert (result.status, result.error) == (RunStatus.CANCELLED, "stop the tree")
     end = doubles.end_of(handle.id)
     assert end is not None and end.interrupted == {
@@ -689,6 +692,9 @@ async def test_cancelling_the_caller_cancels_its_children_in_flight(ts: Workflow
 
 
 async def test_a_child_at_max_agent_depth_starts_no_grandchild(ts: WorkflowEnvironment) -> None:
+    """The caller's max_agent_depth bounds its whole tree: the child's own agent allows 4 levels,
+    but it sits at depth 1 of a tree whose root allows 1."""
+
     def turns(inp: CallModelInput) -> ModelTurn:
         if inp.agent == LEAD:
             return fan_out(1) if inp.step == 1 else answer("lead done")
@@ -698,7 +704,7 @@ async def test_a_child_at_max_agent_depth_starts_no_grandchild(ts: WorkflowEnvir
 
     doubles = Doubles(
         plan=plan(agents=["child"], max_agent_depth=1),
-        plans={"child": plan(agents=["grandchild"], max_agent_depth=1)},
+        plans={"child": plan(agents=["grandchild"], max_agent_depth=4)},
         turns=turns,
     )
     async with bench(ts.client, doubles) as b:
@@ -715,6 +721,7 @@ async def test_a_child_at_max_agent_depth_starts_no_grandchild(ts: WorkflowEnvir
         "do this part of the work yourself"
     )
     assert [s.agent for s in doubles.started] == [LEAD, "child"] and grandchildren == []
+    assert doubles.started[1].parent is not None and doubles.started[1].parent.max_depth == 1
 
 
 @pytest.mark.parametrize(

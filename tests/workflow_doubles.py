@@ -130,7 +130,8 @@ class Doubles:
         if inp.parent is not None:  # as the real start_run: what the caller has left caps the agent's own
             limit = inp.budget.max_tokens
             tokens = plan.max_tokens if limit is None else min(limit, plan.max_tokens or limit)
-            plan = replace(plan, max_tokens=tokens, depth=inp.parent.depth)
+            depth_limit = min(plan.max_agent_depth, inp.parent.max_depth or plan.max_agent_depth)
+            plan = replace(plan, max_tokens=tokens, depth=inp.parent.depth, max_agent_depth=depth_limit)
         return replace(plan, start_step=inp.fork.step) if inp.fork is not None else plan
 
     @activity.defn(name=Activity.CALL_MODEL)
