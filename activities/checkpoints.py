@@ -66,6 +66,8 @@ class CheckpointActivities:
         budget = inp.budget
         # A run's own budget replaces its agent's; a sub-agent run's (what its caller has left) caps it.
         pick = smallest if inp.parent is not None else first_set
+        # How deep the caller lets its tree grow caps how deep this agent would let it.
+        caller_depth = inp.parent.max_depth if inp.parent is not None else None
         plan = RunPlan(
             model=inp.model or agent.model_spec,
             max_steps=budget.max_steps or agent.max_steps,
@@ -83,7 +85,7 @@ class CheckpointActivities:
             compact_at=agent.compact_at,
             agents=agent.agent_names,
             max_parallel_agents=min(agent.max_parallel_agents, self.agents_cap(inp.tenant_id)),
-            max_agent_depth=agent.max_agent_depth,
+            max_agent_depth=min(agent.max_agent_depth, caller_depth or agent.max_agent_depth),
             depth=inp.parent.depth if inp.parent is not None else 0,
         )
         return replace(plan, start_step=inp.fork.step) if inp.fork is not None else plan

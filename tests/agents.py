@@ -471,3 +471,89 @@ wedged = Agent(
 )
 
 TEST_AGENTS += [fumbler, wedged]
+
+# --- sub-agents under a crash (tests/test_crash_recovery.py) ---------------------------------------
+
+FANOUT = 8  # fan_lead's sub-agent calls, all in its first turn
+FANOUT_LOG = "fanout.log"  # one line per fan_line call: its effect, keyed by the call
+FANOUT_ATTEMPTS = "fanout-attempts.log"  # one line per attempt of a fan_line call
+
+
+@tool(timeout=30)
+async def fan_line(ctx: ToolContext, text: str) -> str:
+    """Append `text` to fanout.log, once per call, then work for a while: 6 s on a first attempt
+    (the crash test kills the worker meanwhile), a moment on a retry."""
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    with (ctx.workspace / FANOUT_ATTEMPTS).open("a") as fh:
+        fh.write(f"{ctx.idempotency_key} attempt {ctx.attempt}\n")
+    log = ctx.workspace / FANOUT_LOG
+    lines = log.read_text().splitlines() if log.exists() else []
+    if not any(line.split(" ", 1)[0] == ctx.idempotency_key for line in lines):  # the effect, once per call
+        with log.open("a") as fh:
+            fh.write(f"{ctx.idempotency_key} {text}\n")
+    await asyncio.sleep(6 if ctx.attempt == 1 else 0.1)
+    return f"wrote {text!r}"
+
+
+def _task(messages: list[Message]) -> str:
+    return next(m["content"] or "" for m in messages if m["role"] == "user")
+
+
+fan_child = Agent(
+    name="fan_child",
+    instructions="Write your part down, add two numbers, then answer.",
+    model=ScriptedModel(
+        [
+            lambda messages: ScriptedTurn(tool_calls=[("fan_line", {"text": _task(messages)})]),
+            ScriptedTurn(tool_calls=[("add", {"a": 20, "b": 22})]),
+            lambda messages: ScriptedTurn(content=f"{_task(messages)} is done ({messages[-1]['content']})"),
+        ]
+    ),
+    tools=(fan_line, add),
+)
+
+
+def _fan_answers(messages: list[Message]) -> ScriptedTurn:
+    return ScriptedTurn(content=" | ".join(m["content"] or "" for m in messages if m["role"] == "tool"))
+
+
+fan_lead = Agent(
+    name="fan_lead",
+    instructions="Hand out the parts, all at once, then report.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("fan_child", {"task": f"part {i}"}) for i in range(FANOUT)]),
+            _fan_answers,
+        ]
+    ),
+    agents=(fan_child,),
+    max_parallel_agents=FANOUT,
+)
+
+TEST_AGENTS += [fan_lead, fan_child]
+
+# --- sub-agents in a recorded history (tests/test_replay.py) ----------------------------------------
+
+delegator = Agent(
+    name="delegator",
+    instructions="Hand additions to calculators, two at a time, then report.",
+    model=ScriptedModel(
+        [
+            ScriptedTurn(
+                tool_calls=[
+                    ("calculator", {"task": "add for me"}),
+                    ("calculator", {"task": "add again", "why": "to be sure"}),
+                    ("broken", {"task": "fail"}),  # a child run that fails: a tool error
+                    ("calculator", {}),  # no task: a bad call, no child run
+                ]
+            ),
+            lambda messages: ScriptedTurn(
+                content=" | ".join(m["content"] or "" for m in messages if m["role"] == "tool")
+            ),
+        ]
+    ),
+    agents=("calculator", "broken"),
+    max_parallel_agents=2,
+)
+
+TEST_AGENTS.append(delegator)

@@ -124,9 +124,20 @@ def recorded_histories(folder: str = "") -> list[Path]:
     return sorted((HISTORIES / folder).glob("*.json"))
 
 
+def recorded_id(path: Path) -> str:
+    """The workflow id to replay a recorded history under: its file's name, but for a run that
+    started sub-agent runs, whose ids derive from its own (`child_run_id`: "<id>.<step>.<index>")
+    and are compared on replay: then the id it ran under."""
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    for event in history.events:
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            return event.start_child_workflow_execution_initiated_event_attributes.workflow_id.rsplit(".", 2)[0]
+    return path.stem
+
+
 async def replays(path: Path, workflows: list[type]) -> None:
     """The recorded history at `path` replays against the current code of `workflows`."""
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    history = WorkflowHistory.from_json(recorded_id(path), path.read_text())
     result = await Replayer(workflows=workflows).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 

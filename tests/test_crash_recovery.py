@@ -1,5 +1,6 @@
 """A worker process SIGKILLed in the middle of a tool call, then of a model call: the run completes,
-its steps are contiguous, and each tool call's side effect happened exactly once."""
+its steps are contiguous, and each tool call's side effect happened exactly once. The same with a
+run whose eight sub-agent runs are all in a tool call when the worker dies."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
+from tests.agents import FANOUT, FANOUT_ATTEMPTS, FANOUT_LOG
+from tests.helpers import eventually
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
 from waypoint.config import Settings
-from waypoint.store.schema import checkpoints, events, tool_effects
+from waypoint.names import child_run_id, idempotency_key
+from waypoint.store.schema import checkpoints, events, runs, tool_effects
 
 pytestmark = pytest.mark.postgres
 
@@ -115,3 +119,82 @@ async def test_sigterm_lets_the_running_tool_finish(client: Client, engine: Asyn
             select(tool_effects.c.attempt).where(tool_effects.c.idempotency_key == f"{run_id}:1:0")
         )
     assert attempt == 1
+
+
+async def test_sigkill_while_eight_sub_agent_runs_are_in_their_tools(
+    client: Client, engine: AsyncEngine, settings: Settings
+):
+    """fan_lead calls fan_child 8 times in one turn; the worker dies while all 8 child runs are in
+    the middle of a tool call. On a new worker: each child run exists once and completes, the lead
+    gets every answer at its call, and no tool's effect happened twice anywhere in the tree."""
+    workspace = settings.resolved_workspace
+    attempts_log = workspace / FANOUT_ATTEMPTS
+    env = worker_env(settings)
+    workers = [await asyncio.to_thread(spawn_worker, env)]
+
+    async def all_in_their_tool() -> bool:
+        lines = attempts_log.read_text().splitlines() if attempts_log.exists() else []
+        return sum(line.endswith(" attempt 1") for line in lines) == FANOUT
+
+    try:
+        wp = Waypoint(client, engine, settings)
+        run_id = await wp.start_run("hand out the parts", agent="fan_lead")
+        await eventually(all_in_their_tool, what="8 children in their tool")
+        kill(workers[-1])  # each child's line is written, none of the 8 calls is finished
+        workers.append(await asyncio.to_thread(spawn_worker, env))
+        result = await asyncio.wait_for(wp.result(run_id), 60)
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(15)
+
+    children = [child_run_id(run_id, 1, i) for i in range(FANOUT)]
+    keys = [idempotency_key(child, 1, 0) for child in children]  # each child's fan_line call
+    assert result.status == "completed", result
+    # the effects: one line per call, for exactly these calls; each call was cut off and ran again
+    lines = (workspace / FANOUT_LOG).read_text().splitlines()
+    assert sorted(lines) == sorted(f"{key} part {i}" for i, key in enumerate(keys))
+    attempts = attempts_log.read_text().splitlines()
+    assert sorted(attempts) == sorted(f"{key} attempt {n}" for key in keys for n in (1, 2))
+
+    async with engine.connect() as conn:
+        tree = {r.run_id: r for r in await conn.execute(select(runs).where(runs.c.root_run_id == run_id))}
+        ledger = (await conn.execute(select(tool_effects).where(tool_effects.c.run_id.in_([run_id, *children])))).all()
+        seqs = (await conn.execute(select(events.c.run_id, events.c.seq).where(events.c.run_id.in_(children)))).all()
+        saved = (await conn.execute(select(checkpoints.c.run_id, checkpoints.c.step))).all()
+        responses = (
+            await conn.execute(
+                select(events.c.run_id, events.c.step).where(
+                    events.c.run_id.in_(children), events.c.kind == "model_response"
+                )
+            )
+        ).all()
+    assert set(tree) == {run_id, *children}  # each child once, under its derived id
+    answers = sorted((r for r in ledger if r.run_id == run_id), key=lambda r: (r.step, r.call_index))
+    assert [(r.step, r.call_index, r.tool, r.outcome) for r in answers] == [
+        (1, i, "fan_child", "ok") for i in range(FANOUT)
+    ]
+    for i, (child, answer) in enumerate(zip(children, answers, strict=True)):
+        row = tree[child]
+        assert (row.status, row.steps, row.agent) == ("completed", 3, "fan_child")
+        assert (row.caller_run_id, row.caller_step, row.caller_call_index) == (run_id, 1, i)
+        assert row.output == f"part {i} is done (42)" == answer.output  # its answer, at its call
+        assert sorted(s for r, s in saved if r == child) == [0, 1, 2, 3]
+        assert sorted(step for r, step in responses if r == child) == [1, 2, 3]  # no step recorded twice
+        seq = sorted(s for r, s in seqs if r == child)
+        assert seq == list(range(1, len(seq) + 1))
+        calls = sorted((r.step, r.call_index, r.tool, r.attempt) for r in ledger if r.run_id == child)
+        assert calls == [(1, 0, "fan_line", 2), (2, 0, "add", 1)]  # the ledger row of the attempt that ran again
+    assert result.output == " | ".join(f"part {i} is done (42)" for i in range(FANOUT))
+    assert sorted(s for r, s in saved if r == run_id) == [0, 1, 2]
+
+    # Temporal: one execution per child id, and none under any other id below the lead
+    async def executions(query: str) -> list[str]:
+        return [w.id async for w in client.list_workflows(query)]
+
+    for child in children:
+        found = await eventually(lambda: executions(f"WorkflowId = '{child}'"), what=f"{child} listed")  # noqa: B023
+        assert found == [child]
+    below = await executions(f"WorkflowId STARTS_WITH '{run_id}.'")
+    assert sorted(below) == sorted(children)

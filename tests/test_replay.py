@@ -62,6 +62,8 @@ def test_histories_are_checked_in():
         "agent_run_quick.json",
         "agent_run_rerun_gated.json",
         "agent_run_rerun_gated_waited.json",
+        "agent_run_subagents.json",
+        "agent_run_subagent_child.json",
         "remote-store/agent_run_calculator.json",
         "remote-store/agent_run_clumsy.json",
         "remote-store/agent_run_memory.json",
@@ -232,3 +234,28 @@ async def test_fresh_mcp_run_history_replays_and_carries_no_server_details(clien
     for detail in ("Multiply two integers", "inputSchema", "integer", "MCP_TEST_DIR", "mcp_server.py"):
         assert detail not in history
     await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_mcp.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_sub_agent_histories_replay(client: Client, engine, settings, worker):
+    """A run whose first turn calls four sub-agents, two at a time: two child runs that complete, one
+    that fails and a call without a task (no child run); and the history of one of its children."""
+    from waypoint.names import child_run_id
+
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("delegate", agent="delegator")
+    result = await wp.result(run_id)
+    assert result.status == "completed"
+    first, second, failed, bad = result.output.split(" | ")
+    assert first == second == "The answer is 15."
+    assert failed.startswith(f"error: sub-agent broken (run {child_run_id(run_id, 1, 2)}) ended failed")
+    assert bad.startswith("error: invalid arguments for calculator")
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    started = [
+        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        for e in history.events
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+    assert started == [child_run_id(run_id, 1, i) for i in range(3)]
+    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_subagents.json")
+    await _fresh(client, child_run_id(run_id, 1, 1), [AgentRunWorkflow], "agent_run_subagent_child.json")

@@ -10,13 +10,20 @@ Each test runs in about a second of wall time, whatever virtual time passes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
@@ -24,7 +31,17 @@ from tests.ports import reserve_port
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, loop_tool, ok, spec, tools
 from waypoint.app.embedded import temporal_binary
 from waypoint.compaction_types import CompactionInput, CompactionReport
-from waypoint.names import DecisionKind, LineageKind, MemoryOp, Query, RunStatus, ToolMode, ToolOutcome, Update
+from waypoint.names import (
+    DecisionKind,
+    LineageKind,
+    MemoryOp,
+    Query,
+    RunStatus,
+    ToolMode,
+    ToolOutcome,
+    Update,
+    child_run_id,
+)
 from waypoint.types import (
     CallModelInput,
     Decision,
@@ -517,3 +534,261 @@ def test_the_doubles_cover_every_activity() -> None:
 
     names = {getattr(f, "__temporal_activity_definition").name for f in Doubles().activities()}
     assert names == {a.value for a in Activity}
+
+
+# --- sub-agents: child runs of the real AgentRunWorkflow, on the same doubles ------------------------
+# The lead run's agent is "double"; its sub-agent is "child". A child's run id is derived from the
+# call (child_run_id), and `turns` tells the runs apart by agent and run id.
+
+LEAD = "double"
+
+
+def fan_out(n: int, name: str = "child") -> ModelTurn:
+    """One model turn calling `name` n times, tasks "task 0".."task n-1", call ids a0..a(n-1)."""
+    return tools(*(call(name, json.dumps({"task": f"task {i}"}), id=f"a{i}") for i in range(n)))
+
+
+def index_of(run_id: str) -> int:
+    return int(run_id.rsplit(".", 1)[1])
+
+
+async def until(probe: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not probe():
+        assert loop.time() < deadline, f"{what} never happened"
+        await asyncio.sleep(0.02)
+
+
+async def until_closed(client: Client, run_id: str, timeout: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (await client.get_workflow_handle(run_id).describe()).status == WorkflowExecutionStatus.RUNNING:
+        assert loop.time() < deadline, f"{run_id} is still running"
+        await asyncio.sleep(0.02)
+
+
+async def test_sub_agent_calls_run_at_most_max_parallel_agents_at_once_in_call_order(ts: WorkflowEnvironment) -> None:
+    """Five calls, two slots: the children start in call order as slots free up, and each answer
+    lands at its own call, whatever order the children finish in (child 0 is held until 1-4 are done)."""
+
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.agent == LEAD:
+            return fan_out(5) if inp.step == 1 else answer("all five answered")
+        if index_of(inp.run_id) == 0 and inp.step == 1:
+            return tools(call("work", id="w0"))  # waits at the tool gate
+        return answer(f"answer of {inp.run_id}")
+
+    doubles = Doubles(
+        plan=plan(agents=["child"], max_parallel_agents=2),
+        plans={"child": plan()},
+        turns=turns,
+        tool_gate=asyncio.Event(),
+    )
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        children = [child_run_id(handle.id, 1, i) for i in range(5)]
+        await until(lambda: all(doubles.end_of(c) for c in children[1:]), "children 1-4 finishing")
+        assert doubles.end_of(children[0]) is None and doubles.tool_gate is not None
+        doubles.tool_gate.set()
+        result: RunResult = await handle.result()
+        history = await handle.fetch_history()
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "all five answered")
+
+    started, live, most = [], set(), 0  # as the parent's history shows them
+    for event in history.events:
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            started.append(event.start_child_workflow_execution_initiated_event_attributes.workflow_id)
+            live.add(started[-1])
+            most = max(most, len(live))
+        elif event.HasField("child_workflow_execution_completed_event_attributes"):
+            live.discard(event.child_workflow_execution_completed_event_attributes.workflow_execution.workflow_id)
+    assert started == children and most == 2
+    assert [f.run_id for f in doubles.finished if f.run_id in children][-1] == children[0]  # finished last
+    assert {s.run_id: (s.task, s.agent) for s in doubles.started if s.parent} == {
+        c: (f"task {i}", "child") for i, c in enumerate(children)
+    }
+    # in call order: each call's ledger entry is its own child's answer
+    (step1,) = [r for r in doubles.records if (r.run_id, r.step) == (handle.id, 1)]
+    assert [(r.call_id, r.outcome) for r in step1.tool_results] == [(f"a{i}", ToolOutcome.OK) for i in range(5)]
+    assert [doubles.ledger[f"{handle.id}:1:{i}"].output for i in range(5)] == [f"answer of {c}" for c in children]
+
+
+async def test_a_failing_child_is_a_tool_error_and_the_others_answers_are_kept(ts: WorkflowEnvironment) -> None:
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.agent == LEAD:
+            return fan_out(3) if inp.step == 1 else answer("went on without it")
+        if index_of(inp.run_id) == 1:
+            raise ApplicationError(
+                "HTTP 400 from the model: bad request", type="ModelRequestRejected", non_retryable=True
+            )
+        return answer(f"answer of {inp.run_id}")
+
+    doubles = Doubles(plan=plan(agents=["child"]), plans={"child": plan()}, turns=turns)
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "went on without it")
+    children = [child_run_id(handle.id, 1, i) for i in range(3)]
+    assert [doubles.end_of(c).status for c in children] == [  # type: ignore[union-attr]
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.COMPLETED,
+    ]
+    first, failed, last = (doubles.ledger[f"{handle.id}:1:{i}"] for i in range(3))
+    assert (first.outcome, first.output) == (ToolOutcome.OK, f"answer of {children[0]}")
+    assert (last.outcome, last.output) == (ToolOutcome.OK, f"answer of {children[2]}")
+    assert failed.outcome == ToolOutcome.TOOL_ERROR and failed.is_error
+    assert failed.output.startswith("error: sub-agent child ended failed: ") and "HTTP 400" in failed.output
+    assert doubles.steps_of(handle.id) == [1, 2]
+
+
+async def test_a_child_that_reaches_its_budget_is_a_tool_error(ts: WorkflowEnvironment) -> None:
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.agent == LEAD:
+            return fan_out(1) if inp.step == 1 else answer("noted")
+        return tools(call("work", id=f"w{inp.step}"))  # never answers; 20 tokens a turn
+
+    doubles = Doubles(plan=plan(agents=["child"]), plans={"child": plan(max_tokens=30)}, turns=turns)
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+    child = child_run_id(handle.id, 1, 0)
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "noted")
+    assert doubles.steps_of(child) == [1, 2]
+    done = doubles.ledger[f"{handle.id}:1:0"]
+    assert (done.outcome, done.output) == (
+        ToolOutcome.TOOL_ERROR,
+        "error: sub-agent child ended budget_exceeded: token budget reached: 40 of 30 tokens used",
+    )
+
+
+async def test_cancelling_the_caller_cancels_its_children_in_flight(ts: WorkflowEnvironment) -> None:
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.agent == LEAD:
+            return fan_out(3)
+        return tools(call("work", id="w1")) if inp.step == 1 else answer("unreachable")
+
+    doubles = Doubles(plan=plan(agents=["child"]), plans={"child": plan()}, turns=turns, tool_gate=asyncio.Event())
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        await until(lambda: len(doubles.tool_calls) == 3, "three children in their tool")
+        await handle.execute_update(Update.CANCEL, "stop the tree", result_type=RunProgress)
+        result: RunResult = await handle.result()
+        children = [child_run_id(handle.id, 1, i) for i in range(3)]
+        for child in children:  # the parent-close policy reached each child, which recorded its own end
+            await until_closed(ts.client, child)
+    assert (result.status, result.error) == (RunStatus.CANCELLED, "stop the tree")
+    end = doubles.end_of(handle.id)
+    assert end is not None and end.interrupted == {
+        "step": 1,
+        "activity": "agents",
+        "why": "step 1's sub-agent runs were cancelled in flight",
+    }
+    assert [(doubles.end_of(c).status, doubles.end_of(c).error) for c in children] == [  # type: ignore[union-attr]
+        (RunStatus.CANCELLED, "its caller ended")
+    ] * 3
+    assert doubles.records == [] and doubles.ledger == {}  # no step ended, no answer recorded
+
+
+async def test_a_child_at_max_agent_depth_starts_no_grandchild(ts: WorkflowEnvironment) -> None:
+    """The caller's max_agent_depth bounds its whole tree: the child's own agent allows 4 levels,
+    but it sits at depth 1 of a tree whose root allows 1."""
+
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.agent == LEAD:
+            return fan_out(1) if inp.step == 1 else answer("lead done")
+        if inp.agent == "child":
+            return fan_out(1, "grandchild") if inp.step == 1 else answer("did it myself")
+        return answer("a grandchild ran")
+
+    doubles = Doubles(
+        plan=plan(agents=["child"], max_agent_depth=1),
+        plans={"child": plan(agents=["grandchild"], max_agent_depth=4)},
+        turns=turns,
+    )
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+        child = child_run_id(handle.id, 1, 0)
+        grandchildren = [e async for e in ts.client.list_workflows(f"WorkflowId = '{child_run_id(child, 1, 0)}'")]
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "lead done")
+    assert doubles.ledger[f"{handle.id}:1:0"].output == "did it myself"
+    refused_ = doubles.ledger[f"{child}:1:0"]
+    assert refused_.outcome == ToolOutcome.TOOL_ERROR
+    assert refused_.output == (
+        "error: grandchild was not started: this run is at depth 1 of its tree, and max_agent_depth is 1; "
+        "do this part of the work yourself"
+    )
+    assert [s.agent for s in doubles.started] == [LEAD, "child"] and grandchildren == []
+    assert doubles.started[1].parent is not None and doubles.started[1].parent.max_depth == 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "why"),
+    [
+        ("{}", "'task' (what it should do) is required text"),
+        ('{"task": "  "}', "'task' (what it should do) is required text"),
+        ('{"task": ', "not JSON"),
+    ],
+    ids=["no-task", "blank-task", "not-json"],
+)
+async def test_a_bad_sub_agent_call_is_a_bad_call_and_starts_nothing(
+    ts: WorkflowEnvironment, arguments: str, why: str
+) -> None:
+    def turns(inp: CallModelInput) -> ModelTurn:
+        return tools(call("child", arguments, id="a0")) if inp.step == 1 else answer("fixed")
+
+    doubles = Doubles(plan=plan(agents=["child"]), turns=turns)
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+    assert result.status == RunStatus.COMPLETED
+    bad = doubles.ledger[f"{handle.id}:1:0"]
+    assert bad.outcome == ToolOutcome.BAD_CALL and bad.output.startswith("error: invalid arguments for child: ")
+    assert why in bad.output
+    assert [s.agent for s in doubles.started] == [LEAD]  # no child run
+    assert [r.outcome for r in doubles.records[0].tool_results] == [ToolOutcome.BAD_CALL]
+
+
+async def test_a_callers_token_budget_covers_its_children(ts: WorkflowEnvironment) -> None:
+    """Each child is given what its caller has left (the caller's turns, the calling one included,
+    and its earlier children's whole use), and what the children use counts against the caller."""
+
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.agent == LEAD:
+            return tools(call("child", json.dumps({"task": f"part {inp.step}"}), id=f"a{inp.step}"))
+        return answer(f"part done by {inp.run_id}") if inp.step == 3 else tools(call("work", id=f"w{inp.step}"))
+
+    # every turn: 20 tokens; a child that finishes: 3 turns, 60 tokens
+    doubles = Doubles(plan=plan(agents=["child"], max_tokens=200), plans={"child": plan()}, turns=turns)
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+    budgets = {s.run_id: s.budget.max_tokens for s in doubles.started if s.parent}
+    assert budgets == {
+        child_run_id(handle.id, 1, 0): 200 - 20,
+        child_run_id(handle.id, 2, 0): 200 - 40 - 60,
+        child_run_id(handle.id, 3, 0): 200 - 60 - 120,  # 20 left: one turn, then its budget is reached
+    }
+    third = doubles.ledger[f"{handle.id}:3:0"]
+    assert third.outcome == ToolOutcome.TOOL_ERROR and "ended budget_exceeded" in third.output
+    # 60 tokens of its own turns, 60 + 60 + 20 of its children's
+    assert (result.status, result.error) == (RunStatus.BUDGET_EXCEEDED, "token budget reached: 200 of 200 tokens used")
+
+
+async def test_a_call_made_when_the_budget_is_spent_starts_no_child(ts: WorkflowEnvironment) -> None:
+    # The calling turn alone spends the 20 tokens of the budget.
+    doubles = Doubles(
+        plan=plan(agents=["child"], max_tokens=20),
+        turns=lambda inp: fan_out(1) if inp.agent == LEAD else answer("a child ran"),
+    )
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+    assert result.status == RunStatus.BUDGET_EXCEEDED and [s.agent for s in doubles.started] == [LEAD]
+    spent = doubles.ledger[f"{handle.id}:1:0"]
+    assert (spent.outcome, spent.output) == (
+        ToolOutcome.TOOL_ERROR,
+        "error: child was not started: the token budget (20) is spent",
+    )

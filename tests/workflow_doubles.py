@@ -7,6 +7,11 @@ servers show (crash recovery, outages, HTTP, the browser) is tested elsewhere ag
 
 A test scripts the model with `turns` (a function of the call's input), the tools with `tool`,
 and reads back what the workflow asked for: `records`, `statuses`, `finished`, `calls`.
+
+Sub-agent runs are the real AgentRunWorkflow, started as child workflows on the same worker: their
+activities are these doubles too. `turns` tells the runs apart by `inp.agent` (a child's agent is
+the name its caller called) or `inp.run_id`; `plans` gives an agent a plan of its own; `ledger`
+holds what `agent_result` wrote, by idempotency key.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from waypoint.compaction_types import (
 )
 from waypoint.names import Activity, RunStatus, ToolOutcome, memory_task_queue
 from waypoint.types import (
+    AgentCallInput,
+    AgentCallResult,
     CallModelInput,
     FinishRunInput,
     MemoryAnswer,
@@ -104,6 +111,12 @@ class Doubles:
     model_gate: asyncio.Event | None = None  # set: model calls wait for it (heartbeating, so they can be cancelled)
     model_cancelled: list[int] = field(default_factory=list)  # steps whose model call saw its cancellation
     memory_elsewhere: bool = False  # set: a model call with memory on the main queue finds no store there
+    # Sub-agents: a plan per agent name (else `plan`), what each start_run was given, in order, and
+    # what agent_result was asked and wrote (the parent's ledger, by idempotency key).
+    plans: dict[str, RunPlan] = field(default_factory=dict)
+    started: list[StartRunInput] = field(default_factory=list)
+    agent_calls: list[AgentCallInput] = field(default_factory=list)
+    ledger: dict[str, ToolResult] = field(default_factory=dict)
 
     # --- agent runs ------------------------------------------------------------------------------
 
@@ -111,7 +124,15 @@ class Doubles:
     async def start_run(self, inp: StartRunInput) -> RunPlan:
         if self.start_error is not None:
             raise ApplicationError(self.start_error, non_retryable=True)
-        return replace(self.plan, start_step=inp.fork.step) if inp.fork is not None else self.plan
+        if all(s.run_id != inp.run_id for s in self.started):
+            self.started.append(inp)
+        plan = self.plans.get(inp.agent, self.plan)
+        if inp.parent is not None:  # as the real start_run: what the caller has left caps the agent's own
+            limit = inp.budget.max_tokens
+            tokens = plan.max_tokens if limit is None else min(limit, plan.max_tokens or limit)
+            depth_limit = min(plan.max_agent_depth, inp.parent.max_depth or plan.max_agent_depth)
+            plan = replace(plan, max_tokens=tokens, depth=inp.parent.depth, max_agent_depth=depth_limit)
+        return replace(plan, start_step=inp.fork.step) if inp.fork is not None else plan
 
     @activity.defn(name=Activity.CALL_MODEL)
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
@@ -148,7 +169,7 @@ class Doubles:
 
     @activity.defn(name=Activity.RECORD_STEP)
     async def record_step(self, record: StepRecord) -> int:
-        if all(r.step != record.step for r in self.records):  # idempotent, as the store is
+        if all((r.run_id, r.step) != (record.run_id, record.step) for r in self.records):  # idempotent, as the store is
             self.records.append(record)
         return record.step
 
@@ -159,15 +180,42 @@ class Doubles:
     @activity.defn(name=Activity.FINISH_RUN)
     async def finish_run(self, inp: FinishRunInput) -> RunResult:
         self.finished.append(inp)
+        records = [r for r in self.records if r.run_id == inp.run_id]
         return RunResult(
             run_id=inp.run_id,
             status=inp.status,
-            steps=len(self.records),
+            steps=len(records),
             output=inp.output,
             error=inp.error,
-            input_tokens=sum(r.turn.usage.input_tokens for r in self.records),
-            output_tokens=sum(r.turn.usage.output_tokens for r in self.records),
+            input_tokens=sum(r.turn.usage.input_tokens for r in records),
+            output_tokens=sum(r.turn.usage.output_tokens for r in records),
         )
+
+    @activity.defn(name=Activity.AGENT_RESULT)
+    async def agent_result(self, inp: AgentCallInput) -> AgentCallResult:
+        """As the real one: the child's answer (or how it ended) into the caller's ledger, once, and
+        what the child's whole tree used."""
+        self.agent_calls.append(inp)
+        tokens, cost = 0, 0.0
+        output, outcome = f"error: {inp.error or 'no sub-agent ran'}", inp.outcome
+        if inp.child_run_id is not None:
+            tree = [
+                r for r in self.records if r.run_id == inp.child_run_id or r.run_id.startswith(inp.child_run_id + ".")
+            ]
+            tokens = sum(r.turn.usage.input_tokens + r.turn.usage.output_tokens for r in tree)
+            cost = sum(r.turn.cost_usd for r in tree)
+            end = next(f for f in self.finished if f.run_id == inp.child_run_id)
+            if end.status == RunStatus.COMPLETED:
+                output, outcome = end.output or "", ToolOutcome.OK
+            else:
+                output, outcome = (
+                    f"error: sub-agent {inp.call.name} ended {end.status}: {end.error}",
+                    ToolOutcome.TOOL_ERROR,
+                )
+        result = ToolResult(
+            call_id=inp.call.id, name=inp.call.name, output=output, outcome=outcome, is_error=outcome != ToolOutcome.OK
+        )
+        return AgentCallResult(self.ledger.setdefault(inp.idempotency_key, result), tokens, cost)
 
     @activity.defn(name=Activity.MEMORY_STEP)
     async def memory_step(self, inp: MemoryStepInput) -> MemoryStepResult:
@@ -219,6 +267,7 @@ class Doubles:
             self.record_step,
             self.set_run_status,
             self.finish_run,
+            self.agent_result,
             self.memory_step,
             self.compact_run,
             self.select_runs,
@@ -236,6 +285,12 @@ class Doubles:
     @property
     def status_names(self) -> list[str]:
         return [s for s, _ in self.statuses]
+
+    def steps_of(self, run_id: str) -> list[int]:
+        return [r.step for r in self.records if r.run_id == run_id]
+
+    def end_of(self, run_id: str) -> FinishRunInput | None:
+        return next((f for f in self.finished if f.run_id == run_id), None)
 
 
 @dataclass

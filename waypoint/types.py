@@ -166,13 +166,15 @@ class ForkOrigin:
 @dataclass(frozen=True)
 class ParentRef:
     """Where a sub-agent run comes from: the call (`step`, `call_index`) of `run_id` that started it,
-    the root of its tree, and its depth there (the root is at 0, its children at 1)."""
+    the root of its tree, and its depth there (the root is at 0, its children at 1). `max_depth`: how
+    deep its caller lets the tree grow (its plan's max_agent_depth), which caps the run's own."""
 
     run_id: str
     step: int
     call_index: int
     root_run_id: str
     depth: int = 1
+    max_depth: int | None = None  # None: runs started before callers passed it down
 
 
 @dataclass(frozen=True)

@@ -309,6 +309,14 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
             remember = step - 1 if step - 1 > state.plan.start_step else None
             recalled = await self._memory(inp, remember=remember, recall=step)
             turn = await self._call_model(replace(call, recalled=recalled))
+        # The turn is spent before its calls run: a sub-agent run one of them starts is given what
+        # the run has left after this turn, not before it.
+        self._state = replace(
+            self._state,
+            input_tokens=state.input_tokens + turn.usage.input_tokens,
+            output_tokens=state.output_tokens + turn.usage.output_tokens,
+            cost_usd=state.cost_usd + turn.cost_usd,
+        )
         decisions, recorded = await self._approvals(inp, step, turn.tool_calls)
         agents = set(state.plan.agents)
         if called := [c.name for c in turn.tool_calls if c.name in agents]:
@@ -338,14 +346,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
             ),
         )
         bad_call = any(r.outcome == ToolOutcome.BAD_CALL for r in results)
-        self._state = replace(
-            self._state,  # its sub-agent calls added what their runs used
-            step=step,
-            input_tokens=state.input_tokens + turn.usage.input_tokens,
-            output_tokens=state.output_tokens + turn.usage.output_tokens,
-            cost_usd=state.cost_usd + turn.cost_usd,
-            repairs=state.repairs + 1 if bad_call else 0,
-        )
+        # The turn's usage is counted already, and its sub-agent calls added what their runs used.
+        self._state = replace(self._state, step=step, repairs=state.repairs + 1 if bad_call else 0)
         self._last_action = ", ".join(c.name for c in turn.tool_calls) or "answer"
         if turn.tool_calls and self._over_budget(turn):
             await self._compact_inline(inp)

@@ -11,7 +11,8 @@ from Postgres and writes it to the parent's ledger (the child's workflow result 
 only). A child that fails, runs out of budget or is cancelled is a tool error the model reads.
 
 Calls run in parallel up to the plan's `max_parallel_agents`; the rest wait in call order. Each
-child gets at most what its caller has left of its token and cost budgets and of its deadline.
+child gets at most what its caller has left of its token and cost budgets and of its deadline, and
+its caller's `max_agent_depth` caps its own: a limit set above holds for the whole tree below.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ class SubAgentCalls:
                 task=task,
                 tenant_id=inp.tenant_id,
                 budget=budget,
-                parent=ParentRef(self._run_id, step, index, root, plan.depth + 1),
+                parent=ParentRef(self._run_id, step, index, root, plan.depth + 1, plan.max_agent_depth),
             )
             child_id = child_run_id(self._run_id, step, index)
             try:
