@@ -171,3 +171,21 @@ async def sse_events(response: Any) -> Any:
         name, _, value = line.partition(":")
         value = value[1:] if value.startswith(" ") else value
         fields[name] = fields[name] + "\n" + value if name == "data" and name in fields else value
+
+
+async def research_run(client: Any, engine: AsyncEngine, settings: Settings) -> tuple[Any, str]:
+    """The research demo (a lead run and its four sub-agent runs) to completion, on a worker of its
+    own: the client, and the lead's run id."""
+    from waypoint.agents import AgentRegistry
+    from waypoint.app.client import Waypoint
+    from waypoint.app.worker import build_worker
+    from waypoint.demo import seed_workspace
+    from waypoint.demo_research import RESEARCH_TASK, research
+
+    seed_workspace(settings.resolved_workspace)
+    wp = Waypoint(client, engine, settings)
+    async with build_worker(client, engine, settings, AgentRegistry([research])):
+        run_id = await wp.start_run(RESEARCH_TASK, agent="research")
+        result = await wp.result(run_id)
+    assert result.status == "completed", result
+    return wp, run_id

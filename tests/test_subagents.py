@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from tests.helpers import eventually, one_line_error, waypoint
+from tests.helpers import eventually, one_line_error, research_run, waypoint
 from tests.ports import reserve_port
 from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
 from waypoint.activities.checkpoints import CheckpointActivities
@@ -21,8 +21,7 @@ from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.demo import seed_workspace
-from waypoint.demo_research import RESEARCH_TASK, research
+from waypoint.demo_research import research
 from waypoint.errors import Conflict, NotFound
 from waypoint.names import EventKind, RunStatus, child_run_id
 from waypoint.store import RunStore
@@ -35,12 +34,8 @@ pytestmark = pytest.mark.postgres
 async def test_research_demo_fans_out_to_three_children_and_writes_the_report(
     client: Client, engine: AsyncEngine, settings: Settings
 ):
-    seed_workspace(settings.resolved_workspace)
-    wp = Waypoint(client, engine, settings)
-    async with build_worker(client, engine, settings, AgentRegistry([research])):
-        run_id = await wp.start_run(RESEARCH_TASK, agent="research")
-        result = await wp.result(run_id)
-    assert result.status == "completed", result
+    wp, run_id = await research_run(client, engine, settings)
+    result = await wp.result(run_id)
     assert result.output.startswith("3 sub-agents read the notes at once")
     report = (settings.resolved_workspace / "research.md").read_text()
     assert "notes/durability.txt (" in report and "Sources: 3 notes." in report
@@ -226,11 +221,7 @@ async def steps_past(wp: Waypoint, run_ids: list[str], before: list[int]) -> boo
 async def test_tree_on_the_cli_prints_a_line_per_run_and_refuses_an_unknown_id(
     client: Client, engine: AsyncEngine, settings: Settings
 ):
-    seed_workspace(settings.resolved_workspace)
-    wp = Waypoint(client, engine, settings)
-    async with build_worker(client, engine, settings, AgentRegistry([research])):
-        run_id = await wp.start_run(RESEARCH_TASK, agent="research")
-        await wp.result(run_id)
+    _, run_id = await research_run(client, engine, settings)
     done = await waypoint(settings, "tree", run_id, "--json")
     assert done.code == 0, done.err
     tree = json.loads(done.out)

@@ -18,18 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from tests.helpers import make_run, waypoint
+from tests.helpers import make_run, research_run, waypoint
 from tests.test_compaction_store import tool_heavy
 from tests.test_telemetry import dump, finished, script, traced_run
 from waypoint import telemetry
-from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
 from waypoint.app.schedule import apply_schedule
 from waypoint.app.worker import build_memory_worker, build_worker
 from waypoint.config import Settings
-from waypoint.demo import seed_workspace
-from waypoint.demo_research import RESEARCH_TASK, research
 from waypoint.memory import open_store
 from waypoint.names import child_run_id
 from waypoint.store import RunStore
@@ -228,12 +225,8 @@ async def test_a_tree_of_runs_is_one_trace(stack: StackInfo, engine: AsyncEngine
     its call's span in the lead run (`execute_tool <agent>`, naming the call and the child), and that
     under the lead run's own spans, up to its start."""
     exporter, _ = observed
-    seed_workspace(settings.resolved_workspace)
     client = await Client.connect(stack.temporal_address, interceptors=telemetry.client_interceptors(settings))
-    async with build_worker(client, engine, settings, AgentRegistry([research])):
-        wp = Waypoint(client, engine, settings)
-        lead = await wp.start_run(RESEARCH_TASK, agent="research")
-        assert (await wp.result(lead)).status == "completed"
+    wp, lead = await research_run(client, engine, settings)
     spans = finished(exporter)
     trace_id = await wp.trace_id(lead)
     assert trace_id and {s["trace_id"] for s in spans} == {trace_id}

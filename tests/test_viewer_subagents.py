@@ -11,14 +11,12 @@ from temporalio.client import Client
 from tests import a11y
 from tests.agents import listener
 from tests.conftest import ApiServer
-from tests.helpers import eventually
+from tests.helpers import eventually, research_run
 from tests.test_viewer import browser, contexts, logged_in, needs_browser, shot  # noqa: F401 (fixtures)
 from waypoint.agents import Agent, AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.demo import seed_workspace
-from waypoint.demo_research import RESEARCH_TASK, research
 from waypoint.errors import NotFound
 from waypoint.models.scripted import ScriptedModel, ScriptedTurn
 from waypoint.names import child_run_id
@@ -44,12 +42,7 @@ async def test_run_page_shows_the_tree_and_a_child_links_back_to_its_call(
     engine: AsyncEngine,
     settings: Settings,
 ):
-    seed_workspace(settings.resolved_workspace)
-    wp = Waypoint(client, engine, settings)
-    async with build_worker(client, engine, settings, AgentRegistry([research])):
-        run_id = await wp.start_run(RESEARCH_TASK, agent="research")
-        result = await wp.result(run_id)
-    assert result.status == "completed", result
+    wp, run_id = await research_run(client, engine, settings)
     readers = [child_run_id(run_id, 1, i) for i in range(3)]
     writer = child_run_id(run_id, 2, 0)
     tree = await wp.tree(run_id)
