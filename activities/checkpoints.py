@@ -132,9 +132,10 @@ class CheckpointActivities:
     @boundary
     async def set_run_status(self, inp: SetStatusInput) -> None:
         """Mirror a live status change (paused, waiting for approval, running again)."""
-        await self.store.set_status(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
         if inp.caller:  # a sub-agent run's wait for approval shows on its callers
-            await self.store.mirror_waiting(inp.run_id, RunStatus(inp.status), inp.detail)
+            await self.store.set_status_in_tree(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
+        else:
+            await self.store.set_status(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
 
     @activity.defn(name=Activity.FINISH_RUN)
     @boundary

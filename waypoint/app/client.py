@@ -618,10 +618,10 @@ class Waypoint:
         """The run whose call a decision given for `run_id` is about: `run_id` itself, unless it is not
         waiting and exactly one run below it is (or one whose pending calls include `call_id`)."""
         tenant = self._scoped(tenant_id, run_id)
-        row = await self._store.get_run(tenant, run_id)
         waiting = await self._store.waiting_below(tenant, run_id)
-        if not waiting:
+        if not waiting:  # (a run still starting has no row yet: its own update answers)
             return run_id
+        row = await self._store.get_run(tenant, run_id)
         if call_id is not None:
             for below in waiting:
                 progress = await (await self.temporal()).progress(below.run_id)

@@ -77,9 +77,8 @@ async def append_events(
 class RunLog(StoreBase):
     async def set_status(self, tenant_id: str | None, run_id: str, status: RunStatus, detail: str | None) -> None:
         """Mirror a live status change (paused, waiting for approval, running again)."""
-        payload = {"status": status, "detail": detail}
         async with self.engine.begin() as conn:
-            await _transition(conn, tenant_id, run_id, EventKind.STATUS_CHANGED, payload, runs.c.status != status)
+            await transition_status(conn, tenant_id, run_id, status, detail)
 
     async def finish_run(
         self,
@@ -158,6 +157,14 @@ class RunLog(StoreBase):
             await append_events(
                 conn, run_id, [(step, EventKind.MODEL_ATTEMPT_FAILED, payload)], attempt=attempt, locked=True
             )
+
+
+async def transition_status(
+    conn: AsyncConnection, tenant_id: str | None, run_id: str, status: RunStatus, detail: str | None
+) -> None:
+    """A live status change of an unfinished run, with its `status_changed` event (none if it has it already)."""
+    payload = {"status": status, "detail": detail}
+    await _transition(conn, tenant_id, run_id, EventKind.STATUS_CHANGED, payload, runs.c.status != status)
 
 
 async def _transition(

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.names import LIVE, EventKind, RunStatus
 from waypoint.store.base import StoreBase, of_tenant
-from waypoint.store.log import append_events
+from waypoint.store.log import append_events, transition_status
 from waypoint.store.rows import RunRow
 from waypoint.store.schema import runs
 
@@ -203,8 +203,17 @@ class Trees(StoreBase):
         return [n.run for n in nodes if n.depth > 0 and n.run.status in LIVE]
 
     async def mirror_waiting(self, run_id: str, status: RunStatus, detail: str | None) -> None:
-        """Show a sub-agent run's wait for approval (or its end) on its callers; see `mirror_waiting`."""
+        """Show a sub-agent run's end on its callers (they stop waiting on it); see `mirror_waiting`."""
         async with self.engine.begin() as conn:
+            await mirror_waiting(conn, run_id, status, detail)
+
+    async def set_status_in_tree(
+        self, tenant_id: str | None, run_id: str, status: RunStatus, detail: str | None
+    ) -> None:
+        """A sub-agent run's live status change and its callers' mirror of it, in one transaction: no
+        reader sees a child waiting for approval while its caller still shows `running`."""
+        async with self.engine.begin() as conn:
+            await transition_status(conn, tenant_id, run_id, status, detail)
             await mirror_waiting(conn, run_id, status, detail)
 
 
