@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
 import statistics
@@ -97,6 +98,8 @@ class Side:
 @dataclass
 class Rounds:
     tree: list[float] = field(default_factory=list)
+    tree_cpu: list[dict[str, float]] = field(default_factory=list)  # CPU s by process during each tree
+    sequential_cpu: list[dict[str, float]] = field(default_factory=list)
     wide: list[float] = field(default_factory=list)  # Waypoint only: the cap at --children
     sequential: list[float] = field(default_factory=list)  # one agent, every step in sequence
     waves: list[float] = field(default_factory=list)  # ceil(children / cap) child runs in sequence
@@ -119,6 +122,7 @@ class StartCost:
     from_child: list[float]  # ms: the sub-agent's model call done -> the lead's next model call scheduled
     child_model: list[float]  # ms: the sub-agent's model call, scheduled -> completed (subtracted)
     parts: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # Waypoint's finer split
+    child_timeline: str = ""  # Waypoint: the last probe's child, event by event
 
 
 @dataclass
@@ -173,7 +177,9 @@ class Runner:
         return outcome.wall_s
 
 
-async def measure(args: argparse.Namespace, runner: Runner, sides: list[Side], plain: Client) -> Measured:
+async def measure(
+    args: argparse.Namespace, runner: Runner, sides: list[Side], plain: Client, cpu: CpuClock
+) -> Measured:
     out = Measured(load=[os.getloadavg()])
     for side in sides:
         with console.status(f"{side.name}: worker RSS with {args.children} sub-agents live"):
@@ -184,13 +190,17 @@ async def measure(args: argparse.Namespace, runner: Runner, sides: list[Side], p
             r = out.rounds.setdefault(side.name, Rounds())
             label = f"round {rnd + 1}/{args.rounds}: {side.name}"
             with console.status(f"{label}: a tree of {args.children} x {args.child_steps} steps"):
+                before = cpu.read()
                 r.last_tree, _, wall = await runner.tree(side, args.children, args.child_steps - 1)
                 r.tree.append(wall)
+                r.tree_cpu.append(cpu.since(before))
             if side.cap is not None and side.cap < args.children:
                 with console.status(f"{label}: the same tree with a cap of {args.children}"):
                     r.wide.append((await runner.tree(side, args.children, args.child_steps - 1, wide=True))[2])
             with console.status(f"{label}: one agent, {args.children * args.child_steps} steps in sequence"):
+                before = cpu.read()
                 r.sequential.append(await runner.single(side, args.children * args.child_steps))
+                r.sequential_cpu.append(cpu.since(before))
             with console.status(f"{label}: {waves(args)} runs of {args.child_steps} steps, one after the other"):
                 walls = [await runner.single(side, args.child_steps) for _ in range(waves(args))]
                 r.child += walls
@@ -206,6 +216,74 @@ async def measure(args: argparse.Namespace, runner: Runner, sides: list[Side], p
 
 def waves(args: argparse.Namespace) -> int:
     return math.ceil(args.children / args.cap)
+
+
+# --- CPU time by process, from /proc ---------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stats() -> dict[int, tuple[str, int, float]]:
+    """Every process: (name, parent pid, CPU s in user and system mode)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                raw = fh.read()
+        except OSError:  # it ended
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        out[int(entry)] = (
+            raw[raw.index("(") + 1 : raw.rindex(")")],
+            int(fields[1]),
+            (int(fields[11]) + int(fields[12])) / TICK,
+        )
+    return out
+
+
+def _machine_busy() -> float:
+    """CPU s the machine spent busy since boot (all cores, every process: /proc/stat's cpu line)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(v) for v in fh.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICK  # minus idle and iowait
+
+
+@dataclass
+class CpuClock:
+    """CPU s used by each process of the benchmark (a process with its children), and by the machine."""
+
+    workers: dict[str, int]  # name -> pid
+    postmaster: int | None
+
+    def read(self) -> dict[str, float]:
+        procs = _proc_stats()
+        children: dict[int, list[int]] = defaultdict(list)
+        for pid, (_, ppid, _) in procs.items():
+            children[ppid].append(pid)
+
+        def tree(pid: int) -> float:
+            return procs[pid][2] + sum(tree(c) for c in children[pid]) if pid in procs else 0.0
+
+        me = os.getpid()
+        out = {f"{name} worker": tree(pid) for name, pid in self.workers.items()}
+        out["temporal"] = sum(tree(p) for p in children[me] if procs[p][0].startswith("temporal"))
+        out["postgres"] = tree(self.postmaster) if self.postmaster else 0.0
+        out["this process"] = procs[me][2]
+        out["machine"] = _machine_busy()
+        return out
+
+    def since(self, before: dict[str, float]) -> dict[str, float]:
+        now = self.read()
+        return {k: now[k] - before.get(k, 0.0) for k in now}
+
+
+def postmaster_pid(state_dir: Path) -> int | None:
+    try:
+        return int((state_dir / "postgres" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 # --- worker RSS -------------------------------------------------------------------------------------
@@ -310,6 +388,7 @@ async def start_cost(args: argparse.Namespace, runner: Runner, side: Side, plain
                 ("-> lead's next model call scheduled (agent_result, record_step)", back, m2_sched),
             ):
                 out.parts[label].append((b - a) * 1000)
+            out.child_timeline = timeline(child)
         out.child_model.append((c_done - c_sched) * 1000)
         out.to_child.append((c_sched - m1_done) * 1000)
         out.from_child.append((m2_sched - c_done) * 1000)
@@ -317,6 +396,39 @@ async def start_cost(args: argparse.Namespace, runner: Runner, side: Side, plain
         (_, t1_done), (t2_sched, _) = activities(await events_of(plain, tick_id), side.model_activity)
         out.tool_step.append((t2_sched - t1_done) * 1000)
     return out
+
+
+def timeline(events: Sequence[HistoryEvent]) -> str:
+    """A run's history in one line: ms from its start, then what happened (activities by name; a local
+    activity shows as the marker its workflow task recorded)."""
+    start = seconds(events[0])
+    names: dict[int, str] = {}
+    out = []
+    for e in events:
+        kind = EventType.Name(e.event_type).removeprefix("EVENT_TYPE_").lower()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+            kind = f"{names[e.event_id]} scheduled"
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            kind = f"{names.get(e.activity_task_completed_event_attributes.scheduled_event_id, '?')} completed"
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            continue
+        elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            kind = f"local {local_activity(e)}"
+        out.append(f"{(seconds(e) - start) * 1000:.0f} {kind}")
+    return "; ".join(out)
+
+
+def local_activity(event: HistoryEvent) -> str:
+    """The activity type a local-activity marker records, or the marker's name."""
+    attrs = event.marker_recorded_event_attributes
+    data = attrs.details.get("data")
+    if data is not None and data.payloads:
+        try:
+            return str(json.loads(data.payloads[0].data).get("activity_type", attrs.marker_name))
+        except ValueError:
+            pass
+    return attrs.marker_name
 
 
 async def history_size(bench: peers.Bench, plain: Client, workflow_id: str) -> tuple[int, dict[str, int]]:
@@ -347,6 +459,13 @@ async def bench(
         agents="_subagents_waypoint",
         openai_api_key="fake",
         openai_base_url=fake.base_url,
+        # The deployment's cap on a run's sub-agents at once, where this Waypoint has one (default 8), is
+        # raised so that only the agents' own caps apply (the wide lead's must).
+        **(
+            {"max_parallel_agents": max(args.children, args.cap)}
+            if "max_parallel_agents" in Settings.model_fields
+            else {}
+        ),
     )
     engine = await prepare_database(stack.info.database_url)
     await engine.dispose()
@@ -401,7 +520,8 @@ async def bench(
                 )
             )
         try:
-            measured = await measure(args, Runner(args, b), sides, plain)
+            cpu = CpuClock({side.name: side.pid for side in sides}, postmaster_pid(tmp))
+            measured = await measure(args, Runner(args, b), sides, plain, cpu)
         finally:
             await wp.close()
         report(args, sides, measured)
@@ -501,35 +621,63 @@ def report(args: argparse.Namespace, sides: list[Side], m: Measured) -> None:
         "waypoint's sub-agent step, part by part (ms, medians): "
         + "; ".join(f"{label} {med(v):.1f}" for label, v in ours.parts.items())
     )
+    console.print(f"a 1-step child's history (ms from its start): {ours.child_timeline}")
 
     h = Table(title=f"The lead's Temporal history, tree of {n} x {steps}, and worker RSS", title_justify="left")
     for col in (
         "framework",
         "history bytes",
         "per sub-agent",
-        "largest event types, bytes per sub-agent",
         "worker RSS idle MB",
         f"peak, {n} live MB",
         "live at once",
         "per live sub-agent",
     ):
-        left = col in ("framework", "largest event types, bytes per sub-agent")
-        h.add_column(col, justify="left" if left else "right")
+        h.add_column(col, justify="left" if col == "framework" else "right")
     for side in sides:
-        total, by_type = m.history[side.name]
-        top = sorted(by_type.items(), key=lambda kv: -kv[1])[:3]
+        total, _ = m.history[side.name]
         rss = m.rss[side.name]
         h.add_row(
             side.name,
             f"{total:,}",
             f"{total / n / 1000:,.1f} KB",
-            ", ".join(f"{k} {v / n:,.0f}" for k, v in top),
             f"{rss.idle / 1e6:,.1f}",
             f"{rss.peak / 1e6:,.1f}",
             str(rss.live),
             f"{(rss.peak - rss.idle) / max(1, rss.live) / 1e6:,.2f} MB",
         )
     console.print(h)
+    for side in sides:
+        _, by_type = m.history[side.name]
+        top = sorted(by_type.items(), key=lambda kv: -kv[1])[:5]
+        parts = ", ".join(f"{k} {v / n:,.0f}" for k, v in top)
+        console.print(f"{side.name}'s lead history, bytes per sub-agent by event type: {parts}")
+
+    cpu_table = Table(
+        title="Where the time went: CPU s by process during the timed runs (medians of the rounds); "
+        "other = the rest of the machine's busy time (other load)",
+        title_justify="left",
+    )
+    names = [f"{side.name} worker" for side in sides] + ["temporal", "postgres", "this process"]
+    for col in ("run", "wall s", *names, "other", "machine busy, cores", "its worker, CPU ms per model call"):
+        cpu_table.add_column(col, justify="left" if col == "run" else "right")
+    for side in sides:
+        r = m.rounds[side.name]
+        for label, walls, cpus, calls in (
+            (f"{side.name}: tree", r.tree, r.tree_cpu, n * steps + 2),
+            (f"{side.name}: {n * steps} in sequence", r.sequential, r.sequential_cpu, n * steps),
+        ):
+            spent = {k: med([d[k] for d in cpus]) for k in cpus[0]}
+            other = spent["machine"] - sum(spent[k] for k in names)
+            cpu_table.add_row(
+                label,
+                f"{med(walls):.1f}",
+                *(f"{spent[k]:.1f}" for k in names),
+                f"{other:.1f}",
+                f"{spent['machine'] / med(walls):.2f}",
+                f"{spent[f'{side.name} worker'] / calls * 1000:.0f}",
+            )
+    console.print(cpu_table)
 
     r = m.rounds["waypoint"]
     ratio = med([a / b for a, b in zip(r.tree, r.waves, strict=True)])
