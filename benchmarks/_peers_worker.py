@@ -1,6 +1,6 @@
-"""A worker process for one peer framework, for peers.py's kill test (which SIGKILLs it):
+"""A worker process for one peer framework, for peers.py's kill test (which SIGKILLs it) and subagents.py:
 
-    python benchmarks/_peers_worker.py {pydantic-ai|openai-agents} TEMPORAL_ADDRESS TASK_QUEUE
+    python benchmarks/_peers_worker.py {pydantic-ai|openai-agents|openai-agents-subagents} TEMPORAL_ADDRESS TASK_QUEUE
 
 It prints `worker ready` once it polls, then serves until it is killed. Model requests go to
 OPENAI_BASE_URL; the tool writes its side effects to PEERS_EFFECTS_FILE.
@@ -14,7 +14,11 @@ import sys
 
 from _peers_common import READY_LINE
 
-MODULES = {"pydantic-ai": "_peers_pydantic", "openai-agents": "_peers_openai"}
+MODULES = {
+    "pydantic-ai": "_peers_pydantic",
+    "openai-agents": "_peers_openai",
+    "openai-agents-subagents": "_subagents_openai",  # subagents.py
+}
 
 
 async def serve(framework: str, address: str, task_queue: str) -> None:
