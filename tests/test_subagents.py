@@ -21,7 +21,8 @@ from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.demo_research import research
+from waypoint.demo import seed_workspace
+from waypoint.demo_research import RESEARCH_TASK, research
 from waypoint.errors import Conflict, NotFound
 from waypoint.names import EventKind, RunStatus, child_run_id
 from waypoint.store import RunStore
@@ -262,3 +263,36 @@ def create_engine_stub():  # the plan reads no row
     from sqlalchemy.ext.asyncio import create_async_engine
 
     return create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none")
+
+
+async def test_a_sub_agent_runs_last_step_reaches_memory_with_the_next_compaction_pass(
+    client: Client, engine: AsyncEngine, settings: Settings
+):
+    """Its caller waits for its end, so a sub-agent run does not store its last step on the way out
+    (one remote activity less between its answer and its caller); the compaction pass stores it."""
+    from waypoint.app.schedule import compact_now
+    from waypoint.app.worker import build_memory_worker
+    from waypoint.memory import open_store
+
+    seed_workspace(settings.resolved_workspace)
+    agents = AgentRegistry([research])
+    store = open_store(settings)
+    try:
+        async with (
+            build_worker(client, engine, settings, agents, memory=True),
+            build_memory_worker(client, engine, settings, agents, store),
+        ):
+            wp = Waypoint(client, engine, settings.model_copy(update={"memory": True}))
+            run_id = await wp.start_run(RESEARCH_TASK, agent="research")
+            assert (await wp.result(run_id)).status == "completed"
+            children = (await wp.tree(run_id)).nodes[1:]
+            assert [(n.run.remembered_step, n.run.steps) for n in children] == [(2, 3), (2, 3), (2, 3), (1, 2)]
+            assert (await wp.run(run_id)).remembered_step == 3  # a root stores its last step itself
+            report = await compact_now(client, settings, tenant_id=settings.tenant)
+            assert report.memory_error is None
+            for node in children:
+                assert (await wp.run(node.run.run_id)).remembered_step == node.run.steps
+                episodes = await store.list_run(settings.tenant, node.run.run_id)
+                assert node.run.steps in {e.step for e in episodes if e.kind == "step"}
+    finally:
+        await store.close()

@@ -170,7 +170,9 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
             status, reason = RunStatus.CANCELLED, self._cancel_reason
 
         state = self._state
-        if state.step > state.plan.start_step and status != RunStatus.FAILED:
+        # A sub-agent run's caller waits for its end: its last step (the answer, which its caller's
+        # next step remembers too) goes to long-term memory with the next compaction pass instead.
+        if state.step > state.plan.start_step and status != RunStatus.FAILED and inp.parent is None:
             await self._memory(inp, remember=state.step, recall=None)
         self._status = status
         finish = FinishRunInput(
