@@ -133,6 +133,10 @@ async def test_a_runs_tree_over_http_and_one_resumable_stream_of_all_its_runs(
     assert tree["totals"]["steps"] == 3 + 3 * 3 + 2  # the lead 3 steps, each reader 3, the writer 2
     below = (await api.http.get(f"/v1/runs/{readers[0]}/tree")).json()
     assert [n["run_id"] for n in below["nodes"]] == [readers[0]] and below["totals"]["runs"] == 1
+    listed = {r["run_id"] for r in (await api.http.get("/v1/runs?limit=50")).json()["runs"]}
+    assert {run_id, *readers} <= listed
+    roots = {r["run_id"] for r in (await api.http.get("/v1/runs?limit=50&roots=true")).json()["runs"]}
+    assert run_id in roots and not roots & set(readers)
 
     # a stream of a finished tree from a position: only what comes after it
     rest = await stream_tree(api, run_id, last_id=first[-1].id)

@@ -235,6 +235,8 @@ async def test_tree_on_the_cli_prints_a_line_per_run_and_refuses_an_unknown_id(
     assert sum(1 for line in text.out.splitlines() if f"{run_id}." in line) == 4
     status = await waypoint(settings, "status", child_run_id(run_id, 1, 2))
     assert "started by" in status.out and f"{run_id} (step 1, call 2)" in status.out
+    listed = [r["run_id"] for r in json.loads((await waypoint(settings, "runs", "--roots", "--json")).out)]
+    assert run_id in listed and not any(r.startswith(f"{run_id}.") for r in listed)
     error = one_line_error(await waypoint(settings, "tree", "no-such-run"))
     assert "no run 'no-such-run'" in error
 

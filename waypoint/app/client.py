@@ -655,11 +655,20 @@ class Waypoint:
         before: tuple[datetime, str] | None = None,
         batch_id: str | None = None,
         text: str | None = None,
+        roots: bool = False,
     ) -> list[RunRow]:
         """Newest first; `before` is the (created_at, run_id) of the last run of the previous page;
-        `batch_id`: the reruns of one batch; `text` keeps the runs whose task contains it."""
+        `batch_id`: the reruns of one batch; `text` keeps the runs whose task contains it; `roots`
+        leaves sub-agent runs out."""
         page = await self.runs_page(
-            tenant_id=tenant_id, limit=limit, status=status, agent=agent, before=before, batch_id=batch_id, text=text
+            tenant_id=tenant_id,
+            limit=limit,
+            status=status,
+            agent=agent,
+            before=before,
+            batch_id=batch_id,
+            text=text,
+            roots=roots,
         )
         return page.runs
 

@@ -25,13 +25,14 @@ async def runs(
     batch: Annotated[
         str | None, typer.Option(help="Only the reruns of this batch (`waypoint rerun --select`).")
     ] = None,
+    roots: Annotated[bool, typer.Option("--roots", help="Leave sub-agent runs out.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """List runs from Postgres."""
     from waypoint.app import console as out
 
     async with await connect() as wp:
-        rows = await wp.runs(limit=limit, status=status, batch_id=batch)
+        rows = await wp.runs(limit=limit, status=status, batch_id=batch, roots=roots)
     if as_json:
         out.print_json([{**out.as_json(r), "status": r.shown_status} for r in rows])
         return

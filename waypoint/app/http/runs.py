@@ -124,6 +124,7 @@ async def list_runs(
     ),
     run_id: Annotated[list[str] | None, Query(description="Only these runs (repeat the parameter).")] = None,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page (same sort).")] = None,
+    roots: Annotated[bool, Query(description="Leave sub-agent runs out (only runs no call started).")] = False,
 ) -> dict[str, Any]:
     """The tenant's runs, newest first unless `sort` says otherwise, a page at a time (keyset
     pagination)."""
@@ -138,6 +139,7 @@ async def list_runs(
         sort=sort,
         cursor=cursor,
         run_ids=run_id,
+        roots=roots,
     )
     return {"runs": [run_json(r) for r in page.runs], "next_cursor": page.next_cursor}
 
