@@ -42,7 +42,7 @@ from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, RecallScope
 from waypoint.memory.steps import pending_episodes, recall_query, recall_scope, recall_search, recalled_memories
 from waypoint.models import ModelAdapter, ScriptedModel
-from waypoint.models.spec import Provider, parse_model_spec
+from waypoint.models.spec import Provider, check_extra, parse_model_spec
 from waypoint.names import Activity
 from waypoint.pricing import cost_usd
 from waypoint.store import RunStore
@@ -90,6 +90,8 @@ class ModelActivities:
         self.mcp = mcp or MCPHub(store)
         self.deltas = deltas
         self._openai: Any = None
+        # SDK clients of the other providers, one per (provider, key variable), made by their adapters.
+        self._clients: dict[Any, Any] = {}
         self._scopes: dict[str, RecallScope] = {}
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
@@ -101,6 +103,14 @@ class ModelActivities:
                     f"agent {agent_name!r} has no scripted turns; pick a model with --model openai:<name>"
                 )
             return agent.model
+        if spec.provider != Provider.OPENAI:
+            # Each SDK is imported by the workers that call it only; a missing extra names its pip install.
+            check_extra(spec.provider)
+            if spec.provider == Provider.ANTHROPIC:
+                from waypoint.models.anthropic import make_adapter
+            else:
+                from waypoint.models.google import make_adapter
+            return make_adapter(self.settings, spec.name, agent.provider_key_env, self._clients)
         # The openai SDK takes about half a second to import: only workers that call it pay that.
         from waypoint.models.openai import OpenAIChatModel, openai_client
 

@@ -63,6 +63,9 @@ class Agent:
     compact_at: float = 0.8
     # MCP servers whose tools a run lists when it starts, records, and calls like its own.
     mcp: Sequence[MCPServer] = field(default_factory=tuple)
+    # The variable the worker reads this agent's provider API key from, in place of the provider's
+    # usual one (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY): a name, never the key itself.
+    provider_key_env: str | None = None
     # Sub-agents, offered to the model as tools; each call is a child run.
     agents: Sequence[Agent | str] = field(default_factory=tuple)
     description: str = ""
@@ -124,11 +127,11 @@ class Agent:
             for t in self.tools
         ]
 
-    def info(self, *, openai: bool, worker: str = "") -> AgentInfo:
-        """This agent for the catalog; `openai`: its worker can call OpenAI-compatible models."""
+    def info(self, *, callable_providers: Iterable[str], worker: str = "") -> AgentInfo:
+        """This agent for the catalog; `callable_providers`: the model providers its worker can call
+        for it (the SDK installed, a key set), besides its own scripted turns."""
         providers = [Provider.SCRIPTED.value] if isinstance(self.model, ScriptedModel) else []
-        if openai:
-            providers.append(Provider.OPENAI.value)
+        providers += [str(p) for p in callable_providers]
         tools = [
             ToolInfo(
                 name=t.name,

@@ -39,8 +39,14 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens of one model call. `input_tokens` counts every input token, cached ones included;
+    `cache_read_tokens` of them were read from the provider's prompt cache, `cache_write_tokens`
+    written to it (providers price both apart from fresh input)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from waypoint.checks import new_run_id as make_run_id
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, Conflict, InvalidInput, NotFound, WaypointError
-from waypoint.models.spec import Provider, parse_model_spec
+from waypoint.models.spec import KEY_VARIABLES, Provider, check_extra, parse_model_spec
 from waypoint.names import (
     FINISHED,
     EventKind,
@@ -233,10 +233,12 @@ class Waypoint:
         spec = parse_model_spec(model or info.model)
         if spec.provider == Provider.SCRIPTED and Provider.SCRIPTED not in info.providers:
             raise InvalidInput(f"agent {agent!r} has no scripted turns: pick a model with --model openai:<name>")
-        if spec.provider == Provider.OPENAI and Provider.OPENAI not in info.providers:
+        if spec.provider != Provider.SCRIPTED and spec.provider not in info.providers:
+            check_extra(spec.provider)  # this process lacks the SDK: the worker may too
             raise ConfigError(
-                f"the worker that serves agent {agent!r} ({info.worker}) has no OPENAI_API_KEY: "
-                "export it where the worker runs, then restart the worker"
+                f"the worker that serves agent {agent!r} ({info.worker}) has no {KEY_VARIABLES[spec.provider][0]} "
+                f"(or the agent's provider_key_env) for {spec.provider}: models: export it where the worker runs, "
+                "then restart the worker"
             )
 
     async def fork(

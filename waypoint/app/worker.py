@@ -28,12 +28,13 @@ from waypoint.activities.compaction import CompactionActivities
 from waypoint.activities.memory import MemoryActivities
 from waypoint.activities.model import ModelActivities
 from waypoint.activities.tools import ToolActivities
-from waypoint.agents import AgentRegistry
+from waypoint.agents import Agent, AgentRegistry
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, StackError
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, open_store
+from waypoint.models.spec import KEY_VARIABLES, Provider, has_extra
 from waypoint.names import memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
@@ -84,8 +85,7 @@ class CatalogWorker(Worker):
 
     async def register(self) -> None:
         store, agents, settings = self._catalog
-        openai = settings.openai_api_key is not None
-        found = [a.info(openai=openai, worker=worker_identity()) for a in agents]
+        found = [a.info(callable_providers=callable_providers(settings, a), worker=worker_identity()) for a in agents]
         await store.register_agents(self.task_queue, found)
 
     async def __aenter__(self) -> Worker:
@@ -193,6 +193,20 @@ def build_worker(
         build_id=build_id(),
         **limits,
     )
+
+
+def callable_providers(settings: Settings, agent: Agent) -> list[Provider]:
+    """The model providers this worker can call for `agent`: the SDK is installed and a key is set
+    (the agent's own `provider_key_env`, else the provider's usual variables)."""
+    found = []
+    for provider, variables in KEY_VARIABLES.items():
+        names = (agent.provider_key_env,) if agent.provider_key_env else variables
+        has_key = any(os.environ.get(name) for name in names)
+        if provider == Provider.OPENAI and not agent.provider_key_env:
+            has_key = settings.openai_api_key is not None
+        if has_key and has_extra(provider):
+            found.append(provider)
+    return found
 
 
 def build_memory_worker(

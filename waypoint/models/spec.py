@@ -10,7 +10,21 @@ from waypoint.errors import InvalidInput
 
 class Provider(StrEnum):
     OPENAI = "openai"  # any OpenAI-compatible chat-completions endpoint
+    ANTHROPIC = "anthropic"  # Anthropic's Messages API, through the `anthropic` SDK (extra `anthropic`)
+    GOOGLE = "google"  # Gemini, through the `google-genai` SDK (extra `google`)
     SCRIPTED = "scripted"  # the agent's own ScriptedModel
+
+
+# The variables a worker reads each provider's API key from, in order (an agent's `provider_key_env`
+# replaces them for its own calls).
+KEY_VARIABLES = {
+    Provider.OPENAI: ("OPENAI_API_KEY", "WAYPOINT_OPENAI_API_KEY"),
+    Provider.ANTHROPIC: ("ANTHROPIC_API_KEY",),
+    Provider.GOOGLE: ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+}
+
+# The extra that installs each provider's SDK, and the module it imports.
+PROVIDER_EXTRAS = {Provider.ANTHROPIC: ("anthropic", "anthropic"), Provider.GOOGLE: ("google", "google.genai")}
 
 
 @dataclass(frozen=True)
@@ -28,9 +42,33 @@ def parse_model_spec(spec: str) -> ModelSpec:
     if text == Provider.SCRIPTED:
         return ModelSpec(Provider.SCRIPTED, Provider.SCRIPTED.value)
     provider, _, name = text.partition(":")
-    if provider == Provider.OPENAI and name.strip():
-        return ModelSpec(Provider.OPENAI, name.strip())
-    raise InvalidInput(f"unknown model spec {spec!r}: use openai:<model> (e.g. openai:gpt-4o-mini) or scripted")
+    if provider in (Provider.OPENAI, Provider.ANTHROPIC, Provider.GOOGLE) and name.strip():
+        return ModelSpec(Provider(provider), name.strip())
+    raise InvalidInput(
+        f"unknown model spec {spec!r}: use openai:<model> (e.g. openai:gpt-4o-mini), anthropic:<model> "
+        "(e.g. anthropic:claude-sonnet-4-5), google:<model> (e.g. google:gemini-2.5-flash) or scripted"
+    )
+
+
+def has_extra(provider: Provider) -> bool:
+    """The provider's SDK is installed (always, for the built-in ones)."""
+    import importlib.util
+
+    if provider not in PROVIDER_EXTRAS:
+        return True
+    try:
+        return importlib.util.find_spec(PROVIDER_EXTRAS[provider][1]) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def check_extra(provider: Provider) -> None:
+    """ConfigError naming the `pip install` that fixes it when the provider's SDK is not installed."""
+    from waypoint.errors import ConfigError
+
+    if not has_extra(provider):
+        extra = PROVIDER_EXTRAS[provider][0]
+        raise ConfigError(f"{provider}: models need the {extra} extra: pip install 'waypoint[{extra}]'")
 
 
 def model_label(spec: str) -> tuple[str, str]:
