@@ -4,10 +4,11 @@ Imported by workflow code, so it may use only temporalio and the standard librar
 
 - Model calls: HTTP 408/409/429/5xx, timeouts and dropped connections retry; so does an
   HTTP 200 whose body is not a chat completion, up to MALFORMED_ATTEMPTS. The activity
-  computes the delay itself (the provider's Retry-After, or exponential backoff with
-  jitter) and hands it over as `next_retry_delay`, so the policy's own interval only paces
-  retries after a lost worker. Other 4xx answers never retry: the same request cannot
-  succeed later. `classify_model_failure` holds these rules.
+  computes the delay itself (the provider's Retry-After or, from Google, the `retryDelay` of
+  the error's RetryInfo (`retry_info_delay`); else exponential backoff with jitter) and hands
+  it over as `next_retry_delay`, so the policy's own interval only paces retries after a lost
+  worker. Other 4xx answers never retry: the same request cannot succeed later.
+  `classify_model_failure` holds these rules.
 - Tools: any exception but ToolError retries, up to the tool's `max_attempts`.
 - Postgres writes: retried until they succeed (they are idempotent).
 - start_run: like a write, but bounded: an unexpected failure (a bug in an agent's definition) is
@@ -142,6 +143,24 @@ RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 MALFORMED_ATTEMPTS = 3
 # How much of an unusable answer an error message quotes.
 QUOTE_CHARS = 200
+
+
+def retry_info_delay(body: object) -> timedelta | None:
+    """The delay a Google RPC error body asks for: the `retryDelay` ("7s", "0.5s") of its
+    `google.rpc.RetryInfo` detail, as Gemini sends with 429 RESOURCE_EXHAUSTED; None without one."""
+    error = body.get("error", body) if isinstance(body, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            delay = detail.get("retryDelay")
+            if isinstance(delay, str) and delay.endswith("s"):
+                try:
+                    return timedelta(seconds=max(0.0, float(delay[:-1])))
+                except ValueError:
+                    return None
+            if isinstance(delay, dict):  # the protobuf JSON of a Duration, as some proxies send it
+                return timedelta(seconds=float(delay.get("seconds", 0)) + float(delay.get("nanos", 0)) / 1e9)
+    return None
 
 
 def classify_model_failure(

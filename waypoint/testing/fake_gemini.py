@@ -1,0 +1,308 @@
+"""A real local HTTP server that speaks Gemini's REST API, for tests, benchmarks and trying a
+`google:` agent offline: `python -m waypoint.testing.fake_gemini --port 8766 --script turns.json`
+(the same script format as `waypoint.testing.fake_openai`, played in a loop).
+
+It answers `POST /{version}/models/{model}:generateContent` with a GenerateContentResponse and
+`:streamGenerateContent?alt=sse` with one as server-sent events: one chunk per word of the
+content, the function calls whole in one chunk (the first with a thought signature, as Gemini 3
+sends), then the finish reason with the usage. `Turn.chunk_delay` spaces the chunks out and
+`Turn.cut_after` drops the connection after that many chunks. A `Reply` goes out as it is; one
+with an error status and no body gets Google's error body for that status (`rpc_error` builds
+one with a `google.rpc.RetryInfo`, as a 429 RESOURCE_EXHAUSTED carries).
+
+Usage is estimated, not scripted: a request's prompt is its system instruction, tools and
+contents as JSON, a token per 4 characters, and the part of it that repeats a recent request's
+prefix (the same model's last 32) is reported as `cachedContentTokenCount`, as Gemini's
+implicit caching does (from `min_cached_tokens`, 1024 by default as for Gemini Flash). The
+share per request is in `stats()` and at `GET /stats`, for benchmarks. With `api_key` set, a
+request without that key (the `x-goog-api-key` header or the `key` parameter) gets Google's
+400 API_KEY_INVALID.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from waypoint.testing.fake_openai import FakeOpenAI, Reply, Responder, Seen, Turn, load_script, pieces
+
+# google.rpc.Code names of the HTTP statuses Gemini answers with.
+STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+RECENT = 32  # requests whose prefix a new one may reuse
+SIGNATURE = base64.b64encode(b"fake-thought-signature").decode()
+
+
+def rpc_error(status: int, message: str | None = None, *, retry_delay: str | None = None) -> Reply:
+    """Google's error answer: `{"error": {"code", "message", "status", "details"}}`; `retry_delay`
+    ("7s") adds the google.rpc.RetryInfo detail Gemini sends with a 429."""
+    name = STATUS_NAMES.get(status, "UNKNOWN")
+    error: dict[str, Any] = {"code": status, "message": message or f"fake Gemini: {name}", "status": name}
+    if retry_delay is not None:
+        error["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}]
+    return Reply(status, {"error": error})
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """What a request asks about, as one text: later turns extend an earlier request's text."""
+    parts = [body.get("systemInstruction"), body.get("tools"), body.get("contents") or []]
+    return json.dumps(parts, sort_keys=True, separators=(",", ":"))
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix, by binary search over C-speed slice comparisons."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def tokens(chars: int) -> int:
+    return (chars + 3) // 4
+
+
+def usage(prompt: int, cached: int, completion: int) -> dict[str, Any]:
+    counts = {"promptTokenCount": prompt, "candidatesTokenCount": completion, "totalTokenCount": prompt + completion}
+    if cached:
+        counts["cachedContentTokenCount"] = cached
+    return counts
+
+
+def response(turn: Turn, model: str, index: int, prompt: int, cached: int) -> dict[str, Any]:
+    """The whole GenerateContentResponse for `turn`."""
+    parts: list[dict[str, Any]] = [{"text": turn.content}] if turn.content else []
+    parts += function_parts(turn)
+    return {
+        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": usage(prompt, cached, turn.completion_tokens),
+        "modelVersion": model,
+        "responseId": f"fake-{index}",
+    }
+
+
+def function_parts(turn: Turn) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"functionCall": {"name": name, "args": args}} for name, args in turn.tool_calls]
+    if parts:
+        parts[0]["thoughtSignature"] = SIGNATURE
+    return parts
+
+
+def stream_chunks(turn: Turn, model: str, index: int, prompt: int, cached: int) -> list[dict[str, Any]]:
+    """The GenerateContentResponse chunks that stream `turn`: text by word, calls whole, then the finish."""
+    base = {"modelVersion": model, "responseId": f"fake-{index}"}
+
+    def chunk(parts: list[dict[str, Any]], finish: str | None = None, completion: int = 0) -> dict[str, Any]:
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+        if finish:
+            candidate["finishReason"] = finish
+        return {"candidates": [candidate], "usageMetadata": usage(prompt, cached, completion), **base}
+
+    chunks = [chunk([{"text": piece}]) for piece in pieces(turn.content)] if turn.content else []
+    if turn.tool_calls:
+        chunks.append(chunk(function_parts(turn)))
+    chunks.append(chunk([{"text": ""}], "STOP", turn.completion_tokens))
+    return chunks
+
+
+class FakeGemini(FakeOpenAI):
+    """`FakeGemini().start()`; set GOOGLE_GEMINI_BASE_URL to `.base_url`; `.stop()` when done.
+    Answers come from `answer()` (or a `responder`), as with FakeOpenAI."""
+
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        *,
+        port: int = 0,
+        repeat: bool = False,
+        api_key: str | None = None,
+        min_cached_tokens: int = 1024,
+    ) -> None:
+        self.api_key = api_key
+        self.min_cached_tokens = min_cached_tokens
+        self.rejected: list[Seen] = []  # requests refused for their key (they take no scripted answer)
+        self.usage: list[dict[str, Any]] = []  # per answered request: model, prompt and cached tokens
+        self._recent: dict[str, deque[str]] = {}
+        super().__init__(responder, port=port, repeat=repeat)
+
+    @property
+    def base_url(self) -> str:
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}"
+
+    def stats(self) -> dict[str, Any]:
+        """Prompt and cached tokens so far, with the cached share per request and overall."""
+        with self._lock:
+            rows = list(self.usage)
+        prompt = sum(r["prompt_tokens"] for r in rows)
+        cached = sum(r["cached_tokens"] for r in rows)
+        return {
+            "requests": len(rows),
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "cached_share": round(cached / prompt, 4) if prompt else 0.0,
+            "per_request": rows,
+        }
+
+    def measure(self, model: str, body: dict[str, Any]) -> tuple[int, int]:
+        """(prompt tokens, cached tokens) of one request, remembered for the next ones."""
+        text = prompt_text(body)
+        with self._lock:
+            recent = self._recent.setdefault(model, deque(maxlen=RECENT))
+            shared = max((common_prefix(text, earlier) for earlier in recent), default=0)
+            recent.append(text)
+            prompt = tokens(len(text))
+            cached = min(shared // 4, prompt)
+            cached = cached if cached >= self.min_cached_tokens else 0
+            self.usage.append(
+                {
+                    "model": model,
+                    "prompt_tokens": prompt,
+                    "cached_tokens": cached,
+                    "cached_share": round(cached / prompt, 4) if prompt else 0.0,
+                }
+            )
+        return prompt, cached
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep output clean
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                if urlsplit(self.path).path == "/stats":
+                    self._send(Reply(200, fake.stats()))
+                else:
+                    self._send(rpc_error(404, f"no route {self.path}"))
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                try:
+                    body = json.loads(raw or b"{}")
+                except json.JSONDecodeError:
+                    body = {"unparsed": raw.decode(errors="replace")}
+                url = urlsplit(self.path)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                given = headers.get("x-goog-api-key") or next(iter(parse_qs(url.query).get("key", [])), None)
+                if fake.api_key is not None and given != fake.api_key:
+                    with fake._lock:
+                        fake.rejected.append(Seen(path=self.path, headers=headers, body=body))
+                    refused = rpc_error(400, "API key not valid. Please pass a valid API key.")
+                    assert isinstance(refused.body, dict)
+                    refused.body["error"]["details"] = [
+                        {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}
+                    ]
+                    self._send(refused)
+                    return
+                route, _, method = url.path.rpartition(":")
+                model = route.rpartition("/models/")[2]
+                item, index = fake._next(body, self.path, headers)
+                if "/models/" not in route or method not in ("generateContent", "streamGenerateContent"):
+                    item = rpc_error(404, f"no route {url.path}")
+                elif item is None:
+                    item = rpc_error(500, "fake server: no scripted answer left")
+                if isinstance(item, Turn):
+                    prompt, cached = fake.measure(model, body)
+                    if method == "streamGenerateContent":
+                        self._stream(item, stream_chunks(item, model, index, prompt, cached))
+                        return
+                    item = Reply(200, response(item, model, index, prompt, cached))
+                if item.delay:
+                    time.sleep(item.delay)
+                if item.status != 200 and not item.body:
+                    item = Reply(item.status, rpc_error(item.status).body, item.headers)
+                self._send(item)
+
+            def _stream(self, turn: Turn, chunks: list[dict[str, Any]]) -> None:
+                # HTTP/1.0 without a length: the body ends when the connection closes.
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for n, chunk in enumerate(chunks):
+                    if turn.cut_after is not None and n >= turn.cut_after:
+                        self.close_connection = True
+                        return  # the connection drops before the finish reason
+                    if n and turn.chunk_delay:
+                        time.sleep(turn.chunk_delay)
+                    self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
+                    self.wfile.flush()
+
+            def _send(self, item: Reply) -> None:
+                payload = item.body if isinstance(item.body, str) else json.dumps(item.body)
+                data = payload.encode()
+                self.send_response(item.status)
+                self.send_header("content-type", "application/json; charset=UTF-8")
+                self.send_header("content-length", str(len(data)))
+                for key, value in item.headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m waypoint.testing.fake_gemini --port N --script FILE`: serve until Ctrl-C."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m waypoint.testing.fake_gemini",
+        description="A local server that speaks Gemini's generateContent API and answers from a script.",
+    )
+    parser.add_argument("--port", type=int, default=8766, help="port on 127.0.0.1 (default 8766)")
+    parser.add_argument(
+        "--script",
+        help="JSON list of turns and replies, answered in order and again from the first "
+        "(the format of waypoint.testing.fake_openai's load_script)",
+    )
+    parser.add_argument("--api-key", help="refuse requests without this key, as Gemini does (default: any key)")
+    parser.add_argument(
+        "--min-cache-tokens",
+        type=int,
+        default=1024,
+        help="shortest repeated prefix reported as cached, in tokens (default 1024)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        script = load_script(args.script) if args.script else []
+        server = FakeGemini(port=args.port, repeat=True, api_key=args.api_key, min_cached_tokens=args.min_cache_tokens)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    server.answer(*script)
+    print(
+        f"fake Gemini server on {server.base_url} with {len(script)} scripted answer(s), played in a loop; "
+        f"cache stats at {server.base_url}/stats; Ctrl-C stops it"
+    )
+    print(f"  export GOOGLE_GEMINI_BASE_URL={server.base_url} GEMINI_API_KEY={args.api_key or 'fake'}", flush=True)
+    try:
+        server._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._server.server_close()
+
+
+if __name__ == "__main__":
+    main()
