@@ -16,6 +16,16 @@ DEFAULT_PRICES: dict[str, tuple[float, float]] = {
     "gpt-4.1-mini": (0.40, 1.60),
     "gpt-4.1-nano": (0.10, 0.40),
     "o4-mini": (1.10, 4.40),
+    # Gemini (Developer API, standard tier, prompts up to 200k tokens; longer prompts cost more on Pro)
+    "gemini-3.1-pro": (2.00, 12.00),
+    "gemini-3-pro": (2.00, 12.00),
+    "gemini-3-flash": (0.50, 3.00),
+    "gemini-3.1-flash-lite": (0.25, 1.50),
+    "gemini-2.5-pro": (1.25, 10.00),
+    "gemini-2.5-flash": (0.30, 2.50),
+    "gemini-2.5-flash-lite": (0.10, 0.40),
+    "gemini-2.0-flash": (0.10, 0.40),
+    "gemini-2.0-flash-lite": (0.075, 0.30),
     "scripted": (0.0, 0.0),
 }
 
