@@ -19,7 +19,7 @@ from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
 from waypoint.errors import ConfigError
-from waypoint.models.google import make_adapter
+from waypoint.models.google import SKIP_SIGNATURE, gemini_contents, make_adapter
 from waypoint.store.schema import events
 from waypoint.testing.fake_gemini import FakeGemini, rpc_error
 from waypoint.testing.fake_openai import Reply, Turn
@@ -231,3 +231,31 @@ async def test_a_missing_key_refuses_the_start_in_one_line(client: Client, engin
     with pytest.raises(ConfigError, match="GEMINI_TEST_NONE is not set") as missing:
         make_adapter(Settings(), "gemini-2.5-flash", "GEMINI_TEST_NONE", {})
     assert "\n" not in str(missing.value)
+
+
+def test_messages_become_gemini_contents():
+    system, contents = gemini_contents(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Add 1 and 2, then 3 and 4."},
+            {"role": "system", "content": "Recalled from long-term memory: nothing."},
+            {
+                "role": "assistant",
+                "content": "Adding.",
+                "tool_calls": [
+                    {"id": "call_1_0", "type": "function", "function": {"name": "add", "arguments": '{"a":1,"b":2}'}},
+                    {"id": "call_1_1", "type": "function", "function": {"name": "sub", "arguments": "not json"}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1_0", "content": "3"},
+            {"role": "tool", "tool_call_id": "call_1_1", "content": "oops"},
+        ]
+    )
+    assert system == "Be brief."
+    # a later system message joins the user's turn: turns alternate user, model, user
+    assert [(c.role, len(c.parts or [])) for c in contents] == [("user", 2), ("model", 3), ("user", 2)]
+    model_parts = contents[1].parts or []
+    assert model_parts[0].text == "Adding." and model_parts[1].thought_signature == SKIP_SIGNATURE
+    assert [p.function_call.args for p in model_parts[1:] if p.function_call] == [{"a": 1, "b": 2}, {}]
+    responses = [p.function_response for p in contents[2].parts or [] if p.function_response]
+    assert [(r.name, r.response) for r in responses] == [("add", {"result": "3"}), ("sub", {"result": "oops"})]

@@ -105,6 +105,8 @@ def function_declarations(tools: list[dict[str, Any]]) -> list[types.FunctionDec
     for tool in tools:
         fn = tool.get("function", tool)
         parameters = fn.get("parameters") or {"type": "object", "properties": {}}
+        # The meta-schema marker some MCP servers add is not part of the subset Gemini reads.
+        parameters = {k: v for k, v in parameters.items() if k != "$schema"}
         out.append(
             types.FunctionDeclaration(
                 name=fn["name"], description=fn.get("description") or "", parameters_json_schema=parameters
