@@ -156,6 +156,7 @@ class Agent:
             "recall_k": self.recall_k,
             "compact_at": self.compact_at,
             "mcp_servers": [s.name for s in self.mcp],
+            "provider_key_env": self.provider_key_env,
             "agents": self.agent_names,
             "max_parallel_agents": self.max_parallel_agents,
             "max_agent_depth": self.max_agent_depth,

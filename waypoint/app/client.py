@@ -235,10 +235,10 @@ class Waypoint:
             raise InvalidInput(f"agent {agent!r} has no scripted turns: pick a model with --model openai:<name>")
         if spec.provider != Provider.SCRIPTED and spec.provider not in info.providers:
             check_extra(spec.provider)  # this process lacks the SDK: the worker may too
+            variable = info.settings.get("provider_key_env") or KEY_VARIABLES[spec.provider][0]
             raise ConfigError(
-                f"the worker that serves agent {agent!r} ({info.worker}) has no {KEY_VARIABLES[spec.provider][0]} "
-                f"(or the agent's provider_key_env) for {spec.provider}: models: export it where the worker runs, "
-                "then restart the worker"
+                f"the worker that serves agent {agent!r} ({info.worker}) has no {variable} for {spec.provider}: "
+                "models: export it where the worker runs, then restart the worker"
             )
 
     async def fork(
