@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langgraph_sdk import get_client
 from pydantic import BaseModel, Field
+from rich.console import Console
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
@@ -18,6 +19,7 @@ from tests.helpers import eventually, waypoint
 from waypoint import Agent, ScriptedModel, ScriptedTurn
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
+from waypoint.app.console import run_table
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, Conflict
 from waypoint.names import EventKind, RunStatus
@@ -133,6 +135,12 @@ async def test_a_typed_run_ends_with_the_model_instance(
 
     texted = await wp.start_run("plan a trip", agent="texter")
     assert await wp.result(texted, Trip) == Trip(city="Rome", days=1)
+
+    # `waypoint run --follow` ends with the run's table: the answer is in it, as indented JSON
+    shown = Console(record=True, width=200)
+    shown.print(run_table(await wp.run(run_id)))
+    table = [line.strip() for line in shown.export_text().splitlines()]
+    assert "output_json    {" in table and '"sights": [' in table and '"Belem"' in table
 
     done = await waypoint(settings, "status", run_id, "--json")
     assert done.code == 0, done.err
