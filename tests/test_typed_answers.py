@@ -16,6 +16,7 @@ from temporalio.client import Client
 
 from tests.conftest import ApiServer
 from tests.helpers import eventually, waypoint
+from tests.test_replay import _fresh
 from waypoint import Agent, ScriptedModel, ScriptedTurn
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
@@ -26,6 +27,7 @@ from waypoint.names import EventKind, RunStatus
 from waypoint.store.schema import runs
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 from waypoint.types import Message
+from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.postgres
 
@@ -248,3 +250,12 @@ def test_an_agent_with_output_type_may_not_have_its_own_final_answer_tool():
     with pytest.raises(ConfigError, match="'final_answer' is its answer tool: rename its own"):
         Agent(name="bad", instructions="x", tools=(final_answer,), output_type=Trip)
     Agent(name="fine", instructions="x", tools=(final_answer,))  # without output_type it is just a tool
+
+
+async def test_a_typed_run_history_replays(worker, client: Client, engine: AsyncEngine, settings: Settings):
+    """A typed run (a bad answer, then a good one) replays; checked in as agent_run_typed.json, which
+    test_replay replays with every recorded history (WAYPOINT_RECORD_HISTORIES=1 records it again)."""
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("replay me", agent="repairer")
+    assert (await wp.result(run_id)).status == RunStatus.COMPLETED
+    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_typed.json")
