@@ -13,6 +13,7 @@ a live server. A retried start returns the plan the first attempt recorded.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -87,6 +88,7 @@ class CheckpointActivities:
             max_parallel_agents=min(agent.max_parallel_agents, self.agents_cap(inp.tenant_id)),
             max_agent_depth=min(agent.max_agent_depth, caller_depth or agent.max_agent_depth),
             depth=inp.parent.depth if inp.parent is not None else 0,
+            output_schema=agent.output_schema,
         )
         return replace(plan, start_step=inp.fork.step) if inp.fork is not None else plan
 
@@ -155,12 +157,25 @@ class CheckpointActivities:
             )
         else:
             row = await self.store.finish_run(
-                inp.tenant_id, inp.run_id, RunStatus(inp.status), inp.output, inp.error, interrupted=inp.interrupted
+                inp.tenant_id,
+                inp.run_id,
+                RunStatus(inp.status),
+                inp.output,
+                inp.error,
+                interrupted=inp.interrupted,
+                output_json=json.loads(inp.output) if inp.output_is_json and inp.output is not None else None,
             )
         result = row.result()
         if row.caller_run_id is None:
+            # A typed answer's parsed copy stays in Postgres (the client reads it there): history
+            # carries the answer once, as text.
+            if result.output_json is not None:
+                return replace(result, output_json=None, output_stored=True)
             return result
         await self.store.mirror_waiting(row.run_id, RunStatus(row.status), None)  # its callers stop waiting on it
         # A sub-agent run's caller reads the whole answer from Postgres: its history gets a preview.
+        # A typed sub-agent's answer is its JSON text, which the caller's model reads as the tool's result.
         text, stored = preview(result.output or "")
-        return replace(result, output=text if result.output is not None else None, output_stored=stored)
+        return replace(
+            result, output=text if result.output is not None else None, output_stored=stored, output_json=None
+        )

@@ -49,6 +49,7 @@ from waypoint.store import RunStore
 from waypoint.store.hashing import hashed_json, text_digest
 from waypoint.store.working import ModelContext
 from waypoint.telemetry import chat_span
+from waypoint.typed_answers import check_turn, final_answer_tool
 from waypoint.types import CallModelInput, CallRecord, Memory, ModelTurn, RecalledRef
 
 log = logging.getLogger("waypoint.memory")
@@ -181,6 +182,8 @@ class ModelActivities:
         tools += [self.agents.get(name).as_tool_schema() for name in agent.agent_names]
         if agent.mcp:
             tools += [t.openai_schema() for t in (await self.mcp.recorded(inp.tenant_id, inp.run_id)).values()]
+        if agent.output_schema is not None:  # a typed agent answers through this tool
+            tools.append(final_answer_tool(agent.output_schema))
         return tools
 
     def _deltas(self, inp: CallModelInput, attempt: int, adapter: ModelAdapter) -> AbstractAsyncContextManager[Any]:
@@ -240,6 +243,8 @@ class ModelActivities:
             request=replace(record, recalled_text=None, recalled_sha256=kept),
             remembered_through=remembered,
         )
+        if agent.output_type is not None and agent.output_schema is not None:
+            turn = replace(turn, answer=check_turn(agent.output_type, agent.output_schema, turn))
         size = len(json.dumps(asdict(turn)))
         if size > MAX_TURN_BYTES:
             raise PayloadTooLarge(

@@ -16,7 +16,9 @@ from waypoint.errors import ConfigError, InvalidInput, UnknownAgent, UnknownTool
 from waypoint.mcp.servers import MCPServer
 from waypoint.models.scripted import ScriptedModel
 from waypoint.models.spec import Provider
+from waypoint.names import FINAL_ANSWER_TOOL
 from waypoint.tools import Tool
+from waypoint.typed_answers import OutputType, output_schema
 from waypoint.types import AgentInfo, RetrySpec, ToolInfo, ToolSpec
 
 BUILTIN_AGENT_MODULES = ("waypoint.demo", "waypoint.demo_research")
@@ -74,6 +76,11 @@ class Agent:
     # Sub-agent runs of one run at once (the rest wait, in call order), and how deep a tree grows.
     max_parallel_agents: int = 8
     max_agent_depth: int = 4
+    # A typed answer: a pydantic model class, or a JSON schema of an object. The model answers by
+    # calling a `final_answer` tool with it, validated (see waypoint.typed_answers); None: text.
+    output_type: OutputType | None = None
+    # output_type's JSON schema (what the catalog, the run's plan and the final_answer tool carry).
+    output_schema: dict[str, Any] | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools] + self.agent_names
@@ -95,6 +102,12 @@ class Agent:
         servers = [s.name for s in self.mcp]
         if len(servers) != len(set(servers)):
             raise ConfigError(f"agent {self.name!r} has two MCP servers named alike: {servers}; pass name=...")
+        if self.output_type is not None:
+            object.__setattr__(self, "output_schema", output_schema(self.name, self.output_type))
+            if FINAL_ANSWER_TOOL in names:
+                raise ConfigError(
+                    f"agent {self.name!r} has output_type, so {FINAL_ANSWER_TOOL!r} is its answer tool: rename its own"
+                )
 
     @property
     def agent_names(self) -> list[str]:
@@ -160,6 +173,7 @@ class Agent:
             "agents": self.agent_names,
             "max_parallel_agents": self.max_parallel_agents,
             "max_agent_depth": self.max_agent_depth,
+            "output_schema": self.output_schema,
         }
         return AgentInfo(self.name, self.instructions, self.model_spec, providers, tools, settings, worker)
 

@@ -200,6 +200,10 @@ def memory_task_queue(task_queue: str) -> str:
     return f"{task_queue}-memory"
 
 
+# The tool a typed agent (one with an `output_type`) gives its answer through (waypoint.typed_answers).
+FINAL_ANSWER_TOOL = "final_answer"
+
+
 def child_run_id(run_id: str, step: int, call_index: int) -> str:
     """The run id of the sub-agent run that call `call_index` of `step` starts: derived, never drawn,
     so a retried or replayed parent can only ever name (and start) the same child."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from waypoint.errors import Conflict
 from waypoint.names import (
     DecisionKind,
     LineageKind,
@@ -23,6 +24,11 @@ from waypoint.names import (
     ToolOutcome,
     idempotency_key,
 )
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 # A chat message in the chat-completions shape (role, content, tool_calls, tool_call_id).
 Message = dict[str, Any]
@@ -81,6 +87,16 @@ class CallRecord:
 
 
 @dataclass(frozen=True)
+class TypedAnswer:
+    """A typed agent's answer in one turn, as `call_model` checked it against the agent's output schema
+    (waypoint.typed_answers): the validated JSON the run ends with, or why it does not validate."""
+
+    output_json: str | None = None  # the answer, validated, as JSON text
+    error: str | None = None  # why it does not validate: what the model reads
+    call_id: str | None = None  # the final_answer call it came from; None: the turn's text
+
+
+@dataclass(frozen=True)
 class ModelTurn:
     """What one model call answered."""
 
@@ -96,6 +112,8 @@ class ModelTurn:
     request: CallRecord | None = None
     # The newest step whose episodes this call stored in episodic memory (None: it stored none).
     remembered_through: int | None = None
+    # A typed agent's answer in this turn, checked (None: no answer in it, or the agent is not typed).
+    answer: TypedAnswer | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +232,8 @@ class RunPlan:
     max_parallel_agents: int = 8
     max_agent_depth: int = 4
     depth: int = 0
+    # A typed agent's answer schema (JSON schema): the run ends with a `final_answer` call (None: text).
+    output_schema: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> RunPlan:
@@ -444,6 +464,8 @@ class FinishRunInput:
     start: StartRunInput | None = None
     # Set when a cancel stopped a step in flight: {"step", "activity", "why"}, logged as `step_cancelled`.
     interrupted: dict[str, Any] | None = None
+    # `output` is a typed answer, validated JSON text: it is stored parsed too (runs.output_json).
+    output_is_json: bool = False
 
 
 @dataclass(frozen=True)
@@ -457,8 +479,18 @@ class RunResult:
     output_tokens: int = 0
     cost_usd: float = 0.0
     # A sub-agent run's result carries a preview of a long answer (the whole is in Postgres), so its
-    # parent's history stays small: this says so.
+    # parent's history stays small: this says so. A typed answer's parsed JSON is read there too.
     output_stored: bool = False
+    # A typed run's answer, parsed (the agent's output_type validated it); None for a text answer.
+    output_json: Any = None
+
+    def output_as(self, output_type: type[M]) -> M:
+        """The typed answer as an instance of `output_type` (a pydantic model); Conflict when the run
+        did not end with one (it failed, or its agent is not typed)."""
+        if self.output_json is None:
+            why = f": {self.error}" if self.error else ""
+            raise Conflict(f"run {self.run_id} ended {self.status} without a typed answer{why}")
+        return output_type.model_validate(self.output_json)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from waypoint import retry
     from waypoint.compaction_types import CompactionSummary, CompactRunInput, summary_episode
     from waypoint.errors import MemoryElsewhere, failure_message
-    from waypoint.names import Activity, LineageKind, RunStatus, ToolMode, ToolOutcome, Workflow
+    from waypoint.names import FINAL_ANSWER_TOOL, Activity, LineageKind, RunStatus, ToolMode, ToolOutcome, Workflow
     from waypoint.pricing import format_usd
     from waypoint.types import (
         Budget,
@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolResult,
         ToolSpec,
+        TypedAnswer,
     )
 
 DEFAULT_TOOL = ToolSpec(name="", timeout_seconds=retry.DEFAULT_TOOL_TIMEOUT_SECONDS)
@@ -65,6 +66,8 @@ EMPTY_ANSWER = "Your last answer was empty. Answer the task in text, or call a t
 FAILED = (ActivityError, ApplicationError, ActivityTimeout)
 # After a step found no memory worker, the memory queue is tried again this many steps later.
 MEMORY_RETRY_STEPS = 10
+# What the model reads after a final_answer call that validated (the run ends after its step).
+ACCEPTED = "accepted: this is the run's final answer"
 # Inline compaction at most once per this many steps, however large the newest turns are.
 COMPACT_EVERY_MIN_STEPS = 5
 
@@ -122,6 +125,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
         first_step = self._state.step
 
         status, output, reason = RunStatus.MAX_STEPS, None, None
+        output_is_json = False  # output is a typed answer: validated JSON text
         interrupted: dict[str, Any] | None = None
         try:
             while True:
@@ -137,6 +141,20 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
                     self._continue_as_new(inp)
                 repairs_before = self._state.repairs
                 turn, results = await self._step(inp)
+                answer = turn.answer if self._typed() else None
+                if answer is not None and answer.output_json is not None:
+                    status, output, reason, output_is_json = RunStatus.COMPLETED, answer.output_json, None, True
+                    break
+                if answer is not None and answer.call_id is None:
+                    # A text answer that is not the typed answer: the model reads why, and may answer again.
+                    self._messages.append(answer.error or "")
+                    self._state = replace(self._state, repairs=repairs_before + 1)
+                    if self._state.repairs > self._state.plan.max_repairs:
+                        status = RunStatus.FAILED
+                        n = self._state.repairs
+                        reason = f"the model's answer did not validate {n} times; last: {answer.error}"
+                        break
+                    continue
                 if not turn.tool_calls and not (turn.content or "").strip() and workflow.patched("empty-answer-1"):
                     # An empty answer is not a completion: the model is told, and may answer again.
                     self._messages.append(EMPTY_ANSWER)
@@ -150,9 +168,11 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
                     status, output, reason = RunStatus.COMPLETED, turn.content, None
                     break
                 if self._state.repairs > self._state.plan.max_repairs:
-                    bad = next(r.output for r in results if r.outcome == ToolOutcome.BAD_CALL)
+                    bad = next(r for r in results if r.outcome == ToolOutcome.BAD_CALL)
                     status = RunStatus.FAILED
-                    reason = f"the model made invalid tool calls {self._state.repairs} steps in a row; last: {bad}"
+                    typed = answer is not None and bad.name == FINAL_ANSWER_TOOL
+                    what = "answers did not validate" if typed else "made invalid tool calls"
+                    reason = f"the model {what} {self._state.repairs} steps in a row; last: {bad.output}"
                     break
         except StepCancelled as stopped:
             status, reason = RunStatus.CANCELLED, self._cancel_reason
@@ -182,6 +202,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
             output=output,
             error=reason,
             interrupted=interrupted,
+            output_is_json=output_is_json,
         )
         result: RunResult = await self._store(Activity.FINISH_RUN, finish, RunResult)
         if status == RunStatus.FAILED:
@@ -212,6 +233,25 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
             failed = FinishRunInput(self._run_id, inp.tenant_id, RunStatus.FAILED, error=reason, start=start)
             await self._store(Activity.FINISH_RUN, failed, RunResult)
         raise ApplicationError(reason, non_retryable=True)
+
+    def _typed(self) -> bool:
+        """Whether this run's agent is typed: its model answers by calling final_answer, which the
+        workflow answers itself (plans from before have no output schema, and nothing changes)."""
+        if self._state.plan.output_schema is None:
+            return False
+        if self._typed_on is None:
+            self._typed_on = workflow.patched("final-answer-1")
+        return self._typed_on
+
+    async def _final_answer(self, call: ToolCall, answer: TypedAnswer | None) -> ToolResult:
+        """The result of a final_answer call, checked by call_model: the model reads why a bad answer
+        is bad (a bad call, as repairs count them); a good one ends the run after this step."""
+        if answer is None or answer.call_id != call.id:
+            why = f"call {FINAL_ANSWER_TOOL} once, with the whole answer"
+            return ToolResult(call.id, call.name, f"error: {why}", is_error=True, outcome=ToolOutcome.BAD_CALL)
+        if answer.output_json is None:
+            return ToolResult(call.id, call.name, f"error: {answer.error}", is_error=True, outcome=ToolOutcome.BAD_CALL)
+        return ToolResult(call.id, call.name, ACCEPTED)
 
     def _local_store(self) -> bool:
         """Whether the run's Postgres writes are local activities: each costs a few milliseconds in
@@ -323,10 +363,14 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
         agents = set(state.plan.agents)
         if called := [c.name for c in turn.tool_calls if c.name in agents]:
             self._last_action = "waiting for sub-agents: " + ", ".join(called)
+        # A typed run's final_answer calls are answered here, from call_model's check: no activity.
+        answers = {i for i, c in enumerate(turn.tool_calls) if c.name == FINAL_ANSWER_TOOL and self._typed()}
         results = list(
             await asyncio.gather(
                 *(
-                    self._run_agent(inp, step, i, call)
+                    self._final_answer(call, turn.answer)
+                    if i in answers
+                    else self._run_agent(inp, step, i, call)
                     if call.name in agents
                     else self._run_tool(inp, step, i, call, decisions.get(call.id), recorded=call.id in recorded)
                     for i, call in enumerate(turn.tool_calls)
@@ -341,7 +385,11 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
                 step=step,
                 turn=turn,
                 # Outputs the ledger holds are read there: history gets no second copy.
-                tool_results=[replace(r, output="", stored=True) if r.outcome.in_ledger else r for r in results],
+                # (a typed run's final_answer results are the workflow's own: not in the ledger).
+                tool_results=[
+                    replace(r, output="", stored=True) if r.outcome.in_ledger and i not in answers else r
+                    for i, r in enumerate(results)
+                ],
                 user_messages=user_messages,
                 decisions=list(decisions.values()),
                 context_tokens=state.plan.context_tokens,

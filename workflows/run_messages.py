@@ -28,6 +28,7 @@ class RunMessages:
         self._pending: dict[str, PendingApproval] = {}
         self._decisions: dict[str, StepDecision] = {}
         self._store_locally: bool | None = None  # decided once per execution (a patch)
+        self._typed_on: bool | None = None  # a typed run answers final_answer calls itself (a patch)
         self._memory_retry_at = 0  # the first step that tries the memory worker again
         self._memory_on_main: bool | None = None  # model calls with memory on the run's own queue (a patch)
 

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -83,6 +83,7 @@ from waypoint.types import (
     Budget,
     Decision,
     ForkOrigin,
+    M,
     Memory,
     MemoryRequest,
     RunInput,
@@ -637,13 +638,23 @@ class Waypoint:
             raise Conflict(f"{len(waiting)} runs below {run_id} wait for approval ({names}): name one of them")
         return waiting[0].run_id
 
-    async def result(self, run_id: str, *, tenant_id: str | None = None) -> RunResult:
-        """Wait for a run to end. A failed run returns its result with status `failed` and the error."""
+    @overload
+    async def result(self, run_id: str, *, tenant_id: str | None = None) -> RunResult: ...
+
+    @overload
+    async def result(self, run_id: str, output_type: type[M], *, tenant_id: str | None = None) -> M: ...
+
+    async def result(
+        self, run_id: str, output_type: type[M] | None = None, *, tenant_id: str | None = None
+    ) -> RunResult | M:
+        """Wait for a run to end. A failed run returns its result with status `failed` and the error.
+        A typed run's answer is its `output_json`; given its pydantic `output_type`, the answer is
+        returned as an instance of it (Conflict when the run ended without one: the reason is in it)."""
         await self._check_tenant(run_id, tenant_id)
         result = await (await self.temporal()).result(run_id)
-        if result is not None and not result.output_stored:
-            return result
-        return (await self.run(run_id, tenant_id=tenant_id)).result()
+        if result is None or result.output_stored:  # the whole answer (or its parsed JSON) is in Postgres
+            result = (await self.run(run_id, tenant_id=tenant_id)).result()
+        return result if output_type is None else result.output_as(output_type)
 
     # --- reads (Postgres) ----------------------------------------------------------------------------
 

@@ -154,6 +154,8 @@ def run_table(run: RunRow) -> Table:
             value = run.shown_status
         if value is not None:
             table.add_row(key, status_text(value) if key == "status" else str(value))
+    if run.output_json is not None:  # a typed answer (its agent's output_type), validated
+        table.add_row("output_json", escape(json.dumps(run.output_json, indent=2, ensure_ascii=False)))
     if run.caller_run_id:
         table.add_row("started by", f"{run.caller_run_id} (step {run.caller_step}, call {run.caller_call_index})")
     if run.stuck:

@@ -89,10 +89,14 @@ class RunLog(StoreBase):
         error: str | None,
         *,
         interrupted: dict[str, Any] | None = None,
+        output_json: Any = None,
     ) -> RunRow:
         """Set the final status once, with a `run_finished` event; a retry changes nothing.
-        `interrupted`: the step a cancel stopped in flight, logged first as `step_cancelled`."""
+        `interrupted`: the step a cancel stopped in flight, logged first as `step_cancelled`;
+        `output_json`: a typed answer, parsed (`output` is its text)."""
         payload = {"status": status, "output": output, "error": error}
+        if output_json is not None:
+            payload["output_json"] = output_json
         async with self.engine.begin() as conn:
             await _transition(
                 conn,
@@ -104,6 +108,7 @@ class RunLog(StoreBase):
                 error=error,
                 finished_at=func.now(),
                 before=[(EventKind.STEP_CANCELLED, interrupted)] if interrupted else [],
+                **({"output_json": output_json} if output_json is not None else {}),
             )
             return await self._run(conn, tenant_id, run_id)
 

@@ -51,6 +51,7 @@ class RunRow:
     caller_step: int | None = None
     caller_call_index: int | None = None
     root_run_id: str | None = None
+    output_json: Any = None  # a typed answer (its agent's output_type), parsed; `output` is its text
     # Never stored: why its workflow task keeps failing, when a read asked Temporal (`Waypoint.with_stuck`).
     stuck: str | None = None
 
@@ -77,6 +78,7 @@ class RunRow:
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
             cost_usd=self.cost_usd,
+            output_json=self.output_json,
         )
 
 

@@ -61,6 +61,7 @@ runs = Table(
     Column("caller_step", Integer, nullable=True),
     Column("caller_call_index", Integer, nullable=True),
     Column("root_run_id", Text, nullable=True),
+    Column("output_json", JSONB, nullable=True),  # a typed answer (the agent's output_type), parsed
 )
 
 events = Table(

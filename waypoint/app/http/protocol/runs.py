@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.errors import not_supported
-from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of
+from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of, values
 from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes
 from waypoint.app.http.protocol.threads import newest_started
 from waypoint.app.http.runs import resume_point
@@ -220,10 +220,10 @@ async def _written(api: ApiState, tenant: str, run_id: str, wait: float = 30.0) 
 
 async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, Any]:
     result = await api.wp.result(run_id, tenant_id=tenant)
-    values: dict[str, Any] = {"messages": flatten(await conversation(api.wp, tenant, run_id))}
+    final = values(flatten(await conversation(api.wp, tenant, run_id)), result.output_json)
     if result.status == "failed":
-        values["__error__"] = {"error": "RunFailed", "message": result.error}
-    return values
+        final["__error__"] = {"error": "RunFailed", "message": result.error}
+    return final
 
 
 @router.post("/threads/{thread_id}/runs")

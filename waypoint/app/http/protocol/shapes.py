@@ -4,6 +4,9 @@
 - a thread's values are `{"messages": [...]}`: the conversation of its newest run, read from the
   log of that run and of the runs it was forked from (LangChain message dicts: human, ai, tool);
 - a checkpoint is a step of a run: `checkpoint_id` is `"<run_id>:<step>"`;
+- a typed run's answer (its agent's `output_type`) is `structured_response` in its values, as
+  LangGraph's `create_react_agent(response_format=...)` has it; the messages show the model's
+  `final_answer` tool call and its result;
 - run statuses: starting -> pending; running, paused, waiting_approval -> running;
   completed, max_steps -> success; budget_exceeded -> timeout; cancelled -> interrupted;
   failed -> error.
@@ -79,7 +82,7 @@ def assistant(info: AgentInfo) -> dict[str, Any]:
     }
 
 
-MESSAGES_SCHEMA = {
+MESSAGES_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "messages": {
@@ -90,6 +93,7 @@ MESSAGES_SCHEMA = {
     },
     "required": ["messages"],
 }
+STRUCTURED = "structured_response"  # the values key of a typed answer (LangGraph's name for it)
 CONFIG_SCHEMA = {
     "type": "object",
     "properties": {
@@ -99,12 +103,20 @@ CONFIG_SCHEMA = {
 }
 
 
+def values(messages: list[dict[str, Any]], output_json: Any = None) -> dict[str, Any]:
+    """A run's values: its conversation, and its typed answer when it ended with one."""
+    return {"messages": messages, **({STRUCTURED: output_json} if output_json is not None else {})}
+
+
 def schemas(info: AgentInfo) -> dict[str, Any]:
+    output = MESSAGES_SCHEMA
+    if (typed := info.settings.get("output_schema")) is not None:
+        output = {**output, "properties": {"messages": MESSAGES_SCHEMA["properties"]["messages"], STRUCTURED: typed}}
     return {
         "graph_id": info.name,
         "input_schema": MESSAGES_SCHEMA,
-        "output_schema": MESSAGES_SCHEMA,
-        "state_schema": MESSAGES_SCHEMA,
+        "output_schema": output,
+        "state_schema": output,
         "config_schema": CONFIG_SCHEMA,
         "context_schema": CONFIG_SCHEMA,
         "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in info.tools],

@@ -26,7 +26,7 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from waypoint.app.client import EventRow
-from waypoint.app.http.protocol.shapes import ai_id, lc_messages
+from waypoint.app.http.protocol.shapes import ai_id, lc_messages, values
 from waypoint.app.http.streams import StreamItem, delta_data, event_data, merged
 from waypoint.app.http.trees import TreeStream
 from waypoint.deltas import AttemptText
@@ -68,6 +68,7 @@ class ProtocolFormat:
         self.expected_tools: dict[int, int] = {}
         self.tool_messages: dict[int, list[dict[str, Any]]] = {}
         self.streamed: set[tuple[int, int]] = set()
+        self.output_json: Any = None  # a typed answer, once the run ends with one
 
     def opening(self) -> list[ServerSentEvent]:
         return [sse("metadata", {"run_id": self.run_id, "attempt": 1})]
@@ -118,7 +119,7 @@ class ProtocolFormat:
         return out
 
     def _values(self) -> list[ServerSentEvent]:
-        return [sse("values", {"messages": list(self.messages)})] if "values" in self.modes else []
+        return [sse("values", values(list(self.messages), self.output_json))] if "values" in self.modes else []
 
     def _event(self, row: EventRow) -> list[ServerSentEvent]:
         out: list[ServerSentEvent] = []
@@ -146,6 +147,9 @@ class ProtocolFormat:
                 if "updates" in self.modes:
                     out.append(sse("updates", {"tools": {"messages": done}}))
                 out += self._values()
+        elif row.kind == EventKind.RUN_FINISHED and row.payload.get("output_json") is not None:
+            self.output_json = row.payload["output_json"]  # a typed answer: the last values carry it
+            out += self._values()
         elif row.kind == EventKind.RUN_FINISHED and row.payload.get("status") == RunStatus.FAILED:
             out.append(sse("error", {"error": "RunFailed", "message": row.payload.get("error") or "the run failed"}))
         return out

@@ -18,6 +18,7 @@ from waypoint.app.http.protocol.shapes import (
     flatten,
     iso,
     thread_status,
+    values,
 )
 from waypoint.app.http.state import ApiState
 from waypoint.errors import NotFound
@@ -62,14 +63,14 @@ class CheckpointRef(Loose):
 
 async def thread_json(api: ApiState, tenant: str, thread: ThreadRow) -> dict[str, Any]:
     last = newest_started(thread)
-    values = {"messages": flatten(await conversation(api.wp, tenant, last.run_id))} if last else {}
+    state = values(flatten(await conversation(api.wp, tenant, last.run_id)), last.output_json) if last else {}
     return {
         "thread_id": thread.thread_id,
         "created_at": iso(thread.created_at),
         "updated_at": iso(thread.updated_at),
         "metadata": thread.metadata,
         "status": thread_status(thread),
-        "values": values,
+        "values": state,
         "interrupts": {},
     }
 
@@ -147,7 +148,8 @@ def states(thread: ThreadRow, entries: list[Entry], last: RunRow) -> list[dict[s
         live = (run_id, step) == points[-1] and last.status not in FINISHED
         out.append(
             {
-                "values": {"messages": flatten(upto)},
+                # The newest checkpoint of a typed run that ended carries its answer.
+                "values": values(flatten(upto), last.output_json if i == len(points) - 1 else None),
                 "next": ["model"] if live else [],
                 "checkpoint": checkpoint_ref(thread.thread_id, run_id, step),
                 "metadata": {"run_id": run_id, "step": step, "source": "input" if i == 0 else "loop"},
