@@ -96,6 +96,9 @@ class ModelTurn:
     request: CallRecord | None = None
     # The newest step whose episodes this call stored in episodic memory (None: it stored none).
     remembered_through: int | None = None
+    # The answer's content blocks as one provider must be sent them back, by provider (Anthropic's
+    # signed `thinking` blocks); None for the answers that need nothing beyond content and tool calls.
+    provider_blocks: dict[str, list[dict[str, Any]]] | None = None
 
 
 @dataclass(frozen=True)
