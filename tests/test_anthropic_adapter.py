@@ -23,8 +23,10 @@ from waypoint.app.client import Waypoint
 from waypoint.demo import demo as demo_agent
 from waypoint.demo import seed_workspace
 from waypoint.errors import ConfigError
+from waypoint.models.anthropic import anthropic_messages
 from waypoint.store.schema import events
 from waypoint.testing.fake_anthropic import ClaudeTurn, FakeAnthropic, Reply, sent_key, signature_of
+from waypoint.transcript import chat_messages
 from waypoint.types import RetrySpec
 
 pytestmark = pytest.mark.postgres
@@ -259,3 +261,34 @@ async def test_a_missing_key_is_refused_at_start_in_one_line(fake_anthropic, cli
     line = one_line_error(await waypoint(settings, "run", "hi", "--agent", "claude_nokey", "--model", "anthropic:x"))
     assert "anthropic" in line and "export it where the worker runs" in line
     assert fake_anthropic.seen == []
+
+
+def text(value: str) -> dict[str, str]:
+    return {"type": "text", "text": value}
+
+
+def test_chat_messages_become_anthropic_turns():
+    blocks = [{"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "tool_use", "id": "c1", "name": "add"}]
+    bad_call = {"id": "c2", "function": {"name": "x", "arguments": "not json"}}
+    messages = [
+        {"role": "system", "content": "instructions"},
+        {"role": "user", "content": "task"},
+        {"role": "system", "content": "Decisions pinned earlier"},  # after the task: stays in place, as user text
+        {"role": "assistant", "content": None, "tool_calls": [], "provider_blocks": {"anthropic": blocks}},
+        {"role": "tool", "tool_call_id": "c1", "content": "3"},
+        {"role": "user", "content": "and now?"},  # sent since the last step: joins the tool results' turn
+        {"role": "assistant", "content": ""},  # an empty answer says nothing, and the API refuses it
+        {"role": "assistant", "content": "ok", "tool_calls": [bad_call]},
+    ]
+    system, converted = anthropic_messages(messages)
+    assert system == [text("instructions")]
+    assert converted == [
+        {"role": "user", "content": [text("task"), text("Decisions pinned earlier")]},
+        {"role": "assistant", "content": blocks},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "3"}, text("and now?")]},
+        {"role": "assistant", "content": [text("ok"), {"type": "tool_use", "id": "c2", "name": "x", "input": {}}]},
+    ]
+    converted[1]["content"][1]["cache_control"] = {"type": "ephemeral"}
+    assert "cache_control" not in blocks[1]  # the stored blocks are copied, never marked
+    # other providers never see the blocks
+    assert "provider_blocks" not in chat_messages(messages)[3] and "provider_blocks" in messages[3]
