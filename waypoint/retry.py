@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from temporalio.common import RetryPolicy
 
@@ -137,7 +138,7 @@ def backoff_seconds(spec: RetrySpec, attempt: int, jitter: float) -> float:
 
 # --- what a failed model call means ------------------------------------------------------------
 
-RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # and any other 5xx, such as Anthropic's 529
 # A provider that answers 200 with something that is not a completion (an HTML error page from a
 # proxy, a truncated body) may recover, but not often: this many attempts, then the run fails.
 MALFORMED_ATTEMPTS = 3
@@ -160,6 +161,21 @@ def retry_info_delay(body: object) -> timedelta | None:
                     return None
             if isinstance(delay, dict):  # the protobuf JSON of a Duration, as some proxies send it
                 return timedelta(seconds=float(delay.get("seconds", 0)) + float(delay.get("nanos", 0)) / 1e9)
+    return None
+
+
+def retry_after_header(headers: Any) -> timedelta | None:
+    """The delay a provider's answer asks for, by `retry-after-ms` or `retry-after` (seconds), if any."""
+    get = getattr(headers, "get", None)
+    if get is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = get(name)
+        if value:
+            try:
+                return timedelta(seconds=float(value) * scale)
+            except ValueError:
+                continue
     return None
 
 

@@ -16,6 +16,12 @@ from waypoint.types import Message
 
 Payload = Mapping[str, Any]
 
+# The key of an assistant message (and of its `model_response` event) that holds the answer's content
+# blocks as a provider must get them back, by provider: `{"anthropic": [...thinking, text, tool_use]}`.
+# The adapter of that provider sends them instead of content and tool calls; the others drop the key
+# (`chat_messages`).
+PROVIDER_BLOCKS = "provider_blocks"
+
 
 def event_messages(kind: str, payload: Payload) -> list[Message]:
     """The chat messages an event stands for (none for bookkeeping events)."""
@@ -30,10 +36,17 @@ def event_messages(kind: str, payload: Payload) -> list[Message]:
                 {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
                 for c in payload["tool_calls"]
             ]
+        if payload.get(PROVIDER_BLOCKS):
+            message[PROVIDER_BLOCKS] = payload[PROVIDER_BLOCKS]
         return [message]
     if kind == EventKind.TOOL_RESULT:
         return [{"role": "tool", "tool_call_id": payload["call_id"], "content": payload["output"]}]
     return []
+
+
+def chat_messages(messages: Sequence[Message]) -> list[Message]:
+    """The messages in the plain chat-completions shape: without the provider blocks only one provider reads."""
+    return [m if PROVIDER_BLOCKS not in m else {k: v for k, v in m.items() if k != PROVIDER_BLOCKS} for m in messages]
 
 
 def tool_calls(events: Iterable[tuple[str, Payload]]) -> dict[str, dict[str, Any]]:

@@ -114,6 +114,9 @@ class ModelTurn:
     remembered_through: int | None = None
     # A typed agent's answer in this turn, checked (None: no answer in it, or the agent is not typed).
     answer: TypedAnswer | None = None
+    # The answer's content blocks as one provider must be sent them back, by provider (Anthropic's
+    # signed `thinking` blocks); None for the answers that need nothing beyond content and tool calls.
+    provider_blocks: dict[str, list[dict[str, Any]]] | None = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ import json
 import random
 import time
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -28,7 +27,9 @@ from waypoint.config import Settings
 from waypoint.deltas import AttemptText, DeltaSink
 from waypoint.errors import ConfigError, ModelError
 from waypoint.retry import classify_model_failure
+from waypoint.retry import retry_after_header as retry_after
 from waypoint.tokens import estimate_tokens
+from waypoint.transcript import chat_messages
 from waypoint.types import Message, ModelTurn, RetrySpec, ToolCall, Usage
 
 
@@ -43,21 +44,6 @@ def openai_client(settings: Settings, *, timeout: float | None = None) -> openai
         max_retries=0,  # Temporal owns retries
         timeout=timeout or settings.model_timeout_seconds,
     )
-
-
-def retry_after(headers: Any) -> timedelta | None:
-    """Delay asked for by `retry-after-ms` or `retry-after` (seconds), if any."""
-    get = getattr(headers, "get", None)
-    if get is None:
-        return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = get(name)
-        if value:
-            try:
-                return timedelta(seconds=float(value) * scale)
-            except ValueError:
-                continue
-    return None
 
 
 class OpenAIChatModel:
@@ -85,7 +71,7 @@ class OpenAIChatModel:
         # The messages and tools go as `extra_body`, which the SDK sends as they are: passed as
         # parameters, it walks every message and tool schema against its TypedDicts first (about
         # 20 ms a call on 2 cores with a full window) to change nothing in our plain JSON.
-        payload: dict[str, Any] = {"messages": messages}
+        payload: dict[str, Any] = {"messages": chat_messages(messages)}
         if tools:
             payload["tools"] = tools
         body = ""

@@ -133,6 +133,8 @@ def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> tuple[lis
                 "attempt": turn.attempt,
                 # What the call received, by reference: `show` rebuilds it from this.
                 **({"request": asdict(turn.request)} if turn.request is not None else {}),
+                # Blocks the provider needs back verbatim in later calls (event_messages carries them).
+                **({"provider_blocks": turn.provider_blocks} if turn.provider_blocks else {}),
             },
         )
     )

@@ -274,11 +274,12 @@ class FakeOpenAI:
         return Handler
 
 
-def load_script(path: str) -> list[Turn | Reply]:
+def load_script(path: str, turn: type[Turn] = Turn) -> list[Turn | Reply]:
     """A script file: a JSON list, one item per request, in order. An item with `status` is a raw
     reply (`{"status": 503, "body": {...}, "headers": {...}, "delay": 1.5}`); any other is a turn
     (`{"content": "..."}` or `{"tool_calls": [["add", {"a": 1, "b": 2}]]}`, with optional
-    `prompt_tokens`, `completion_tokens`, `chunk_delay` and `cut_after`)."""
+    `prompt_tokens`, `completion_tokens`, `chunk_delay` and `cut_after`, and the fields of `turn`,
+    a subclass of Turn another fake answers with)."""
     with open(path) as fh:
         items = json.load(fh)
     if not isinstance(items, list):
@@ -289,7 +290,7 @@ def load_script(path: str) -> list[Turn | Reply]:
             script.append(Reply(**item))
         else:
             calls = [(name, args) for name, args in item.get("tool_calls", [])]
-            script.append(Turn(**{**item, "tool_calls": calls}))
+            script.append(turn(**{**item, "tool_calls": calls}))
     return script
 
 
