@@ -43,7 +43,7 @@ EXTERNAL_DATABASE = os.environ.get("WAYPOINT_TEST_DATABASE_URL")
 def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     """Settings must come from the test, never from the developer's shell."""
     for key in list(os.environ):
-        if key.startswith(("WAYPOINT_", "OPENAI_")):
+        if key.startswith(("WAYPOINT_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_")):
             monkeypatch.delenv(key)
 
 
