@@ -212,3 +212,52 @@ async def test_the_fake_servers_script_answers_every_run(tmp_path: Path, client,
         fake.terminate()
         out, _ = await fake.communicate()
     assert out.decode().count("used up: answering from the first again") == 1, out.decode()
+
+
+def other_fake_commands() -> list[list[str]]:
+    """The README's lines that run the treasurer on the Anthropic and Gemini fakes, three per provider."""
+    section = README.split("The same `turns.json` drives the fakes of the other providers", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [line.split("   #", 1)[0].strip() for line in block.strip().splitlines()]
+    return [lines[i : i + 3] for i in range(0, len(lines), 3)]
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("provider", ["anthropic", "google"])
+async def test_the_treasurer_runs_on_each_providers_fake_as_typed(
+    provider: str, tmp_path: Path, client, engine, settings: Settings, monkeypatch: pytest.MonkeyPatch
+):
+    """The README's turns.json, each fake started as typed, its exports in the worker's environment, and
+    the run with the README's --model: the same answer as on the OpenAI fake, through each official SDK."""
+    from waypoint.agents import AgentRegistry
+    from waypoint.app.worker import build_worker
+
+    echo = fake_server_commands()[0]
+    serve, export, run = next(c for c in other_fake_commands() if f"--model {provider}:" in c[2])
+    subprocess.run(["bash", "-c", echo], cwd=tmp_path, check=True)
+    port = reserve_port()
+    readme_port = serve.split("--port ", 1)[1].split()[0]
+    fake = await asyncio.create_subprocess_exec(
+        "bash", "-c", "exec " + serve.replace(readme_port, str(port)), cwd=tmp_path, stdout=asyncio.subprocess.PIPE
+    )
+    assert fake.stdout is not None
+    await fake.stdout.readline()  # it says where it listens
+    for pair in export.removeprefix("export ").split():
+        name, value = pair.split("=", 1)
+        monkeypatch.setenv(name, value.replace(readme_port, str(port)))
+    code, _ = own_agent_commands()
+    module: dict = {}
+    exec(compile(code, "myapp/agents.py", "exec"), module)
+    model = run.split("--model ", 1)[1].split()[0]
+    task = run.split('"')[1]
+    wp = Waypoint(client, engine, settings)
+    try:
+        async with build_worker(client, engine, settings, AgentRegistry([module["treasurer"]])):
+            run_id = await wp.start_run(task, agent="treasurer", model=model)
+            result = await wp.result(run_id)
+    finally:
+        fake.terminate()
+        await fake.communicate()
+    assert (result.status, result.output) == ("completed", "120 EUR is 129.6 USD."), result
+    assert (await wp.run(run_id)).model == model
