@@ -76,8 +76,8 @@ class CheckpointActivities:
         pick = smallest if inp.parent is not None else first_set
         # How deep the caller lets its tree grow caps how deep this agent would let it.
         caller_depth = inp.parent.max_depth if inp.parent is not None else None
-        # A run on another model than its agent's first (`--model`, `rerun --model`) calls that one only.
-        own_model = inp.model is None or inp.model == agent.model_spec
+        # A run given a model (`--model`, `rerun --model`) calls that one only: failover is the agent's.
+        own_model = not inp.pin_model and (inp.model is None or inp.model == agent.model_spec)
         plan = RunPlan(
             model=inp.model or agent.model_spec,
             max_steps=budget.max_steps or agent.max_steps,

@@ -274,6 +274,9 @@ class RunInput:
     fork: ForkOrigin | None = None
     # Set for a sub-agent run: the parent's call that started it.
     parent: ParentRef | None = None
+    # `model` was chosen for this run (`--model`): it calls that model only, even its agent's first,
+    # with no failover list. A rerun without --model passes its source's model unpinned.
+    pin_model: bool = False
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,7 @@ class StartRunInput:
     budget: Budget
     fork: ForkOrigin | None = None
     parent: ParentRef | None = None
+    pin_model: bool = False
 
 
 @dataclass(frozen=True)

@@ -219,6 +219,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
             budget=inp.budget or Budget(),
             fork=inp.fork,
             parent=inp.parent,
+            pin_model=inp.pin_model,
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.
