@@ -5,6 +5,7 @@ Postgres, in `waypoint show` and the viewer's step page; a model the worker cann
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,10 +14,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
+from temporalio.worker import Replayer
 
 from tests.agents import add
 from tests.conftest import ApiServer
-from tests.helpers import waypoint
+from tests.helpers import HISTORIES, waypoint
 from waypoint import Agent, telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
@@ -26,9 +28,12 @@ from waypoint.errors import ConfigError
 from waypoint.store.schema import events
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 from waypoint.types import RetrySpec
+from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.postgres
 
+# Read at import: the fixtures clear WAYPOINT_* variables (as tests/test_replay.py reads it too).
+RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
 FAST = RetrySpec(max_attempts=3, initial_interval_seconds=0.05, max_interval_seconds=1)
 
 # Two models on the same fake server: `down-model` answers 503 forever, `fake-model` works.
@@ -130,6 +135,12 @@ async def test_a_provider_that_stays_down_fails_over_and_the_run_completes_on_th
     assert [r["model"] for r in await logged(engine, run_id, "model_response")] == ["fake-model", "fake-model"]
     (started,) = await logged(engine, run_id, "run_started")
     assert started["plan"]["fallback_models"] == ["openai:fake-model"] and started["plan"]["failover_after"] == 2
+
+    # Deterministic: its history (the patched failover branch) replays; recorded for tests/test_replay.py.
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+    if RECORD:
+        (HISTORIES / "agent_run_failover.json").write_text(history.to_json())
 
     # The trace: the model span of the call the step failed over to names the model it left.
     telemetry.current().force_flush()
