@@ -9,7 +9,8 @@ history stays small however long the context grows.
 Between steps the workflow checks, in this order: cancel, budgets (steps,
 tokens, cost, wall clock), pause, and whether to continue as new. The
 messages a run takes (pause, resume, cancel, send, approve, deny) and its
-`progress` query are in `run_messages.py`.
+`progress` query are in `run_messages.py`; sub-agent calls in `subagents.py`; the model
+failover of agents with several models in `failover.py`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
+from waypoint.workflows.failover import ModelFailover
 from waypoint.workflows.run_messages import RunMessages
 from waypoint.workflows.subagents import StepCancelled, SubAgentCalls
 
@@ -37,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
     from waypoint.types import (
         Budget,
         CallModelInput,
-        FailoverRecord,
         FinishRunInput,
         Memory,
         MemoryStepInput,
@@ -91,33 +92,13 @@ def stop_reason(
     return None
 
 
-def fails_over(exc: ActivityError) -> bool:
-    """Whether a model call that failed this way hands the step to the agent's next model: its last
-    error is one a retry may heal (or a model this worker cannot call), or its attempts timed out."""
-    cause = exc.cause
-    if isinstance(cause, ActivityTimeout):
-        return cause.type == TimeoutType.START_TO_CLOSE
-    return isinstance(cause, ApplicationError) and cause.type in retry.FAILOVER_ERRORS
-
-
-def failed_attempts(exc: ActivityError, policy: RetryPolicy) -> int:
-    """How many attempts a failed model call made: all its policy allowed when they ran out, else the
-    attempt its last error names (the model activity adds it), else one."""
-    if exc.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
-        return policy.maximum_attempts
-    cause = exc.cause
-    details = cause.details if isinstance(cause, ApplicationError) else ()
-    attempt = details[0].get("attempt") if details and isinstance(details[0], dict) else None
-    return attempt if isinstance(attempt, int) else 1
-
-
 def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
     """The result of a tool call the workflow decided not to run (the model reads `why`)."""
     return ToolResult(call_id=call.id, name=call.name, is_error=True, outcome=outcome, output=f"error: {why}")
 
 
 @workflow.defn(name=Workflow.AGENT_RUN)
-class AgentRunWorkflow(RunMessages, SubAgentCalls):
+class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover):
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
         """The run's state exists before its first message can arrive: carried over when the run
@@ -377,45 +358,10 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
             await self._compact_inline(inp)
         return turn, results
 
-    async def _call_model(self, call: CallModelInput, task_queue: str | None = None, **timeouts: Any) -> ModelTurn:
-        """The step's model call, on the model the run is at. With a failover list, a model that is not
-        the last gets `failover_after` attempts; when they fail with errors that fail over (see
-        `retry.FAILOVER_ERRORS`), the move is logged and the step calls the next model, where the run
-        then stays. The last model keeps the full policy. Runs with one model take the old path."""
-        plan = self._state.plan
-        if not plan.fallback_models or not workflow.patched("model-failover-1"):
-            return await self._call_model_once(call, task_queue, **timeouts)
-        models = plan.models
-        tried: list[str] = []
-        while True:
-            index = min(self._state.model_index, len(models) - 1)
-            model, last = models[index], index == len(models) - 1
-            policy = retry.model_retry(plan.retry) if last else retry.failover_retry(plan.retry, plan.failover_after)
-            try:
-                attempt = replace(call, model=model, failed_over_from=list(tried))
-                return await self._call_model_once(attempt, task_queue, policy=policy, **timeouts)
-            except ActivityError as exc:
-                if last or not fails_over(exc):
-                    raise
-                failover = FailoverRecord(
-                    run_id=self._run_id,
-                    tenant_id=call.tenant_id,
-                    step=call.step,
-                    from_model=model,
-                    to_model=models[index + 1],
-                    after_attempts=failed_attempts(exc, policy),
-                    last_error=failure_message(exc),
-                    error_type=exc.cause.type if isinstance(exc.cause, ApplicationError) else "timeout",
-                )
-            after, to = failover.after_attempts, failover.to_model
-            workflow.logger.warning("step %s: %s failed %s time(s), failing over to %s", call.step, model, after, to)
-            await self._store(Activity.RECORD_FAILOVER, failover)
-            self._state = replace(self._state, model_index=index + 1)
-            tried.append(model)
-
     async def _call_model_once(
         self, call: CallModelInput, task_queue: str | None = None, policy: RetryPolicy | None = None, **timeouts: Any
     ) -> ModelTurn:
+        """One model call with its retries (`_call_model`, in failover.py, picks the model and policy)."""
         state = self._state
         options: dict[str, Any] = {
             "result_type": ModelTurn,
