@@ -29,7 +29,15 @@ from waypoint.names import Activity, RunStatus
 from waypoint.retry import START_ATTEMPTS
 from waypoint.store import RunStore
 from waypoint.store.steps import NewRun
-from waypoint.types import FinishRunInput, RunPlan, RunResult, SetStatusInput, StartRunInput, StepRecord
+from waypoint.types import (
+    FailoverRecord,
+    FinishRunInput,
+    RunPlan,
+    RunResult,
+    SetStatusInput,
+    StartRunInput,
+    StepRecord,
+)
 
 
 def first_set(a: float | None, b: float | None) -> Any:
@@ -69,6 +77,8 @@ class CheckpointActivities:
         pick = smallest if inp.parent is not None else first_set
         # How deep the caller lets its tree grow caps how deep this agent would let it.
         caller_depth = inp.parent.max_depth if inp.parent is not None else None
+        # A run given a model (`--model`, `rerun --model`) calls that one only: failover is the agent's.
+        own_model = not inp.pin_model and (inp.model is None or inp.model == agent.model_spec)
         plan = RunPlan(
             model=inp.model or agent.model_spec,
             max_steps=budget.max_steps or agent.max_steps,
@@ -89,6 +99,8 @@ class CheckpointActivities:
             max_agent_depth=min(agent.max_agent_depth, caller_depth or agent.max_agent_depth),
             depth=inp.parent.depth if inp.parent is not None else 0,
             output_schema=agent.output_schema,
+            fallback_models=agent.fallback_models if own_model else [],
+            failover_after=agent.failover_after,
         )
         return replace(plan, start_step=inp.fork.step) if inp.fork is not None else plan
 
@@ -129,6 +141,12 @@ class CheckpointActivities:
     async def record_step(self, record: StepRecord) -> int:
         """Append the step's events and write its checkpoint atomically; returns the step's last seq."""
         return await self.store.record_step(record, attempt=attempt())
+
+    @activity.defn(name=Activity.RECORD_FAILOVER)
+    @boundary
+    async def record_failover(self, record: FailoverRecord) -> None:
+        """Log a step's move to the agent's next model as a `model_failover` event (once, whatever the retries)."""
+        await self.store.record_failover(record)
 
     @activity.defn(name=Activity.SET_STATUS)
     @boundary

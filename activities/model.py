@@ -166,6 +166,7 @@ class ModelActivities:
     async def record_failure(self, inp: CallModelInput, error: ModelError, attempt: int) -> None:
         payload = {
             "attempt": attempt,
+            "model": inp.model,
             "error": str(error),
             "type": type(error).__name__,
             "retryable": error.retryable,
@@ -223,7 +224,13 @@ class ModelActivities:
         try:
             async with heartbeating(inp.step):
                 with chat_span(
-                    inp.model, messages, run_id=inp.run_id, step=inp.step, tenant=inp.tenant_id, attempt=attempt
+                    inp.model,
+                    messages,
+                    run_id=inp.run_id,
+                    step=inp.step,
+                    tenant=inp.tenant_id,
+                    attempt=attempt,
+                    failed_over_from=inp.failed_over_from,
                 ) as chat:
                     async with self._deltas(inp, attempt, adapter) as sink:
                         turn = await adapter.complete(
@@ -232,6 +239,7 @@ class ModelActivities:
                     chat.record(turn)
         except ModelError as error:
             await self.record_failure(inp, error, attempt)
+            error.details.setdefault("attempt", attempt)  # how many attempts a failover came after
             raise
         finally:
             remembered = await remembering if remembering is not None else None

@@ -45,10 +45,12 @@ from waypoint.names import (
 from waypoint.types import (
     CallModelInput,
     Decision,
+    FailoverRecord,
     ForkOrigin,
     MemoryAnswer,
     MemoryRequest,
     ModelTurn,
+    RetrySpec,
     RunInput,
     RunPlan,
     RunProgress,
@@ -76,7 +78,7 @@ async def ts() -> AsyncIterator[WorkflowEnvironment]:
 
 
 def plan(**kw: Any) -> RunPlan:
-    return RunPlan(model="double", **{"max_steps": 20, "tools": [spec()], **kw})
+    return RunPlan(**{"model": "double", "max_steps": 20, "tools": [spec()], **kw})
 
 
 async def progress(handle: WorkflowHandle[Any, Any]) -> RunProgress:
@@ -792,3 +794,93 @@ async def test_a_call_made_when_the_budget_is_spent_starts_no_child(ts: Workflow
         ToolOutcome.TOOL_ERROR,
         "error: child was not started: the token budget (20) is spent",
     )
+
+
+# --- failover: a model that keeps failing hands the step to the agent's next model --------------------
+
+
+def down(*models: str, error: str = "ModelUnavailable") -> Callable[[CallModelInput], ModelTurn]:
+    """A model double whose `models` fail with `error` (retryable unless ModelRequestRejected or
+    ConfigError, as the activity raises them); the others call `work` until step 3, then answer."""
+    model = answer_at(3)
+
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.model in models:
+            retryable = error == "ModelUnavailable"
+            raise ApplicationError(
+                f"{inp.model} failed: {error}",
+                {"status": 503} if retryable else {},
+                type=error,
+                non_retryable=not retryable,
+                next_retry_delay=timedelta(milliseconds=10) if retryable else None,
+            )
+        return model(inp)
+
+    return turns
+
+
+def failover_plan(*fallbacks: str, **kw: Any) -> RunPlan:
+    return plan(model="a", fallback_models=list(fallbacks), **kw)
+
+
+@pytest.mark.parametrize("memory", [False, True])
+async def test_a_model_that_stays_down_fails_over_after_failover_after_attempts(
+    ts: WorkflowEnvironment, memory: bool
+) -> None:
+    """Three failed attempts on `a`, then the same step calls `b`, and the run stays on `b` (across
+    continue-as-new too); the move is logged once, with its reason."""
+    doubles = Doubles(plan=failover_plan("b", failover_after=3, continue_as_new_every=1), turns=down("a"))
+    async with bench(ts.client, doubles, memory=memory) as b:
+        handle = await b.start()
+        result: RunResult = await handle.result()
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "done")
+    assert [(c.step, c.model) for c in doubles.calls] == [(1, "a"), (1, "a"), (1, "a"), (1, "b"), (2, "b"), (3, "b")]
+    assert [c.failed_over_from for c in doubles.calls[3:]] == [["a"], [], []]  # the model span of the move names it
+    assert doubles.failovers == [
+        FailoverRecord(handle.id, "t", 1, "a", "b", 3, "a failed: ModelUnavailable", "ModelUnavailable")
+    ]
+    assert doubles.steps == [1, 2, 3]
+
+
+async def test_a_rejected_request_fails_the_run_without_failover(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=failover_plan("b"), turns=down("a", error="ModelRequestRejected"))
+    async with bench(ts.client, doubles) as b:
+        message = await failure(await b.start())
+    assert "a failed: ModelRequestRejected" in message
+    assert [c.model for c in doubles.calls] == ["a"] and doubles.failovers == []
+
+
+async def test_the_last_model_keeps_the_full_retry_policy(ts: WorkflowEnvironment) -> None:
+    retry_spec = RetrySpec(max_attempts=3, initial_interval_seconds=0.01, max_interval_seconds=1)
+    doubles = Doubles(plan=failover_plan("b", failover_after=1, retry=retry_spec), turns=down("a", "b"))
+    async with bench(ts.client, doubles) as b:
+        message = await failure(await b.start())
+    assert [c.model for c in doubles.calls] == ["a"] + ["b"] * 3
+    assert "b failed: ModelUnavailable" in message
+    assert [(f.from_model, f.to_model, f.after_attempts) for f in doubles.failovers] == [("a", "b", 1)]
+
+
+async def test_a_model_the_worker_cannot_call_is_passed_over_with_the_reason(ts: WorkflowEnvironment) -> None:
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.model == "b":  # what the activity raises when the worker has no SDK or key for it
+            raise ApplicationError("b: no ANTHROPIC_API_KEY here", type="ConfigError", non_retryable=True)
+        return down("a")(inp)
+
+    doubles = Doubles(plan=failover_plan("b", "c", failover_after=1), turns=turns)
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start()).result()
+    assert result.status == RunStatus.COMPLETED
+    assert [c.model for c in doubles.calls] == ["a", "b", "c", "c", "c"]
+    assert [c.failed_over_from for c in doubles.calls[:3]] == [[], ["a"], ["a", "b"]]
+    assert [(f.from_model, f.to_model, f.after_attempts, f.error_type, f.last_error) for f in doubles.failovers] == [
+        ("a", "b", 1, "ModelUnavailable", "a failed: ModelUnavailable"),
+        ("b", "c", 1, "ConfigError", "b: no ANTHROPIC_API_KEY here"),
+    ]
+
+
+async def test_without_a_failover_list_a_model_retries_by_its_policy_alone(ts: WorkflowEnvironment) -> None:
+    retry_spec = RetrySpec(max_attempts=2, initial_interval_seconds=0.01, max_interval_seconds=1)
+    doubles = Doubles(plan=plan(model="a", retry=retry_spec, failover_after=1), turns=down("a"))
+    async with bench(ts.client, doubles) as b:
+        await failure(await b.start())
+    assert [c.model for c in doubles.calls] == ["a"] * 2 and doubles.failovers == []

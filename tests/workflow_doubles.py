@@ -40,6 +40,7 @@ from waypoint.types import (
     AgentCallInput,
     AgentCallResult,
     CallModelInput,
+    FailoverRecord,
     FinishRunInput,
     MemoryAnswer,
     MemoryRequest,
@@ -117,6 +118,7 @@ class Doubles:
     started: list[StartRunInput] = field(default_factory=list)
     agent_calls: list[AgentCallInput] = field(default_factory=list)
     ledger: dict[str, ToolResult] = field(default_factory=dict)
+    failovers: list[FailoverRecord] = field(default_factory=list)  # what record_failover logged, once each
 
     # --- agent runs ------------------------------------------------------------------------------
 
@@ -172,6 +174,11 @@ class Doubles:
         if all((r.run_id, r.step) != (record.run_id, record.step) for r in self.records):  # idempotent, as the store is
             self.records.append(record)
         return record.step
+
+    @activity.defn(name=Activity.RECORD_FAILOVER)
+    async def record_failover(self, record: FailoverRecord) -> None:
+        if record not in self.failovers:  # idempotent, as the store is
+            self.failovers.append(record)
 
     @activity.defn(name=Activity.SET_STATUS)
     async def set_run_status(self, inp: SetStatusInput) -> None:
@@ -265,6 +272,7 @@ class Doubles:
             self.run_tool,
             self.recorded_calls,
             self.record_step,
+            self.record_failover,
             self.set_run_status,
             self.finish_run,
             self.agent_result,

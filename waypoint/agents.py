@@ -15,7 +15,7 @@ from waypoint.checks import check_budget
 from waypoint.errors import ConfigError, InvalidInput, UnknownAgent, UnknownTool
 from waypoint.mcp.servers import MCPServer
 from waypoint.models.scripted import ScriptedModel
-from waypoint.models.spec import Provider
+from waypoint.models.spec import Provider, parse_model_spec
 from waypoint.names import FINAL_ANSWER_TOOL
 from waypoint.tools import Tool
 from waypoint.typed_answers import OutputType, output_schema
@@ -31,8 +31,11 @@ class Agent:
     """An agent: instructions, a model, tools and limits.
 
     `model` is a spec such as `openai:gpt-4o-mini`, or a `ScriptedModel` whose
-    canned turns make the agent run offline (its spec is then `scripted`). `mcp` lists MCP servers
-    whose tools the agent's runs use too (listed when a run starts; see `waypoint.mcp`).
+    canned turns make the agent run offline (its spec is then `scripted`), or a tuple of specs
+    tried in order: a step whose model still fails after `failover_after` attempts with errors a
+    retry may heal (or that the worker cannot call) goes to the next one, and the run stays there.
+    `mcp` lists MCP servers whose tools the agent's runs use too (listed when a run starts; see
+    `waypoint.mcp`).
 
     `agents` lists sub-agents (agents, or names of agents the worker loads too): the model sees
     each as a tool taking a `task` (plus the sub-agent's own `parameters`), and calling it starts a
@@ -42,7 +45,7 @@ class Agent:
 
     name: str
     instructions: str
-    model: str | ScriptedModel = "openai:gpt-4o-mini"
+    model: str | ScriptedModel | tuple[str, ...] = "openai:gpt-4o-mini"
     tools: Sequence[Tool] = field(default_factory=tuple)
     max_steps: int = 20
     # Budgets: a run that reaches one ends with status `budget_exceeded`. None: no limit.
@@ -52,6 +55,8 @@ class Agent:
     # Steps in a row with a bad tool call (unknown tool, invalid arguments) before the run fails.
     max_repairs: int = 3
     model_retry: RetrySpec = field(default_factory=RetrySpec)
+    # With several models: failed attempts of one model before a step goes to the next.
+    failover_after: int = 3
     # Working memory: the oldest turns leave the checkpoint once the messages pass this estimate.
     context_tokens: int = 16_000
     # The workflow continues as new after this many steps (or sooner, when Temporal suggests it).
@@ -99,6 +104,7 @@ class Agent:
             raise ConfigError(f"agent {self.name!r}: {exc}") from None
         if self.continue_as_new_every < 1:
             raise ConfigError(f"agent {self.name!r}: continue_as_new_every must be at least 1")
+        self._check_models()
         servers = [s.name for s in self.mcp]
         if len(servers) != len(set(servers)):
             raise ConfigError(f"agent {self.name!r} has two MCP servers named alike: {servers}; pass name=...")
@@ -108,6 +114,38 @@ class Agent:
                 raise ConfigError(
                     f"agent {self.name!r} has output_type, so {FINAL_ANSWER_TOOL!r} is its answer tool: rename its own"
                 )
+
+    def _check_models(self) -> None:
+        if isinstance(self.model, list):  # a list reads as the tuple it means
+            object.__setattr__(self, "model", tuple(self.model))
+        if not isinstance(self.model, tuple):
+            return
+        specs = self.model
+        if not specs or not all(isinstance(m, str) for m in specs):
+            raise ConfigError(f"agent {self.name!r}: model is a spec, a ScriptedModel, or a tuple of specs: {specs!r}")
+        for spec in specs:
+            try:
+                parsed = parse_model_spec(spec)
+            except InvalidInput as exc:
+                raise ConfigError(f"agent {self.name!r}: {exc}") from None
+            if parsed.provider == Provider.SCRIPTED:
+                raise ConfigError(f"agent {self.name!r}: a failover list names provider models, not 'scripted'")
+        if len(set(specs)) != len(specs):
+            raise ConfigError(f"agent {self.name!r} lists a model twice: {list(specs)}")
+        if self.failover_after < 1:
+            raise ConfigError(f"agent {self.name!r}: failover_after must be at least 1")
+
+    @property
+    def models(self) -> list[str]:
+        """Its model specs in failover order (one, unless `model` is a tuple)."""
+        if isinstance(self.model, tuple):
+            return list(self.model)
+        return [self.model_spec]
+
+    @property
+    def fallback_models(self) -> list[str]:
+        """The models a run fails over to, in order, after the first."""
+        return self.models[1:]
 
     @property
     def agent_names(self) -> list[str]:
@@ -174,11 +212,15 @@ class Agent:
             "max_parallel_agents": self.max_parallel_agents,
             "max_agent_depth": self.max_agent_depth,
             "output_schema": self.output_schema,
+            "models": self.models,
+            "failover_after": self.failover_after,
         }
         return AgentInfo(self.name, self.instructions, self.model_spec, providers, tools, settings, worker)
 
     @property
     def model_spec(self) -> str:
+        if isinstance(self.model, tuple):
+            return self.model[0]
         return "scripted" if isinstance(self.model, ScriptedModel) else self.model
 
     def tool(self, name: str, *, also: Iterable[str] = ()) -> Tool:

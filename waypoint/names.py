@@ -64,6 +64,9 @@ class EventKind(StrEnum):
     DECISION = "decision"  # a human approved or denied a tool call
     MODEL_ATTEMPT_FAILED = "model_attempt_failed"
     MODEL_RESPONSE = "model_response"
+    # A step's model kept failing (or cannot be called here): the step, and the run's later steps, go
+    # to the agent's next model; {from, to, after_attempts, last_error, error_type}.
+    MODEL_FAILOVER = "model_failover"
     TOOL_RESULT = "tool_result"
     STATUS_CHANGED = "status_changed"
     STEP_CANCELLED = "step_cancelled"  # a cancel stopped a step in flight (its model call); no checkpoint for it
@@ -143,6 +146,7 @@ class Activity(StrEnum):
     SELECT_RUNS = "select_runs_to_compact"
     REMEMBER_MISSING = "remember_missing"
     AGENT_RESULT = "agent_result"
+    RECORD_FAILOVER = "record_failover"
 
 
 class Workflow(StrEnum):

@@ -16,6 +16,9 @@ Imported by workflow code, so it may use only temporalio and the standard librar
   START_RETRY's attempts; then the run ends `failed` with the reason.
 - Memory and inline compaction: a few attempts, then the run goes on without them.
 - Never retried: the error types in NON_RETRYABLE (`waypoint.errors`), whatever the activity.
+- Failover (an agent with several models): a model call that still fails after `failover_after`
+  attempts with an error in FAILOVER_ERRORS (what a retry may heal, or a model this worker cannot
+  call), or that times out, goes to the agent's next model; the last model keeps the full policy.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from temporalio.common import RetryPolicy
 
 from waypoint.errors import (
+    ConfigError,
     MalformedAnswer,
     ModelError,
     ModelRequestRejected,
@@ -126,6 +130,13 @@ def model_retry(spec: RetrySpec) -> RetryPolicy:
     return _recovering(timedelta(seconds=spec.max_interval_seconds), spec.max_attempts)
 
 
+def failover_retry(spec: RetrySpec, failover_after: int) -> RetryPolicy:
+    """The policy of a model that is not the last of its agent's list: `failover_after` attempts, then the
+    workflow moves the step to the next model (fewer when the agent's own spec allows fewer)."""
+    attempts = min(failover_after, spec.max_attempts) if spec.max_attempts > 0 else failover_after
+    return replace(model_retry(spec), maximum_attempts=attempts)
+
+
 def tool_retry(spec: ToolSpec) -> RetryPolicy:
     return _recovering(timedelta(seconds=10), spec.max_attempts)
 
@@ -137,6 +148,12 @@ def backoff_seconds(spec: RetrySpec, attempt: int, jitter: float) -> float:
 
 
 # --- what a failed model call means ------------------------------------------------------------
+
+# The failures of a model call that hand the step to the agent's next model once its attempts are
+# spent: a provider that is down or overloaded, answers that are not completions, and a model this
+# worker cannot call (no SDK, no key: a ConfigError, at its first attempt). A rejected request (4xx)
+# does not: the next model would get the same request, so the run fails at once, as without failover.
+FAILOVER_ERRORS = frozenset({ModelUnavailable.__name__, MalformedAnswer.__name__, ConfigError.__name__})
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # and any other 5xx, such as Anthropic's 529
 # A provider that answers 200 with something that is not a completion (an HTML error page from a

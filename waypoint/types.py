@@ -237,6 +237,16 @@ class RunPlan:
     depth: int = 0
     # A typed agent's answer schema (JSON schema): the run ends with a `final_answer` call (None: text).
     output_schema: dict[str, Any] | None = None
+    # Failover: the agent's next models, in order, after `model` (empty: one model, no failover, and
+    # the run's commands are what they were before failover existed), and how many failed attempts
+    # of one model hand the step to the next. A run given another model than its agent's has none.
+    fallback_models: list[str] = field(default_factory=list)
+    failover_after: int = 3
+
+    @property
+    def models(self) -> list[str]:
+        """Every model the run may call, in failover order."""
+        return [self.model, *self.fallback_models]
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> RunPlan:
@@ -267,6 +277,9 @@ class RunState:
     # What the run's sub-agent runs (their whole trees) used: the run's budgets cover its tree.
     children_tokens: int = 0
     children_cost_usd: float = 0.0
+    # The plan's model (index in `plan.models`) the run calls now: it moves on at each failover and
+    # stays there for the rest of the run.
+    model_index: int = 0
 
 
 @dataclass(frozen=True)
@@ -284,6 +297,9 @@ class RunInput:
     fork: ForkOrigin | None = None
     # Set for a sub-agent run: the parent's call that started it.
     parent: ParentRef | None = None
+    # `model` was chosen for this run (`--model`): it calls that model only, even its agent's first,
+    # with no failover list. A rerun without --model passes its source's model unpinned.
+    pin_model: bool = False
 
 
 @dataclass(frozen=True)
@@ -296,6 +312,7 @@ class StartRunInput:
     budget: Budget
     fork: ForkOrigin | None = None
     parent: ParentRef | None = None
+    pin_model: bool = False
 
 
 @dataclass(frozen=True)
@@ -368,6 +385,23 @@ class CallModelInput:
     # `recall_k` episodes for this step. It runs on the worker that holds the store.
     memory: bool = False
     recall_k: int = 0
+    # The models this step failed over from before this call, in order (for the model span).
+    failed_over_from: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FailoverRecord:
+    """A step's model call moved from `from_model` to `to_model` after `after_attempts` failed
+    attempts; `last_error` (and its type) is why (the `model_failover` event)."""
+
+    run_id: str
+    tenant_id: str
+    step: int
+    from_model: str
+    to_model: str
+    after_attempts: int
+    last_error: str
+    error_type: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ history stays small however long the context grows.
 Between steps the workflow checks, in this order: cancel, budgets (steps,
 tokens, cost, wall clock), pause, and whether to continue as new. The
 messages a run takes (pause, resume, cancel, send, approve, deny) and its
-`progress` query are in `run_messages.py`.
+`progress` query are in `run_messages.py`; sub-agent calls in `subagents.py`; the model
+failover of agents with several models in `failover.py`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
+from waypoint.workflows.failover import ModelFailover
 from waypoint.workflows.run_messages import RunMessages
 from waypoint.workflows.subagents import StepCancelled, SubAgentCalls
 
@@ -99,7 +101,7 @@ def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
 
 
 @workflow.defn(name=Workflow.AGENT_RUN)
-class AgentRunWorkflow(RunMessages, SubAgentCalls):
+class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover):
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
         """The run's state exists before its first message can arrive: carried over when the run
@@ -219,6 +221,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
             budget=inp.budget or Budget(),
             fork=inp.fork,
             parent=inp.parent,
+            pin_model=inp.pin_model,
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.
@@ -403,14 +406,17 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls):
             await self._compact_inline(inp)
         return turn, results
 
-    async def _call_model(self, call: CallModelInput, task_queue: str | None = None, **timeouts: Any) -> ModelTurn:
+    async def _call_model_once(
+        self, call: CallModelInput, task_queue: str | None = None, policy: RetryPolicy | None = None, **timeouts: Any
+    ) -> ModelTurn:
+        """One model call with its retries (`_call_model`, in failover.py, picks the model and policy)."""
         state = self._state
         options: dict[str, Any] = {
             "result_type": ModelTurn,
             "task_queue": task_queue,
             "start_to_close_timeout": timedelta(seconds=state.plan.retry.timeout_seconds),
             "heartbeat_timeout": retry.HEARTBEAT_TIMEOUT,
-            "retry_policy": retry.model_retry(state.plan.retry),
+            "retry_policy": policy or retry.model_retry(state.plan.retry),
             **timeouts,
         }
         if not workflow.patched("cancel-model-call-1"):  # runs from before: a cancel waits for the step

@@ -215,6 +215,7 @@ class Waypoint:
             tenant_id=self._scoped(tenant_id, run_id),
             model=model or self.settings.model,
             budget=budget,
+            pin_model=bool(model or self.settings.model),
         )
         await self.check_start(inp.agent, inp.model)
         return await self._start(run_id or make_run_id(), inp)
@@ -271,6 +272,7 @@ class Waypoint:
             tenant_id=tenant,
             model=model,
             fork=ForkOrigin(run_id=run_id, step=step, message=message, memory=MemoryView(memory)),
+            pin_model=model is not None,
         )
         return await self._start(new_run_id or make_run_id(), inp)
 
@@ -310,6 +312,7 @@ class Waypoint:
         await self._store.owner_of_step(tenant, run_id, from_step)  # the run and the step exist
         source = await self._store.get_run(tenant, run_id)
         agent = agent or source.agent
+        pin_model = model is not None  # else the source's model, with its agent's failover list
         model = model or (source.model if agent == source.agent else None)
         await self.check_start(agent, model)
         inp = RunInput(
@@ -317,6 +320,7 @@ class Waypoint:
             task=source.task,
             tenant_id=tenant,
             model=model,
+            pin_model=pin_model,
             fork=ForkOrigin(
                 run_id=run_id,
                 step=from_step,

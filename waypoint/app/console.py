@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from waypoint.config import Settings
-from waypoint.names import STUCK, LineageKind, RunStatus
+from waypoint.names import STUCK, EventKind, LineageKind, RunStatus
 from waypoint.pricing import format_usd
 from waypoint.store.rows import (
     AgentCall,
@@ -69,6 +69,15 @@ def short(value: Any, width: int = 160) -> str:
     """One line of JSON, cut to `width` characters."""
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def event_text(kind: str, payload: Any) -> str:
+    """An event's payload in one line: a failover as a sentence, any other as its JSON, cut short."""
+    if kind == EventKind.MODEL_FAILOVER and isinstance(payload, dict):
+        after = payload.get("after_attempts")
+        why = " ".join(str(payload.get("last_error") or "").split())[:300]
+        return escape(f"{payload.get('from')} -> {payload.get('to')} after {after} failed attempt(s): {why}")
+    return escape(short(payload))
 
 
 def message_text(message: dict[str, Any], width: int = 400) -> str:

@@ -178,6 +178,7 @@ def build_worker(
             checkpoints.record_step,
             checkpoints.set_run_status,
             checkpoints.finish_run,
+            checkpoints.record_failover,
             models.call_model,
             tools.run_tool,
             tools.recorded_calls,

@@ -1,4 +1,4 @@
-"""The append-only log: hash-chained events, status transitions, failed model attempts.
+"""The append-only log: hash-chained events, status transitions, failed model attempts, failovers.
 
 Events of one run form a chain, `hash = sha256(prev_hash || canonical JSON of the event)`;
 appends to a run are serialized by its row lock, so two writers never take the same seq.
@@ -19,7 +19,7 @@ from waypoint.store.base import StoreBase, run_filter
 from waypoint.store.hashing import chained_event
 from waypoint.store.rows import RunRow
 from waypoint.store.schema import events, runs
-from waypoint.types import ParentRef
+from waypoint.types import FailoverRecord, ParentRef
 
 NewEvent = tuple[int, str, dict[str, Any]]  # (step, kind, payload)
 
@@ -162,6 +162,30 @@ class RunLog(StoreBase):
             await append_events(
                 conn, run_id, [(step, EventKind.MODEL_ATTEMPT_FAILED, payload)], attempt=attempt, locked=True
             )
+
+    async def record_failover(self, record: FailoverRecord) -> None:
+        """A step's move to the agent's next model, as a `model_failover` event; a retry of the same
+        move (its step, its target) changes nothing."""
+        payload: dict[str, Any] = {
+            "from": record.from_model,
+            "to": record.to_model,
+            "after_attempts": record.after_attempts,
+            "last_error": record.last_error,
+            "error_type": record.error_type,
+        }
+        async with self.engine.begin() as conn:
+            await self._run(conn, record.tenant_id, record.run_id, lock=True)
+            logged = await conn.execute(
+                select(events.c.seq).where(
+                    events.c.run_id == record.run_id,
+                    events.c.step == record.step,
+                    events.c.kind == EventKind.MODEL_FAILOVER,
+                    events.c.payload["to"].astext == record.to_model,
+                )
+            )
+            if logged.first() is None:
+                new: list[NewEvent] = [(record.step, EventKind.MODEL_FAILOVER, payload)]
+                await append_events(conn, record.run_id, new, locked=True)
 
 
 async def transition_status(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from opentelemetry.trace import Span, SpanKind
@@ -57,8 +57,11 @@ def chat_span(
     step: int,
     tenant: str,
     attempt: int,
+    failed_over_from: Sequence[str] = (),
 ) -> Iterator[ChatSpan]:
-    """`with chat_span(inp.model, messages, ...) as chat: turn = ...; chat.record(turn)`."""
+    """`with chat_span(inp.model, messages, ...) as chat: turn = ...; chat.record(turn)`. A call the step
+    failed over to names the models it failed over from (`waypoint.failed_over_from`) and carries a
+    `model_failover` span event."""
     provider, model = model_label(spec)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
@@ -69,8 +72,17 @@ def chat_span(
     if current().capture_content:
         attributes["gen_ai.input.messages"] = json.dumps(redact(messages), default=str)
     with span(
-        f"chat {model}", attributes, kind=SpanKind.CLIENT, run_id=run_id, step=step, tenant=tenant, attempt=attempt
+        f"chat {model}",
+        attributes,
+        kind=SpanKind.CLIENT,
+        run_id=run_id,
+        step=step,
+        tenant=tenant,
+        attempt=attempt,
+        failed_over_from=list(failed_over_from) or None,
     ) as target:
+        if failed_over_from:
+            target.add_event("model_failover", {"from": failed_over_from[-1], "to": spec})
         try:
             yield ChatSpan(target, model)
         except BaseException as exc:

@@ -167,6 +167,7 @@ KEY_ATTRIBUTES = (
     "waypoint.step",
     "waypoint.attempt",
     "gen_ai.request.model",
+    "waypoint.failed_over_from",
     "gen_ai.usage.input_tokens",
     "gen_ai.usage.output_tokens",
     "gen_ai.response.finish_reasons",

@@ -170,7 +170,8 @@ async def show(
     if found.events:
         out.console.print("[bold]events of this step[/bold]")
         for event in found.events:
-            out.console.print(f"  #{event.seq} {event.kind}: {out.short(event.payload)}", soft_wrap=True)
+            line = f"  #{event.seq} {event.kind}: {out.event_text(event.kind, event.payload)}"
+            out.console.print(line, soft_wrap=True)
     if found.children:
         out.console.print("[bold]sub-agent calls of this step[/bold]")
         for call in found.children:
@@ -218,7 +219,7 @@ async def events(
     for e in rows:
         out.console.print(
             f"#{e.seq:<4} step {e.step:<4} {e.created_at.strftime('%H:%M:%S.%f')[:12]}  {e.kind:<20} "
-            f"{out.short(e.payload)}",
+            f"{out.event_text(e.kind, e.payload)}",
             soft_wrap=True,
         )
 

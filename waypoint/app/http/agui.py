@@ -151,6 +151,8 @@ class AguiFormat:
             ]
         if row.kind == EventKind.DECISION:
             return [*out, {"type": "CUSTOM", "name": "waypoint.decision", "value": p}]
+        if row.kind == EventKind.MODEL_FAILOVER:
+            return [*out, {"type": "CUSTOM", "name": "waypoint.model_failover", "value": p}]
         if row.kind == EventKind.MODEL_RESPONSE:
             return [*out, *self._answer(row)]
         if row.kind == EventKind.TOOL_RESULT:

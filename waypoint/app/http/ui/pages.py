@@ -200,6 +200,15 @@ def message_text(m: Any) -> str:
     return content if isinstance(content, str) else (pretty(content) if content is not None else "")
 
 
+# The step page's events with a section of their own; the others are listed under "Other events".
+SHOWN_APART = (
+    EventKind.MODEL_RESPONSE,
+    EventKind.TOOL_RESULT,
+    EventKind.MODEL_ATTEMPT_FAILED,
+    EventKind.MODEL_FAILOVER,
+)
+
+
 @router.get("/runs/{run_id}/steps/{step}")
 async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: Tenant) -> Response:
     row, before, events = await step_parts(api, tenant, run_id, step)
@@ -218,11 +227,8 @@ async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: 
         tools=[e for e in events if e.kind == EventKind.TOOL_RESULT],
         started=started,
         failures=[e for e in events if e.kind == EventKind.MODEL_ATTEMPT_FAILED],
-        others=[
-            e
-            for e in events
-            if e.kind not in (EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT, EventKind.MODEL_ATTEMPT_FAILED)
-        ],
+        failovers=[e for e in events if e.kind == EventKind.MODEL_FAILOVER],
+        others=[e for e in events if e.kind not in SHOWN_APART],
         collapse=COLLAPSE_CHARS,
         preview=PREVIEW_CHARS,
     )

@@ -1,0 +1,220 @@
+"""Model failover on the real stack: a provider that stays down (HTTP 503 for one model name on the fake
+OpenAI server, whatever the retries), a run that completes on the agent's next model, the move in
+Postgres, in `waypoint show` and the viewer's step page; a model the worker cannot call passed over;
+`rerun --model` pinned to one model; the catalog check on the first model only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client
+from temporalio.worker import Replayer
+
+from tests.agents import add
+from tests.conftest import ApiServer
+from tests.helpers import HISTORIES, waypoint
+from waypoint import Agent, telemetry
+from waypoint.agents import AgentRegistry
+from waypoint.app.client import Waypoint
+from waypoint.app.http.ui import session
+from waypoint.config import Settings
+from waypoint.errors import ConfigError
+from waypoint.store.schema import events
+from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
+from waypoint.types import RetrySpec
+from waypoint.workflows.agent_run import AgentRunWorkflow
+
+pytestmark = pytest.mark.postgres
+
+# Read at import: the fixtures clear WAYPOINT_* variables (as tests/test_replay.py reads it too).
+RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
+FAST = RetrySpec(max_attempts=3, initial_interval_seconds=0.05, max_interval_seconds=1)
+
+# Two models on the same fake server: `down-model` answers 503 forever, `fake-model` works.
+two_models = Agent(
+    name="failover-two",
+    instructions="You add numbers.",
+    model=("openai:down-model", "openai:fake-model"),
+    failover_after=2,
+    model_retry=FAST,
+    tools=(add,),
+)
+# Down, then a provider this worker has no key for, then the working one.
+three_models = Agent(
+    name="failover-three",
+    instructions="You add numbers.",
+    model=("openai:down-model", "anthropic:claude-nowhere", "openai:fake-model"),
+    failover_after=1,
+    model_retry=FAST,
+    tools=(add,),
+)
+anthropic_first = Agent(
+    name="failover-anthropic-first",
+    instructions="You add numbers.",
+    model=("anthropic:claude-nowhere", "openai:fake-model"),
+)
+
+
+@pytest.fixture(autouse=True)
+def no_anthropic_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The worker registers what it can call when it starts: anthropic, never, here."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    yield
+
+
+@pytest.fixture
+def spans(settings: Settings) -> Iterator[InMemorySpanExporter]:
+    """Spans in memory (requested before `worker`, which takes its tracer when it is built)."""
+    exporter = InMemorySpanExporter()
+    telemetry.setup(settings, exporter=exporter)
+    yield exporter
+    telemetry.reset()
+
+
+@pytest.fixture
+def agents() -> AgentRegistry:
+    return AgentRegistry([two_models, three_models, anthropic_first])
+
+
+def provider_down_for(model: str, fake: FakeOpenAI) -> None:
+    """The fake answers 503 to every request for `model`; the other model calls `add`, then answers."""
+    answered: list[int] = []
+
+    def respond(body: dict[str, Any], n: int) -> Turn | Reply:
+        if body.get("model") == model:
+            return Reply(503, {"error": {"message": "overloaded", "type": "server_error"}}, {"retry-after-ms": "20"})
+        answered.append(n)
+        return Turn(tool_calls=[("add", {"a": 2, "b": 3})]) if len(answered) == 1 else Turn(content="5")
+
+    fake.responder = respond
+
+
+async def logged(engine: AsyncEngine, run_id: str, kind: str) -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        query = select(events.c.step, events.c.payload).where(events.c.run_id == run_id, events.c.kind == kind)
+        return [{"step": r.step, **r.payload} for r in await conn.execute(query.order_by(events.c.seq))]
+
+
+async def test_a_provider_that_stays_down_fails_over_and_the_run_completes_on_the_next_model(
+    client: Client,
+    engine: AsyncEngine,
+    settings: Settings,
+    spans: InMemorySpanExporter,
+    worker,
+    fake_openai: FakeOpenAI,
+    api: ApiServer,
+) -> None:
+    provider_down_for("down-model", fake_openai)
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("add 2 and 3", agent="failover-two")
+    result = await wp.result(run_id)
+    assert (result.status, result.output, result.steps) == ("completed", "5", 2)
+    # Two attempts on the model that is down, then the step and the run's next step on the other one.
+    assert [s.body["model"] for s in fake_openai.seen] == ["down-model", "down-model", "fake-model", "fake-model"]
+
+    (moved,) = await logged(engine, run_id, "model_failover")
+    assert (moved["step"], moved["from"], moved["to"], moved["after_attempts"], moved["error_type"]) == (
+        1,
+        "openai:down-model",
+        "openai:fake-model",
+        2,
+        "ModelUnavailable",
+    )
+    assert "HTTP 503" in moved["last_error"] and "overloaded" in moved["last_error"]
+    failed = await logged(engine, run_id, "model_attempt_failed")
+    assert [(f["step"], f["attempt"], f["model"], f["status"]) for f in failed] == [
+        (1, 1, "openai:down-model", 503),
+        (1, 2, "openai:down-model", 503),
+    ]
+    assert [r["model"] for r in await logged(engine, run_id, "model_response")] == ["fake-model", "fake-model"]
+    (started,) = await logged(engine, run_id, "run_started")
+    assert started["plan"]["fallback_models"] == ["openai:fake-model"] and started["plan"]["failover_after"] == 2
+
+    # Deterministic: its history (the patched failover branch) replays; recorded for tests/test_replay.py.
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+    if RECORD:
+        (HISTORIES / "agent_run_failover.json").write_text(history.to_json())
+
+    # The trace: the model span of the call the step failed over to names the model it left.
+    telemetry.current().force_flush()
+    chats = [(s.name, s.attributes or {}, [e.name for e in s.events]) for s in spans.get_finished_spans()]
+    chats = [c for c in chats if c[0].startswith("chat ") and c[1].get("waypoint.run_id") == run_id]
+    assert [(name, attrs.get("waypoint.failed_over_from"), names) for name, attrs, names in chats] == [
+        ("chat down-model", None, ["exception"]),
+        ("chat down-model", None, ["exception"]),
+        ("chat fake-model", ("openai:down-model",), ["model_failover"]),
+        ("chat fake-model", None, []),
+    ]
+
+    # The HTTP API's events and the viewer's step page.
+    body = (await api.http.get(f"/v1/runs/{run_id}/events", params={"kind": "model_failover"})).json()
+    assert [(e["step"], e["payload"]["to"]) for e in body["events"]] == [(1, "openai:fake-model")]
+    key = await wp.keys.valid(api.key)
+    assert key is not None
+    api.http.cookies.set(session.COOKIE, session.issue(session.secret_of(settings.ui_secret), key.id))
+    page = await api.http.get(f"/ui/runs/{run_id}/steps/1")
+    assert page.status_code == 200
+    html = page.text
+    assert "Model failover (1)" in html and "after 2 failed attempt(s) (ModelUnavailable)" in html
+    assert "<b>openai:down-model</b> → <b>openai:fake-model</b>" in html
+
+    shown = await waypoint(settings, "show", run_id, "--step", "1")
+    assert shown.code == 0, shown.err
+    assert (
+        "model_failover: openai:down-model -> openai:fake-model after 2 failed attempt(s): model endpoint" in shown.out
+    )
+
+    # A rerun without --model keeps the agent's failover list; `rerun --model` pins one model: no failover
+    # list, the model's own retries, then the run fails.
+    unpinned = await wp.rerun(run_id)
+    assert (await wp.result(unpinned)).status == "completed"
+    assert [m["to"] for m in await logged(engine, unpinned, "model_failover")] == ["openai:fake-model"]
+    fake_openai.seen.clear()
+    pinned = await wp.rerun(run_id, model="openai:down-model", tools="live")
+    again = await wp.result(pinned)
+    assert again.status == "failed" and "HTTP 503" in (again.error or "")
+    assert [s.body["model"] for s in fake_openai.seen] == ["down-model"] * FAST.max_attempts
+    assert await logged(engine, pinned, "model_failover") == []
+    (restarted,) = await logged(engine, pinned, "run_started")
+    assert restarted["plan"]["fallback_models"] == []
+
+
+async def test_a_model_the_worker_cannot_call_is_passed_over_with_the_reason(
+    client: Client, engine: AsyncEngine, settings: Settings, worker, fake_openai: FakeOpenAI
+) -> None:
+    provider_down_for("down-model", fake_openai)
+    wp = Waypoint(client, engine, settings)
+    run_id = await wp.start_run("add 2 and 3", agent="failover-three")  # the catalog checks the first model
+    result = await wp.result(run_id)
+    assert (result.status, result.output) == ("completed", "5")
+    moves = await logged(engine, run_id, "model_failover")
+    assert [(m["from"], m["to"], m["after_attempts"], m["error_type"]) for m in moves] == [
+        ("openai:down-model", "anthropic:claude-nowhere", 1, "ModelUnavailable"),
+        ("anthropic:claude-nowhere", "openai:fake-model", 1, "ConfigError"),
+    ]
+    assert "anthropic" in moves[1]["last_error"]
+
+    agent = await wp.agent("failover-three")
+    assert agent.model == "openai:down-model"
+    assert agent.settings["models"] == list(three_models.models) and agent.settings["failover_after"] == 1
+    # An agent whose first model this worker cannot call is refused before anything starts.
+    with pytest.raises(ConfigError, match="anthropic"):
+        await wp.start_run("add 2 and 3", agent="failover-anthropic-first")
+
+
+def test_a_failover_list_is_checked_when_the_agent_is_defined() -> None:
+    with pytest.raises(ConfigError, match="lists a model twice"):
+        Agent(name="x", instructions="i", model=("openai:a", "openai:a"))
+    with pytest.raises(ConfigError, match="unknown model spec"):
+        Agent(name="x", instructions="i", model=("openai:a", "nope"))
+    with pytest.raises(ConfigError, match="failover_after must be at least 1"):
+        Agent(name="x", instructions="i", model=("openai:a", "openai:b"), failover_after=0)
+    agent = Agent(name="x", instructions="i", model=["openai:a", "google:b"])  # type: ignore[arg-type]
+    assert (agent.model_spec, agent.fallback_models) == ("openai:a", ["google:b"])
