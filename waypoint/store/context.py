@@ -26,6 +26,7 @@ from waypoint.store.schema import STATE_SCHEMA_VERSION, events
 from waypoint.tokens import estimate_tokens
 from waypoint.transcript import event_messages, is_pin, pin_text
 from waypoint.types import Message
+from waypoint.working_memory import DROP_TO
 
 Segment = list[Any]  # [run_id, first_seq, last_seq, tokens]
 
@@ -67,11 +68,15 @@ def segment(run_id: str, first_seq: int, last_seq: int, messages: Iterable[Messa
 
 
 def trim(segments: list[Segment], budget_tokens: int) -> tuple[list[Segment], int]:
-    """Drop the oldest steps (never the head, never the newest step) until the window fits the
-    budget; returns the kept segments and how many were dropped."""
+    """Once the window passes the budget, drop the oldest steps (never the head, never the newest
+    step) until it is down to `DROP_TO` of the budget: a block at once, so the window's start (the
+    prompt's prefix, which providers cache) stays put for the steps that fill it again (see
+    `waypoint.working_memory`). Returns the kept segments and how many were dropped."""
     kept = list(segments)
     dropped = 0
-    while len(kept) > 2 and sum(s[3] for s in kept) > budget_tokens:
+    if sum(s[3] for s in kept) <= budget_tokens:
+        return kept, 0
+    while len(kept) > 2 and sum(s[3] for s in kept) > budget_tokens * DROP_TO:
         del kept[1]
         dropped += 1
     return kept, dropped
