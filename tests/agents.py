@@ -244,7 +244,20 @@ hoarder = Agent(
     context_tokens=60_000,
 )
 
-TEST_AGENTS += [crashy, hanger, stubborn, careful, listener, marathon, hoarder]
+# Prompt caching on the fake chat server: a small window, so old turns leave it in blocks within a
+# few steps; no compaction and no memory, so only the window's rule moves the prompt's prefix.
+cacher = Agent(
+    name="cacher",
+    instructions="Reads outputs until told to stop.",
+    model="openai:gpt-4o-mini",
+    tools=(big_output,),
+    max_steps=40,
+    context_tokens=2_000,
+    compact_at=1.0,
+    memory=False,
+)
+
+TEST_AGENTS += [crashy, hanger, stubborn, careful, listener, marathon, hoarder, cacher]
 
 
 def _tell(messages: list) -> ScriptedTurn:

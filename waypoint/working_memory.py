@@ -36,7 +36,6 @@ from typing import Any
 from waypoint.tokens import DEFAULT_COUNTER, TokenCounter
 from waypoint.types import Memory, Message
 
-
 # Over budget, the oldest turns leave in a block that brings the window down to this share of it.
 DROP_TO = 0.7
 

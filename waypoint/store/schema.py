@@ -61,6 +61,9 @@ runs = Table(
     Column("caller_step", Integer, nullable=True),
     Column("caller_call_index", Integer, nullable=True),
     Column("root_run_id", Text, nullable=True),
+    # Of input_tokens, those the provider's prompt cache served, and those it wrote (migration 0014).
+    Column("cache_read_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("cache_write_tokens", BigInteger, nullable=False, server_default="0"),
 )
 
 events = Table(

@@ -82,6 +82,8 @@ _WRITE_STEP = text(
     SET steps = :step,
         input_tokens = input_tokens + :input_tokens,
         output_tokens = output_tokens + :output_tokens,
+        cache_read_tokens = cache_read_tokens + :cache_read_tokens,
+        cache_write_tokens = cache_write_tokens + :cache_write_tokens,
         cost_usd = cost_usd + :cost,
         remembered_step = GREATEST(remembered_step, :remembered),
         updated_at = now()
@@ -296,6 +298,8 @@ class StepWriter(StoreBase):
                     "schema_version": STATE_SCHEMA_VERSION,
                     "input_tokens": turn.usage.input_tokens,
                     "output_tokens": turn.usage.output_tokens,
+                    "cache_read_tokens": turn.usage.cache_read_tokens,
+                    "cache_write_tokens": turn.usage.cache_write_tokens,
                     "cost": turn.cost_usd,
                     "remembered": turn.remembered_through or 0,
                 },
