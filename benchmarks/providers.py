@@ -17,7 +17,10 @@ fakes record, per request, its size and the prefix it shares with the run's prev
 - ms/step and the ratio to the openai adapter's: wall time of the run over its steps.
 
 The anthropic and gemini fakes (`waypoint.testing.fake_anthropic`, `waypoint.testing.fake_gemini`)
-are used when present; a provider whose fake is missing is skipped with a note. The last line is
+are used when present: each is expected to take `(responder, count_tokens=True)` like FakeOpenAI,
+answer `prefix_stats()`, and may define `bench_env(fake)`, the variables that point its adapter at
+it (else ANTHROPIC_BASE_URL or GOOGLE_GEMINI_BASE_URL and a fake key are set). A provider whose
+fake is missing, or takes other arguments, is skipped with a note. The last line is
 `prompt cache share, lowest provider: NN%`. Run it as a file, not with -m.
 """
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import json
 import os
 import time
 import uuid
@@ -156,8 +160,10 @@ async def one_run(
     # Compaction's summary requests always go to the OpenAI endpoint: a fake that refuses them.
     compactor = FakeOpenAI(agent_turns(importlib.import_module("waypoint.testing.fake_openai"), 0)).start()
     openai_url = fake.base_url if provider.name == "openai" else compactor.base_url
-    saved = {k: os.environ.get(k) for k in provider.env(fake)}
-    os.environ.update(provider.env(fake))
+    module = importlib.import_module(provider.module)
+    env = module.bench_env(fake) if hasattr(module, "bench_env") else provider.env(fake)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         settings = Settings(
             state_dir=workdir,
@@ -198,6 +204,9 @@ async def one_run(
                 os.environ[key] = value
     stats = fake.prefix_stats()
     records = stats["requests"]
+    if args.records:
+        with open(args.records, "a") as fh:
+            fh.write(json.dumps({"provider": provider.name, "variant": variant, "requests": records}) + "\n")
     breaks = sum(1 for prev, r in zip(records, records[1:], strict=False) if r["prefix_tokens"] < prev["tokens"] / 2)
     cached, plain = costs(provider.model.partition(":")[2], provider.name, records)
     return Result(provider.name, variant, result.steps, wall, stats["prefix_share"], breaks, cached, plain)
@@ -273,6 +282,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="tool-calling steps per run (plus one answer step)")
     parser.add_argument("--output-bytes", type=int, default=OUTPUT_BYTES, help="bytes of each tool output")
     parser.add_argument("--context-tokens", type=int, default=16_000, help="the agent's working memory budget")
+    parser.add_argument("--records", help="append each run's per-request prefix records to this file (JSON lines)")
     args = parser.parse_args()
     if min(args.steps, args.output_bytes, args.context_tokens) < 1:
         parser.error("--steps, --output-bytes and --context-tokens must be at least 1")

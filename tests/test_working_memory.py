@@ -12,7 +12,7 @@ from waypoint.store.context import trim
 from waypoint.store.schema import checkpoints
 from waypoint.tokens import CharEstimate
 from waypoint.types import Memory, ModelTurn, StepRecord, ToolCall, ToolResult, Usage
-from waypoint.working_memory import DROP_TO, Parts, assemble
+from waypoint.working_memory import DROP_TO, Parts, assemble, rebuild, recalled_message
 
 HEAD = [{"role": "system", "content": "You are careful."}, {"role": "user", "content": "Do the task."}]
 
@@ -95,6 +95,22 @@ def test_the_checkpoint_window_drops_a_block_down_to_the_low_mark():
     assert kept[0] == segments[0] and kept[-1][1] == 11  # the head and the newest stay
     again, none = trim([*kept, ["r", 12, 12, 100]], 1_100)
     assert none == 0 and again[:-1] == kept  # the next steps leave the window's start where it is
+    # steps a compaction's summary stands for go first, and alone when the rest fits: the model's view stays
+    over = [*segments, ["r", 11, 11, 100]]
+    kept, dropped = trim(over, 1_100, hidden=lambda seg: seg[2] <= 3)
+    assert dropped == 3 and kept[1][1] == 4
+
+
+def test_rebuild_gives_the_assembled_request_in_both_orders():
+    recalled = [Memory("The vault code is 4412.", "run-a", 7, "fact")]
+    parts = Parts(head=HEAD, recalled=recalled, turns=[turn(i) for i in range(1, 30)])
+    done = assemble(parts, 3_000)
+    text = recalled_message(done.recalled)["content"]
+    stored = Parts(head=HEAD, turns=parts.turns)  # what the log holds: no recalled episodes
+    assert rebuild(stored, text, done.dropped_turns) == done.messages
+    # calls recorded before the move had the recalled episodes before the turns: `show` tries that order too
+    earlier = rebuild(stored, text, done.dropped_turns, recalled_first=True)
+    assert earlier[len(HEAD)]["content"] == text and earlier[-1] == done.messages[-2]
 
 
 def test_the_newest_turn_stays_even_alone_over_budget():

@@ -116,19 +116,33 @@ def _fixed(parts: Parts) -> list[Message]:
 
 
 def _ordered(
-    fixed: list[Message], memory: Message | None, turns: list[list[Message]], tail: list[Message]
+    fixed: list[Message],
+    memory: Message | None,
+    turns: list[list[Message]],
+    tail: list[Message],
+    *,
+    recalled_first: bool = False,
 ) -> list[Message]:
     """The one order of working memory's messages: what changes every step (the recalled episodes,
-    the new user messages) after the turns, so the prefix stays the same from one step to the next."""
-    return [*fixed, *(m for turn in turns for m in turn), *([memory] if memory else []), *tail]
+    the new user messages) after the turns, so the prefix stays the same from one step to the next.
+    `recalled_first`: the order of calls recorded before that (the recalled episodes before the turns)."""
+    history = [m for turn in turns for m in turn]
+    recalled = [memory] if memory else []
+    if recalled_first:
+        return [*fixed, *recalled, *history, *tail]
+    return [*fixed, *history, *recalled, *tail]
 
 
-def rebuild(parts: Parts, recalled_text: str | None, dropped_turns: int) -> list[Message]:
+def rebuild(
+    parts: Parts, recalled_text: str | None, dropped_turns: int, *, recalled_first: bool = False
+) -> list[Message]:
     """The messages a model call received, from its parts as the log holds them and its record: the
-    recalled episodes' message verbatim, and how many of the oldest turns its budget dropped."""
+    recalled episodes' message verbatim, and how many of the oldest turns its budget dropped.
+    `recalled_first`: as calls recorded before the recalled episodes moved after the turns had them."""
     memory = {"role": "system", "content": recalled_text} if recalled_text else None
     turns = [t for t in parts.turns if t][dropped_turns:]
-    return _ordered(_fixed(parts), memory, turns, [{"role": "user", "content": m} for m in parts.user_messages])
+    tail = [{"role": "user", "content": m} for m in parts.user_messages]
+    return _ordered(_fixed(parts), memory, turns, tail, recalled_first=recalled_first)
 
 
 def assemble(parts: Parts, budget: int, counter: TokenCounter = DEFAULT_COUNTER) -> Assembled:

@@ -58,7 +58,8 @@ _READ_FOR_STEP = text(
         (SELECT jsonb_object_agg(idempotency_key, output) FROM tool_effects
           WHERE idempotency_key = ANY(CAST(:keys AS text[]))) AS outputs,
         last.seq AS last_seq,
-        last.hash AS last_hash
+        last.hash AS last_hash,
+        (SELECT max(last_seq) FROM compactions WHERE run_id = r.run_id) AS compacted_seq
     FROM runs AS r
     LEFT JOIN LATERAL (
         SELECT seq, hash FROM events WHERE run_id = r.run_id ORDER BY seq DESC LIMIT 1
@@ -272,7 +273,12 @@ class StepWriter(StoreBase):
         last_seq = chain[-1]["seq"]
         step_segment = context.segment(record.run_id, last_seq - len(new) + 1, last_seq, messages)
         prev = found.prev
-        kept, dropped = context.trim([*prev["segments"], step_segment], record.context_tokens)
+        compacted = found.compacted_seq if found.compacted_seq is not None else -1
+        kept, dropped = context.trim(
+            [*prev["segments"], step_segment],
+            record.context_tokens,
+            hidden=lambda seg: seg[0] == record.run_id and seg[2] <= compacted,
+        )
         # Decisions never leave working memory, however far the window moves.
         pins = context.pins_of(record.run_id, ((r["seq"], r["step"], r["kind"], r["payload"]) for r in chain))
         state = context.state(
