@@ -5,8 +5,10 @@ blocks), and the cache tokens a provider reports reach the event log, the run's 
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 
+import httpx
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import select
@@ -127,3 +129,12 @@ async def test_consecutive_requests_share_their_prefix_and_cache_tokens_are_ever
     # and the table `waypoint status` prints has a column for them
     table = await waypoint(settings, "status", run_id)
     assert "cached" in table.out and str(max(reads)) in table.out
+    # the viewer's run page: the run's cached share and each step's
+    async with httpx.AsyncClient(base_url=api.url, timeout=60) as browser:
+        form = (await browser.get("/ui/login")).text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+        fields = {"key": api.key, "next": f"/ui/runs/{run_id}", **({"csrf": csrf.group(1)} if csrf else {})}
+        page = await browser.post("/ui/login", data=fields, follow_redirects=True)
+    assert page.status_code == 200, page.text[:300]
+    assert f"{sum(reads):,} of the input from the prompt cache" in page.text
+    assert f"{max(reads)} cached" in page.text
