@@ -12,7 +12,7 @@ from waypoint.store.context import trim
 from waypoint.store.schema import checkpoints
 from waypoint.tokens import CharEstimate
 from waypoint.types import Memory, ModelTurn, StepRecord, ToolCall, ToolResult, Usage
-from waypoint.working_memory import DROP_TO, Parts, assemble, rebuild, recalled_message
+from waypoint.working_memory import DROP_TO, Parts, assemble, rebuild, recalled_message, without_recalled
 
 HEAD = [{"role": "system", "content": "You are careful."}, {"role": "user", "content": "Do the task."}]
 
@@ -78,6 +78,7 @@ def test_the_prefix_stays_the_same_from_step_to_step_until_a_block_drop():
         assert done.tokens <= budget
         assert "recalled at step" in done.messages[-1]["content"]  # after the turns, never in the prefix
         history = done.messages[:-1]
+        assert without_recalled(done.messages) == history  # what a scripted model reads as "the last message"
         if previous and history[: len(previous)] != previous:
             drops.append(step)
             assert done.tokens <= budget * DROP_TO + counter.count(turn(step))

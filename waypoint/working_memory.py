@@ -80,9 +80,18 @@ def pinned_message(pinned: Sequence[tuple[int, str]]) -> Message:
     return {"role": "system", "content": f"Decisions pinned earlier in this run (binding, verbatim):\n{lines}"}
 
 
+RECALLED_HEADER = "Recalled from long-term memory (most relevant first):"
+
+
 def recalled_message(recalled: Sequence[Memory]) -> Message:
     lines = "\n".join(f"- [run {m.run_id}, step {m.step}, {m.kind}] {m.text}" for m in recalled)
-    return {"role": "system", "content": f"Recalled from long-term memory (most relevant first):\n{lines}"}
+    return {"role": "system", "content": f"{RECALLED_HEADER}\n{lines}"}
+
+
+def without_recalled(messages: Sequence[Message]) -> list[Message]:
+    """The messages without the recalled episodes' note, which comes after the turns: what a scripted
+    model that reads "the last message" (the newest tool result) wants."""
+    return [m for m in messages if not (m["role"] == "system" and str(m["content"]).startswith(RECALLED_HEADER))]
 
 
 def recalled_texts(recalled_text: str | None, refs: Sequence[Mapping[str, Any]]) -> list[str | None]:
