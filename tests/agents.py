@@ -11,6 +11,7 @@ from pathlib import Path
 from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
 from waypoint.memory_tools import MEMORY_TOOLS
 from waypoint.types import Message
+from waypoint.working_memory import without_recalled
 
 EFFECTS: list[str] = []  # every call of `note` appends here, to count real side effects
 
@@ -34,8 +35,10 @@ calculator = Agent(
     model=ScriptedModel(
         [
             ScriptedTurn(tool_calls=[("add", {"a": 2, "b": 3}), ("note", {"text": "adding"})]),
-            lambda messages: ScriptedTurn(tool_calls=[("add", {"a": int(messages[-2]["content"]), "b": 10})]),
-            lambda messages: ScriptedTurn(content=f"The answer is {messages[-1]['content']}."),
+            lambda messages: ScriptedTurn(
+                tool_calls=[("add", {"a": int(without_recalled(messages)[-2]["content"]), "b": 10})]
+            ),
+            lambda messages: ScriptedTurn(content=f"The answer is {without_recalled(messages)[-1]['content']}."),
         ]
     ),
     tools=(add, note),
@@ -152,7 +155,7 @@ hanger = Agent(
     model=ScriptedModel(
         [
             ScriptedTurn(tool_calls=[("hang", {"seconds": 30})]),
-            lambda messages: ScriptedTurn(content=f"the tool said: {messages[-1]['content']}"),
+            lambda messages: ScriptedTurn(content=f"the tool said: {without_recalled(messages)[-1]['content']}"),
         ]
     ),
     tools=(hang,),
@@ -181,7 +184,7 @@ careful = Agent(
         [
             ScriptedTurn(tool_calls=[("delete_file", {"path": "a.txt"})]),
             ScriptedTurn(tool_calls=[("delete_file", {"path": "b.txt"})]),
-            lambda messages: ScriptedTurn(content=f"last tool answer: {messages[-1]['content']}"),
+            lambda messages: ScriptedTurn(content=f"last tool answer: {without_recalled(messages)[-1]['content']}"),
         ]
     ),
     tools=(delete_file,),
@@ -244,7 +247,20 @@ hoarder = Agent(
     context_tokens=60_000,
 )
 
-TEST_AGENTS += [crashy, hanger, stubborn, careful, listener, marathon, hoarder]
+# Prompt caching on the fake chat server: a small window, so old turns leave it in blocks within a
+# few steps; no compaction and no memory, so only the window's rule moves the prompt's prefix.
+cacher = Agent(
+    name="cacher",
+    instructions="Reads outputs until told to stop.",
+    model="openai:gpt-4o-mini",
+    tools=(big_output,),
+    max_steps=40,
+    context_tokens=2_000,
+    compact_at=1.0,
+    memory=False,
+)
+
+TEST_AGENTS += [crashy, hanger, stubborn, careful, listener, marathon, hoarder, cacher]
 
 
 def _tell(messages: list) -> ScriptedTurn:
@@ -390,7 +406,9 @@ TEST_AGENTS.append(compactor)
 mute_once = Agent(
     name="mute-once",
     instructions="Says nothing, once.",
-    model=ScriptedModel([ScriptedTurn(), lambda messages: ScriptedTurn(content=f"ok: {messages[-1]['content']}")]),
+    model=ScriptedModel(
+        [ScriptedTurn(), lambda messages: ScriptedTurn(content=f"ok: {without_recalled(messages)[-1]['content']}")]
+    ),
 )
 mute = Agent(name="mute", instructions="Says nothing.", model=ScriptedModel([ScriptedTurn()] * 10), max_repairs=2)
 TEST_AGENTS += [mute_once, mute]
@@ -410,7 +428,7 @@ quick = Agent(
     model=ScriptedModel(
         [
             ScriptedTurn(tool_calls=[("double", {"n": 21})]),
-            lambda messages: ScriptedTurn(content=f"twice 21 is {messages[-1]['content']}"),
+            lambda messages: ScriptedTurn(content=f"twice 21 is {without_recalled(messages)[-1]['content']}"),
         ]
     ),
     tools=(double,),
@@ -506,7 +524,9 @@ fan_child = Agent(
         [
             lambda messages: ScriptedTurn(tool_calls=[("fan_line", {"text": _task(messages)})]),
             ScriptedTurn(tool_calls=[("add", {"a": 20, "b": 22})]),
-            lambda messages: ScriptedTurn(content=f"{_task(messages)} is done ({messages[-1]['content']})"),
+            lambda messages: ScriptedTurn(
+                content=f"{_task(messages)} is done ({without_recalled(messages)[-1]['content']})"
+            ),
         ]
     ),
     tools=(fan_line, add),

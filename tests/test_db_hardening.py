@@ -26,6 +26,7 @@ from waypoint.app.worker import build_worker
 from waypoint.config import Settings
 from waypoint.store.db import async_url, create_engine, engine_for, ensure_database, migrate
 from waypoint.store.schema import checkpoints, events, tool_effects
+from waypoint.working_memory import without_recalled
 
 pytestmark = pytest.mark.postgres
 
@@ -155,7 +156,7 @@ def _slow_answer(workspace: Path) -> Callable[[list], Awaitable[ScriptedTurn]]:
     async def answer(messages: list) -> ScriptedTurn:
         (workspace / "final-model-call-started").touch()
         await asyncio.sleep(3)
-        return ScriptedTurn(content=f"the sum is {messages[-1]['content']}")
+        return ScriptedTurn(content=f"the sum is {without_recalled(messages)[-1]['content']}")
 
     return answer
 

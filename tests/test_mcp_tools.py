@@ -30,6 +30,7 @@ from waypoint.store import RunStore
 from waypoint.store.schema import tool_effects
 from waypoint.telemetry.spanfile import span_dict
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
+from waypoint.working_memory import without_recalled
 
 pytestmark = pytest.mark.postgres
 
@@ -216,7 +217,7 @@ async def test_a_crashed_stdio_server_is_started_again_and_the_call_retried(
         model=ScriptedModel(
             [
                 ScriptedTurn(tool_calls=[("flaky", {"text": "it"})]),
-                lambda messages: ScriptedTurn(content=messages[-1]["content"]),
+                lambda messages: ScriptedTurn(content=without_recalled(messages)[-1]["content"]),
             ]
         ),
         mcp=[stdio_server(folder)],
@@ -242,7 +243,7 @@ async def test_a_timeout_is_retried_per_the_tools_retry_spec_then_told_to_the_mo
         model=ScriptedModel(
             [
                 ScriptedTurn(tool_calls=[("dawdle", {"seconds": 30})]),
-                lambda messages: ScriptedTurn(content=messages[-1]["content"]),
+                lambda messages: ScriptedTurn(content=without_recalled(messages)[-1]["content"]),
             ]
         ),
         mcp=[stdio_server(folder, timeouts={"dawdle": 2.5}, max_attempts=2)],
@@ -265,7 +266,9 @@ async def test_an_mcp_tool_can_require_approval(client: Client, engine: AsyncEng
         model=ScriptedModel(
             [
                 ScriptedTurn(tool_calls=[("record", {"text": "approved"}), ("multiply", {"a": 3, "b": 3})]),
-                lambda messages: ScriptedTurn(content=" / ".join(m["content"] for m in messages[-2:])),
+                lambda messages: ScriptedTurn(
+                    content=" / ".join(m["content"] for m in without_recalled(messages)[-2:])
+                ),
             ]
         ),
         mcp=[stdio_server(folder, requires_approval=["record"])],

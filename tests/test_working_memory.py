@@ -8,10 +8,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.helpers import start
 from waypoint.store import RunStore
+from waypoint.store.context import trim
 from waypoint.store.schema import checkpoints
 from waypoint.tokens import CharEstimate
 from waypoint.types import Memory, ModelTurn, StepRecord, ToolCall, ToolResult, Usage
-from waypoint.working_memory import Parts, assemble
+from waypoint.working_memory import DROP_TO, Parts, assemble, rebuild, recalled_message, without_recalled
 
 HEAD = [{"role": "system", "content": "You are careful."}, {"role": "user", "content": "Do the task."}]
 
@@ -23,7 +24,7 @@ def turn(i: int, size: int = 400) -> list[dict]:
     ]
 
 
-def test_parts_come_in_order_instructions_pins_summary_recalled_turns():
+def test_parts_come_in_order_instructions_pins_summary_turns_recalled():
     parts = Parts(
         head=HEAD,
         pinned=[(3, "Use the blue deployment.")],
@@ -37,8 +38,9 @@ def test_parts_come_in_order_instructions_pins_summary_recalled_turns():
     assert contents[:2] == ["You are careful.", "Do the task."]
     assert "Use the blue deployment." in contents[2] and "[step 3]" in contents[2]
     assert contents[3] == "Summary of steps 1-5: the build was fixed."
-    assert "4412" in contents[4] and "run run-a, step 7" in contents[4]
-    assert contents[5].startswith("turn 6") and contents[7].startswith("turn 7")
+    assert contents[4].startswith("turn 6") and contents[6].startswith("turn 7")
+    # the recalled episodes change every step: after the turns, outside the prefix a cache can serve
+    assert "4412" in contents[8] and "run run-a, step 7" in contents[8]
     assert contents[-1] == "and hurry"
 
 
@@ -61,6 +63,55 @@ def test_over_budget_the_oldest_turns_go_first_and_pins_stay():
     )
     assert tight.dropped_recalled == 1
     assert any("pin" in m["content"] for m in tight.messages)
+
+
+def test_the_prefix_stays_the_same_from_step_to_step_until_a_block_drop():
+    """A step at a time, as a run grows: the request repeats the previous one's messages (all but
+    the recalled note at the end) at every step but the few where a block of old turns leaves, and
+    each such drop brings the request down to about DROP_TO of the budget."""
+    budget, counter = 3_000, CharEstimate()
+    previous: list[dict] = []
+    drops, totals = [], []
+    for step in range(1, 81):
+        recalled = [Memory(f"recalled at step {step}", "other", step, "fact")]
+        done = assemble(Parts(head=HEAD, recalled=recalled, turns=[turn(i) for i in range(1, step)]), budget, counter)
+        assert done.tokens <= budget
+        assert "recalled at step" in done.messages[-1]["content"]  # after the turns, never in the prefix
+        history = done.messages[:-1]
+        assert without_recalled(done.messages) == history  # what a scripted model reads as "the last message"
+        if previous and history[: len(previous)] != previous:
+            drops.append(step)
+            assert done.tokens <= budget * DROP_TO + counter.count(turn(step))
+        previous = history
+        totals.append(done.tokens)
+    assert 3 <= len(drops) <= 12, drops  # a block every few steps, not a drop at every step past the budget
+    assert all(b - a >= 5 for a, b in zip(drops, drops[1:], strict=False))
+
+
+def test_the_checkpoint_window_drops_a_block_down_to_the_low_mark():
+    segments = [["r", 0, 0, 100], *(["r", i, i, 100] for i in range(1, 11))]  # the head and 10 steps
+    assert trim(segments, 1_100) == (segments, 0)  # at the budget: nothing moves
+    kept, dropped = trim([*segments, ["r", 11, 11, 100]], 1_100)
+    assert sum(s[3] for s in kept) <= 1_100 * DROP_TO and dropped == 5
+    assert kept[0] == segments[0] and kept[-1][1] == 11  # the head and the newest stay
+    again, none = trim([*kept, ["r", 12, 12, 100]], 1_100)
+    assert none == 0 and again[:-1] == kept  # the next steps leave the window's start where it is
+    # steps a compaction's summary stands for go first, and alone when the rest fits: the model's view stays
+    over = [*segments, ["r", 11, 11, 100]]
+    kept, dropped = trim(over, 1_100, hidden=lambda seg: seg[2] <= 3)
+    assert dropped == 3 and kept[1][1] == 4
+
+
+def test_rebuild_gives_the_assembled_request_in_both_orders():
+    recalled = [Memory("The vault code is 4412.", "run-a", 7, "fact")]
+    parts = Parts(head=HEAD, recalled=recalled, turns=[turn(i) for i in range(1, 30)])
+    done = assemble(parts, 3_000)
+    text = recalled_message(done.recalled)["content"]
+    stored = Parts(head=HEAD, turns=parts.turns)  # what the log holds: no recalled episodes
+    assert rebuild(stored, text, done.dropped_turns) == done.messages
+    # calls recorded before the move had the recalled episodes before the turns: `show` tries that order too
+    earlier = rebuild(stored, text, done.dropped_turns, recalled_first=True)
+    assert earlier[len(HEAD)]["content"] == text and earlier[-1] == done.messages[-2]
 
 
 def test_the_newest_turn_stays_even_alone_over_budget():
@@ -108,6 +159,10 @@ async def test_checkpoints_stay_flat_over_1000_steps(engine: AsyncEngine, settin
                 )
             ).all()
         )
-    # once the budget is reached the state stops growing: step 1,000 is the size of step 100
-    assert sizes[1000] == pytest.approx(sizes[100], rel=0.1)
-    assert sizes[500] == pytest.approx(sizes[100], rel=0.1)
+    # once the budget is reached the state stops growing: the window drops old steps in blocks, so
+    # its size moves between DROP_TO of the budget and the budget, never above (see block_drop)
+    assert max(sizes.values()) <= min(sizes[100], sizes[500], sizes[1000]) / DROP_TO * 1.1
+    async with engine.connect() as conn:
+        states = (await conn.execute(select(checkpoints.c.state).where(checkpoints.c.run_id == run_id))).scalars()
+        windows = [sum(seg[3] for seg in state["segments"]) for state in states]
+    assert max(windows) <= 2_000

@@ -73,9 +73,12 @@ class Settings(BaseSettings):
         None, description="Model spec overriding every agent's own, e.g. `openai:gpt-4o-mini` or `scripted`."
     )
     model_timeout_seconds: float = Field(120.0, description="Timeout of one model call.")
-    prices: dict[str, tuple[float, float]] = Field(
+    prices: dict[str, tuple[float, ...]] = Field(
         default_factory=dict,
-        description='Model prices in USD per million input/output tokens, JSON: {"my-model": [0.5, 1.5]}.',
+        description=(
+            'Model prices in USD per million input/output tokens, JSON: {"my-model": [0.5, 1.5]}; '
+            "two more numbers price cached input read and written: [0.5, 1.5, 0.05, 0.625]."
+        ),
     )
     openai_api_key: SecretStr | None = Field(
         None,

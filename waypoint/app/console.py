@@ -99,13 +99,22 @@ def clock(line: StepLine) -> str:
     return line.at.strftime("%H:%M:%S")
 
 
+def cached_text(read: int, write: int) -> str:
+    """Prompt-cache tokens of a step or a run: `1536` read, `1536 +512w` with writes, `-` for none."""
+    if not read and not write:
+        return "-"
+    return f"{read}" + (f" +{write}w" if write else "")
+
+
 def step_text(line: StepLine) -> str:
     what = f"tools: {tool_summary(line.tools)}" if line.tools else "answer"
     errors = f"  [red]{line.tool_errors} tool error(s)[/red]" if line.tool_errors else ""
+    cached = cached_text(line.cache_read_tokens, line.cache_write_tokens)
+    cache = f" ({cached} cached)" if cached != "-" else ""
     return (
         f"step {line.step:>3}  {clock(line)}  {what}  "
-        f"[dim]{line.input_tokens}+{line.output_tokens} tok, model {line.model_ms} ms, tools {line.tools_ms} ms[/dim]"
-        f"{errors}"
+        f"[dim]{line.input_tokens}+{line.output_tokens} tok{cache}, model {line.model_ms} ms, "
+        f"tools {line.tools_ms} ms[/dim]{errors}"
     )
 
 
@@ -119,8 +128,8 @@ def lineage_text(link: LineageLink) -> str:
 
 def timeline_table(lines: Sequence[StepLine]) -> Table:
     table = Table(title="Step timeline", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("step", "time", "action", "tool calls", "tokens", "model ms", "tools ms"):
-        numeric = col in ("step", "tokens", "model ms", "tools ms")
+    for col in ("step", "time", "action", "tool calls", "tokens", "cached", "model ms", "tools ms"):
+        numeric = col in ("step", "tokens", "cached", "model ms", "tools ms")
         table.add_column(col, justify="right" if numeric else "left", no_wrap=col != "tool calls")
     for line in lines:
         table.add_row(
@@ -129,6 +138,7 @@ def timeline_table(lines: Sequence[StepLine]) -> Table:
             line.action,
             tool_summary(line.tools) or "-",
             f"{line.input_tokens}/{line.output_tokens}",
+            cached_text(line.cache_read_tokens, line.cache_write_tokens),
             str(line.model_ms),
             str(line.tools_ms),
         )
@@ -145,6 +155,8 @@ RUN_FIELDS = (
     "max_steps",
     "input_tokens",
     "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
     "created_at",
     "finished_at",
     "task",

@@ -46,6 +46,17 @@ def openai_client(settings: Settings, *, timeout: float | None = None) -> openai
     )
 
 
+def usage_of(usage: Any, messages: list[Message]) -> Usage:
+    """The SDK's usage as ours: OpenAI reports the prompt tokens its cache served in
+    `prompt_tokens_details.cached_tokens` (part of `prompt_tokens`); caching is automatic, so it
+    reports no cache writes."""
+    if usage is None:
+        return Usage(input_tokens=estimate_tokens(messages), output_tokens=0)
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) or 0
+    return Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens, cache_read_tokens=cached)
+
+
 class OpenAIChatModel:
     def __init__(self, client: openai.AsyncOpenAI, model: str):
         self.client = client
@@ -145,10 +156,7 @@ class OpenAIChatModel:
                 ToolCall(id=c["id"] or f"call_{i}", name=c["name"] or "", arguments=c["arguments"] or "{}")
                 for i, c in sorted(said.tool_calls.items())
             ],
-            usage=Usage(
-                input_tokens=usage.prompt_tokens if usage else estimate_tokens(messages),
-                output_tokens=usage.completion_tokens if usage else 0,
-            ),
+            usage=usage_of(usage, messages),
             finish_reason=finish,
         )
 
@@ -166,10 +174,7 @@ class OpenAIChatModel:
             model=response.model or self.model,
             content=message.content,
             tool_calls=calls,
-            usage=Usage(
-                input_tokens=usage.prompt_tokens if usage else estimate_tokens(messages),
-                output_tokens=usage.completion_tokens if usage else 0,
-            ),
+            usage=usage_of(usage, messages),
             finish_reason=choice.finish_reason,
         )
 

@@ -12,7 +12,7 @@ its ancestors' events.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from waypoint.store.schema import STATE_SCHEMA_VERSION, events
 from waypoint.tokens import estimate_tokens
 from waypoint.transcript import event_messages, is_pin, pin_text
 from waypoint.types import Message
+from waypoint.working_memory import DROP_TO
 
 Segment = list[Any]  # [run_id, first_seq, last_seq, tokens]
 
@@ -66,13 +67,27 @@ def segment(run_id: str, first_seq: int, last_seq: int, messages: Iterable[Messa
     return [run_id, first_seq, last_seq, estimate_tokens(list(messages))]
 
 
-def trim(segments: list[Segment], budget_tokens: int) -> tuple[list[Segment], int]:
-    """Drop the oldest steps (never the head, never the newest step) until the window fits the
-    budget; returns the kept segments and how many were dropped."""
+def trim(
+    segments: list[Segment], budget_tokens: int, hidden: Callable[[Segment], bool] | None = None
+) -> tuple[list[Segment], int]:
+    """Once the window passes the budget, drop the oldest steps (never the head, never the newest
+    step) until it is down to `DROP_TO` of the budget: a block at once, so the window's start (the
+    prompt's prefix, which providers cache) stays put for the steps that fill it again (see
+    `waypoint.working_memory`). `hidden`: the steps a compaction's summary stands for, which the
+    model no longer sees: they go first, and if the rest fits the budget nothing the model sees
+    moves. Returns the kept segments and how many were dropped."""
     kept = list(segments)
+    total = sum(s[3] for s in kept)
+    if total <= budget_tokens:
+        return kept, 0
     dropped = 0
-    while len(kept) > 2 and sum(s[3] for s in kept) > budget_tokens:
-        del kept[1]
+    while hidden is not None and len(kept) > 2 and total > budget_tokens * DROP_TO and hidden(kept[1]):
+        total -= kept.pop(1)[3]
+        dropped += 1
+    if dropped and total <= budget_tokens:
+        return kept, dropped
+    while len(kept) > 2 and total > budget_tokens * DROP_TO:
+        total -= kept.pop(1)[3]
         dropped += 1
     return kept, dropped
 

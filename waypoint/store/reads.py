@@ -20,7 +20,7 @@ from waypoint.store.rows import RunRow, StepLine
 from waypoint.store.schema import events, runs
 from waypoint.types import RunPlan
 
-# The `run_steps` view (migration 0004): one row per recorded step.
+# The `run_steps` view (migrations 0004 and 0014): one row per recorded step.
 run_steps = table(
     "run_steps",
     *(
@@ -41,6 +41,8 @@ run_steps = table(
             "model_retries",
             "tool_errors",
             "answer",
+            "cache_read_tokens",  # migration 0014
+            "cache_write_tokens",
         )
     ),
 )
@@ -193,6 +195,8 @@ class Reads(StoreBase):
                 model_retries=r["model_retries"],
                 tool_errors=r["tool_errors"],
                 answer=r["answer"],
+                cache_read_tokens=r["cache_read_tokens"] or 0,
+                cache_write_tokens=r["cache_write_tokens"] or 0,
             )
             for r in rows
         ]

@@ -34,6 +34,8 @@ class RunRow:
     max_steps: int
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0  # of input_tokens, served by the provider's prompt cache
+    cache_write_tokens: int = 0  # of input_tokens, written to it
     cost_usd: float = 0.0
     output: str | None = None
     error: str | None = None
@@ -99,6 +101,8 @@ class StepLine:
     model_retries: int = 0
     tool_errors: int = 0
     answer: str | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,9 @@ runs = Table(
     Column("caller_call_index", Integer, nullable=True),
     Column("root_run_id", Text, nullable=True),
     Column("output_json", JSONB, nullable=True),  # a typed answer (the agent's output_type), parsed
+    # Of input_tokens, those the provider's prompt cache served, and those it wrote (migration 0014).
+    Column("cache_read_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("cache_write_tokens", BigInteger, nullable=False, server_default="0"),
 )
 
 events = Table(

@@ -58,7 +58,8 @@ _READ_FOR_STEP = text(
         (SELECT jsonb_object_agg(idempotency_key, output) FROM tool_effects
           WHERE idempotency_key = ANY(CAST(:keys AS text[]))) AS outputs,
         last.seq AS last_seq,
-        last.hash AS last_hash
+        last.hash AS last_hash,
+        (SELECT max(last_seq) FROM compactions WHERE run_id = r.run_id) AS compacted_seq
     FROM runs AS r
     LEFT JOIN LATERAL (
         SELECT seq, hash FROM events WHERE run_id = r.run_id ORDER BY seq DESC LIMIT 1
@@ -82,6 +83,8 @@ _WRITE_STEP = text(
     SET steps = :step,
         input_tokens = input_tokens + :input_tokens,
         output_tokens = output_tokens + :output_tokens,
+        cache_read_tokens = cache_read_tokens + :cache_read_tokens,
+        cache_write_tokens = cache_write_tokens + :cache_write_tokens,
         cost_usd = cost_usd + :cost,
         remembered_step = GREATEST(remembered_step, :remembered),
         updated_at = now()
@@ -272,7 +275,12 @@ class StepWriter(StoreBase):
         last_seq = chain[-1]["seq"]
         step_segment = context.segment(record.run_id, last_seq - len(new) + 1, last_seq, messages)
         prev = found.prev
-        kept, dropped = context.trim([*prev["segments"], step_segment], record.context_tokens)
+        compacted = found.compacted_seq if found.compacted_seq is not None else -1
+        kept, dropped = context.trim(
+            [*prev["segments"], step_segment],
+            record.context_tokens,
+            hidden=lambda seg: seg[0] == record.run_id and seg[2] <= compacted,
+        )
         # Decisions never leave working memory, however far the window moves.
         pins = context.pins_of(record.run_id, ((r["seq"], r["step"], r["kind"], r["payload"]) for r in chain))
         state = context.state(
@@ -298,6 +306,8 @@ class StepWriter(StoreBase):
                     "schema_version": STATE_SCHEMA_VERSION,
                     "input_tokens": turn.usage.input_tokens,
                     "output_tokens": turn.usage.output_tokens,
+                    "cache_read_tokens": turn.usage.cache_read_tokens,
+                    "cache_write_tokens": turn.usage.cache_write_tokens,
                     "cost": turn.cost_usd,
                     "remembered": turn.remembered_through or 0,
                 },

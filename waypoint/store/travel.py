@@ -42,6 +42,11 @@ class TimeTravel(StoreBase):
                 parts.user_messages = request.pop("user_messages")
                 messages = rebuild(parts, request["recalled_text"], request["dropped_turns"])
                 request["matches"] = hashed_json(messages)[0] == request["sha256"]
+                if not request["matches"] and request["recalled_text"]:
+                    # Recorded before the recalled episodes moved after the turns (prompt caching).
+                    earlier = rebuild(parts, request["recalled_text"], request["dropped_turns"], recalled_first=True)
+                    if hashed_json(earlier)[0] == request["sha256"]:
+                        messages, request["matches"] = earlier, True
         step_events = await self.events(tenant_id, found["run_id"], step=step) if with_events else []
         children = await self.step_agent_calls(tenant_id, run_id, step) if with_events else []
         return StepState(

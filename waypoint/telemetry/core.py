@@ -75,7 +75,7 @@ class Telemetry:
     key: tuple[Any, ...]
     enabled: bool
     capture_content: bool
-    prices: dict[str, tuple[float, float]]
+    prices: dict[str, tuple[float, ...]]
     tracer_provider: TracerProvider | None
     meter_provider: MeterProvider | None
     span_path: Path | None

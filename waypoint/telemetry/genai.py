@@ -1,7 +1,7 @@
 """Spans for model and tool calls, after the OpenTelemetry GenAI semantic conventions.
 
 A model call is `chat {model}` (CLIENT) with `gen_ai.*` request, response and
-usage attributes; a tool call is `execute_tool {name}`. Each activity attempt
+usage attributes (the prompt cache's reads and writes too); a tool call is `execute_tool {name}`. Each activity attempt
 has its own RunActivity span, so a failed attempt's chat span (error status,
 `http.response.status_code`) and the retry's are siblings under the same
 StartActivity span. Prompts and completions are recorded only with
@@ -37,6 +37,9 @@ class ChatSpan:
             s.set_attribute("gen_ai.response.finish_reasons", [turn.finish_reason])
         s.set_attribute("gen_ai.usage.input_tokens", turn.usage.input_tokens)
         s.set_attribute("gen_ai.usage.output_tokens", turn.usage.output_tokens)
+        # Of the input tokens, those the provider's prompt cache served and those it wrote (semconv names).
+        s.set_attribute("gen_ai.usage.cache_read_input_tokens", turn.usage.cache_read_tokens)
+        s.set_attribute("gen_ai.usage.cache_creation_input_tokens", turn.usage.cache_write_tokens)
         telemetry = current()
         if telemetry.capture_content:
             output = {"role": "assistant", "content": turn.content, "tool_calls": [c.__dict__ for c in turn.tool_calls]}

@@ -13,6 +13,13 @@ one chunk per word of the content, the tool calls as a name chunk then argument 
 finish reason, the usage in a last chunk without choices (with `stream_options.include_usage`),
 then `data: [DONE]`. `Turn.chunk_delay` spaces the chunks out, and `Turn.cut_after` drops the
 connection after that many chunks, as a provider that fails mid-answer does.
+
+Prompt caching: every chat request's tools and messages go through a `PrefixTracker`
+(waypoint/testing/prompt_cache.py), which records how much of the request repeats the previous
+request of the same run (`FakeOpenAI.prefix_stats()`, or `GET /stats` on the server). With
+`count_tokens=True` the usage it answers is measured from the request instead of the turn's
+fixed counts: `prompt_tokens` estimated from the request, and `prompt_tokens_details.cached_tokens`
+the repeated prefix, by OpenAI's rule (1,024 tokens at least, in steps of 128).
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from waypoint.testing.prompt_cache import PrefixTracker, conversation_key, openai_cached
 
 
 @dataclass
@@ -38,6 +47,7 @@ class Turn:
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     prompt_tokens: int = 11
     completion_tokens: int = 7
+    cached_tokens: int | None = None  # reported as usage.prompt_tokens_details.cached_tokens when set
     chunk_delay: float = 0.0  # seconds between streamed chunks
     cut_after: int | None = None  # streamed: drop the connection after this many chunks
 
@@ -58,6 +68,17 @@ class Seen:
     at: float = field(default_factory=time.monotonic)
 
 
+def usage_of(turn: Turn) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        "prompt_tokens": turn.prompt_tokens,
+        "completion_tokens": turn.completion_tokens,
+        "total_tokens": turn.prompt_tokens + turn.completion_tokens,
+    }
+    if turn.cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": turn.cached_tokens}
+    return usage
+
+
 def completion(turn: Turn, model: str, index: int) -> dict[str, Any]:
     calls = [
         {"id": f"call_{index}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
@@ -72,11 +93,7 @@ def completion(turn: Turn, model: str, index: int) -> dict[str, Any]:
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-        "usage": {
-            "prompt_tokens": turn.prompt_tokens,
-            "completion_tokens": turn.completion_tokens,
-            "total_tokens": turn.prompt_tokens + turn.completion_tokens,
-        },
+        "usage": usage_of(turn),
     }
 
 
@@ -102,9 +119,7 @@ def stream_chunks(turn: Turn, model: str, index: int, *, usage: bool) -> list[di
             chunks.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
     chunks.append(chunk({}, "tool_calls" if turn.tool_calls else "stop"))
     if usage:
-        total = turn.prompt_tokens + turn.completion_tokens
-        counts = {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens}
-        chunks.append({**base, "choices": [], "usage": {**counts, "total_tokens": total}})
+        chunks.append({**base, "choices": [], "usage": usage_of(turn)})
     return chunks
 
 
@@ -161,8 +176,12 @@ class FakeOpenAI:
     `--script`) the queue starts over from its first item instead, and says so on stdout.
     """
 
-    def __init__(self, responder: Responder | None = None, *, port: int = 0, repeat: bool = False) -> None:
+    def __init__(
+        self, responder: Responder | None = None, *, port: int = 0, repeat: bool = False, count_tokens: bool = False
+    ) -> None:
         self.script: list[Turn | Reply] = []
+        self.count_tokens = count_tokens
+        self.prefixes = PrefixTracker()
         self.repeat = repeat
         self._played: list[Turn | Reply] = []
         self.seen: list[Seen] = []
@@ -187,6 +206,19 @@ class FakeOpenAI:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def prefix_stats(self) -> dict[str, Any]:
+        """Per chat request, its size and the prefix it repeats of the run's previous one (see
+        waypoint/testing/prompt_cache.py), and the share of all input tokens that repeated."""
+        return self.prefixes.stats()
+
+    def measured(self, turn: Turn, body: dict[str, Any]) -> Turn:
+        """`turn` with the usage a provider with prompt caching would report for `body`."""
+        messages = body.get("messages") or []
+        record = self.prefixes.observe(conversation_key(messages[:2]), [body.get("tools") or [], *messages])
+        if not self.count_tokens:
+            return turn
+        return replace(turn, prompt_tokens=record.tokens, cached_tokens=openai_cached(record.prefix_tokens))
 
     def answer(self, *items: Turn | Reply) -> None:
         with self._lock:
@@ -218,6 +250,12 @@ class FakeOpenAI:
             def log_message(self, *args: Any) -> None:  # keep output clean
                 pass
 
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                if self.path.rstrip("/").endswith("/stats"):
+                    self._send(Reply(200, fake.prefix_stats()))
+                else:
+                    self._send(Reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}))
+
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 raw = self.rfile.read(int(self.headers.get("content-length") or 0))
                 try:
@@ -235,6 +273,8 @@ class FakeOpenAI:
                     item = Reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 elif item is None:
                     item = Reply(500, {"error": {"message": "fake server: no scripted answer left", "type": "x"}})
+                if isinstance(item, Turn):
+                    item = fake.measured(item, body)
                 if isinstance(item, Turn) and body.get("stream"):
                     usage = bool((body.get("stream_options") or {}).get("include_usage"))
                     self._stream(item, stream_chunks(item, body.get("model", "fake"), index, usage=usage))
