@@ -37,6 +37,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Responder, Seen, Turn, load_script, pieces
+from waypoint.testing.prompt_cache import conversation_key
 
 __all__ = ["ClaudeTurn", "FakeAnthropic", "Reply", "Seen", "load_script", "repeated_prefix", "sent_key", "signature_of"]
 
@@ -250,6 +251,7 @@ class FakeAnthropic(FakeOpenAI):
         port: int = 0,
         repeat: bool = False,
         api_key: str | None = None,
+        count_tokens: bool = True,  # usage is always measured from the request here
     ) -> None:
         self.api_key = api_key
         self.cache = PromptCache()
@@ -272,6 +274,10 @@ class FakeAnthropic(FakeOpenAI):
             return [dict(row) for row in self.usage_log]
 
     def _usage(self, body: dict[str, Any]) -> dict[str, int]:
+        messages = body.get("messages") or []
+        # The run-level prefix record every fake keeps (`prefix_stats`, benchmarks/providers.py).
+        parts = [body.get("tools") or [], body.get("system"), *messages]
+        self.prefixes.observe(conversation_key(body.get("system"), messages[:1]), parts)
         with self._lock:
             repeated, total = repeated_prefix(self._previous, body)
             self._previous = body

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Responder, Seen, Turn, load_script, pieces
+from waypoint.testing.prompt_cache import conversation_key
 
 # google.rpc.Code names of the HTTP statuses Gemini answers with.
 STATUS_NAMES = {
@@ -136,6 +137,7 @@ class FakeGemini(FakeOpenAI):
         repeat: bool = False,
         api_key: str | None = None,
         min_cached_tokens: int = 1024,
+        count_tokens: bool = True,  # usage is always measured from the request here
     ) -> None:
         self.api_key = api_key
         self.min_cached_tokens = min_cached_tokens
@@ -165,6 +167,10 @@ class FakeGemini(FakeOpenAI):
 
     def measure(self, model: str, body: dict[str, Any]) -> tuple[int, int]:
         """(prompt tokens, cached tokens) of one request, remembered for the next ones."""
+        contents = body.get("contents") or []
+        # The run-level prefix record every fake keeps (`prefix_stats`, benchmarks/providers.py).
+        parts = [body.get("systemInstruction"), body.get("tools"), *contents]
+        self.prefixes.observe(conversation_key(body.get("systemInstruction"), contents[:1]), parts)
         text = prompt_text(body)
         with self._lock:
             recent = self._recent.setdefault(model, deque(maxlen=RECENT))
