@@ -30,13 +30,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import sys
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from waypoint.testing.fake_openai import FakeOpenAI, Reply, Responder, Seen, Turn, load_script, pieces
+from waypoint.testing.fake_openai import FakeOpenAI, Reply, Responder, Seen, Turn, load_script, pieces, serve_script
 from waypoint.testing.prompt_cache import conversation_key
 
 __all__ = ["ClaudeTurn", "FakeAnthropic", "Reply", "Seen", "load_script", "repeated_prefix", "sent_key", "signature_of"]
@@ -376,24 +375,15 @@ def main(argv: list[str] | None = None) -> None:
         "waypoint.testing.fake_openai.load_script; a turn may add thinking, redacted_thinking, stream_error)",
     )
     args = parser.parse_args(argv)
-    try:
-        script = load_script(args.script, ClaudeTurn) if args.script else []
-        server = FakeAnthropic(port=args.port, repeat=True)
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
-    server.answer(*script)
-    print(
-        f"fake Anthropic server on {server.base_url} with {len(script)} scripted answer(s), played in a loop; "
-        f"per-request prompt and cache counts on {server.base_url}/stats; Ctrl-C stops it"
+    serve_script(
+        lambda: (
+            FakeAnthropic(port=args.port, repeat=True),
+            load_script(args.script, ClaudeTurn) if args.script else [],
+        ),
+        "fake Anthropic server on {url} with {n} scripted answer(s), played in a loop; "
+        "per-request prompt and cache counts on {url}/stats; Ctrl-C stops it",
+        "ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=fake",
     )
-    print(f"  export ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=fake", flush=True)
-    try:
-        server._server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server._server.server_close()
 
 
 if __name__ == "__main__":

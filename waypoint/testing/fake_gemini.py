@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from waypoint.testing.fake_openai import FakeOpenAI, Reply, Responder, Seen, Turn, load_script, pieces
+from waypoint.testing.fake_openai import FakeOpenAI, Reply, Responder, Seen, Turn, load_script, pieces, serve_script
 from waypoint.testing.prompt_cache import conversation_key
 
 # google.rpc.Code names of the HTTP statuses Gemini answers with.
@@ -290,24 +289,15 @@ def main(argv: list[str] | None = None) -> None:
         help="shortest repeated prefix reported as cached, in tokens (default 1024)",
     )
     args = parser.parse_args(argv)
-    try:
-        script = load_script(args.script) if args.script else []
-        server = FakeGemini(port=args.port, repeat=True, api_key=args.api_key, min_cached_tokens=args.min_cache_tokens)
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
-    server.answer(*script)
-    print(
-        f"fake Gemini server on {server.base_url} with {len(script)} scripted answer(s), played in a loop; "
-        f"cache stats at {server.base_url}/stats; Ctrl-C stops it"
+    serve_script(
+        lambda: (
+            FakeGemini(port=args.port, repeat=True, api_key=args.api_key, min_cached_tokens=args.min_cache_tokens),
+            load_script(args.script) if args.script else [],
+        ),
+        "fake Gemini server on {url} with {n} scripted answer(s), played in a loop; "
+        "cache stats at {url}/stats; Ctrl-C stops it",
+        "GOOGLE_GEMINI_BASE_URL={url} GEMINI_API_KEY=" + (args.api_key or "fake"),
     )
-    print(f"  export GOOGLE_GEMINI_BASE_URL={server.base_url} GEMINI_API_KEY={args.api_key or 'fake'}", flush=True)
-    try:
-        server._server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server._server.server_close()
 
 
 if __name__ == "__main__":

@@ -334,6 +334,26 @@ def load_script(path: str, turn: type[Turn] = Turn) -> list[Turn | Reply]:
     return script
 
 
+def serve_script(build: Callable[[], tuple[FakeOpenAI, list[Turn | Reply]]], banner: str, exports: str) -> None:
+    """What every fake's command line does: build the server and its script (a bad script or a taken
+    port is one `error:` line, exit 1), say where it listens and what to export, serve until Ctrl-C.
+    `banner` and `exports` are formatted with `url` and `n` (the script's answers)."""
+    try:
+        server, script = build()
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    server.answer(*script)
+    print(banner.format(url=server.base_url, n=len(script)))
+    print("  export " + exports.format(url=server.base_url), flush=True)
+    try:
+        server._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._server.server_close()
+
+
 def main(argv: list[str] | None = None) -> None:
     """`python -m waypoint.testing.fake_openai --port N --script FILE`: serve until Ctrl-C."""
     import argparse
@@ -347,24 +367,11 @@ def main(argv: list[str] | None = None) -> None:
         "--script", help="JSON list of turns and replies, answered in order and again from the first (see load_script)"
     )
     args = parser.parse_args(argv)
-    try:
-        script = load_script(args.script) if args.script else []
-        server = FakeOpenAI(port=args.port, repeat=True)
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
-    server.answer(*script)
-    print(
-        f"fake OpenAI server on {server.base_url} with {len(script)} scripted answer(s), played in a loop; "
-        "Ctrl-C stops it"
+    serve_script(
+        lambda: (FakeOpenAI(port=args.port, repeat=True), load_script(args.script) if args.script else []),
+        "fake OpenAI server on {url} with {n} scripted answer(s), played in a loop; Ctrl-C stops it",
+        "OPENAI_BASE_URL={url} OPENAI_API_KEY=fake",
     )
-    print(f"  export OPENAI_BASE_URL={server.base_url} OPENAI_API_KEY=fake", flush=True)
-    try:
-        server._server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server._server.server_close()
 
 
 if __name__ == "__main__":
