@@ -198,3 +198,62 @@ async def test_sigkill_while_eight_sub_agent_runs_are_in_their_tools(
         assert found == [child]
     below = await executions(f"WorkflowId STARTS_WITH '{run_id}.'")
     assert sorted(below) == sorted(children)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "google"])
+async def test_sigkill_during_a_streaming_call_to_each_provider(
+    provider: str, client: Client, engine: AsyncEngine, settings: Settings
+):
+    """A worker killed while Claude's or Gemini's answer streams in (each provider's fake, through its
+    official SDK in a worker process): a new worker calls the model again, the run completes, and
+    step 2 is recorded once, with the answer of the call that finished."""
+    from waypoint.testing.fake_anthropic import FakeAnthropic
+    from waypoint.testing.fake_gemini import FakeGemini
+    from waypoint.testing.fake_openai import Turn
+
+    def respond(body: dict, n: int) -> Turn:
+        if n == 1:
+            return Turn(tool_calls=[("add", {"a": 2, "b": 3})])
+        # The second request streams slowly (the worker dies in it); its retry answers at once.
+        return Turn(content="The answer is 5 after all.", chunk_delay=1.0 if n == 2 else 0.0)
+
+    fake = (FakeAnthropic(respond) if provider == "anthropic" else FakeGemini(respond)).start()
+    variables = (
+        {"ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": "fake"}
+        if provider == "anthropic"
+        else {"GOOGLE_GEMINI_BASE_URL": fake.base_url, "GEMINI_API_KEY": "fake"}
+    )
+    env = worker_env(settings) | variables
+    model = "anthropic:claude-haiku-4-5" if provider == "anthropic" else "google:gemini-2.5-flash"
+    workers = [await asyncio.to_thread(spawn_worker, env)]
+    try:
+        wp = Waypoint(client, engine, settings)
+        run_id = await wp.start_run("add 2 and 3", agent="calculator", model=model)
+        await eventually(lambda: _requests(fake, 2), what="the second model call streaming")
+        await asyncio.sleep(0.5)  # some chunks out, most not
+        kill(workers[-1])
+        workers.append(await asyncio.to_thread(spawn_worker, env))
+        result = await asyncio.wait_for(wp.result(run_id), 120)
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(15)
+        fake.stop()
+
+    assert (result.status, result.steps, result.output) == ("completed", 2, "The answer is 5 after all."), result
+    assert len(fake.seen) == 3  # the killed call was made again, once
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(events.c.step, events.c.kind).where(events.c.run_id == run_id).order_by(events.c.seq)
+            )
+        ).all()
+        steps = list((await conn.execute(select(checkpoints.c.step).where(checkpoints.c.run_id == run_id))).scalars())
+    assert [s for s, k in rows if k == "model_response"] == [1, 2]  # no step recorded twice
+    assert sorted(steps) == [0, 1, 2]
+    assert (await wp.effects(run_id))[0].output == "5"
+
+
+async def _requests(fake: object, n: int) -> bool:
+    return len(getattr(fake, "seen", [])) >= n
