@@ -21,7 +21,7 @@ from waypoint.demo import demo as demo_agent
 from waypoint.errors import ConfigError
 from waypoint.models.google import SKIP_SIGNATURE, gemini_contents, make_adapter
 from waypoint.store.schema import events
-from waypoint.testing.fake_gemini import FakeGemini, rpc_error
+from waypoint.testing.fake_gemini import SIGNATURE, FakeGemini, rpc_error
 from waypoint.testing.fake_openai import Reply, Turn
 from waypoint.types import RetrySpec
 
@@ -90,11 +90,12 @@ async def test_a_gemini_run_with_tool_calls(client: Client, engine, settings, wo
     assert (declaration["name"], schema["required"]) == ("add", ["a", "b"])
     assert first.body["systemInstruction"]["parts"][0]["text"].startswith("You add numbers.")
     assert [c["role"] for c in first.body["contents"]] == ["user"]
-    # the second call carries the model's calls (the first with a signature placeholder) and both results
+    # the second call carries the model's calls (the first with the thought signature the model gave it,
+    # byte for byte, from the log) and both results
     model_turn, results = second.body["contents"][-2:]
     assert model_turn["role"] == "model" and results["role"] == "user"
     assert [p["functionCall"]["args"] for p in model_turn["parts"]] == [{"a": 20, "b": 22}, {"a": 1, "b": 1}]
-    assert "thoughtSignature" in model_turn["parts"][0] and "thoughtSignature" not in model_turn["parts"][1]
+    assert model_turn["parts"][0]["thoughtSignature"] == SIGNATURE and "thoughtSignature" not in model_turn["parts"][1]
     assert [(p["functionResponse"]["name"], p["functionResponse"]["response"]) for p in results["parts"]] == [
         ("add", {"result": "42"}),
         ("add", {"result": "2"}),

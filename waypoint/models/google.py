@@ -15,9 +15,11 @@ Waypoint's chat-completions messages become Gemini contents: leading system mess
 `system_instruction`, later ones (recalled memories, summaries) user text; assistant tool calls
 `function_call` parts, tool results `function_response` parts. Gemini's function calls carry no
 ids: a call gets the id `call_<step>_<index>`, and its result is sent back by name and position.
-Gemini 3 wants the thought signature of a model turn's first function call back; Waypoint keeps
-no provider data per call, so replayed calls carry Google's documented placeholder
-(`skip_thought_signature_validator`) instead.
+Gemini 3 wants the thought signatures of a model turn's function calls back, byte for byte: they
+are kept in the turn's `provider_blocks` (`{"google": [{"call": index, "thought_signature": base64}]}`,
+stored with the `model_response` event) and put back on those calls. A turn recorded without them
+(an older run, another provider's answer after a failover) sends Google's documented placeholder
+(`skip_thought_signature_validator`) on its first call instead.
 
 Calls stream (`generate_content_stream`): each text piece goes to the `DeltaSink` as it arrives,
 each function call when it is complete (Gemini streams calls whole).
@@ -25,11 +27,13 @@ each function call when it is complete (Gemini streams calls whole).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import random
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -43,7 +47,10 @@ from waypoint.errors import ConfigError, ModelError
 from waypoint.models.spec import KEY_VARIABLES, Provider
 from waypoint.retry import classify_model_failure, retry_info_delay
 from waypoint.tokens import estimate_tokens
+from waypoint.transcript import PROVIDER_BLOCKS
 from waypoint.types import Message, ModelTurn, RetrySpec, ToolCall, Usage
+
+PROVIDER = Provider.GOOGLE.value  # the key of this provider's data in a turn's provider_blocks
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 # Google's documented placeholder for a function call whose thought signature the client does not have.
@@ -132,6 +139,16 @@ def _arguments(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"value": value}
 
 
+def recorded_signatures(message: Message) -> dict[int, bytes]:
+    """The thought signatures Gemini gave this assistant turn's calls, by call index (none: {})."""
+    blocks = (message.get(PROVIDER_BLOCKS) or {}).get(PROVIDER) or []
+    return {
+        int(b["call"]): base64.b64decode(b["thought_signature"])
+        for b in blocks
+        if isinstance(b, dict) and "call" in b and b.get("thought_signature")
+    }
+
+
 def gemini_contents(messages: list[Message]) -> tuple[str | None, list[types.Content]]:
     """(system instruction, contents) for Waypoint's chat-completions messages."""
     leading: list[str] = []
@@ -152,13 +169,15 @@ def gemini_contents(messages: list[Message]) -> tuple[str | None, list[types.Con
         role = message.get("role")
         if role == "assistant":
             parts = [types.Part(text=_text(message.get("content")))] if message.get("content") else []
+            signatures = recorded_signatures(message)
             for i, call in enumerate(message.get("tool_calls") or []):
                 fn = call.get("function", {})
                 names[call.get("id", "")] = fn.get("name", "")
+                signature = signatures.get(i) if signatures else (SKIP_SIGNATURE if i == 0 else None)
                 parts.append(
                     types.Part(
                         function_call=types.FunctionCall(name=fn.get("name", ""), args=_arguments(fn.get("arguments"))),
-                        thought_signature=SKIP_SIGNATURE if i == 0 else None,
+                        thought_signature=signature,
                     )
                 )
             add("model", parts)
@@ -230,14 +249,7 @@ class GeminiModel:
         # An unparsable body (the SDK's UnknownApiResponseError is a ValueError) or an unexpected shape.
         except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
             raise classify_model_failure(**common, malformed=_quoted(exc)) from None
-        return ModelTurn(
-            model=turn.model,
-            content=turn.content,
-            tool_calls=turn.tool_calls,
-            usage=turn.usage,
-            finish_reason=turn.finish_reason,
-            latency_ms=int((time.monotonic() - started) * 1000),
-        )
+        return replace(turn, latency_ms=int((time.monotonic() - started) * 1000))
 
     async def streamed_turn(
         self, stream: Any, messages: list[Message], step: int | None, deltas: DeltaSink | None
@@ -245,6 +257,7 @@ class GeminiModel:
         """Join a stream of GenerateContentResponse chunks into one turn, handing out each piece."""
         text: list[str] = []
         calls: list[ToolCall] = []
+        signed: list[dict[str, Any]] = []  # the calls' thought signatures, to send back with them
         model, finish, usage, blocked = self.model, None, None, None
         async for chunk in stream:
             model = chunk.model_version or model
@@ -261,6 +274,9 @@ class GeminiModel:
                             deltas.text(part.text)
                     if part.function_call is not None:
                         index = len(calls)
+                        if part.thought_signature:
+                            signature = base64.b64encode(part.thought_signature).decode()
+                            signed.append({"call": index, "thought_signature": signature})
                         call = ToolCall(
                             id=part.function_call.id or f"call_{step or 0}_{index}",
                             name=part.function_call.name or "",
@@ -288,6 +304,7 @@ class GeminiModel:
             tool_calls=calls,
             usage=usage_of(usage, messages),
             finish_reason=reason,
+            provider_blocks={PROVIDER: signed} if signed else None,
         )
 
     def failure(self, exc: genai_errors.APIError, attempt: int, spec: RetrySpec) -> ModelError:
