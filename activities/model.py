@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import time
@@ -95,18 +94,6 @@ class ModelActivities:
         # SDK clients of the other providers, one per (provider, key variable), made by their adapters.
         self._clients: dict[Any, Any] = {}
         self._scopes: dict[str, RecallScope] = {}
-
-    async def close(self) -> None:
-        """Close the SDK clients this worker opened (their connection pools), when it stops."""
-        clients, self._clients = [self._openai, *self._clients.values()], {}
-        self._openai = None
-        for client in clients:
-            if client is None:
-                continue
-            aio = getattr(client, "aio", None)  # a google-genai Client: close its async side
-            closing = aio.aclose() if aio is not None else client.close()
-            if inspect.isawaitable(closing):
-                await closing
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
         agent = self.agents.get(agent_name)

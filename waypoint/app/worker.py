@@ -65,23 +65,7 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class ClosingWorker(Worker):
-    """A worker that closes the model SDK clients its activities opened (their connection pools)
-    once it has shut down."""
-
-    def __init__(self, *args: Any, models: ModelActivities | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.models = models
-
-    async def run(self) -> None:
-        try:
-            await super().run()
-        finally:
-            if self.models is not None:
-                await self.models.close()
-
-
-class CatalogWorker(ClosingWorker):
+class CatalogWorker(Worker):
     """A worker that registers its agents in the catalog before it polls, so a run of an agent it
     serves can be checked (and started) the moment it polls. It owns the process's MCP sessions:
     when it stops, so do the stdio MCP servers it started."""
@@ -187,7 +171,6 @@ def build_worker(
         agents=agents,
         settings=settings,
         mcp=mcp,
-        models=models,
         task_queue=queue,
         workflows=WORKFLOWS,
         activities=[
@@ -243,9 +226,8 @@ def build_memory_worker(
     memory = MemoryActivities(runs, store)
     tools = ToolActivities(runs, agents, settings, memory=store)
     models = ModelActivities(runs, agents, settings, memory=store, deltas=delta_publisher(runs, settings))
-    return ClosingWorker(
+    return Worker(
         client,
-        models=models,
         task_queue=memory_task_queue(task_queue or settings.task_queue),
         workflows=[MemoryRequestWorkflow],
         # The model calls of runs with memory run here: as many slots as the main worker's.
