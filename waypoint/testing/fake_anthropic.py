@@ -35,7 +35,18 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from waypoint.testing.fake_openai import FakeOpenAI, Reply, Responder, Seen, Turn, load_script, pieces, serve_script
+from waypoint.testing.fake_openai import (
+    FakeOpenAI,
+    Reply,
+    Responder,
+    Seen,
+    Turn,
+    load_script,
+    pieces,
+    send_reply,
+    send_stream,
+    serve_script,
+)
 from waypoint.testing.prompt_cache import conversation_key
 
 __all__ = ["ClaudeTurn", "FakeAnthropic", "Reply", "Seen", "load_script", "repeated_prefix", "sent_key", "signature_of"]
@@ -334,28 +345,13 @@ class FakeAnthropic(FakeOpenAI):
                 self._send(item)
 
             def _stream(self, turn: Turn, events: list[tuple[str, dict[str, Any]]]) -> None:
-                # HTTP/1.0 without a length: the body ends when the connection closes.
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.end_headers()
-                for n, (name, data) in enumerate(events):
-                    if turn.cut_after is not None and n >= turn.cut_after:
-                        self.close_connection = True
-                        return  # the connection drops before message_stop
-                    if n and turn.chunk_delay:
-                        time.sleep(turn.chunk_delay)
-                    self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-                    self.wfile.flush()
+                # A cut drops the connection before message_stop.
+                send_stream(
+                    self, turn, [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
+                )
 
             def _send(self, item: Reply) -> None:
-                data = (item.body if isinstance(item.body, str) else json.dumps(item.body)).encode()
-                self.send_response(item.status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                for key, value in item.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
+                send_reply(self, item)
 
         return Handler
 

@@ -29,7 +29,18 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from waypoint.testing.fake_openai import FakeOpenAI, Reply, Responder, Seen, Turn, load_script, pieces, serve_script
+from waypoint.testing.fake_openai import (
+    FakeOpenAI,
+    Reply,
+    Responder,
+    Seen,
+    Turn,
+    load_script,
+    pieces,
+    send_reply,
+    send_stream,
+    serve_script,
+)
 from waypoint.testing.prompt_cache import conversation_key
 
 # google.rpc.Code names of the HTTP statuses Gemini answers with.
@@ -240,29 +251,11 @@ class FakeGemini(FakeOpenAI):
                 self._send(item)
 
             def _stream(self, turn: Turn, chunks: list[dict[str, Any]]) -> None:
-                # HTTP/1.0 without a length: the body ends when the connection closes.
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.end_headers()
-                for n, chunk in enumerate(chunks):
-                    if turn.cut_after is not None and n >= turn.cut_after:
-                        self.close_connection = True
-                        return  # the connection drops before the finish reason
-                    if n and turn.chunk_delay:
-                        time.sleep(turn.chunk_delay)
-                    self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
-                    self.wfile.flush()
+                # A cut drops the connection before the finish reason.
+                send_stream(self, turn, [f"data: {json.dumps(c)}\r\n\r\n".encode() for c in chunks])
 
             def _send(self, item: Reply) -> None:
-                payload = item.body if isinstance(item.body, str) else json.dumps(item.body)
-                data = payload.encode()
-                self.send_response(item.status)
-                self.send_header("content-type", "application/json; charset=UTF-8")
-                self.send_header("content-length", str(len(data)))
-                for key, value in item.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
+                send_reply(self, item, "application/json; charset=UTF-8")
 
         return Handler
 

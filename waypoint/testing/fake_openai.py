@@ -286,32 +286,43 @@ class FakeOpenAI:
                 self._send(item)
 
             def _stream(self, turn: Turn, chunks: list[dict[str, Any]]) -> None:
-                # HTTP/1.0 without a length: the body ends when the connection closes.
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.end_headers()
-                for n, chunk in enumerate(chunks):
-                    if turn.cut_after is not None and n >= turn.cut_after:
-                        self.close_connection = True
-                        return  # the connection drops without [DONE]
-                    if n and turn.chunk_delay:
-                        time.sleep(turn.chunk_delay)
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                    self.wfile.flush()
-                self.wfile.write(b"data: [DONE]\n\n")
+                if send_stream(self, turn, [f"data: {json.dumps(c)}\n\n".encode() for c in chunks]):
+                    self.wfile.write(b"data: [DONE]\n\n")  # a cut stream drops without it
 
             def _send(self, item: Reply) -> None:
-                payload = item.body if isinstance(item.body, str) else json.dumps(item.body)
-                data = payload.encode()
-                self.send_response(item.status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                for key, value in item.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
+                send_reply(self, item)
 
         return Handler
+
+
+def send_reply(handler: BaseHTTPRequestHandler, item: Reply, content_type: str = "application/json") -> None:
+    """A whole JSON (or text) answer, with its status and headers: every fake's non-streamed reply."""
+    data = (item.body if isinstance(item.body, str) else json.dumps(item.body)).encode()
+    handler.send_response(item.status)
+    handler.send_header("content-type", content_type)
+    handler.send_header("content-length", str(len(data)))
+    for key, value in item.headers.items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def send_stream(handler: BaseHTTPRequestHandler, turn: Turn, frames: list[bytes]) -> bool:
+    """Server-sent events, one frame at a time, `turn.chunk_delay` apart; False when the turn's
+    `cut_after` drops the connection first. HTTP/1.0 without a length: the body ends when the
+    connection closes."""
+    handler.send_response(200)
+    handler.send_header("content-type", "text/event-stream")
+    handler.end_headers()
+    for n, frame in enumerate(frames):
+        if turn.cut_after is not None and n >= turn.cut_after:
+            handler.close_connection = True
+            return False
+        if n and turn.chunk_delay:
+            time.sleep(turn.chunk_delay)
+        handler.wfile.write(frame)
+        handler.wfile.flush()
+    return True
 
 
 def load_script(path: str, turn: type[Turn] = Turn) -> list[Turn | Reply]:
