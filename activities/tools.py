@@ -41,7 +41,7 @@ from waypoint.errors import ToolError, UnknownTool
 from waypoint.mcp import MCPHub, MCPTool
 from waypoint.memory import RecallScope
 from waypoint.memory.steps import recall_scope
-from waypoint.names import Activity, LineageKind, ToolMode, ToolOutcome
+from waypoint.names import Activity, ToolOutcome
 from waypoint.retry import LEDGER_PATIENCE_SECONDS
 from waypoint.store import RunStore
 from waypoint.store.compare import canonical_arguments
@@ -224,7 +224,7 @@ class ToolActivities:
         if inp.origin_known:
             return inp.recorded_from
         origin = await self._ledger(inp.idempotency_key, lambda: self._origin(inp.tenant_id, inp.run_id))
-        if origin is None or origin.kind != LineageKind.RERUN or origin.tools != ToolMode.RECORDED:
+        if origin is None or not origin.answers_from_record:
             return None
         return origin.run_id
 

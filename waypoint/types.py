@@ -189,6 +189,11 @@ class ForkOrigin:
     # the recorded answers (`waypoint rerun --rerun-children`).
     rerun_children: bool = False
 
+    @property
+    def answers_from_record(self) -> bool:
+        """A rerun with recorded tools: matching calls are answered from its source run's ledger."""
+        return self.kind == LineageKind.RERUN and self.tools == ToolMode.RECORDED
+
 
 @dataclass(frozen=True)
 class ParentRef:

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from waypoint import retry
     from waypoint.compaction_types import CompactionSummary, CompactRunInput, summary_episode
     from waypoint.errors import MemoryElsewhere, failure_message
-    from waypoint.names import FINAL_ANSWER_TOOL, Activity, LineageKind, RunStatus, ToolMode, ToolOutcome, Workflow
+    from waypoint.names import FINAL_ANSWER_TOOL, Activity, RunStatus, ToolOutcome, Workflow
     from waypoint.pricing import format_usd
     from waypoint.types import (
         Budget,
@@ -591,7 +591,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover):
         call of the source run. Those are answered from the record and the tool does not run, so
         there is nothing for a human to approve. One short local activity (runs from before, none)."""
         fork = inp.fork
-        if fork is None or fork.kind != LineageKind.RERUN or fork.tools != ToolMode.RECORDED:
+        if fork is None or not fork.answers_from_record:
             return set()
         if not workflow.patched("recorded-approvals-1"):
             return set()
@@ -609,7 +609,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover):
         """A tool call's input, with the run whose ledger answers it when this is a rerun with
         recorded tools (from the run's own input: run_tool need not look it up)."""
         fork = inp.fork
-        recorded = fork is not None and fork.kind == LineageKind.RERUN and fork.tools == ToolMode.RECORDED
+        recorded = fork is not None and fork.answers_from_record
         return RunToolInput(
             run_id=self._run_id,
             tenant_id=inp.tenant_id,

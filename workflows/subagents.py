@@ -26,7 +26,7 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from waypoint.names import Activity, LineageKind, ToolMode, ToolOutcome, Workflow, child_run_id
+    from waypoint.names import Activity, ToolOutcome, Workflow, child_run_id
     from waypoint.pricing import format_usd
     from waypoint.types import (
         AgentCallInput,
@@ -93,9 +93,8 @@ class SubAgentCalls:
         """Call `index` of `step`, naming a sub-agent: its child run's answer, or a tool error."""
         plan = self._state.plan
         fork = inp.fork
-        if fork is not None and fork.kind == LineageKind.RERUN and fork.tools == ToolMode.RECORDED:
-            if not fork.rerun_children:  # answered from the recorded answer, like any recorded tool
-                return await self._run_tool(inp, step, index, call, None)
+        if fork is not None and fork.answers_from_record and not fork.rerun_children:
+            return await self._run_tool(inp, step, index, call, None)  # the recorded answer, like any recorded tool
         record = AgentCallInput(run_id=self._run_id, tenant_id=inp.tenant_id, step=step, call_index=index, call=call)
         task, problem = agent_task(call)
         if problem is not None:
