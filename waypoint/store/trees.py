@@ -231,8 +231,10 @@ async def mirror_waiting(conn: AsyncConnection, run_id: str, status: RunStatus, 
             where = runs.c.status == RunStatus.RUNNING
             note = f"sub-agent run {run_id} waits for approval" + (f": {detail}" if detail else "")
         else:
-            nodes = await _waiting_nodes(conn, tenant, caller)
-            if nodes:
+            # Every sub-agent run's end comes here: most callers show no wait, and have nothing to undo.
+            if await conn.scalar(select(runs.c.status).where(runs.c.run_id == caller)) != RunStatus.WAITING_APPROVAL:
+                return
+            if await waits_below(conn, tenant, caller):
                 return  # another run below still waits
             moved, where, note = RunStatus.RUNNING, runs.c.status == RunStatus.WAITING_APPROVAL, None
         changed = (
@@ -252,6 +254,13 @@ async def mirror_waiting(conn: AsyncConnection, run_id: str, status: RunStatus, 
         caller = changed.caller_run_id
 
 
-async def _waiting_nodes(conn: AsyncConnection, tenant_id: str, run_id: str) -> list[TreeNode]:
-    nodes = await subtree(conn, tenant_id, run_id)
-    return [n for n in nodes if n.depth > 0 and n.run.status == RunStatus.WAITING_APPROVAL]
+async def waits_below(conn: AsyncConnection, tenant_id: str, run_id: str) -> bool:
+    """Some run below `run_id` (not itself) waits for a human's approval."""
+    tree = subtree_query(tenant_id, run_id)
+    query = (
+        select(runs.c.run_id)
+        .join(tree, tree.c.run_id == runs.c.run_id)
+        .where(tree.c.depth > 0, runs.c.status == RunStatus.WAITING_APPROVAL)
+        .limit(1)
+    )
+    return await conn.scalar(query) is not None
