@@ -459,13 +459,9 @@ async def bench(
         agents="_subagents_waypoint",
         openai_api_key="fake",
         openai_base_url=fake.base_url,
-        # The deployment's cap on a run's sub-agents at once, where this Waypoint has one (default 8), is
-        # raised so that only the agents' own caps apply (the wide lead's must).
-        **(
-            {"max_parallel_agents": max(args.children, args.cap)}
-            if "max_parallel_agents" in Settings.model_fields
-            else {}
-        ),
+        # The deployment's cap on a run's sub-agents at once (default 8) is raised so that only the
+        # agents' own caps apply (the wide lead's must).
+        max_parallel_agents=max(args.children, args.cap),
     )
     engine = await prepare_database(stack.info.database_url)
     await engine.dispose()
