@@ -16,11 +16,8 @@ fakes record, per request, its size and the prefix it shares with the run's prev
 - working memory: with inline compaction as by default, or the window alone (`compact_at=1.0`);
 - ms/step and the ratio to the openai adapter's: wall time of the run over its steps.
 
-The anthropic and gemini fakes (`waypoint.testing.fake_anthropic`, `waypoint.testing.fake_gemini`)
-are used when present: each is expected to take `(responder, count_tokens=True)` like FakeOpenAI,
-answer `prefix_stats()`, and may define `bench_env(fake)`, the variables that point its adapter at
-it (else ANTHROPIC_BASE_URL or GOOGLE_GEMINI_BASE_URL and a fake key are set). A provider whose
-fake is missing, or takes other arguments, is skipped with a note. The last line is
+Each provider's fake (`waypoint.testing.fake_openai`, `fake_anthropic`, `fake_gemini`) answers with
+the same responder and keeps the same per-request prefix record (`prefix_stats()`). The last line is
 `prompt cache share, lowest provider: NN%`. Run it as a file, not with -m.
 """
 
@@ -34,7 +31,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -78,10 +75,19 @@ class Provider:
     server: str  # its server class
     model: str  # the agent's model spec
     env: Callable[[Any], dict[str, str]]  # variables pointing the adapter at the fake
+    # The OpenAI fake answers scripted usage unless asked to measure it; the others always measure it.
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 PROVIDERS = [
-    Provider("openai", "waypoint.testing.fake_openai", "FakeOpenAI", "openai:gpt-4.1-mini", lambda f: {}),
+    Provider(
+        "openai",
+        "waypoint.testing.fake_openai",
+        "FakeOpenAI",
+        "openai:gpt-4.1-mini",
+        lambda f: {},
+        {"count_tokens": True},
+    ),
     Provider(
         "anthropic",
         "waypoint.testing.fake_anthropic",
@@ -160,8 +166,7 @@ async def one_run(
     # Compaction's summary requests always go to the OpenAI endpoint: a fake that refuses them.
     compactor = FakeOpenAI(agent_turns(importlib.import_module("waypoint.testing.fake_openai"), 0)).start()
     openai_url = fake.base_url if provider.name == "openai" else compactor.base_url
-    module = importlib.import_module(provider.module)
-    env = module.bench_env(fake) if hasattr(module, "bench_env") else provider.env(fake)
+    env = provider.env(fake)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -222,16 +227,9 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
     try:
         client = await Client.connect(stack.info.temporal_address)
         for provider in PROVIDERS:
-            if importlib.util.find_spec(provider.module) is None:
-                notes.append(f"{provider.name}: skipped, {provider.module} is not there yet")
-                continue
             module = importlib.import_module(provider.module)
             for variant in VARIANTS:
-                try:
-                    fake = getattr(module, provider.server)(agent_turns(module, args.steps), count_tokens=True).start()
-                except (AttributeError, TypeError) as exc:
-                    notes.append(f"{provider.name}: skipped, its fake takes no responder and count_tokens ({exc})")
-                    break
+                fake = getattr(module, provider.server)(agent_turns(module, args.steps), **provider.options).start()
                 try:
                     with console.status(f"{provider.name}, {variant}: {args.steps} steps..."):
                         results.append(await one_run(client, engine, workdir, stack, provider, variant, fake, args))

@@ -261,7 +261,6 @@ class FakeAnthropic(FakeOpenAI):
         port: int = 0,
         repeat: bool = False,
         api_key: str | None = None,
-        count_tokens: bool = True,  # usage is always measured from the request here
     ) -> None:
         self.api_key = api_key
         self.cache = PromptCache()

@@ -147,7 +147,6 @@ class FakeGemini(FakeOpenAI):
         repeat: bool = False,
         api_key: str | None = None,
         min_cached_tokens: int = 1024,
-        count_tokens: bool = True,  # usage is always measured from the request here
     ) -> None:
         self.api_key = api_key
         self.min_cached_tokens = min_cached_tokens
