@@ -110,10 +110,11 @@ async def _serve(
             f"compaction schedule {settings.compaction_schedule_id} {outcome} "
             f"(every {settings.compaction_interval_seconds:g} s; `waypoint schedule show`)"
         )
-        out.console.print("Ctrl-C stops everything.")
+        # Said once the worker has registered its agents and polls: a run typed after it is known.
         if agents is not None:
-            await run_worker(client, engine, settings, stop, agents=agents)
+            await run_worker(client, engine, settings, stop, ready=say_ready, agents=agents)
         else:
+            say_ready()
             await stop.wait()
     finally:
         if api is not None:
@@ -121,6 +122,10 @@ async def _serve(
 
             await stop_api(*api)
         await engine.dispose()
+
+
+def say_ready() -> None:
+    out.console.print("Ctrl-C stops everything.")
 
 
 async def _start_api(
