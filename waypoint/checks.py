@@ -126,6 +126,17 @@ def check_count(name: str, value: int, *, low: int = 1, high: int = 10_000) -> i
     return value
 
 
+DEFAULT_PRIORITY = 3  # the middle of Temporal's five priority keys, its default
+PRIORITIES = range(1, 6)
+
+
+def check_priority(priority: int | None) -> int | None:
+    """A run's priority: 1 (first) to 5 (last), or None for the default (3)."""
+    if priority is not None and (isinstance(priority, bool) or priority not in PRIORITIES):
+        raise InvalidInput(f"invalid priority {priority!r}: a priority is 1 (first) to 5 (last); the default is 3")
+    return priority
+
+
 def check_port(value: int, setting: str) -> int:
     """A TCP port to listen on: 1 to 65535 (`setting` names where it came from, for the fix)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:

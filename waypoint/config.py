@@ -6,6 +6,7 @@ the CLI build a `Settings` and hand the pieces down.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -15,6 +16,8 @@ from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from waypoint.limits import Limits, load_limits
 
 
 class Settings(BaseSettings):
@@ -124,6 +127,28 @@ class Settings(BaseSettings):
     tenant_parallel_agents: dict[str, int] = Field(
         default_factory=dict,
         description='Per-tenant caps in place of max_parallel_agents, as JSON: {"acme": 4}.',
+    )
+    # Fleet flow control (waypoint/limits.py, waypoint/store/limits.py).
+    limits_file: Path | None = Field(
+        None,
+        description="TOML file of fleet limits: per model key calls in flight, requests and tokens a minute; "
+        "per tenant runs at once and a fair-share weight; the circuit breaker. Unset: no limits.",
+    )
+    limit_lease_seconds: float = Field(
+        6.0,
+        ge=1,
+        le=300,
+        description="How long a model call's limiter slot lasts unless its worker renews it: a worker that dies "
+        "gives its slots back after this.",
+    )
+    http_requests_per_second: float | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        description="HTTP API requests a second per API key (a burst of twice that). Unset: none.",
+    )
+    http_open_streams: int | None = Field(
+        None, gt=0, le=100_000, description="Live streams (SSE) one API key may hold open at once. Unset: no limit."
     )
     # Compaction (waypoint/compaction.py, workflows/compaction.py).
     compaction_schedule_id: str = Field("waypoint-compaction", description="Id of the compaction Schedule.")
@@ -235,6 +260,11 @@ class Settings(BaseSettings):
             return check_port(value, "set WAYPOINT_API_PORT")
         except InvalidInput as exc:
             raise ValueError(str(exc)) from None
+
+    @functools.cached_property
+    def limits(self) -> Limits:
+        """The fleet limits of `limits_file`, read once (a bad file raises ConfigError naming the entry)."""
+        return load_limits(self.limits_file)
 
     def parallel_agents_cap(self, tenant_id: str) -> int:
         """How many sub-agent runs one run of this tenant may have at once."""

@@ -19,6 +19,9 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     PAUSED = "paused"
     WAITING_APPROVAL = "waiting_approval"
+    # A model call waits for capacity: a limit of its model key or tenant (waypoint/limits.py), a
+    # shared cooldown after a 429, or an open circuit breaker. `runs.waiting_key` names the key.
+    WAITING_CAPACITY = "waiting_capacity"
     COMPLETED = "completed"
     MAX_STEPS = "max_steps"
     BUDGET_EXCEEDED = "budget_exceeded"
@@ -38,7 +41,7 @@ class RunStatus(StrEnum):
 FINISHED = frozenset(
     {RunStatus.COMPLETED, RunStatus.MAX_STEPS, RunStatus.BUDGET_EXCEEDED, RunStatus.CANCELLED, RunStatus.FAILED}
 )
-LIVE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.WAITING_APPROVAL})
+LIVE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CAPACITY})
 # Shown, never stored: an unfinished run whose workflow task keeps failing (derived from Temporal at read time).
 STUCK = "stuck"
 

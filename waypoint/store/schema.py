@@ -12,12 +12,14 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Integer,
     MetaData,
     Numeric,
     PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     UniqueConstraint,
@@ -65,6 +67,9 @@ runs = Table(
     # Of input_tokens, those the provider's prompt cache served, and those it wrote (migration 0014).
     Column("cache_read_tokens", BigInteger, nullable=False, server_default="0"),
     Column("cache_write_tokens", BigInteger, nullable=False, server_default="0"),
+    # 1 (first) to 5 (last), as Temporal's priority key; None: the default, 3 (migration 0015).
+    Column("priority", SmallInteger, nullable=True),
+    Column("waiting_key", Text, nullable=True),  # while waiting_capacity: the limiter key it waits for
 )
 
 events = Table(
@@ -193,4 +198,59 @@ thread_runs = Table(
     Column("run_id", Text, nullable=False),  # reserved before the run (and its row) exists
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("thread_id", "position", name="thread_runs_pkey"),
+)
+
+# The shared limiter (waypoint/store/limits.py, migration 0015). A lease is one model call's slot of a
+# limiter key, renewed while the call runs; `lease_id` is "<run>:<step>", so a retried call takes its
+# own slot back instead of a second one.
+capacity_leases = Table(
+    "capacity_leases",
+    metadata,
+    Column("lease_id", Text, primary_key=True),
+    Column("key", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("granted_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+# The requests of the last minute per key, with their tokens (estimated, then what the call used).
+capacity_requests = Table(
+    "capacity_requests",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("key", Text, nullable=False),
+    Column("lease_id", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("tokens", BigInteger, nullable=False, server_default="0"),
+)
+
+# The calls waiting for a key, in the line the limiter grants from (priority, then fair share).
+capacity_waiters = Table(
+    "capacity_waiters",
+    metadata,
+    Column("key", Text, nullable=False),
+    Column("lease_id", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("weight", Float, nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),  # a waiter that stops asking drops out
+    PrimaryKeyConstraint("key", "lease_id", name="capacity_waiters_pkey"),
+)
+
+# Per model key: the shared cooldown a 429 set, and the circuit breaker.
+model_key_health = Table(
+    "model_key_health",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("cooldown_until", DateTime(timezone=True), nullable=True),
+    Column("cooldown_reason", Text, nullable=True),
+    Column("failures", Integer, nullable=False, server_default="0"),  # retryable failures in a row
+    Column("last_failure_at", DateTime(timezone=True), nullable=True),
+    Column("breaker_open_until", DateTime(timezone=True), nullable=True),
+    Column("requests", BigInteger, nullable=False, server_default="0"),
+    Column("throttled", BigInteger, nullable=False, server_default="0"),  # 429s and 529s
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )

@@ -7,7 +7,7 @@
 - a typed run's answer (its agent's `output_type`) is `structured_response` in its values, as
   LangGraph's `create_react_agent(response_format=...)` has it; the messages show the model's
   `final_answer` tool call and its result;
-- run statuses: starting -> pending; running, paused, waiting_approval -> running;
+- run statuses: starting, waiting_capacity -> pending; running, paused, waiting_approval -> running;
   completed, max_steps -> success; budget_exceeded -> timeout; cancelled -> interrupted;
   failed -> error.
 """
@@ -33,6 +33,7 @@ RUN_STATUS = {
     RunStatus.RUNNING: "running",
     RunStatus.PAUSED: "running",
     RunStatus.WAITING_APPROVAL: "running",
+    RunStatus.WAITING_CAPACITY: "pending",  # queued for capacity: the spec's "pending" is a run not moving yet
     RunStatus.COMPLETED: "success",
     RunStatus.MAX_STEPS: "success",
     RunStatus.BUDGET_EXCEEDED: "timeout",
