@@ -34,6 +34,7 @@ from temporalio import activity
 
 from waypoint import telemetry, working_memory
 from waypoint.activities.boundary import boundary, heartbeating
+from waypoint.activities.capacity import Capacity
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
@@ -47,10 +48,11 @@ from waypoint.names import Activity
 from waypoint.pricing import cost_usd
 from waypoint.store import RunStore
 from waypoint.store.hashing import hashed_json, text_digest
+from waypoint.store.limits import Lease
 from waypoint.store.working import ModelContext
 from waypoint.telemetry import chat_span
 from waypoint.typed_answers import check_turn, final_answer_tool
-from waypoint.types import CallModelInput, CallRecord, Memory, ModelTurn, RecalledRef
+from waypoint.types import CallModelInput, CallRecord, CapacityWait, Memory, ModelTurn, RecalledRef
 
 log = logging.getLogger("waypoint.memory")
 
@@ -94,6 +96,7 @@ class ModelActivities:
         # SDK clients of the other providers, one per (provider, key variable), made by their adapters.
         self._clients: dict[Any, Any] = {}
         self._scopes: dict[str, RecallScope] = {}
+        self.capacity = Capacity(store, settings)
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
         agent = self.agents.get(agent_name)
@@ -187,6 +190,9 @@ class ModelActivities:
             tools.append(final_answer_tool(agent.output_schema))
         return tools
 
+    def _holding(self, lease: Lease | None) -> AbstractAsyncContextManager[None]:
+        return self.capacity.holding(lease) if lease is not None else contextlib.nullcontext()
+
     def _deltas(self, inp: CallModelInput, attempt: int, adapter: ModelAdapter) -> AbstractAsyncContextManager[Any]:
         """Where this attempt's deltas go: nowhere for adapters that do not stream."""
         if self.deltas is None or isinstance(adapter, ScriptedModel):
@@ -214,6 +220,15 @@ class ModelActivities:
         assembled = working_memory.assemble(parts, agent.context_tokens)
         messages = assembled.messages
         attempt = activity.info().attempt
+        capacity = self.capacity if self.capacity.on(agent) and not isinstance(adapter, ScriptedModel) else None
+        lease: Lease | None = None
+        if capacity is not None:
+            taken = await capacity.take(inp, agent, assembled.tokens)
+            if isinstance(taken, CapacityWait):  # the call does not go out: the workflow waits, not this worker
+                if remembering is not None:
+                    await remembering
+                return ModelTurn(model=inp.model, wait=taken)
+            lease = taken
         record = call_record(context, assembled)
         # The recalled message is kept in Postgres while the model thinks, not carried in the result.
         keeping = (
@@ -221,8 +236,9 @@ class ModelActivities:
             if record.recalled_text
             else None
         )
+        turn: ModelTurn | None = None
         try:
-            async with heartbeating(inp.step):
+            async with heartbeating(inp.step), self._holding(lease):
                 with chat_span(
                     inp.model,
                     messages,
@@ -239,11 +255,17 @@ class ModelActivities:
                     chat.record(turn)
         except ModelError as error:
             await self.record_failure(inp, error, attempt)
+            if capacity is not None:
+                await capacity.outcome(capacity.key(inp, agent), error)
             error.details.setdefault("attempt", attempt)  # how many attempts a failover came after
             raise
         finally:
+            if capacity is not None and lease is not None:
+                await capacity.give_back(lease, turn)
             remembered = await remembering if remembering is not None else None
             kept = await keeping if keeping is not None else None
+        if capacity is not None:
+            await capacity.outcome(capacity.key(inp, agent), None)
         turn = replace(
             turn,
             cost_usd=cost_usd(turn.model, turn.usage, self.settings.prices),

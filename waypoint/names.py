@@ -175,6 +175,25 @@ class Query(StrEnum):
     PROGRESS = "progress"
 
 
+class Signal(StrEnum):
+    """Signals an agent run takes (frozen)."""
+
+    # The shared limiter freed capacity this run's model call waits for: ask again now.
+    CAPACITY = "capacity"
+
+
+class WaitReason(StrEnum):
+    """Why the shared limiter made a model call wait (`CapacityWait.reason`)."""
+
+    IN_FLIGHT = "in_flight"  # the key's calls in flight are at its limit
+    REQUESTS = "requests"  # the key's requests of the last minute are
+    TOKENS = "tokens"  # the key's tokens of the last minute are
+    TENANT = "tenant"  # the tenant's runs with a call in flight are
+    COOLDOWN = "cooldown"  # a 429 (or 529) said when the key takes calls again
+    BREAKER = "breaker"  # the key failed with retryable errors until its circuit breaker opened
+    RECOVERED = "recovered"  # not a wait: a model the run failed over from is healthy again
+
+
 class MemoryOp(StrEnum):
     """What a `MemoryRequest` asks the memory worker."""
 

@@ -22,6 +22,7 @@ from waypoint.names import (
     RunStatus,
     ToolMode,
     ToolOutcome,
+    WaitReason,
     idempotency_key,
 )
 
@@ -117,6 +118,20 @@ class ModelTurn:
     # The answer's content blocks as one provider must be sent them back, by provider (Anthropic's
     # signed `thinking` blocks); None for the answers that need nothing beyond content and tool calls.
     provider_blocks: dict[str, list[dict[str, Any]]] | None = None
+    # No answer: the call did not go out, it waits for capacity (the shared limiter's answer).
+    wait: CapacityWait | None = None
+
+
+@dataclass(frozen=True)
+class CapacityWait:
+    """The shared limiter made a model call wait: for `key`, at `position` in its line (1: next),
+    asking again after `retry_after` seconds at the latest (a `capacity` signal may come sooner).
+    With reason `recovered`, `key` is the model spec the run failed over from and may go back to."""
+
+    key: str
+    reason: WaitReason
+    position: int = 1
+    retry_after: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -305,6 +320,7 @@ class RunInput:
     # `model` was chosen for this run (`--model`): it calls that model only, even its agent's first,
     # with no failover list. A rerun without --model passes its source's model unpinned.
     pin_model: bool = False
+    priority: int | None = None  # 1 (first) to 5 (last); None: the default (3)
 
 
 @dataclass(frozen=True)
@@ -318,6 +334,7 @@ class StartRunInput:
     fork: ForkOrigin | None = None
     parent: ParentRef | None = None
     pin_model: bool = False
+    priority: int | None = None  # 1 (first) to 5 (last); None: the default (3)
 
 
 @dataclass(frozen=True)
@@ -392,6 +409,11 @@ class CallModelInput:
     recall_k: int = 0
     # The models this step failed over from before this call, in order (for the model span).
     failed_over_from: list[str] = field(default_factory=list)
+    # 1 (first) to 5 (last): the run's place in the limiter's lines; None: the default (3).
+    priority: int | None = None
+    # The models of the agent's plan before this one: the call steps back to the first that is
+    # healthy again (answering a `recovered` wait) instead of calling this one.
+    prefer: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

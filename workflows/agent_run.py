@@ -26,6 +26,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
+from waypoint.workflows.capacity import CapacityWaits
 from waypoint.workflows.failover import ModelFailover
 from waypoint.workflows.run_messages import RunMessages
 from waypoint.workflows.subagents import StepCancelled, SubAgentCalls
@@ -101,7 +102,7 @@ def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
 
 
 @workflow.defn(name=Workflow.AGENT_RUN)
-class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover):
+class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits):
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
         """The run's state exists before its first message can arrive: carried over when the run
@@ -292,9 +293,11 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover):
             return None
         return state.started_at + state.plan.deadline_seconds - workflow.now().timestamp()
 
-    async def _wait(self, condition: Callable[[], bool]) -> None:
-        """Wait for `condition`, or cancel, or the deadline (whichever comes first)."""
+    async def _wait(self, condition: Callable[[], bool], timeout: float | None = None) -> None:
+        """Wait for `condition`, or cancel, or the deadline, or `timeout` seconds (whichever comes first)."""
         remaining = self._deadline_remaining()
+        if timeout is not None:
+            remaining = timeout if remaining is None else min(remaining, timeout)
         # A deadline past what a timer holds is cut to the longest timer (a huge one failed every
         # workflow task). Replay compares a timer's id, not its duration, so no patch is needed.
         timeout = None if remaining is None else min(max(remaining, 0.001), retry.LONGEST_TIMER_SECONDS)
@@ -347,6 +350,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover):
             model=state.plan.model,
             user_messages=user_messages,
             retry=state.plan.retry,
+            priority=inp.priority,
         )
         if state.plan.memory_queue is not None and workflow.patched("memory-in-call-model-1"):
             turn = await self._call_model_with_memory(call, state.plan)
@@ -407,9 +411,33 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover):
         return turn, results
 
     async def _call_model_once(
-        self, call: CallModelInput, task_queue: str | None = None, policy: RetryPolicy | None = None, **timeouts: Any
+        self,
+        call: CallModelInput,
+        task_queue: str | None = None,
+        policy: RetryPolicy | None = None,
+        *,
+        redirect: bool = False,
+        **timeouts: Any,
     ) -> ModelTurn:
-        """One model call with its retries (`_call_model`, in failover.py, picks the model and policy)."""
+        """One model call with its retries (`_call_model`, in failover.py, picks the model and policy),
+        and its waits for capacity (workflows/capacity.py); `redirect`: an open breaker fails over."""
+        waited = False
+        while True:
+            seen = self._capacity_signals
+            turn = await self._model_activity(call, task_queue, policy, **timeouts)
+            if turn.wait is None or not workflow.patched("capacity-wait-1"):
+                break
+            await self._wait_for_capacity(turn.wait, seen, redirect=redirect)
+            waited = True
+            if self._cancel_reason is not None:
+                raise StepCancelled(call.step, f"step {call.step}'s model call was cancelled waiting for capacity")
+        if waited:
+            await self._set_status(RunStatus.RUNNING)
+        return turn
+
+    async def _model_activity(
+        self, call: CallModelInput, task_queue: str | None, policy: RetryPolicy | None, **timeouts: Any
+    ) -> ModelTurn:
         state = self._state
         options: dict[str, Any] = {
             "result_type": ModelTurn,

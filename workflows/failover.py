@@ -5,9 +5,11 @@ retry spec allows fewer). When they are spent on errors that fail over (a provid
 overloaded, answers that are not completions, a timeout, or a model this worker cannot call: see
 `waypoint.retry.FAILOVER_ERRORS`), the move is logged as a `model_failover` event by a short local
 activity, and the same step calls the next model. The run stays there for its later steps (and across
-continue-as-new, in `RunState.model_index`): one move per outage, not one wait per step; going back
-to a provider that recovered is the circuit breaker's part. The last model keeps the agent's full
-retry policy. A rejected request (4xx) fails the run at once: the next model would get the same one.
+continue-as-new, in `RunState.model_index`): one move per outage, not one wait per step. The shared
+limiter's health of each model key moves it sooner, and back (workflows/capacity.py): an open circuit
+breaker fails the step over at once, and a model the run left that is healthy again takes it back,
+each move a `model_failover` event too (`error_type` `breaker` or `recovered`). The last model keeps
+the agent's full retry policy. A rejected request (4xx) fails the run at once: the next model would get the same one.
 
 The switch happens in the workflow, so it is durable and replays: runs whose plan has one model take
 the old path, without the `model-failover-1` patch marker, and their commands are what they were.
@@ -23,10 +25,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
+from waypoint.workflows.capacity import CapacityRedirect
+
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry
     from waypoint.errors import failure_message
-    from waypoint.names import Activity
+    from waypoint.names import Activity, WaitReason
     from waypoint.types import CallModelInput, FailoverRecord, ModelTurn, RunState
 
 
@@ -61,7 +65,13 @@ class ModelFailover:
         raise NotImplementedError
 
     async def _call_model_once(
-        self, call: CallModelInput, task_queue: str | None = None, policy: RetryPolicy | None = None, **timeouts: Any
+        self,
+        call: CallModelInput,
+        task_queue: str | None = None,
+        policy: RetryPolicy | None = None,
+        *,
+        redirect: bool = False,
+        **timeouts: Any,
     ) -> ModelTurn:
         raise NotImplementedError
 
@@ -76,24 +86,36 @@ class ModelFailover:
             index = min(self._state.model_index, len(models) - 1)
             model, last = models[index], index == len(models) - 1
             policy = retry.model_retry(plan.retry) if last else retry.failover_retry(plan.retry, plan.failover_after)
+            moved = FailoverRecord(self._run_id, call.tenant_id, call.step, model, "", 0, "", "")
             try:
-                this_call = replace(call, model=model, failed_over_from=list(tried))
-                return await self._call_model_once(this_call, task_queue, policy=policy, **timeouts)
+                # `prefer`: the models before this one, for the call to step back to one that recovered.
+                this_call = replace(call, model=model, failed_over_from=list(tried), prefer=models[:index])
+                return await self._call_model_once(this_call, task_queue, policy=policy, redirect=not last, **timeouts)
+            except CapacityRedirect as redirect:
+                wait = redirect.wait
+                if wait.reason == WaitReason.RECOVERED:
+                    back = models.index(wait.key)
+                    why = f"{wait.key} is healthy again: back to it"
+                    failover = replace(moved, to_model=wait.key, last_error=why, error_type=WaitReason.RECOVERED)
+                else:
+                    back = index + 1
+                    why = f"the circuit breaker of {wait.key} is open"
+                    failover = replace(moved, to_model=models[back], last_error=why, error_type=WaitReason.BREAKER)
             except ActivityError as exc:
                 if last or not fails_over(exc):
                     raise
-                failover = FailoverRecord(
-                    run_id=self._run_id,
-                    tenant_id=call.tenant_id,
-                    step=call.step,
-                    from_model=model,
-                    to_model=models[index + 1],
+                back = index + 1
+                failover = replace(
+                    moved,
+                    to_model=models[back],
                     after_attempts=failed_attempts(exc, policy),
                     last_error=failure_message(exc),
                     error_type=exc.cause.type if isinstance(exc.cause, ApplicationError) else "timeout",
                 )
             after, to = failover.after_attempts, failover.to_model
-            workflow.logger.warning("step %s: %s failed %s time(s), failing over to %s", call.step, model, after, to)
+            workflow.logger.warning(
+                "step %s: %s -> %s after %s failed attempt(s): %s", call.step, model, to, after, failover.last_error
+            )
             await self._store(Activity.RECORD_FAILOVER, failover)
-            self._state = replace(self._state, model_index=index + 1)
+            self._state = replace(self._state, model_index=back)
             tried.append(model)

@@ -7,7 +7,7 @@
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
-threads, and what live streams read. `waypoint.store.db` has connections and
+threads, what live streams read, and the shared limiter of model calls. `waypoint.store.db` has connections and
 migrations, `waypoint.store.schema` the tables.
 """
 
@@ -21,6 +21,7 @@ from waypoint.store.compare import Compare
 from waypoint.store.integrity import Integrity
 from waypoint.store.keys import ApiKeys
 from waypoint.store.ledger import Ledger
+from waypoint.store.limits import Limiter
 from waypoint.store.log import RunLog
 from waypoint.store.reads import Reads
 from waypoint.store.steps import StepWriter
@@ -46,6 +47,7 @@ class RunStore(
     Streams,
     Compare,
     Trees,
+    Limiter,
 ):
     """Every read and write of the Postgres mirror."""
 

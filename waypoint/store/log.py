@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from waypoint.names import FINISHED, EventKind, RunStatus
 from waypoint.store.base import StoreBase, run_filter
 from waypoint.store.hashing import chained_event
+from waypoint.store.limits import leave_lines
 from waypoint.store.rows import RunRow
 from waypoint.store.schema import events, runs
 from waypoint.types import FailoverRecord, ParentRef
@@ -108,8 +109,10 @@ class RunLog(StoreBase):
                 error=error,
                 finished_at=func.now(),
                 before=[(EventKind.STEP_CANCELLED, interrupted)] if interrupted else [],
+                waiting_key=None,
                 **({"output_json": output_json} if output_json is not None else {}),
             )
+            await leave_lines(conn, run_id)
             return await self._run(conn, tenant_id, run_id)
 
     async def record_failed_start(
@@ -193,7 +196,10 @@ async def transition_status(
 ) -> None:
     """A live status change of an unfinished run, with its `status_changed` event (none if it has it already)."""
     payload = {"status": status, "detail": detail}
-    await _transition(conn, tenant_id, run_id, EventKind.STATUS_CHANGED, payload, runs.c.status != status)
+    waiting_key = detail if status == RunStatus.WAITING_CAPACITY else None
+    await _transition(
+        conn, tenant_id, run_id, EventKind.STATUS_CHANGED, payload, runs.c.status != status, waiting_key=waiting_key
+    )
 
 
 async def _transition(
