@@ -145,10 +145,15 @@ class Settings(BaseSettings):
         None,
         gt=0,
         le=100_000,
-        description="HTTP API requests a second per API key (a burst of twice that). Unset: none.",
+        description="HTTP API requests a second per API key, per API process (a burst of twice that, at least "
+        "1); over it: 429 with Retry-After. Unset: no limit.",
     )
     http_open_streams: int | None = Field(
-        None, gt=0, le=100_000, description="Live streams (SSE) one API key may hold open at once. Unset: no limit."
+        None,
+        gt=0,
+        le=100_000,
+        description="Live streams (SSE) one API key may hold open at once, per API process; one more: 429 with "
+        "Retry-After. Unset: no limit.",
     )
     # Compaction (waypoint/compaction.py, workflows/compaction.py).
     compaction_schedule_id: str = Field("waypoint-compaction", description="Id of the compaction Schedule.")

@@ -8,7 +8,7 @@
     /docs, /openapi.json         the OpenAPI documentation
 
 Requests are authenticated by API key (`auth.py`; a write without one from another site's page
-is refused), bodies are capped at
+is refused) and may be rate-limited per key (`limits.py`: 429), bodies are capped at
 `WAYPOINT_API_MAX_BODY_BYTES` (413 past it), and browsers may call from `WAYPOINT_API_CORS_ORIGINS`.
 """
 
@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from waypoint.app.client import Waypoint
 from waypoint.app.http import errors
 from waypoint.app.http.hub import StreamHub
+from waypoint.app.http.limits import HttpLimits
 from waypoint.app.http.state import ApiState
 from waypoint.checks import check_text
 from waypoint.config import Settings
@@ -105,7 +106,8 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         wp = waypoint or await Waypoint.connect(settings, temporal=False)
         hub = await StreamHub(wp, buffer=settings.api_stream_buffer).start()
-        app.state.api = ApiState(wp=wp, hub=hub, settings=settings, auth=auth)
+        limits = HttpLimits(settings.http_requests_per_second, settings.http_open_streams)
+        app.state.api = ApiState(wp=wp, hub=hub, settings=settings, auth=auth, limits=limits)
         try:
             yield
         finally:

@@ -6,7 +6,7 @@ the database on every request, so a revoked key stops working at once. The web v
 cookie (`ui/session.py`) is accepted on GET requests only, so no cookie can make a /v1 write; the
 cookie names its key, which is looked up the same way, so revoking a key ends its sessions too.
 With auth off (only `waypoint dev`, on a loopback address) every request acts for the configured
-tenant.
+tenant. Each authenticated request is counted against its key's rate limit (`limits.py`).
 
 A browser sends its cookies (and, with auth off, needs none) whichever page makes it post, so
 a write without a key is refused (403) when it comes from a page of another origin: its
@@ -17,13 +17,15 @@ the header without the server's CORS consent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 
 from waypoint.app.http.errors import HttpError, unauthorized
+from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.state import ApiState, api_state
 
 
@@ -80,11 +82,26 @@ def check_origin(request: Request) -> None:
         )
 
 
-async def tenant_of(request: Request) -> str:
+@dataclass(frozen=True)
+class Caller:
+    """Who a request is from: its tenant, and the id of the key it used (None with auth off)."""
+
+    tenant: str
+    key_id: int | None
+
+
+async def caller_of(request: Request) -> Caller:
+    """The request's key, checked, and one request counted against it (429 over its rate)."""
     api = api_state(request)
+    caller = await _authenticate(request, api)
+    api.limits.spend(caller.key_id)
+    return caller
+
+
+async def _authenticate(request: Request, api: ApiState) -> Caller:
     check_origin(request)
     if not api.auth:
-        return api.settings.tenant
+        return Caller(api.settings.tenant, None)
     key = presented_key(request)
     if key is None and request.method == "GET":
         from waypoint.app.http.ui.session import COOKIE, key_in, secret_of
@@ -94,16 +111,32 @@ async def tenant_of(request: Request) -> str:
             tenant = await api.wp.keys.tenant_of_id(key_id)
             if tenant is None:
                 raise unauthorized("the viewer session's API key is revoked: log in at /ui/login with a valid key")
-            return tenant
+            return Caller(tenant, key_id)
     if key is None:
         raise unauthorized(
             "no API key: send `Authorization: Bearer <key>`; create a key with `waypoint keys create --tenant T`"
         )
-    tenant = await api.wp.keys.tenant_of(key)
-    if tenant is None:
+    row = await api.wp.keys.valid(key)
+    if row is None:
         raise unauthorized("unknown or revoked API key: `waypoint keys list` shows the valid ones")
-    return tenant
+    return Caller(row.tenant_id, row.id)
+
+
+async def tenant_of(caller: Annotated[Caller, Depends(caller_of)]) -> str:
+    return caller.tenant
+
+
+async def stream_slot(request: Request, caller: Annotated[Caller, Depends(caller_of)]) -> AsyncIterator[StreamSlot]:
+    """A live stream's slot of the caller's key (429 when it holds WAYPOINT_HTTP_OPEN_STREAMS), taken
+    before the route does anything; given back here unless the route's response took it over."""
+    slot = api_state(request).limits.open_stream(caller.key_id)
+    try:
+        yield slot
+    finally:
+        if not slot.streaming:
+            slot.release()
 
 
 Tenant = Annotated[str, Depends(tenant_of)]
 Api = Annotated[ApiState, Depends(api_state)]
+OpenStream = Annotated[StreamSlot, Depends(stream_slot)]

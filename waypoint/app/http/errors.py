@@ -15,6 +15,7 @@
 and the HTTP layer's own: 400 `bad_json`, 401 `unauthorized`, 404 `route_not_found`,
 405 `method_not_allowed`, 413 `body_too_large`, 422 `invalid_body` (a body or query that does not
 fit the endpoint), 403 `cross_origin` (a write without a key from another site's page),
+429 `rate_limited` and `too_many_streams` (over a key's rate limit, with `Retry-After`: `limits.py`),
 501 `not_supported`, 500 `internal`. Another tenant's run is `not_found`, exactly like a run that
 does not exist. Under a path a surface renders pages for (the viewer's /ui), the same status,
 code and message come as that surface's HTML page.
@@ -106,7 +107,10 @@ def install(app: FastAPI, pages: Mapping[str, ErrorPage] | None = None) -> None:
         path = request.url.path
         for prefix, page in pages.items():
             if path == prefix or path.startswith(prefix + "/"):
-                return page(request, status, code, message)
+                response = page(request, status, code, message)
+                if headers and "Retry-After" in headers:  # a 429's, for a page as for JSON
+                    response.headers["Retry-After"] = headers["Retry-After"]
+                return response
         return error_response(status, code, message, headers)
 
     @app.exception_handler(WaypointError)

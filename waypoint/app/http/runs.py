@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from waypoint.app.client import RunRow, as_json
-from waypoint.app.http.auth import Api, Tenant
+from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.streams import NativeFormat, run_items, sse_response
 from waypoint.app.http.trees import TreeFormat, TreeStream, parse_tree_position
 from waypoint.checks import parse_step
@@ -261,6 +261,7 @@ async def stream(
     run_id: str,
     api: Api,
     tenant: Tenant,
+    slot: OpenStream,
     last_event_id: Annotated[str | None, Header(description="Resume after this event (the SSE id).")] = None,
     after: Annotated[
         int | None, Query(ge=0, description="Resume after this seq (for clients without headers).")
@@ -283,15 +284,15 @@ async def stream(
         cursors = parse_tree_position(run_id, last_event_id) if last_event_id and last_event_id.strip() else {}
         cursors[run_id] = await api.wp.check_position(run_id, cursors.get(run_id, after or 0), tenant_id=tenant)
         tree_stream = TreeStream(api.hub, api.wp, tenant, run_id, cursors, deltas=deltas)
-        return sse_response(tree_stream.items(), TreeFormat(tree_stream).render, keepalive=keepalive)
+        return sse_response(tree_stream.items(), TreeFormat(tree_stream).render, slot=slot, keepalive=keepalive)
     position = await api.wp.check_position(run_id, resume_point(last_event_id, after), tenant_id=tenant)
     items = run_items(api.hub, api.wp, tenant, run_id, position, deltas=deltas)
     if format == "agui":
         from waypoint.app.http.agui import AguiFormat
 
         agui = AguiFormat(run_id, thread_id=run_id)
-        return sse_response(items, agui.render, keepalive=keepalive)
-    return sse_response(items, NativeFormat(run_id).render, keepalive=keepalive)
+        return sse_response(items, agui.render, slot=slot, keepalive=keepalive)
+    return sse_response(items, NativeFormat(run_id).render, slot=slot, keepalive=keepalive)
 
 
 def resume_point(last_event_id: str | None, after: int | None) -> int:

@@ -1,4 +1,5 @@
-"""What every request handler shares: the client, the stream hub, the settings, whether auth is on."""
+"""What every request handler shares: the client, the stream hub, the settings, whether auth is on,
+the rate limits' counts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from fastapi import Request
 
 from waypoint.app.client import Waypoint
 from waypoint.app.http.hub import StreamHub
+from waypoint.app.http.limits import HttpLimits
 from waypoint.config import Settings
 
 
@@ -17,6 +19,7 @@ class ApiState:
     hub: StreamHub
     settings: Settings
     auth: bool
+    limits: HttpLimits
 
 
 def api_state(request: Request) -> ApiState:

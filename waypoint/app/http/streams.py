@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Receive, Scope, Send
 
 from waypoint.app.client import EventRow, as_json
 from waypoint.app.http.hub import PAGE, StreamHub, read_log
+from waypoint.app.http.limits import StreamSlot
 from waypoint.deltas import AttemptText, DeltaBatch
 from waypoint.errors import NotFound
 from waypoint.names import FINISHED, EventKind
@@ -184,17 +186,35 @@ def overflow_event(last_id: int | str) -> ServerSentEvent:
     return ServerSentEvent(json.dumps(data), event="error")
 
 
+class LiveStream(EventSourceResponse):
+    """An SSE response holding its key's stream slot until it ends: finished, the client gone, or
+    the server stopping."""
+
+    def __init__(self, *args: Any, slot: StreamSlot, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.slot = slot
+        slot.streaming = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
+
+
 def sse_response(
     items: AsyncIterator[StreamItem],
     render: Callable[[StreamItem], list[ServerSentEvent]],
     *,
+    slot: StreamSlot,
     keepalive: float,
     headers: dict[str, str] | None = None,
     opening: list[ServerSentEvent] | None = None,
     closing: Callable[[], list[ServerSentEvent]] | None = None,
 ) -> EventSourceResponse:
     """The SSE response: `opening` events, every item rendered, then `closing` ones; a comment
-    every `keepalive` seconds while nothing happens."""
+    every `keepalive` seconds while nothing happens. `slot` (the route's `auth.OpenStream`) is
+    held until the stream ends."""
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         for event in opening or []:
@@ -205,8 +225,9 @@ def sse_response(
         for event in closing() if closing else []:
             yield event
 
-    return EventSourceResponse(
+    return LiveStream(
         events(),
+        slot=slot,
         ping=keepalive,
         ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
         sep="\n",

@@ -20,8 +20,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
 from waypoint.app.client import RunRow, ThreadRow
-from waypoint.app.http.auth import Api, Tenant
+from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.errors import not_supported
+from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of, values
 from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes
 from waypoint.app.http.protocol.threads import newest_started
@@ -171,6 +172,7 @@ def _locations(thread_id: str | None, run_id: str) -> dict[str, str]:
 async def _stream(
     api: ApiState,
     tenant: str,
+    slot: StreamSlot,
     thread_id: str | None,
     run_id: str,
     modes: list[str],
@@ -199,6 +201,7 @@ async def _stream(
     return sse_response(
         items(),
         SubgraphFormat(fmt, tree, modes).render if tree else fmt.render,
+        slot=slot,
         keepalive=api.settings.api_keepalive_seconds,
         headers=_locations(thread_id, run_id),
         opening=fmt.opening() if resume_after == 0 else [],
@@ -234,11 +237,11 @@ async def create_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) 
 
 
 @router.post("/threads/{thread_id}/runs/stream")
-async def stream_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> Response:
+async def stream_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream) -> Response:
     """Start a run on the thread and stream it (stream modes: values, updates, messages-tuple, custom)."""
     modes = stream_modes(body.stream_mode)
     run_id = await start_on_thread(api, tenant, thread_id, body)
-    return await _stream(api, tenant, thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
+    return await _stream(api, tenant, slot, thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
 @router.post("/threads/{thread_id}/runs/wait")
@@ -302,13 +305,14 @@ async def join_stream(
     run_id: str,
     api: Api,
     tenant: Tenant,
+    slot: OpenStream,
     stream_mode: Annotated[list[str] | None, Query()] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Join a run's stream: from the start, or after Last-Event-ID, then live until it ends."""
     await _member(api, tenant, thread_id, run_id)
     position = await api.wp.check_position(run_id, resume_point(last_event_id, None), tenant_id=tenant)
-    return await _stream(api, tenant, thread_id, run_id, stream_modes(stream_mode), position)
+    return await _stream(api, tenant, slot, thread_id, run_id, stream_modes(stream_mode), position)
 
 
 @router.delete("/threads/{thread_id}/runs/{run_id}", status_code=204)
@@ -330,10 +334,10 @@ async def create_stateless(body: RunCreate, api: Api, tenant: Tenant) -> JSONRes
 
 
 @router.post("/runs/stream")
-async def stream_stateless(body: RunCreate, api: Api, tenant: Tenant) -> Response:
+async def stream_stateless(body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream) -> Response:
     modes = stream_modes(body.stream_mode)
     run_id = await start_on_thread(api, tenant, None, body)
-    return await _stream(api, tenant, None, run_id, modes, subgraphs=body.stream_subgraphs)
+    return await _stream(api, tenant, slot, None, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
 @router.post("/runs/wait")
@@ -358,11 +362,12 @@ async def join_stateless(
     run_id: str,
     api: Api,
     tenant: Tenant,
+    slot: OpenStream,
     stream_mode: Annotated[list[str] | None, Query()] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
     position = await api.wp.check_position(run_id, resume_point(last_event_id, None), tenant_id=tenant)
-    return await _stream(api, tenant, None, run_id, stream_modes(stream_mode), position)
+    return await _stream(api, tenant, slot, None, run_id, stream_modes(stream_mode), position)
 
 
 # --- what is not supported: 501, with what to do instead -----------------------------------------

@@ -30,8 +30,10 @@ class LoginNeeded(Exception):
 
 
 async def tenant_of(request: Request) -> str:
-    """The session's tenant, while the key it was made with is valid (one lookup by its id)."""
+    """The session's tenant, while the key it was made with is valid (one lookup by its id); the
+    page counts against that key's rate limit, as the API's requests do."""
     api = api_state(request)
+    key_id = None
     if api.auth:
         key_id = session.key_in(session.secret_of(api.settings.ui_secret), request.cookies.get(session.COOKIE))
         tenant = await api.wp.keys.tenant_of_id(key_id) if key_id is not None else None
@@ -39,6 +41,7 @@ async def tenant_of(request: Request) -> str:
             raise LoginNeeded()
     else:
         tenant = api.settings.tenant
+    api.limits.spend(key_id)
     request.state.tenant = tenant
     return tenant
 
