@@ -108,7 +108,7 @@ class Limiter(StoreBase):
             expires = now + timedelta(seconds=lease_seconds)
             renewed = await conn.execute(
                 update(capacity_leases)
-                .where(capacity_leases.c.lease_id == ask.lease_id)
+                .where(_lease(key, ask.lease_id))
                 .values(expires_at=expires)
                 .returning(capacity_leases.c.lease_id)
             )
@@ -168,7 +168,7 @@ class Limiter(StoreBase):
         async with self.engine.begin() as conn:
             await conn.execute(
                 update(capacity_leases)
-                .where(capacity_leases.c.lease_id == lease.lease_id)
+                .where(_lease(lease.key, lease.lease_id))
                 .values(expires_at=func.clock_timestamp() + timedelta(seconds=lease_seconds))
             )
 
@@ -179,7 +179,7 @@ class Limiter(StoreBase):
         key = lease.key
         async with self.engine.begin() as conn:
             await _lock(conn, key)
-            await conn.execute(delete(capacity_leases).where(capacity_leases.c.lease_id == lease.lease_id))
+            await conn.execute(delete(capacity_leases).where(_lease(key, lease.lease_id)))
             if tokens_used is not None:
                 await conn.execute(
                     update(capacity_requests)
@@ -382,6 +382,10 @@ async def _lock(conn: AsyncConnection, *keys: str) -> None:
 
 async def _health(conn: AsyncConnection, key: str) -> Any:
     return (await conn.execute(select(model_key_health).where(model_key_health.c.key == key))).first()
+
+
+def _lease(key: str, lease_id: str) -> Any:
+    return and_(capacity_leases.c.key == key, capacity_leases.c.lease_id == lease_id)
 
 
 def _waiter_of(key: str, lease_id: str) -> Any:

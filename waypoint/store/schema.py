@@ -206,12 +206,13 @@ thread_runs = Table(
 capacity_leases = Table(
     "capacity_leases",
     metadata,
-    Column("lease_id", Text, primary_key=True),
     Column("key", Text, nullable=False),
+    Column("lease_id", Text, nullable=False),
     Column("tenant_id", Text, nullable=False),
     Column("run_id", Text, nullable=False),
     Column("granted_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("key", "lease_id", name="capacity_leases_pkey"),
 )
 
 # The requests of the last minute per key, with their tokens (estimated, then what the call used).

@@ -26,12 +26,13 @@ def upgrade() -> None:
     op.add_column("runs", sa.Column("waiting_key", sa.Text, nullable=True))
     op.create_table(
         "capacity_leases",
-        sa.Column("lease_id", sa.Text, primary_key=True),  # run:step: a retried call takes its own lease back
         sa.Column("key", sa.Text, nullable=False),
+        sa.Column("lease_id", sa.Text, nullable=False),  # run:step: a retried call takes its own lease back
         sa.Column("tenant_id", sa.Text, nullable=False),
         sa.Column("run_id", sa.Text, nullable=False),
         sa.Column("granted_at", sa.DateTime(timezone=True), nullable=False, server_default=NOW),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("key", "lease_id", name="capacity_leases_pkey"),
     )
     op.create_index("capacity_leases_key", "capacity_leases", ["key", "expires_at"])
     op.create_index("capacity_leases_tenant", "capacity_leases", ["tenant_id", "expires_at"])

@@ -1,0 +1,188 @@
+"""The shared limiter in Postgres (waypoint/store/limits.py), and the limits file it enforces.
+
+Each test uses keys of its own (a uuid in the model name), so they share the session's database."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from waypoint.errors import ConfigError
+from waypoint.limits import BreakerLimit, Limits, ModelLimit, TenantLimit, load_limits
+from waypoint.names import WaitReason
+from waypoint.store import RunStore
+from waypoint.store.limits import CapacityAsk, Lease
+from waypoint.types import CapacityWait
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
+LEASE = 30.0
+
+
+def model() -> str:
+    return f"openai:m-{uuid.uuid4().hex[:8]}"
+
+
+def ask(key: str, run: str, *, tenant: str = "a", priority: int = 3, step: int = 1, tokens: int = 10) -> CapacityAsk:
+    return CapacityAsk(run_id=run, step=step, tenant_id=tenant, model_key=key, priority=priority, tokens=tokens)
+
+
+def limits(key: str, **entry: int) -> Limits:
+    return Limits(models={key: ModelLimit(**entry)}, source="test")
+
+
+async def test_calls_in_flight_wait_in_line_and_a_release_names_who_fits_now(store: RunStore) -> None:
+    key = model()
+    lim = limits(key, in_flight=2)
+    first = await store.acquire(ask(key, "r1"), lim, LEASE)
+    second = await store.acquire(ask(key, "r2"), lim, LEASE)
+    assert isinstance(first, Lease) and isinstance(second, Lease) and first.key == key
+    third = await store.acquire(ask(key, "r3"), lim, LEASE)
+    fourth = await store.acquire(ask(key, "r4"), lim, LEASE)
+    assert isinstance(third, CapacityWait) and third.reason == WaitReason.IN_FLIGHT and third.position == 1
+    assert isinstance(fourth, CapacityWait) and fourth.position == 2
+    # A newcomer does not jump the line, and a waiter asking again keeps its place.
+    assert (await store.acquire(ask(key, "r5"), lim, LEASE)).position == 3  # type: ignore[union-attr]
+    assert (await store.acquire(ask(key, "r3"), lim, LEASE)).position == 1  # type: ignore[union-attr]
+    assert await store.release(first, lim, 25) == ["r3"]
+    assert isinstance(await store.acquire(ask(key, "r4"), lim, LEASE), CapacityWait)  # r3 is first
+    assert isinstance(await store.acquire(ask(key, "r3"), lim, LEASE), Lease)
+    # A retried attempt of a call that holds its slot takes the same slot, not a second one.
+    assert isinstance(await store.acquire(ask(key, "r2"), lim, LEASE), Lease)
+    assert await store.waiting_positions(["r4", "r5"], lim) == {"r4": 1, "r5": 2}
+
+
+async def test_a_slot_whose_worker_stopped_renewing_comes_back(store: RunStore) -> None:
+    key = model()
+    lim = limits(key, in_flight=1)
+    held = await store.acquire(ask(key, "dead"), lim, 1.0)
+    assert isinstance(held, Lease)
+    assert isinstance(await store.acquire(ask(key, "next"), lim, 1.0), CapacityWait)
+    await asyncio.sleep(1.2)  # its worker died: nobody renews the lease
+    assert isinstance(await store.acquire(ask(key, "next"), lim, 1.0), Lease)
+    # A renewed lease stays.
+    key2 = model()
+    lim2 = limits(key2, in_flight=1)
+    kept = await store.acquire(ask(key2, "alive"), lim2, 1.0)
+    assert isinstance(kept, Lease)
+    for _ in range(3):
+        await asyncio.sleep(0.5)
+        await store.renew(kept, 1.0)
+    assert isinstance(await store.acquire(ask(key2, "other"), lim2, 1.0), CapacityWait)
+
+
+async def test_requests_and_tokens_a_minute(store: RunStore) -> None:
+    key = model()
+    lim = limits(key, requests_per_minute=2)
+    for run in ("r1", "r2"):
+        lease = await store.acquire(ask(key, run), lim, LEASE)
+        assert isinstance(lease, Lease)
+        await store.release(lease, lim, 5)
+    wait = await store.acquire(ask(key, "r3"), lim, LEASE)
+    assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.REQUESTS
+    assert 50 < wait.retry_after <= 60  # when the oldest of the minute's requests ages out
+    key = model()
+    lim = limits(key, tokens_per_minute=1000)
+    lease = await store.acquire(ask(key, "t1", tokens=600), lim, LEASE)
+    assert isinstance(lease, Lease)
+    wait = await store.acquire(ask(key, "t2", tokens=600), lim, LEASE)
+    assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.TOKENS
+    await store.release(lease, lim, 100)  # it used less than asked: the minute has room again
+    assert isinstance(await store.acquire(ask(key, "t2", tokens=600), lim, LEASE), Lease)
+
+
+async def test_the_line_is_by_priority_then_fair_share_by_weight(store: RunStore) -> None:
+    key = model()
+    lim = Limits(models={key: ModelLimit(in_flight=1)}, tenants={"b": TenantLimit(weight=2)}, source="test")
+    held = await store.acquire(ask(key, "busy"), lim, LEASE)
+    assert isinstance(held, Lease)
+    for i in range(6):  # tenant a came first with six calls
+        await store.acquire(ask(key, f"a{i}", tenant="a"), lim, LEASE)
+    for i in range(3):
+        await store.acquire(ask(key, f"b{i}", tenant="b"), lim, LEASE)
+    await store.acquire(ask(key, "urgent", tenant="a", priority=1), lim, LEASE)
+    runs = ["busy", *(f"a{i}" for i in range(6)), *(f"b{i}" for i in range(3)), "urgent"]
+    places = await store.waiting_positions(runs, lim)
+    order = sorted(places, key=lambda r: places[r])
+    assert order[0] == "urgent"
+    # Weight 2 against 1: two of b's calls for each of a's, whatever a's line length.
+    # Tenant a has a call in flight already; b's weight is 2: b's three come first, then a's in order.
+    assert order[1:] == ["b0", "b1", "b2", "a0", "a1", "a2", "a3", "a4", "a5"], order
+
+
+async def test_a_tenant_run_cap_counts_its_calls_on_every_key(store: RunStore) -> None:
+    k1, k2 = model(), model()
+    tenant = f"t{uuid.uuid4().hex[:6]}"
+    lim = Limits(
+        models={k1: ModelLimit(in_flight=10), k2: ModelLimit(in_flight=10)},
+        tenants={tenant: TenantLimit(runs=2)},
+        source="test",
+    )
+    assert isinstance(await store.acquire(ask(k1, "x1", tenant=tenant), lim, LEASE), Lease)
+    assert isinstance(await store.acquire(ask(k2, "x2", tenant=tenant), lim, LEASE), Lease)
+    wait = await store.acquire(ask(k1, "x3", tenant=tenant), lim, LEASE)
+    assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.TENANT and wait.position == 1
+    # Another tenant is not held back by it.
+    assert isinstance(await store.acquire(ask(k1, "y1", tenant="other"), lim, LEASE), Lease)
+
+
+async def test_a_cooldown_pauses_the_key_for_everyone_and_the_breaker_opens_and_closes(store: RunStore) -> None:
+    key = model()
+    lim = Limits(breaker=BreakerLimit(failures=2, open_seconds=30), source="test")
+    assert (await store.acquire(ask(key, "c1"), lim, LEASE)) == Lease("c1:1", None)  # not limited: no slot
+    await store.cool_down(key, 20, "429 from the provider")
+    wait = await store.acquire(ask(key, "c2"), lim, LEASE)
+    assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.COOLDOWN and 15 < wait.retry_after <= 20
+    await store.cool_down(key, 5, "a shorter one")  # a longer cooldown stays
+    assert (await store.acquire(ask(key, "c2"), lim, LEASE)).retry_after > 15  # type: ignore[union-attr]
+
+    key = model()
+    for _ in range(2):
+        await store.key_outcome(key, failed=True, throttled=False, breaker=lim.breaker)
+    wait = await store.acquire(ask(key, "b1"), lim, LEASE)
+    assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.BREAKER
+    assert await store.recovered([key], lim.breaker) is None
+    await store.key_outcome(key, failed=False, throttled=False, breaker=lim.breaker)  # someone's call got through
+    assert isinstance(await store.acquire(ask(key, "b1"), lim, LEASE), Lease)
+    assert await store.recovered([key], lim.breaker) == key
+    health = {h.key: h for h in await store.key_health()}
+    assert health[key].requests == 3 and health[key].failures == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[models.openai\n", "not valid TOML"),
+        ('[models."gpt-4o"]\nin_flight = 2\n', 'a model key is provider:model'),
+        ('[models."openai:gpt-4o"]\nin_flight = 0\n', '[models."openai:gpt-4o"] in_flight: input should be greater than 0'),
+        ('[models."openai:gpt-4o"]\nin_flight = -3\n', "greater than 0"),
+        ('[models."openai:gpt-4o"]\nrpm = 3\n', "unknown setting 'rpm' (known: in_flight, requests_per_minute"),
+        ("[tenants.acme]\nweight = 0\n", "[tenants.\"acme\"] weight"),
+        ("[queues]\nx = 1\n", "unknown section [queues]"),
+    ],
+)
+def test_a_bad_limits_file_is_refused_naming_the_entry(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "limits.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_limits(path)
+    assert says in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_a_call_s_key_is_the_most_specific_entry() -> None:
+    lim = Limits(
+        models={
+            "openai:*": ModelLimit(in_flight=9),
+            "openai:gpt-4o": ModelLimit(in_flight=5),
+            "openai:gpt-4o@TEAM2_KEY": ModelLimit(in_flight=1),
+        },
+        source="test",
+    )
+    assert lim.model_key("openai:gpt-4o", "TEAM2_KEY")[0] == "openai:gpt-4o@TEAM2_KEY"
+    assert lim.model_key("openai:gpt-4o", None)[0] == "openai:gpt-4o"
+    assert lim.model_key("openai:o3", None)[0] == "openai:*"
+    assert lim.model_key("anthropic:claude", None) == ("anthropic:claude", None)
+    with pytest.raises(ConfigError, match="no tenant 'acme' is known"):
+        Limits(tenants={"acme": TenantLimit()}, source="f").check_tenants({"default"})
