@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 
 from temporalio import activity
 
+from waypoint import telemetry
 from waypoint.agents import Agent
 from waypoint.checks import DEFAULT_PRIORITY
 from waypoint.config import Settings
@@ -63,7 +64,21 @@ class Capacity:
             priority=inp.priority or DEFAULT_PRIORITY,
             tokens=tokens,
         )
-        return await self.store.acquire(ask, self.limits, self.settings.limit_lease_seconds)
+        taken = await self.store.acquire(ask, self.limits, self.settings.limit_lease_seconds)
+        if isinstance(taken, CapacityWait):
+            found = telemetry.metrics()
+            found.capacity_waits.add(1, {"waypoint.model_key": taken.key, "waypoint.wait_reason": taken.reason})
+            found.capacity_waiting.set(taken.position, {"waypoint.model_key": taken.key})
+            log.info(
+                "capacity wait: run=%s step=%s key=%s reason=%s position=%s retry_after=%.3g",
+                inp.run_id,
+                inp.step,
+                taken.key,
+                taken.reason,
+                taken.position,
+                taken.retry_after,
+            )
+        return taken
 
     @contextlib.asynccontextmanager
     async def holding(self, lease: Lease) -> AsyncIterator[None]:
@@ -99,6 +114,8 @@ class Capacity:
     async def outcome(self, key: str, error: ModelError | None) -> None:
         """Put the call's outcome on its key's health; a throttle with a retry-after cools it down."""
         throttled = error is not None and error.status in THROTTLED
+        if throttled:
+            telemetry.metrics().throttled.add(1, {"waypoint.model_key": key})
         if error is not None and not error.retryable:
             return  # a rejected request says nothing of the provider's health
         await self.store.key_outcome(key, failed=error is not None, throttled=throttled, breaker=self.limits.breaker)

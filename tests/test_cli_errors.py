@@ -114,3 +114,21 @@ async def test_an_unreachable_collector_costs_one_warning_and_no_wait(settings: 
     # The export gives up after 2 s (EXPORT_TIMEOUT_SECONDS); the SDK's own default would wait 10 s.
     # The margin is for a machine busy with other tests (pytest -n).
     assert took < 8, f"{took:.1f} s"
+
+
+@pytest.mark.timeout(120)
+async def test_a_worker_with_a_bad_limits_file_does_not_start(settings: Settings, tmp_path):
+    """A limits file that does not parse, an entry out of range, a weight for a tenant nothing knows:
+    one error line naming the entry, exit 1, before the worker polls anything."""
+    cases = {
+        '[models."openai:gpt-4o"]\nin_flight = 0\n': '[models."openai:gpt-4o"] in_flight: input should be greater',
+        "[models.x\n": "is not valid TOML",
+        '[models."gpt-4o"]\nin_flight = 1\n': '[models."gpt-4o"]: a model key is provider:model',
+        "[tenants.nobody-knows]\nweight = 2\n": "[tenants.nobody-knows]: no tenant 'nobody-knows' is known",
+    }
+    for i, (text, message) in enumerate(cases.items()):
+        path = tmp_path / f"limits{i}.toml"
+        path.write_text(text)
+        done = await waypoint(settings, "worker", env=cli_env(settings) | {"WAYPOINT_LIMITS_FILE": str(path)})
+        line = one_line_error(done)
+        assert message in line and str(path) in line, (text, line)

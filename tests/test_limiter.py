@@ -155,11 +155,14 @@ async def test_a_cooldown_pauses_the_key_for_everyone_and_the_breaker_opens_and_
     ("text", "says"),
     [
         ("[models.openai\n", "not valid TOML"),
-        ('[models."gpt-4o"]\nin_flight = 2\n', 'a model key is provider:model'),
-        ('[models."openai:gpt-4o"]\nin_flight = 0\n', '[models."openai:gpt-4o"] in_flight: input should be greater than 0'),
+        ('[models."gpt-4o"]\nin_flight = 2\n', "a model key is provider:model"),
+        (
+            '[models."openai:gpt-4o"]\nin_flight = 0\n',
+            '[models."openai:gpt-4o"] in_flight: input should be greater than 0',
+        ),
         ('[models."openai:gpt-4o"]\nin_flight = -3\n', "greater than 0"),
         ('[models."openai:gpt-4o"]\nrpm = 3\n', "unknown setting 'rpm' (known: in_flight, requests_per_minute"),
-        ("[tenants.acme]\nweight = 0\n", "[tenants.\"acme\"] weight"),
+        ("[tenants.acme]\nweight = 0\n", '[tenants."acme"] weight'),
         ("[queues]\nx = 1\n", "unknown section [queues]"),
     ],
 )

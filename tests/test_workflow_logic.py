@@ -40,10 +40,12 @@ from waypoint.names import (
     ToolMode,
     ToolOutcome,
     Update,
+    WaitReason,
     child_run_id,
 )
 from waypoint.types import (
     CallModelInput,
+    CapacityWait,
     Decision,
     FailoverRecord,
     ForkOrigin,
@@ -884,3 +886,70 @@ async def test_without_a_failover_list_a_model_retries_by_its_policy_alone(ts: W
     async with bench(ts.client, doubles) as b:
         await failure(await b.start())
     assert [c.model for c in doubles.calls] == ["a"] * 2 and doubles.failovers == []
+
+
+# --- capacity: the shared limiter's waits are the workflow's, not an activity's ---------------------
+
+
+def waits_first(times: int, reason: WaitReason, then: Callable[[CallModelInput], ModelTurn], key: str = "openai:x"):
+    """A model double that answers step 1's first `times` calls with a wait, then as `then`."""
+    seen: list[int] = []
+
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.step == 1 and len(seen) < times:
+            seen.append(inp.step)
+            return ModelTurn(model=inp.model, wait=CapacityWait(key=key, reason=reason, position=3, retry_after=90))
+        return then(inp)
+
+    return turns
+
+
+async def test_a_call_that_waits_for_capacity_waits_in_the_workflow_then_goes_on(ts: WorkflowEnvironment) -> None:
+    """Two waits: the run shows waiting_capacity with the key once, asks again after the wait's
+    retry_after, then runs on; nothing of the waits reaches a step, and the run's priority goes with
+    every call."""
+    doubles = Doubles(plan=plan(), turns=waits_first(2, WaitReason.IN_FLIGHT, answer_at(2)))
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start(RunInput(agent="double", task="t", tenant_id="t", priority=1))
+        result: RunResult = await handle.result()
+        history = await handle.fetch_history()
+    assert (result.status, result.steps) == (RunStatus.COMPLETED, 2)
+    assert [c.step for c in doubles.calls] == [1, 1, 1, 2] and {c.priority for c in doubles.calls} == {1}
+    assert doubles.statuses == [(RunStatus.WAITING_CAPACITY, "openai:x"), (RunStatus.RUNNING, None)]
+    assert doubles.steps == [1, 2] and all(r.turn.wait is None for r in doubles.records)
+    timers = [e for e in history.events if e.HasField("timer_started_event_attributes")]
+    assert [t.timer_started_event_attributes.start_to_fire_timeout.seconds for t in timers] == [90, 90]
+
+
+async def test_an_open_breaker_fails_over_at_once_and_a_recovered_model_takes_the_run_back(
+    ts: WorkflowEnvironment,
+) -> None:
+    """On `a` with `b` after it: a breaker wait moves the step to `b` without spending attempts; at
+    step 2 the call on `b` finds `a` healthy again (a `recovered` answer) and the run goes back."""
+
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.step == 1 and inp.model == "a":
+            return ModelTurn(model="a", wait=CapacityWait(key="a", reason=WaitReason.BREAKER, retry_after=30))
+        if inp.step == 2 and inp.model == "b":
+            assert inp.prefer == ["a"]
+            return ModelTurn(model="b", wait=CapacityWait(key="a", reason=WaitReason.RECOVERED, position=0))
+        return answer_at(3)(inp)
+
+    doubles = Doubles(plan=failover_plan("b", failover_after=3), turns=turns)
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start()).result()
+    assert (result.status, result.steps) == (RunStatus.COMPLETED, 3)
+    assert [(c.step, c.model) for c in doubles.calls] == [(1, "a"), (1, "b"), (2, "b"), (2, "a"), (3, "a")]
+    assert [(f.step, f.from_model, f.to_model, f.after_attempts, f.error_type) for f in doubles.failovers] == [
+        (1, "a", "b", 0, WaitReason.BREAKER),
+        (2, "b", "a", 0, WaitReason.RECOVERED),
+    ]
+    assert doubles.statuses == []  # neither was a wait
+
+
+async def test_the_last_model_waits_out_its_breaker(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), turns=waits_first(1, WaitReason.BREAKER, answer_at(1)))
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start()).result()
+    assert result.status == RunStatus.COMPLETED and len(doubles.calls) == 2
+    assert doubles.status_names == [RunStatus.WAITING_CAPACITY, RunStatus.RUNNING]

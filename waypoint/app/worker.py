@@ -271,6 +271,7 @@ def load_agents(settings: Settings) -> AgentRegistry:
     here = os.getcwd()
     if here not in sys.path:
         sys.path.insert(0, here)
+    _ = settings.limits  # a limits file that does not parse stops the worker here, before anything starts
     return AgentRegistry.from_modules(settings.agent_modules)
 
 
@@ -291,6 +292,8 @@ async def run_worker(
     the settings' `worker_max_*` apply."""
     await check_schema(engine)
     agents = agents or load_agents(settings)
+    if settings.limits.tenants:
+        settings.limits.check_tenants(await RunStore(engine).key_tenants() | {settings.tenant})
     deadline = StopDeadline(settings)
     async with contextlib.AsyncExitStack() as stack:
         store: EpisodicStore | None = None

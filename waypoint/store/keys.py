@@ -63,6 +63,12 @@ class ApiKeys(StoreBase):
             tenant: str | None = await conn.scalar(query)
         return tenant
 
+    async def key_tenants(self) -> set[str]:
+        """The tenants some live API key belongs to."""
+        query = select(api_keys.c.tenant_id).where(api_keys.c.revoked_at.is_(None)).distinct()
+        async with self.engine.connect() as conn:
+            return set(await conn.scalars(query))
+
     async def list_keys(self, tenant_id: str | None = None) -> list[ApiKeyRow]:
         """Every key (of one tenant, if given), oldest first; revoked ones too."""
         query = select(api_keys).order_by(api_keys.c.id)

@@ -68,6 +68,22 @@ class Metrics:
             unit="{run}",
             description="1 while a run's workflow task keeps failing, 0 once it does not (set when a read looks).",
         )
+        # Fleet flow control (waypoint/store/limits.py), by model key.
+        self.capacity_waits = meter.create_counter(
+            "waypoint.model.capacity_waits",
+            unit="{call}",
+            description="Model calls the shared limiter made wait, by key and reason.",
+        )
+        self.capacity_waiting = meter.create_gauge(
+            "waypoint.model.capacity_waiting",
+            unit="{call}",
+            description="Model calls waiting in a key's line (set when a call joins it).",
+        )
+        self.throttled = meter.create_counter(
+            "waypoint.model.throttled",
+            unit="{call}",
+            description="Model calls answered 429 or 529, by key.",
+        )
 
 
 @dataclass(eq=False)
