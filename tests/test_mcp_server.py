@@ -35,7 +35,7 @@ from waypoint.store import RunStore
 
 pytestmark = pytest.mark.postgres
 
-READ_TOOLS = {"list_runs", "run_status", "run_tree", "step_state", "diff_steps", "search_memory"}
+READ_TOOLS = {"list_runs", "run_status", "run_tree", "step_state", "diff_steps", "search_memory", "fleet_limits"}
 WRITE_TOOLS = {"start_run", "send_message", "approve", "deny", "cancel_run", "fork_run"}
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, overload
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.app.client_keys import Keys
+from waypoint.app.client_limits import FleetLimits
 from waypoint.app.client_threads import Threads
 from waypoint.checks import (
     NAME_MAX,
@@ -136,6 +137,7 @@ class Waypoint:
         self.settings = settings
         self.threads = Threads(self._store, self._scoped)
         self.keys = Keys(self._store)
+        self.limits = FleetLimits(self._store, settings)
         self._trace_ids: dict[str, str] = {}
         self._stuck_seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 
@@ -740,11 +742,11 @@ class Waypoint:
             raise NotFound(
                 f"no batch {batch_id!r} for tenant {tenant!r}: `waypoint rerun --select ...` prints its batch's id"
             )
-        return replace(page, runs=await self.with_stuck(page.runs))
+        return replace(page, runs=await self.limits.with_waits(await self.with_stuck(page.runs)))
 
     async def run(self, run_id: str, *, tenant_id: str | None = None, check_stuck: bool = False) -> RunRow:
         """The run's row; `check_stuck`: marked with why it is stuck, if it has not ended (Temporal is asked)."""
-        row = await self._store.get_run(self._scoped(tenant_id, run_id), run_id)
+        row = (await self.limits.with_waits([await self._store.get_run(self._scoped(tenant_id, run_id), run_id)]))[0]
         return (await self.with_stuck([row]))[0] if check_stuck else row
 
     async def timeline(

@@ -22,6 +22,7 @@ from waypoint.store.rows import (
     BatchReport,
     CallLine,
     ChildPair,
+    LimitsReport,
     LineageLink,
     RunComparison,
     RunRow,
@@ -39,6 +40,7 @@ STATUS_STYLE: dict[str, str] = {
     RunStatus.COMPLETED: "green",
     RunStatus.MAX_STEPS: "yellow",
     RunStatus.FAILED: "red",
+    RunStatus.WAITING_CAPACITY: "magenta",
     STUCK: "bold red",
 }
 
@@ -179,6 +181,8 @@ def run_table(run: RunRow) -> Table:
         table.add_row("output_json", escape(json.dumps(run.output_json, indent=2, ensure_ascii=False)))
     if run.caller_run_id:
         table.add_row("started by", f"{run.caller_run_id} (step {run.caller_step}, call {run.caller_call_index})")
+    if run.status == RunStatus.WAITING_CAPACITY and run.waiting_key:
+        table.add_row("waiting for", waiting_text(run))
     if run.stuck:
         table.add_row("stuck", f"[red]{escape(run.stuck)}[/red]: `waypoint cancel {run.run_id}` ends it")
     return table
@@ -218,8 +222,53 @@ def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
     table.add_column("task")
     for r in rows:
         created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
-        table.add_row(r.run_id, r.agent, status_text(r.shown_status), str(r.steps), created, one_line(r.task))
+        status = status_text(r.shown_status) + (f" #{r.waiting_position}" if r.waiting_position else "")
+        table.add_row(r.run_id, r.agent, status, str(r.steps), created, one_line(r.task))
     return table
+
+
+def waiting_text(run: RunRow) -> str:
+    """Where a run waiting for capacity stands: its key and its place in that key's line."""
+    place = f", #{run.waiting_position} in line" if run.waiting_position else ""
+    return f"capacity of {escape(run.waiting_key or '')}{place} (`waypoint limits` shows the keys)"
+
+
+def limits_tables(report: LimitsReport) -> list[Table]:
+    """What the limits file declares, then each key the limiter knows as it is now."""
+
+    def limit(value: Any) -> str:
+        return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    def when(at: Any) -> str:
+        return at.strftime("%H:%M:%S") if at else "-"
+
+    declared = [
+        (key, limit(m["in_flight"]), limit(m["requests_per_minute"]), limit(m["tokens_per_minute"]))
+        for key, m in report.models.items()
+    ]
+    tables = []
+    if declared:
+        names = ("key", "in flight", "requests/min", "tokens/min")
+        tables.append(columns(f"Model keys of {report.source}", names, declared))
+    if report.tenants:
+        rows = [(name, limit(t["runs"]), limit(t["weight"])) for name, t in report.tenants.items()]
+        tables.append(columns("Tenants", ("tenant", "runs at once", "weight"), rows))
+    live = [
+        (
+            h.key,
+            str(h.in_flight),
+            str(h.waiting),
+            str(h.requests),
+            str(h.throttled),
+            when(h.cooldown_until),
+            when(h.breaker_open_until) + (f" ({h.failures} failed)" if h.failures else ""),
+        )
+        for h in report.keys
+    ]
+    tables.append(
+        columns("Now", ("key", "in flight", "waiting", "calls", "429s", "cooling until", "breaker open until"), live)
+    )
+    return tables
 
 
 def keys_table(rows: Sequence[ApiKeyRow]) -> Table:

@@ -165,6 +165,13 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         """The tenant's long-term memories most relevant to the query (score, source run and step, text)."""
         return await answer(ctx, lambda t: wp.memory_search(query, k=k, agent=agent, run_id=run_id, tenant_id=t))
 
+    @server.tool(annotations=READ)
+    async def fleet_limits(ctx: Context) -> str:
+        """The fleet's model limits and, per model key, the calls in flight and waiting, the 429s, a
+        shared cooldown and the circuit breaker (a run waiting for capacity shows its key and place in
+        run_status)."""
+        return await answer(ctx, lambda _tenant: wp.limits.report())
+
     if settings.mcp_write:
         _write_tools(server, wp, answer)
     return server

@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from waypoint.limits import BreakerLimit, Limits, ModelLimit, tenant_key
 from waypoint.names import WaitReason
 from waypoint.store.base import StoreBase
+from waypoint.store.rows import KeyHealth
 from waypoint.store.schema import capacity_leases, capacity_requests, capacity_waiters, model_key_health
 from waypoint.types import CapacityWait
 
@@ -62,20 +63,6 @@ class CapacityAsk:
 class Lease:
     lease_id: str
     key: str | None  # None: nothing limits the call; only its health was checked
-
-
-@dataclass(frozen=True)
-class KeyHealth:
-    key: str
-    cooldown_until: datetime | None
-    cooldown_reason: str | None
-    failures: int
-    breaker_open_until: datetime | None
-    last_failure_at: datetime | None
-    requests: int
-    throttled: int
-    in_flight: int = 0
-    waiting: int = 0
 
 
 def queue_key(ask: CapacityAsk, limits: Limits) -> tuple[str | None, ModelLimit | None]:

@@ -443,6 +443,34 @@ def quantiles(values: list[int] | list[float]) -> tuple[float, float]:
     return rank(0.5), rank(0.95)
 
 
+@dataclass(frozen=True)
+class KeyHealth:
+    """One model key (or tenant key) as the shared limiter holds it now."""
+
+    key: str
+    cooldown_until: datetime | None
+    cooldown_reason: str | None
+    failures: int
+    breaker_open_until: datetime | None
+    last_failure_at: datetime | None
+    requests: int
+    throttled: int
+    in_flight: int = 0
+    waiting: int = 0
+
+
+@dataclass(frozen=True)
+class LimitsReport:
+    """The fleet limits this process read (`source`: the limits file) and every key the shared
+    limiter knows, with its calls in flight and waiting, cooldown and breaker."""
+
+    source: str | None
+    models: dict[str, dict[str, Any]]
+    tenants: dict[str, dict[str, Any]]
+    breaker: dict[str, Any]
+    keys: list[KeyHealth]
+
+
 def as_json(value: Any) -> Any:
     """Dataclasses, datetimes, decimals and enums as JSON-ready values, recursively."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

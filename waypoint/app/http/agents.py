@@ -1,4 +1,5 @@
-"""The agents the workers serve (the catalog they register), under /v1/agents."""
+"""The agents the workers serve (the catalog they register), under /v1/agents, and the fleet
+limits they call their models under, /v1/limits."""
 
 from __future__ import annotations
 
@@ -21,4 +22,13 @@ async def list_agents(api: Api, tenant: Tenant) -> dict[str, Any]:
 @router.get("/agents/{name}")
 async def get_agent(name: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     data: dict[str, Any] = as_json(await api.wp.agent(name))
+    return data
+
+
+@router.get("/limits", tags=["limits"])
+async def get_limits(api: Api, tenant: Tenant) -> dict[str, Any]:
+    """The fleet limits (WAYPOINT_LIMITS_FILE) and, per model key, the calls in flight and waiting, the
+    calls and 429s counted, a shared cooldown and the circuit breaker. Keys are the fleet's: no run or
+    tenant is named. A run waiting for capacity shows its key and place in `GET /v1/runs/{id}`."""
+    data: dict[str, Any] = as_json(await api.wp.limits.report())
     return data

@@ -280,6 +280,12 @@ async def diff_page(request: Request, run_id: str, api: Api, tenant: Tenant, a: 
     return render(request, "diff.html", run=row, diff=found)
 
 
+@router.get("/limits")
+async def limits_page(request: Request, api: Api, tenant: Tenant) -> Response:
+    """The fleet limits and each model key's calls in flight and waiting, cooldown and breaker."""
+    return render(request, "limits.html", report=await api.wp.limits.report())
+
+
 @router.get("/runs/{run_id}/memory")
 async def memory_page(request: Request, run_id: str, api: Api, tenant: Tenant, q: str = "") -> Response:
     row = await api.wp.run(run_id, tenant_id=tenant)
