@@ -133,6 +133,7 @@ class CheckpointActivities:
                 trace_id=telemetry.trace_id(),  # the run's trace, for `waypoint trace`
                 mcp_tools=mcp_tools,
                 parent=inp.parent,
+                priority=inp.priority,
             )
             return await self.store.create_run(new)
 
@@ -172,6 +173,7 @@ class CheckpointActivities:
                 model=start.model or "",
                 error=inp.error or "could not start",
                 parent=start.parent,
+                priority=start.priority,
             )
         else:
             row = await self.store.finish_run(

@@ -320,7 +320,10 @@ class RunInput:
     # `model` was chosen for this run (`--model`): it calls that model only, even its agent's first,
     # with no failover list. A rerun without --model passes its source's model unpinned.
     pin_model: bool = False
-    priority: int | None = None  # 1 (first) to 5 (last); None: the default (3)
+    # 1 (first) to 5 (last), Temporal's priority key; None: the default, 3. Temporal carries it to
+    # the run's activities, its sub-agent runs and past continue-as-new; this field records it.
+    # Last, so histories from before it decode.
+    priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -334,7 +337,7 @@ class StartRunInput:
     fork: ForkOrigin | None = None
     parent: ParentRef | None = None
     pin_model: bool = False
-    priority: int | None = None  # 1 (first) to 5 (last); None: the default (3)
+    priority: int | None = None
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
             fork=inp.fork,
             parent=inp.parent,
             pin_model=inp.pin_model,
+            priority=inp.priority,
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.

@@ -120,6 +120,8 @@ class SubAgentCalls:
                 tenant_id=inp.tenant_id,
                 budget=budget,
                 parent=ParentRef(self._run_id, step, index, root, plan.depth + 1, plan.max_agent_depth),
+                # Temporal gives the child its caller's priority itself; this records it on the child's row.
+                priority=inp.priority,
             )
             child_id = child_run_id(self._run_id, step, index)
             try:

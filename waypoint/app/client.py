@@ -34,6 +34,7 @@ from waypoint.checks import (
     check_count,
     check_instructions,
     check_name,
+    check_priority,
     check_seq,
     check_tenant,
     check_text,
@@ -201,8 +202,12 @@ class Waypoint:
         max_steps: int | None = None,
         budget: Budget | None = None,
         run_id: str | None = None,
+        priority: int | None = None,
     ) -> str:
-        """Start a run and return its id (the Temporal workflow id; `run_id` to choose it)."""
+        """Start a run and return its id (the Temporal workflow id; `run_id` to choose it). `priority`
+        1 (first) to 5 (last), default 3: when workers are busy, Temporal hands them the tasks of
+        higher-priority runs first (its sub-agent runs' too), and shares each priority between tenants
+        by their weight in the limits file."""
         if not check_text("the task", task).strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         check_name("the agent", agent)
@@ -218,6 +223,7 @@ class Waypoint:
             model=model or self.settings.model,
             budget=budget,
             pin_model=bool(model or self.settings.model),
+            priority=check_priority(priority),
         )
         await self.check_start(inp.agent, inp.model)
         return await self._start(run_id or make_run_id(), inp)
@@ -255,15 +261,17 @@ class Waypoint:
         memory: str = MemoryView.THEN,
         tenant_id: str | None = None,
         new_run_id: str | None = None,
+        priority: int | None = None,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step. `memory` (a MemoryView)
         is what it recalls from long-term memory: by default memory as it was at that step, never
-        the parent's later episodes."""
+        the parent's later episodes. It keeps the parent's priority unless given one."""
         check_choice("memory", memory, MemoryView)
         check_seq("the step", step)
         check_text("the message", message)
         check_name("the model", model)
+        check_priority(priority)
         tenant = self._scoped(tenant_id, run_id, new_run_id)
         await self._store.owner_of_step(tenant, run_id, step)  # the run and the step exist
         parent = await self._store.get_run(tenant, run_id)
@@ -275,6 +283,7 @@ class Waypoint:
             model=model,
             fork=ForkOrigin(run_id=run_id, step=step, message=message, memory=MemoryView(memory)),
             pin_model=model is not None,
+            priority=priority or parent.priority,
         )
         return await self._start(new_run_id or make_run_id(), inp)
 
@@ -292,6 +301,7 @@ class Waypoint:
         tenant_id: str | None = None,
         new_run_id: str | None = None,
         rerun_children: bool = False,
+        priority: int | None = None,
     ) -> str:
         """Run `run_id` again from its state at `from_step` with another model, agent or
         `instructions` (the system prompt, in place of the agent's own), as a new run (lineage kind
@@ -303,13 +313,14 @@ class Waypoint:
         does. A sub-agent call is a recorded tool call too, answered from its recorded answer;
         `rerun_children=True` starts its sub-agent runs again instead, as the rerun's own children
         (`tools="live"` always does). The original is untouched; `compare(run_id, new_id)` shows what
-        changed."""
+        changed. It keeps the original's priority unless given one."""
         check_choice("tool mode", tools, ToolMode)
         check_choice("memory", memory, MemoryView)
         check_instructions(instructions)
         check_seq("the step", from_step)
         check_name("the model", model)
         check_name("the agent", agent)
+        check_priority(priority)
         tenant = self._scoped(tenant_id, run_id, new_run_id)
         await self._store.owner_of_step(tenant, run_id, from_step)  # the run and the step exist
         source = await self._store.get_run(tenant, run_id)
@@ -323,6 +334,7 @@ class Waypoint:
             tenant_id=tenant,
             model=model,
             pin_model=pin_model,
+            priority=priority or source.priority,
             fork=ForkOrigin(
                 run_id=run_id,
                 step=from_step,

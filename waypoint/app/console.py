@@ -153,6 +153,7 @@ RUN_FIELDS = (
     "agent",
     "model",
     "status",
+    "priority",  # shown when set (None: the default, 3)
     "steps",
     "max_steps",
     "input_tokens",

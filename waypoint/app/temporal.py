@@ -27,6 +27,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
+from temporalio.common import Priority
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -132,6 +133,13 @@ class TemporalGateway:
                 # Lets a message reach a run before its row exists, with the tenant still checked.
                 memo={"tenant_id": inp.tenant_id},
                 task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
+                # Busy workers take higher-priority tasks first, then share each priority between
+                # tenants by weight. Temporal gives the run's activities and sub-agent runs the same.
+                priority=Priority(
+                    priority_key=inp.priority or None,
+                    fairness_key=inp.tenant_id,
+                    fairness_weight=self.settings.limits.weight(inp.tenant_id),
+                ),
             )
         except RPCError as exc:
             raise rpc_error(exc, f"start run {run_id}") from None

@@ -46,6 +46,7 @@ class NewRun:
     # rest of the run, so no server is asked again.
     mcp_tools: list[dict[str, Any]] = field(default_factory=list)
     parent: ParentRef | None = None  # a sub-agent run: the call that started it
+    priority: int | None = None  # 1 (first) to 5 (last); None: the default, 3
 
 
 # record_step's two statements. Plain SQL with one text whatever the number of events, so the
@@ -190,6 +191,7 @@ class StepWriter(StoreBase):
                         caller_step=new.parent.step if new.parent else None,
                         caller_call_index=new.parent.call_index if new.parent else None,
                         root_run_id=new.parent.root_run_id if new.parent else new.run_id,
+                        priority=new.priority,
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from waypoint.app.client import Waypoint
 
 FollowOpt = Annotated[bool, typer.Option("--follow", help="Show steps as they land, until the run ends.")]
+PriorityOpt = Annotated[
+    int | None,
+    typer.Option(help="1 (first) to 5 (last); default 3. Busy workers take higher-priority runs' work first."),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +33,7 @@ async def run(
     max_tokens: Annotated[int | None, typer.Option(help="Token budget (input + output).")] = None,
     max_cost: Annotated[float | None, typer.Option(help="Cost budget in USD.")] = None,
     deadline: Annotated[float | None, typer.Option(help="Wall-clock budget in seconds.")] = None,
+    priority: PriorityOpt = None,
     follow: FollowOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -38,7 +43,7 @@ async def run(
 
     async with await connect(temporal=True) as wp:
         budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost, deadline_seconds=deadline)
-        run_id = await wp.start_run(task, agent=agent, model=model, budget=budget)
+        run_id = await wp.start_run(task, agent=agent, model=model, budget=budget, priority=priority)
         trace = wp.started_trace(run_id)
         if not follow:
             if as_json:
@@ -60,6 +65,7 @@ async def fork(
     message: Annotated[str | None, typer.Option(help="A user message added to that state.")] = None,
     model: Annotated[str | None, typer.Option(help="Model spec for the new run.")] = None,
     memory: MemoryOpt = "then",
+    priority: Annotated[int | None, typer.Option(help="1 (first) to 5 (last); default: the parent's.")] = None,
     follow: FollowOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -69,7 +75,7 @@ async def fork(
 
     fork_step = parse_step(step)
     async with await connect(temporal=True) as wp:
-        new_id = await wp.fork(run_id, fork_step, message=message, model=model, memory=memory)
+        new_id = await wp.fork(run_id, fork_step, message=message, model=model, memory=memory, priority=priority)
         if not follow:
             # the keys of POST /v1/runs/{id}/fork's answer
             started = {"run_id": new_id, "parent_run_id": run_id, "fork_step": fork_step}

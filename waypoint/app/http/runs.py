@@ -45,12 +45,23 @@ class StartRun(Body):
     max_tokens: int | None = Field(None, gt=0, description="Token budget (input + output).")
     max_cost_usd: float | None = Field(None, gt=0)
     deadline_seconds: float | None = Field(None, gt=0, description="Wall-clock budget.")
+    priority: int | None = Field(
+        None,
+        ge=1,
+        le=5,
+        description="1 (first) to 5 (last); default 3. Busy workers take higher-priority runs' work first.",
+    )
+
+
+def inherited_priority() -> Any:
+    return Field(None, ge=1, le=5, description="1 (first) to 5 (last); default: the original run's.")
 
 
 class Fork(Body):
     step: int = Field(ge=0, description="Fork from the state at this step.")
     message: str | None = Field(None, description="A user message added to that state.")
     model: str | None = None
+    priority: int | None = inherited_priority()
     memory: str = Field(
         "then",
         description="What it recalls from long-term memory: then (as it was at that step of the original), "
@@ -64,6 +75,7 @@ class Rerun(Body):
     agent: str | None = Field(None, description="Agent name (default: the run's own).")
     tools: str = Field("recorded", description="recorded (answer matching calls from the ledger) or live.")
     instructions: str | None = Field(None, description="The system prompt, in place of the agent's own.")
+    priority: int | None = inherited_priority()
     memory: str = Field(
         "then",
         description="What it recalls from long-term memory: then (as it was at that step of the original), "
@@ -104,7 +116,9 @@ async def start_run(body: StartRun, api: Api, tenant: Tenant, response: Response
         max_cost_usd=body.max_cost_usd,
         deadline_seconds=body.deadline_seconds,
     )
-    run_id = await api.wp.start_run(body.task, agent=body.agent, model=body.model, budget=budget, tenant_id=tenant)
+    run_id = await api.wp.start_run(
+        body.task, agent=body.agent, model=body.model, budget=budget, tenant_id=tenant, priority=body.priority
+    )
     response.headers["Location"] = f"/v1/runs/{run_id}"
     return {"run_id": run_id, "trace_id": api.wp.started_trace(run_id)}
 
@@ -312,7 +326,13 @@ _EVENT_ID = re.compile("[0-9]{1,10}")  # a seq (INTEGER): ten digits at most
 async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
     """A new run from the state of this one at a step (plus an optional message); the parent is untouched."""
     new_id = await api.wp.fork(
-        run_id, body.step, message=body.message, model=body.model, memory=body.memory, tenant_id=tenant
+        run_id,
+        body.step,
+        message=body.message,
+        model=body.model,
+        memory=body.memory,
+        tenant_id=tenant,
+        priority=body.priority,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "fork_step": body.step}
@@ -331,6 +351,7 @@ async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Re
         memory=body.memory,
         tenant_id=tenant,
         rerun_children=body.rerun_children,
+        priority=body.priority,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "from_step": body.from_step}

@@ -30,7 +30,7 @@ from waypoint.app.http.runs import resume_point
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.app.http.trees import TreeStream
-from waypoint.checks import new_run_id
+from waypoint.checks import check_priority, new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.names import FINISHED, MemoryView
 
@@ -77,8 +77,8 @@ def _refuse_unsupported(body: RunCreate) -> None:
         raise not_supported("webhooks and delayed runs are not supported: start the run when it should run")
 
 
-def _options(body: RunCreate) -> tuple[str | None, int | None]:
-    """(model, max_steps) from `config.configurable` or `context`."""
+def _options(body: RunCreate) -> tuple[str | None, int | None, int | None]:
+    """(model, max_steps, priority) from `config.configurable` or `context`."""
     found: dict[str, Any] = {**((body.config or {}).get("configurable") or {}), **(body.context or {})}
     model = found.get("model")
     max_steps = found.get("max_steps")
@@ -86,18 +86,24 @@ def _options(body: RunCreate) -> tuple[str | None, int | None]:
         raise InvalidInput("config model must be a model spec such as openai:gpt-4o-mini")
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
         raise InvalidInput("config max_steps must be a positive whole number")
-    return model, max_steps
+    return model, max_steps, check_priority(found.get("priority"))
 
 
 async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, body: RunCreate) -> str:
     """Start the run (a fork of the thread's newest run, or a new run) and return its id."""
     _refuse_unsupported(body)
     task = task_of(body.input or {})
-    model, max_steps = _options(body)
+    model, max_steps, priority = _options(body)
     run_id = new_run_id()
     if thread_id is None:
         return await api.wp.start_run(
-            task, agent=body.assistant_id, model=model, max_steps=max_steps, tenant_id=tenant, run_id=run_id
+            task,
+            agent=body.assistant_id,
+            model=model,
+            max_steps=max_steps,
+            tenant_id=tenant,
+            run_id=run_id,
+            priority=priority,
         )
     thread = await _thread_for_run(api, tenant, thread_id, body)
     last = thread.last
@@ -113,7 +119,13 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
     try:
         if parent is None:
             await api.wp.start_run(
-                task, agent=body.assistant_id, model=model, max_steps=max_steps, tenant_id=tenant, run_id=run_id
+                task,
+                agent=body.assistant_id,
+                model=model,
+                max_steps=max_steps,
+                tenant_id=tenant,
+                run_id=run_id,
+                priority=priority,
             )
         else:
             # A thread's next turn goes on with long-term memory as it is now (other threads' included),
@@ -126,6 +138,7 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
                 memory=MemoryView.NOW,
                 tenant_id=tenant,
                 new_run_id=run_id,
+                priority=priority,
             )
     except BaseException:
         with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it

@@ -100,6 +100,7 @@ CONFIG_SCHEMA = {
     "properties": {
         "model": {"type": "string", "description": "Model spec overriding the agent's, e.g. openai:gpt-4o-mini."},
         "max_steps": {"type": "integer", "minimum": 1},
+        "priority": {"type": "integer", "minimum": 1, "maximum": 5, "description": "1 (first) to 5 (last); default 3."},
     },
 }
 
