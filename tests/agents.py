@@ -72,7 +72,16 @@ remote = Agent(
     tools=(add,),
 )
 
-TEST_AGENTS = [calculator, looper, clumsy, remote]
+# Fleet flow control: a remote model with no memory, so a worker needs no store of its own.
+metered = Agent(
+    name="metered",
+    instructions="You add numbers.",
+    model="openai:fake-model",
+    tools=(add,),
+    memory=False,
+)
+
+TEST_AGENTS = [calculator, looper, clumsy, remote, metered]
 
 
 def _crash(messages: list) -> ScriptedTurn:

@@ -64,6 +64,7 @@ def test_histories_are_checked_in():
         "agent_run_rerun_gated_waited.json",
         "agent_run_subagents.json",
         "agent_run_typed.json",
+        "agent_run_capacity.json",
         "agent_run_subagent_child.json",
         "remote-store/agent_run_calculator.json",
         "remote-store/agent_run_clumsy.json",
