@@ -19,6 +19,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from opentelemetry import trace
 from temporalio import activity
 
 from waypoint import telemetry
@@ -69,6 +70,16 @@ class Capacity:
             found = telemetry.metrics()
             found.capacity_waits.add(1, {"waypoint.model_key": taken.key, "waypoint.wait_reason": taken.reason})
             found.capacity_waiting.set(taken.position, {"waypoint.model_key": taken.key})
+            # The run's trace shows the wait on this attempt's activity span.
+            trace.get_current_span().add_event(
+                "waypoint.capacity_wait",
+                {
+                    "waypoint.model_key": taken.key,
+                    "waypoint.wait_reason": str(taken.reason),
+                    "waypoint.wait_position": taken.position,
+                    "waypoint.retry_after_s": taken.retry_after,
+                },
+            )
             log.info(
                 "capacity wait: run=%s step=%s key=%s reason=%s position=%s retry_after=%.3g",
                 inp.run_id,
