@@ -64,6 +64,7 @@ class Capacity:
             model_key=self.key(inp, agent),
             priority=inp.priority or DEFAULT_PRIORITY,
             tokens=tokens,
+            breaker=inp.can_fail_over,
         )
         taken = await self.store.acquire(ask, self.limits, self.settings.limit_lease_seconds)
         if isinstance(taken, CapacityWait):

@@ -6,26 +6,28 @@ Postgres, in `waypoint show` and the viewer's step page; a model the worker cann
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from tests.agents import add
 from tests.conftest import ApiServer
-from tests.helpers import HISTORIES, waypoint
+from tests.helpers import HISTORIES, eventually, waypoint
 from waypoint import Agent, telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.http.ui import session
+from waypoint.app.worker import build_worker
 from waypoint.config import Settings
 from waypoint.errors import ConfigError
-from waypoint.store.schema import events
+from waypoint.store.schema import events, model_key_health
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 from waypoint.types import RetrySpec
 from waypoint.workflows.agent_run import AgentRunWorkflow
@@ -54,6 +56,16 @@ three_models = Agent(
     model_retry=FAST,
     tools=(add,),
 )
+# A provider that fails once, then recovers: its breaker opens at once, and runs come back to it.
+back_again = Agent(
+    name="failover-back",
+    instructions="You add numbers.",
+    model=("openai:flaky-model", "openai:fake-model"),
+    failover_after=1,
+    model_retry=FAST,
+    tools=(add,),
+    memory=False,
+)
 anthropic_first = Agent(
     name="failover-anthropic-first",
     instructions="You add numbers.",
@@ -68,6 +80,14 @@ def no_anthropic_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@pytest.fixture(autouse=True)
+async def healthy_models(engine: AsyncEngine) -> None:
+    """Every test starts with the models' health forgotten: a breaker is fleet-wide, so the failures
+    of one test's runs would open it for the next test's."""
+    async with engine.begin() as conn:
+        await conn.execute(delete(model_key_health).where(model_key_health.c.key.like("openai:%-model")))
+
+
 @pytest.fixture
 def spans(settings: Settings) -> Iterator[InMemorySpanExporter]:
     """Spans in memory (requested before `worker`, which takes its tracer when it is built)."""
@@ -79,7 +99,7 @@ def spans(settings: Settings) -> Iterator[InMemorySpanExporter]:
 
 @pytest.fixture
 def agents() -> AgentRegistry:
-    return AgentRegistry([two_models, three_models, anthropic_first])
+    return AgentRegistry([two_models, three_models, anthropic_first, back_again])
 
 
 def provider_down_for(model: str, fake: FakeOpenAI) -> None:
@@ -218,3 +238,46 @@ def test_a_failover_list_is_checked_when_the_agent_is_defined() -> None:
         Agent(name="x", instructions="i", model=("openai:a", "openai:b"), failover_after=0)
     agent = Agent(name="x", instructions="i", model=["openai:a", "google:b"])  # type: ignore[arg-type]
     assert (agent.model_spec, agent.fallback_models) == ("openai:a", ["google:b"])
+
+
+async def test_an_open_breaker_fails_over_at_once_and_a_recovered_model_takes_the_runs_back(
+    client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry, fake_openai: FakeOpenAI, tmp_path
+) -> None:
+    """`flaky-model` answers 503 once. Run A fails over after its one attempt, which opens the key's
+    breaker (failures = 1); run B, started then, moves to `fake-model` without calling `flaky-model`
+    at all; once the breaker's 2 s are over, both runs' next calls go back to `flaky-model`."""
+    limits = tmp_path / "limits.toml"
+    limits.write_text("[breaker]\nfailures = 1\nopen_seconds = 2\n")
+    settings = settings.model_copy(update={"limits_file": limits})
+    failed: list[str] = []
+
+    def respond(body: dict[str, Any], n: int) -> Turn | Reply:
+        if body.get("model") == "flaky-model" and not failed:
+            failed.append(body["model"])
+            return Reply(503, {"error": {"message": "overloaded", "type": "server_error"}})
+        done = sum(1 for m in body["messages"] if m.get("role") == "tool")
+        time.sleep(0.4)  # steps take long enough for the breaker to close during the run
+        return Turn(tool_calls=[("add", {"a": done, "b": 1})]) if done < 8 else Turn(content="done")
+
+    fake_openai.responder = respond
+    wp = Waypoint(client, engine, settings)
+    async with build_worker(client, engine, settings, agents):
+        first = await wp.start_run("add", agent="failover-back")
+        await eventually(lambda: _has_failover(engine, first), what="run A's failover")
+        second = await wp.start_run("add", agent="failover-back")
+        results = [await wp.result(r) for r in (first, second)]
+    assert [r.status for r in results] == ["completed", "completed"]
+    moves = [
+        [(m["from"], m["to"], m["after_attempts"], m["error_type"]) for m in await logged(engine, r, "model_failover")]
+        for r in (first, second)
+    ]
+    flaky, fake = "openai:flaky-model", "openai:fake-model"
+    assert moves[0] == [(flaky, fake, 1, "ModelUnavailable"), (fake, flaky, 0, "recovered")], moves
+    assert moves[1] == [(flaky, fake, 0, "breaker"), (fake, flaky, 0, "recovered")], moves
+    assert failed == ["flaky-model"]  # one 503 in all: run B never called the model while its breaker was open
+    for run_id in (first, second):  # the run ends on the model it came back to
+        assert (await logged(engine, run_id, "model_response"))[-1]["model"] == "flaky-model"
+
+
+async def _has_failover(engine: AsyncEngine, run_id: str) -> bool:
+    return bool(await logged(engine, run_id, "model_failover"))

@@ -25,8 +25,12 @@ def model() -> str:
     return f"openai:m-{uuid.uuid4().hex[:8]}"
 
 
-def ask(key: str, run: str, *, tenant: str = "a", priority: int = 3, step: int = 1, tokens: int = 10) -> CapacityAsk:
-    return CapacityAsk(run_id=run, step=step, tenant_id=tenant, model_key=key, priority=priority, tokens=tokens)
+def ask(
+    key: str, run: str, *, tenant: str = "a", priority: int = 3, step: int = 1, tokens: int = 10, breaker: bool = True
+) -> CapacityAsk:
+    return CapacityAsk(
+        run_id=run, step=step, tenant_id=tenant, model_key=key, priority=priority, tokens=tokens, breaker=breaker
+    )
 
 
 def limits(key: str, **entry: int) -> Limits:
@@ -143,6 +147,8 @@ async def test_a_cooldown_pauses_the_key_for_everyone_and_the_breaker_opens_and_
         await store.key_outcome(key, failed=True, throttled=False, breaker=lim.breaker)
     wait = await store.acquire(ask(key, "b1"), lim, LEASE)
     assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.BREAKER
+    # A call with no model to fail over to is not held by the breaker: it keeps its own retries.
+    assert isinstance(await store.acquire(ask(key, "b2", breaker=False), lim, LEASE), Lease)
     assert await store.recovered([key], lim.breaker) is None
     await store.key_outcome(key, failed=False, throttled=False, breaker=lim.breaker)  # someone's call got through
     assert isinstance(await store.acquire(ask(key, "b1"), lim, LEASE), Lease)

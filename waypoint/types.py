@@ -417,6 +417,9 @@ class CallModelInput:
     # The models of the agent's plan before this one: the call steps back to the first that is
     # healthy again (answering a `recovered` wait) instead of calling this one.
     prefer: list[str] = field(default_factory=list)
+    # The agent has a model after this one: an open circuit breaker on this one moves the call there
+    # at once. Without one, the breaker is not consulted: the call keeps its own retries.
+    can_fail_over: bool = False
 
 
 @dataclass(frozen=True)

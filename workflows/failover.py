@@ -89,7 +89,9 @@ class ModelFailover:
             moved = FailoverRecord(self._run_id, call.tenant_id, call.step, model, "", 0, "", "")
             try:
                 # `prefer`: the models before this one, for the call to step back to one that recovered.
-                this_call = replace(call, model=model, failed_over_from=list(tried), prefer=models[:index])
+                this_call = replace(
+                    call, model=model, failed_over_from=list(tried), prefer=models[:index], can_fail_over=not last
+                )
                 return await self._call_model_once(this_call, task_queue, policy=policy, redirect=not last, **timeouts)
             except CapacityRedirect as redirect:
                 wait = redirect.wait

@@ -53,6 +53,7 @@ class CapacityAsk:
     model_key: str  # provider:model[@KEY], as `Limits.model_key` names it
     priority: int
     tokens: int  # an estimate of what the call will use (its input; the answer is added at release)
+    breaker: bool = False  # an open breaker makes it wait (its caller fails over); else only a cooldown does
 
     @property
     def lease_id(self) -> str:
@@ -88,7 +89,7 @@ class Limiter(StoreBase):
             if health is not None:
                 if health.cooldown_until is not None and health.cooldown_until > now:
                     return _wait(ask.model_key, WaitReason.COOLDOWN, 1, health.cooldown_until - now)
-                if health.breaker_open_until is not None and health.breaker_open_until > now:
+                if ask.breaker and health.breaker_open_until is not None and health.breaker_open_until > now:
                     return _wait(ask.model_key, WaitReason.BREAKER, 1, health.breaker_open_until - now)
             if key is None:
                 return Lease(ask.lease_id, None)
