@@ -20,6 +20,11 @@ request of the same run (`FakeOpenAI.prefix_stats()`, or `GET /stats` on the ser
 `count_tokens=True` the usage it answers is measured from the request instead of the turn's
 fixed counts: `prompt_tokens` estimated from the request, and `prompt_tokens_details.cached_tokens`
 the repeated prefix, by OpenAI's rule (1,024 tokens at least, in steps of 128).
+
+Capacity (waypoint/testing/capacity.py): with `capacity=Capacity(in_flight=4, per_minute=600,
+latency=0.5)` a chat call beyond either limit gets OpenAI's 429 with `retry-after`, and every served
+call takes `latency` seconds; `served`, `refused` and `served_at` count them either way (a refused
+call is not in `seen`, and never reaches the script or the responder).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from waypoint.testing.capacity import Capacity, Gate, rate_limited
 from waypoint.testing.prompt_cache import PrefixTracker, conversation_key, openai_cached
 
 
@@ -177,8 +183,15 @@ class FakeOpenAI:
     """
 
     def __init__(
-        self, responder: Responder | None = None, *, port: int = 0, repeat: bool = False, count_tokens: bool = False
+        self,
+        responder: Responder | None = None,
+        *,
+        port: int = 0,
+        repeat: bool = False,
+        count_tokens: bool = False,
+        capacity: Capacity | None = None,
     ) -> None:
+        self.gate = Gate(capacity)
         self.script: list[Turn | Reply] = []
         self.count_tokens = count_tokens
         self.prefixes = PrefixTracker()
@@ -206,6 +219,21 @@ class FakeOpenAI:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    @property
+    def served(self) -> int:
+        """Chat calls let in (answered by the script or the responder)."""
+        return self.gate.served
+
+    @property
+    def refused(self) -> int:
+        """Chat calls answered 429 because the capacity was used up."""
+        return self.gate.refused
+
+    @property
+    def served_at(self) -> list[float]:
+        """time.monotonic() of each chat call let in, in order."""
+        return list(self.gate.served_at)
 
     def prefix_stats(self) -> dict[str, Any]:
         """Per chat request, its size and the prefix it repeats of the run's previous one (see
@@ -268,8 +296,23 @@ class FakeOpenAI:
                         fake.embedding_requests.append(Seen(path=self.path, headers=headers, body=body))
                     self._send(Reply(200, embeddings_answer(body, fake.embedding_dim)))
                     return
+                chat = self.path.endswith("/chat/completions")
+                ticket, refusal = fake.gate.admit() if chat else (None, None)
+                if refusal is not None:
+                    retry_after, why = refusal
+                    self._send(Reply(429, rate_limited(retry_after, why), {"retry-after": str(retry_after)}))
+                    return
+                try:
+                    self._answer(body, chat)
+                finally:
+                    if ticket is not None:
+                        fake.gate.release(ticket)
+
+            def _answer(self, body: dict[str, Any], chat: bool) -> None:
                 item, index = fake._next(body, self.path, {k.lower(): v for k, v in self.headers.items()})
-                if not self.path.endswith("/chat/completions"):
+                if chat and fake.gate.capacity.latency:
+                    time.sleep(fake.gate.capacity.latency)
+                if not chat:
                     item = Reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 elif item is None:
                     item = Reply(500, {"error": {"message": "fake server: no scripted answer left", "type": "x"}})
@@ -377,9 +420,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--script", help="JSON list of turns and replies, answered in order and again from the first (see load_script)"
     )
+    parser.add_argument("--in-flight", type=int, help="answer 429 beyond this many chat calls at once")
+    parser.add_argument("--per-minute", type=int, help="answer 429 beyond this many chat calls in any 60 s")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds every chat call takes (default 0)")
     args = parser.parse_args(argv)
+
+    def build() -> tuple[FakeOpenAI, list[Turn | Reply]]:
+        capacity = Capacity(args.in_flight, args.per_minute, args.latency)
+        server = FakeOpenAI(port=args.port, repeat=True, capacity=capacity)
+        return server, load_script(args.script) if args.script else []
+
     serve_script(
-        lambda: (FakeOpenAI(port=args.port, repeat=True), load_script(args.script) if args.script else []),
+        build,
         "fake OpenAI server on {url} with {n} scripted answer(s), played in a loop; Ctrl-C stops it",
         "OPENAI_BASE_URL={url} OPENAI_API_KEY=fake",
     )
