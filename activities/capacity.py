@@ -3,8 +3,10 @@
 `call_model` asks `Capacity.take` before its call goes out. Granted, it holds the lease while the
 call runs (renewed in the background, so a worker that dies gives it back within
 `limit_lease_seconds`) and gives it back after, waking by signal the runs whose waits now fit.
-Refused, the activity returns at once with the wait (`ModelTurn.wait`): the workflow waits on a
-timer and a `capacity` signal, holding no activity slot and no worker thread.
+Refused, the activity returns with the wait (`ModelTurn.wait`): the workflow waits on a timer and a
+`capacity` signal, holding no activity slot and no worker thread. Only the calls next in line (the
+first `in_flight` of the key's line) stand by in their activity for up to STANDBY_SECONDS, woken by
+a Postgres notification, so that a slot given back is taken at once.
 
 Each call's outcome also goes on its key's health: a 429 or 529 with a retry-after pauses every
 call on the key (a shared cooldown); retryable failures in a row open its circuit breaker. Flow
@@ -29,12 +31,18 @@ from waypoint.config import Settings
 from waypoint.errors import ModelError
 from waypoint.names import Signal, WaitReason
 from waypoint.store import RunStore
-from waypoint.store.limits import CapacityAsk, Lease
+from waypoint.store.limits import CAPACITY_CHANNEL, CapacityAsk, Lease
+from waypoint.store.listen import Listener
 from waypoint.types import CallModelInput, CapacityWait, ModelTurn
 
 log = logging.getLogger("waypoint.limits")
 
 THROTTLED = (429, 529)  # too many requests; Anthropic's overloaded
+# A call next in line waits this long in its activity before it hands the wait to the workflow, and
+# asks again at least this often meanwhile (a notification usually comes first).
+STANDBY_SECONDS = 2.0
+STANDBY_SLICE = 0.25
+STANDBY_REASONS = (WaitReason.IN_FLIGHT, WaitReason.REQUESTS, WaitReason.TOKENS)
 
 
 class Capacity:
@@ -42,9 +50,16 @@ class Capacity:
         self.store = store
         self.settings = settings
         self.limits = settings.limits
+        self._listener: Listener | None = None
+        self._freed: dict[str, asyncio.Event] = {}  # per key: set when one of its slots is given back
 
     def on(self, agent: Agent) -> bool:
         return self.limits.enabled or bool(agent.fallback_models)
+
+    def counts_tokens(self, inp: CallModelInput, agent: Agent) -> bool:
+        """Whether the call's key limits tokens a minute (so it asks once its size is known)."""
+        entry = self.limits.model_key(inp.model, agent.provider_key_env)[1]
+        return entry is not None and entry.tokens_per_minute is not None
 
     def key(self, inp: CallModelInput, agent: Agent) -> str:
         return self.limits.model_key(inp.model, agent.provider_key_env)[0]
@@ -67,6 +82,8 @@ class Capacity:
             breaker=inp.can_fail_over,
         )
         taken = await self.store.acquire(ask, self.limits, self.settings.limit_lease_seconds)
+        if isinstance(taken, CapacityWait) and self._stands_by(taken):
+            taken = await self._stand_by(ask, taken)
         if isinstance(taken, CapacityWait):
             found = telemetry.metrics()
             found.capacity_waits.add(1, {"waypoint.model_key": taken.key, "waypoint.wait_reason": taken.reason})
@@ -91,6 +108,52 @@ class Capacity:
                 taken.retry_after,
             )
         return taken
+
+    def _stands_by(self, wait: CapacityWait) -> bool:
+        """Whether a refused call is next in line for a slot of its key (among the first `in_flight`)."""
+        if wait.reason not in STANDBY_REASONS:
+            return False
+        entry = self.limits.models.get(wait.key)
+        return wait.position <= (entry.in_flight if entry is not None and entry.in_flight else 1)
+
+    async def _stand_by(self, ask: CapacityAsk, wait: CapacityWait) -> Lease | CapacityWait:
+        """A call next in line stands by in its activity for up to STANDBY_SECONDS, asking again as
+        soon as a slot of its key is given back (a Postgres notification) or its wait is over, so a
+        freed slot is taken in milliseconds, not after a signal, a workflow task and a new activity.
+        It heartbeats meanwhile; past that, or once it is no longer next, the workflow waits."""
+        listening = await self._listening()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STANDBY_SECONDS
+        taken: Lease | CapacityWait = wait
+        while isinstance(taken, CapacityWait) and self._stands_by(taken) and loop.time() < deadline:
+            pause = min(STANDBY_SLICE if listening else taken.retry_after, taken.retry_after, deadline - loop.time())
+            event = self._freed.setdefault(taken.key, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), max(pause, 0.001))
+            activity.heartbeat()
+            taken = await self.store.acquire(ask, self.limits, self.settings.limit_lease_seconds)
+        return taken
+
+    async def _listening(self) -> bool:
+        """Listen for given-back slots (one connection per worker process, opened on first need)."""
+        if self._listener is None:
+            url = self.store.engine.url.render_as_string(hide_password=False)
+            try:
+                self._listener = await Listener(url, {CAPACITY_CHANNEL: self._given_back}).start()
+            except Exception as exc:  # no notifications: standing by polls instead
+                log.warning("no capacity notifications: %s: %s", type(exc).__name__, exc)
+                return False
+        return True
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+
+    def _given_back(self, key: str) -> None:
+        event = self._freed.pop(key, None)
+        if event is not None:
+            event.set()
 
     @contextlib.asynccontextmanager
     async def holding(self, lease: Lease) -> AsyncIterator[None]:

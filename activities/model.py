@@ -210,25 +210,36 @@ class ModelActivities:
         agent = self.agents.get(inp.agent)
         tools = await self.tool_schemas(inp)
         with_memory = inp.memory and self.memory is not None
-        context = await self.store.model_context(inp.tenant_id, inp.run_id, inp.step, memory=with_memory)
-        # The episodes are written beside the recall and the model call, off the step's path.
-        remembering = asyncio.create_task(self.remember(inp, context)) if with_memory else None
-        recalled = list(inp.recalled)
-        if with_memory and inp.recall_k > 0:
-            recalled = await self.recall(inp, context)
-        parts = replace(context.parts, recalled=recalled, user_messages=list(inp.user_messages))
-        assembled = working_memory.assemble(parts, agent.context_tokens)
-        messages = assembled.messages
-        attempt = activity.info().attempt
         capacity = self.capacity if self.capacity.on(agent) and not isinstance(adapter, ScriptedModel) else None
         lease: Lease | None = None
-        if capacity is not None:
-            taken = await capacity.take(inp, agent, assembled.tokens)
+        if capacity is not None and not capacity.counts_tokens(inp, agent):
+            # Asked before anything is read: a call that must wait costs one transaction, not a context.
+            taken = await capacity.take(inp, agent, 0)
             if isinstance(taken, CapacityWait):  # the call does not go out: the workflow waits, not this worker
-                if remembering is not None:
-                    await remembering
                 return ModelTurn(model=inp.model, wait=taken)
             lease = taken
+        try:
+            context = await self.store.model_context(inp.tenant_id, inp.run_id, inp.step, memory=with_memory)
+            # The episodes are written beside the recall and the model call, off the step's path.
+            remembering = asyncio.create_task(self.remember(inp, context)) if with_memory else None
+            recalled = list(inp.recalled)
+            if with_memory and inp.recall_k > 0:
+                recalled = await self.recall(inp, context)
+            parts = replace(context.parts, recalled=recalled, user_messages=list(inp.user_messages))
+            assembled = working_memory.assemble(parts, agent.context_tokens)
+            if capacity is not None and lease is None:  # a tokens-a-minute limit needs the call's size
+                taken = await capacity.take(inp, agent, assembled.tokens)
+                if isinstance(taken, CapacityWait):
+                    if remembering is not None:
+                        await remembering
+                    return ModelTurn(model=inp.model, wait=taken)
+                lease = taken
+        except BaseException:
+            if capacity is not None and lease is not None:
+                await capacity.give_back(lease, None)
+            raise
+        messages = assembled.messages
+        attempt = activity.info().attempt
         record = call_record(context, assembled)
         # The recalled message is kept in Postgres while the model thinks, not carried in the result.
         keeping = (

@@ -50,7 +50,7 @@ async def test_calls_in_flight_wait_in_line_and_a_release_names_who_fits_now(sto
     # A newcomer does not jump the line, and a waiter asking again keeps its place.
     assert (await store.acquire(ask(key, "r5"), lim, LEASE)).position == 3  # type: ignore[union-attr]
     assert (await store.acquire(ask(key, "r3"), lim, LEASE)).position == 1  # type: ignore[union-attr]
-    assert await store.release(first, lim, 25) == ["r3"]
+    assert await store.release(first, lim, 25) == ["r3", "r4", "r5"]  # r3 fits; r4 and r5 stand by next
     assert isinstance(await store.acquire(ask(key, "r4"), lim, LEASE), CapacityWait)  # r3 is first
     assert isinstance(await store.acquire(ask(key, "r3"), lim, LEASE), Lease)
     # A retried attempt of a call that holds its slot takes the same slot, not a second one.

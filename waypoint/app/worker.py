@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 
 from waypoint import telemetry
 from waypoint.activities.agents import AgentCallActivities
+from waypoint.activities.capacity import Capacity
 from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.activities.compaction import CompactionActivities
 from waypoint.activities.memory import MemoryActivities
@@ -77,11 +78,13 @@ class CatalogWorker(Worker):
         agents: AgentRegistry,
         settings: Settings,
         mcp: MCPHub | None = None,
+        capacity: Capacity | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self._catalog = (store, agents, settings)
         self.mcp = mcp or MCPHub(store)
+        self.capacity = capacity
 
     async def register(self) -> None:
         store, agents, settings = self._catalog
@@ -99,6 +102,8 @@ class CatalogWorker(Worker):
             await super().run()
         finally:
             await self.mcp.close()
+            if self.capacity is not None:
+                await self.capacity.close()
 
 
 def delta_publisher(store: RunStore, settings: Settings) -> DeltaPublisher | None:
@@ -171,6 +176,7 @@ def build_worker(
         agents=agents,
         settings=settings,
         mcp=mcp,
+        capacity=models.capacity,
         task_queue=queue,
         workflows=WORKFLOWS,
         activities=[

@@ -40,6 +40,7 @@ from waypoint.store.schema import capacity_leases, capacity_requests, capacity_w
 from waypoint.types import CapacityWait
 
 WINDOW = timedelta(minutes=1)
+CAPACITY_CHANNEL = "waypoint_capacity"  # NOTIFY'd with a key when one of its slots is given back
 LONGEST_WAIT = 60.0  # a waiter asks again at least this often, signal or not
 
 
@@ -176,9 +177,14 @@ class Limiter(StoreBase):
                 )
             now = await _now(conn)
             line = await _line(conn, key, now, limits)
-            free_slots, _ = line.free(limits.models.get(key))
+            entry = limits.models.get(key)
+            free_slots, _ = line.free(entry)
             ordered = [w for w in _fair_order(line.waiters, line) if not line.tenant_full(w.tenant_id, limits)]
-            return [w.run_id for w in ordered[: max(0, min(free_slots, len(ordered)))]]
+            # Calls standing by for this key (in their activity, see activities/capacity.py) ask again now.
+            await conn.execute(select(func.pg_notify(CAPACITY_CHANNEL, key)))
+            # Wake those that fit now, and those next in line after them, to stand by in their turn.
+            standby = entry.in_flight if entry is not None and entry.in_flight else 1
+            return [w.run_id for w in ordered[: max(0, min(free_slots, len(ordered))) + standby]]
 
     async def cool_down(self, key: str, seconds: float, reason: str) -> None:
         """Pause every call on `key`, in every run and worker, for `seconds` (a 429's retry-after);
