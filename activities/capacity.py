@@ -31,7 +31,7 @@ from waypoint.config import Settings
 from waypoint.errors import ModelError
 from waypoint.names import Signal, WaitReason
 from waypoint.store import RunStore
-from waypoint.store.limits import CAPACITY_CHANNEL, CapacityAsk, Lease
+from waypoint.store.limits import CAPACITY_CHANNEL, CapacityAsk, Lease, stands_by
 from waypoint.store.listen import Listener
 from waypoint.types import CallModelInput, CapacityWait, ModelTurn
 
@@ -41,8 +41,7 @@ THROTTLED = (429, 529)  # too many requests; Anthropic's overloaded
 # A call next in line waits this long in its activity before it hands the wait to the workflow, and
 # asks again at least this often meanwhile (a notification usually comes first).
 STANDBY_SECONDS = 2.0
-STANDBY_SLICE = 0.25
-STANDBY_REASONS = (WaitReason.IN_FLIGHT, WaitReason.REQUESTS, WaitReason.TOKENS)
+STANDBY_SLICE = 1.0  # with notifications; a worker without them asks every 0.25 s
 
 
 class Capacity:
@@ -51,7 +50,7 @@ class Capacity:
         self.settings = settings
         self.limits = settings.limits
         self._listener: Listener | None = None
-        self._freed: dict[str, asyncio.Event] = {}  # per key: set when one of its slots is given back
+        self._fits: dict[str, asyncio.Event] = {}  # per call standing by: set when a release says it fits
 
     def on(self, agent: Agent) -> bool:
         return self.limits.enabled or bool(agent.fallback_models)
@@ -80,9 +79,10 @@ class Capacity:
             priority=inp.priority or DEFAULT_PRIORITY,
             tokens=tokens,
             breaker=inp.can_fail_over,
+            attempt=activity.info().attempt,
         )
-        taken = await self.store.acquire(ask, self.limits, self.settings.limit_lease_seconds)
-        if isinstance(taken, CapacityWait) and self._stands_by(taken):
+        taken = await self._ask(ask)
+        if isinstance(taken, CapacityWait) and stands_by(taken, self.limits):
             taken = await self._stand_by(ask, taken)
         if isinstance(taken, CapacityWait):
             found = telemetry.metrics()
@@ -109,29 +109,28 @@ class Capacity:
             )
         return taken
 
-    def _stands_by(self, wait: CapacityWait) -> bool:
-        """Whether a refused call is next in line for a slot of its key (among the first `in_flight`)."""
-        if wait.reason not in STANDBY_REASONS:
-            return False
-        entry = self.limits.models.get(wait.key)
-        return wait.position <= (entry.in_flight if entry is not None and entry.in_flight else 1)
+    async def _ask(self, ask: CapacityAsk) -> Lease | CapacityWait:
+        return await self.store.acquire(
+            ask, self.limits, self.settings.limit_lease_seconds, standby_seconds=STANDBY_SECONDS
+        )
 
     async def _stand_by(self, ask: CapacityAsk, wait: CapacityWait) -> Lease | CapacityWait:
         """A call next in line stands by in its activity for up to STANDBY_SECONDS, asking again as
-        soon as a slot of its key is given back (a Postgres notification) or its wait is over, so a
-        freed slot is taken in milliseconds, not after a signal, a workflow task and a new activity.
-        It heartbeats meanwhile; past that, or once it is no longer next, the workflow waits."""
+        soon as the release of a slot says it fits (a Postgres notification naming it), so a freed
+        slot is taken in milliseconds, not after a signal, a workflow task and a new activity. It
+        heartbeats meanwhile; past that, or once it is no longer next, the workflow waits."""
         listening = await self._listening()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STANDBY_SECONDS
         taken: Lease | CapacityWait = wait
-        while isinstance(taken, CapacityWait) and self._stands_by(taken) and loop.time() < deadline:
-            pause = min(STANDBY_SLICE if listening else taken.retry_after, taken.retry_after, deadline - loop.time())
-            event = self._freed.setdefault(taken.key, asyncio.Event())
+        while isinstance(taken, CapacityWait) and stands_by(taken, self.limits) and loop.time() < deadline:
+            pause = min(STANDBY_SLICE if listening else 0.25, taken.retry_after, deadline - loop.time())
+            event = self._fits.setdefault(ask.lease_id, asyncio.Event())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), max(pause, 0.001))
+            self._fits.pop(ask.lease_id, None)
             activity.heartbeat()
-            taken = await self.store.acquire(ask, self.limits, self.settings.limit_lease_seconds)
+            taken = await self._ask(ask)
         return taken
 
     async def _listening(self) -> bool:
@@ -150,10 +149,13 @@ class Capacity:
             await self._listener.close()
             self._listener = None
 
-    def _given_back(self, key: str) -> None:
-        event = self._freed.pop(key, None)
-        if event is not None:
-            event.set()
+    def _given_back(self, payload: str) -> None:
+        """A release says which calls now fit: those standing by here ask again."""
+        _key, _, lease_ids = payload.partition(" ")
+        for lease_id in lease_ids.split(","):
+            event = self._fits.get(lease_id)
+            if event is not None:
+                event.set()
 
     @contextlib.asynccontextmanager
     async def holding(self, lease: Lease) -> AsyncIterator[None]:
@@ -205,6 +207,9 @@ async def wake(run_ids: list[str]) -> None:
     if not run_ids:
         return
     client = activity.client()
-    for run_id in run_ids:
+
+    async def signal(run_id: str) -> None:
         with contextlib.suppress(Exception):  # ended, or not there: its timer is the backstop anyway
             await client.get_workflow_handle(run_id).signal(Signal.CAPACITY)
+
+    await asyncio.gather(*(signal(r) for r in run_ids))

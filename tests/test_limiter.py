@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,12 +26,9 @@ def model() -> str:
     return f"openai:m-{uuid.uuid4().hex[:8]}"
 
 
-def ask(
-    key: str, run: str, *, tenant: str = "a", priority: int = 3, step: int = 1, tokens: int = 10, breaker: bool = True
-) -> CapacityAsk:
-    return CapacityAsk(
-        run_id=run, step=step, tenant_id=tenant, model_key=key, priority=priority, tokens=tokens, breaker=breaker
-    )
+def ask(key: str, run: str, *, tenant: str = "a", priority: int = 3, **kw: Any) -> CapacityAsk:
+    fields = {"step": 1, "tokens": 10, "breaker": True, **kw}
+    return CapacityAsk(run_id=run, tenant_id=tenant, model_key=key, priority=priority, **fields)
 
 
 def limits(key: str, **entry: int) -> Limits:
@@ -54,7 +52,8 @@ async def test_calls_in_flight_wait_in_line_and_a_release_names_who_fits_now(sto
     assert isinstance(await store.acquire(ask(key, "r4"), lim, LEASE), CapacityWait)  # r3 is first
     assert isinstance(await store.acquire(ask(key, "r3"), lim, LEASE), Lease)
     # A retried attempt of a call that holds its slot takes the same slot, not a second one.
-    assert isinstance(await store.acquire(ask(key, "r2"), lim, LEASE), Lease)
+    assert isinstance(await store.acquire(ask(key, "r2", attempt=2), lim, LEASE), Lease)
+    assert isinstance(await store.acquire(ask(key, "r6", attempt=2), lim, LEASE), CapacityWait)  # holds none
     assert await store.waiting_positions(["r4", "r5"], lim) == {"r4": 1, "r5": 2}
 
 
@@ -195,3 +194,27 @@ def test_a_call_s_key_is_the_most_specific_entry() -> None:
     assert lim.model_key("anthropic:claude", None) == ("anthropic:claude", None)
     with pytest.raises(ConfigError, match="no tenant 'acme' is known"):
         Limits(tenants={"acme": TenantLimit()}, source="f").check_tenants({"default"})
+
+
+async def test_a_call_standing_by_is_told_by_notification_not_signalled(store: RunStore, database_url: str) -> None:
+    """Next in line, a call stands by in its activity: the release that frees a slot for it names it
+    on the capacity channel and leaves it out of the runs to signal; the one behind it is signalled,
+    to stand by in its turn."""
+    from waypoint.store.limits import CAPACITY_CHANNEL
+    from waypoint.store.listen import Listener
+
+    key = model()
+    lim = limits(key, in_flight=1)
+    heard: list[str] = []
+    listener = await Listener(database_url, {CAPACITY_CHANNEL: heard.append}).start()
+    try:
+        held = await store.acquire(ask(key, "s1"), lim, LEASE)
+        assert isinstance(held, Lease)
+        first = await store.acquire(ask(key, "s2"), lim, LEASE, standby_seconds=30)
+        second = await store.acquire(ask(key, "s3"), lim, LEASE, standby_seconds=30)
+        assert (first.position, second.position) == (1, 2)  # type: ignore[union-attr]
+        assert await store.release(held, lim, 5) == ["s3"]  # s2 stands by (in line for the slot): not signalled
+        await asyncio.sleep(0.3)
+        assert heard == [f"{key} s2:1"]
+    finally:
+        await listener.close()

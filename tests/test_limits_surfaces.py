@@ -62,6 +62,7 @@ async def test_a_run_waiting_for_capacity_shows_its_key_and_place_everywhere(
     first = await wp.start_run("one", agent="metered")
     await eventually(lambda: _status(wp, first, RunStatus.RUNNING), what="the first run's call in flight")
     second = await wp.start_run("two", agent="metered")
+    await eventually(lambda: _status(wp, second, RunStatus.WAITING_CAPACITY), what="the second run in line")
     third = await wp.start_run("three", agent="metered")
 
     async def both_waiting() -> bool:

@@ -54,6 +54,7 @@ class CapacityAsk:
     model_key: str  # provider:model[@KEY], as `Limits.model_key` names it
     priority: int
     tokens: int  # an estimate of what the call will use (its input; the answer is added at release)
+    attempt: int = 1  # a retried attempt may hold its slot still
     breaker: bool = False  # an open breaker makes it wait (its caller fails over); else only a cooldown does
 
     @property
@@ -67,6 +68,33 @@ class Lease:
     key: str | None  # None: nothing limits the call; only its health was checked
 
 
+_GRANT = text(
+    """
+    WITH gone AS (DELETE FROM capacity_waiters WHERE key = :key AND lease_id = :lease_id),
+         held AS (INSERT INTO capacity_leases (key, lease_id, tenant_id, run_id, expires_at)
+                  VALUES (:key, :lease_id, :tenant_id, :run_id, :expires_at))
+    INSERT INTO capacity_requests (key, lease_id, at, tokens) VALUES (:key, :lease_id, :now, :tokens)
+    """
+)
+_RELEASE = text(
+    """
+    WITH gone AS (DELETE FROM capacity_leases WHERE key = :key AND lease_id = :lease_id)
+    UPDATE capacity_requests SET tokens = coalesce(CAST(:tokens AS bigint), tokens)
+     WHERE key = :key AND lease_id = :lease_id
+    """
+)
+STANDBY_REASONS = (WaitReason.IN_FLIGHT, WaitReason.REQUESTS, WaitReason.TOKENS)
+
+
+def stands_by(wait: CapacityWait, limits: Limits) -> bool:
+    """Whether a refused call is next in line for a slot of its key (among the first `in_flight`), so
+    it is worth standing by for a moment instead of handing the wait to its workflow."""
+    if wait.reason not in STANDBY_REASONS:
+        return False
+    entry = limits.models.get(wait.key)
+    return wait.position <= (entry.in_flight if entry is not None and entry.in_flight else 1)
+
+
 def queue_key(ask: CapacityAsk, limits: Limits) -> tuple[str | None, ModelLimit | None]:
     """The key whose line a call waits in: its model key's entry, else its tenant's run cap."""
     entry = limits.models.get(ask.model_key)
@@ -78,14 +106,16 @@ def queue_key(ask: CapacityAsk, limits: Limits) -> tuple[str | None, ModelLimit 
 
 
 class Limiter(StoreBase):
-    async def acquire(self, ask: CapacityAsk, limits: Limits, lease_seconds: float) -> Lease | CapacityWait:
-        """A lease for the call, or how long and where it waits."""
+    async def acquire(
+        self, ask: CapacityAsk, limits: Limits, lease_seconds: float, *, standby_seconds: float = 0.0
+    ) -> Lease | CapacityWait:
+        """A lease for the call, or how long and where it waits. `standby_seconds`: a call next in line
+        (`stands_by`) is noted as standing by that long, so a release does not signal its run."""
         key, entry = queue_key(ask, limits)
         async with self.engine.begin() as conn:
             # A tenant with a run cap is locked too: two calls of it on two keys must not both take its last slot.
             capped = tenant_key(ask.tenant_id) if limits.tenant_runs(ask.tenant_id) is not None else None
-            await _lock(conn, *filter(None, (key, capped)))
-            now = await _now(conn)
+            now = await _lock(conn, *filter(None, (key, capped)))
             health = await _health(conn, ask.model_key)
             if health is not None:
                 if health.cooldown_until is not None and health.cooldown_until > now:
@@ -95,14 +125,15 @@ class Limiter(StoreBase):
             if key is None:
                 return Lease(ask.lease_id, None)
             expires = now + timedelta(seconds=lease_seconds)
-            renewed = await conn.execute(
-                update(capacity_leases)
-                .where(_lease(key, ask.lease_id))
-                .values(expires_at=expires)
-                .returning(capacity_leases.c.lease_id)
-            )
-            if renewed.first() is not None:  # a retried attempt of a call that holds its slot
-                return Lease(ask.lease_id, key)
+            if ask.attempt > 1:  # a retried attempt of a call that may hold its slot still
+                renewed = await conn.execute(
+                    update(capacity_leases)
+                    .where(_lease(key, ask.lease_id))
+                    .values(expires_at=expires)
+                    .returning(capacity_leases.c.lease_id)
+                )
+                if renewed.first() is not None:
+                    return Lease(ask.lease_id, key)
             line = await _line(conn, key, now, limits)
             me = _Waiter(ask.lease_id, ask.tenant_id, ask.run_id, ask.priority, limits.weight(ask.tenant_id), now)
             ordered = _fair_order([w for w in line.waiters if w.lease_id != ask.lease_id] + [_joined(line, me)], line)
@@ -113,15 +144,8 @@ class Limiter(StoreBase):
             if entry is not None and entry.tokens_per_minute is not None and line.tokens:
                 tokens_free = line.tokens + ask.tokens <= entry.tokens_per_minute
             if place is not None and place < free_slots and tokens_free:
-                await conn.execute(delete(capacity_waiters).where(_waiter_of(key, ask.lease_id)))
-                await conn.execute(
-                    insert(capacity_leases).values(
-                        lease_id=ask.lease_id, key=key, tenant_id=ask.tenant_id, run_id=ask.run_id, expires_at=expires
-                    )
-                )
-                await conn.execute(
-                    insert(capacity_requests).values(key=key, lease_id=ask.lease_id, at=now, tokens=ask.tokens)
-                )
+                values = {"key": key, "lease_id": ask.lease_id, "tenant_id": ask.tenant_id, "run_id": ask.run_id}
+                await conn.execute(_GRANT, {**values, "now": now, "expires_at": expires, "tokens": ask.tokens})
                 return Lease(ask.lease_id, key)
             if place is None:  # its tenant has all the runs it may have in flight: its place among its own
                 mine = [w.lease_id for w in ordered if w.tenant_id == ask.tenant_id]
@@ -131,6 +155,8 @@ class Limiter(StoreBase):
                 if place < free_slots:
                     reason = WaitReason.TOKENS
             after = await _retry_after(conn, key, entry, line, reason, position, now, lease_seconds)
+            wait = CapacityWait(key=key, reason=reason, position=position, retry_after=after)
+            standby = now + timedelta(seconds=standby_seconds) if stands_by(wait, limits) and standby_seconds else None
             await conn.execute(
                 insert(capacity_waiters)
                 .values(
@@ -142,13 +168,18 @@ class Limiter(StoreBase):
                     weight=me.weight,
                     since=now,
                     expires_at=now + timedelta(seconds=after + 2 * lease_seconds),
+                    standby_until=standby,
                 )
                 .on_conflict_do_update(
                     index_elements=["key", "lease_id"],
-                    set_={"expires_at": now + timedelta(seconds=after + 2 * lease_seconds), "priority": ask.priority},
+                    set_={
+                        "expires_at": now + timedelta(seconds=after + 2 * lease_seconds),
+                        "priority": ask.priority,
+                        "standby_until": standby,
+                    },
                 )
             )
-            return CapacityWait(key=key, reason=reason, position=position, retry_after=after)
+            return wait
 
     async def renew(self, lease: Lease, lease_seconds: float) -> None:
         """Keep a call's slot while it runs (its worker calls this well inside `lease_seconds`)."""
@@ -162,29 +193,26 @@ class Limiter(StoreBase):
             )
 
     async def release(self, lease: Lease, limits: Limits, tokens_used: int | None) -> list[str]:
-        """Give the slot back (recording what the call used); the runs of the waiters that now fit."""
+        """Give the slot back (recording what the call used). Calls standing by that now fit are told
+        by a notification on CAPACITY_CHANNEL ("<key> <lease_id>,..."); the runs to signal are returned:
+        those that fit and those next in line after them, unless they stand by already."""
         if lease.key is None:
             return []
         key = lease.key
         async with self.engine.begin() as conn:
-            await _lock(conn, key)
-            await conn.execute(delete(capacity_leases).where(_lease(key, lease.lease_id)))
-            if tokens_used is not None:
-                await conn.execute(
-                    update(capacity_requests)
-                    .where(capacity_requests.c.key == key, capacity_requests.c.lease_id == lease.lease_id)
-                    .values(tokens=tokens_used)
-                )
-            now = await _now(conn)
+            now = await _lock(conn, key)
+            await conn.execute(_RELEASE, {"key": key, "lease_id": lease.lease_id, "tokens": tokens_used})
             line = await _line(conn, key, now, limits)
             entry = limits.models.get(key)
             free_slots, _ = line.free(entry)
             ordered = [w for w in _fair_order(line.waiters, line) if not line.tenant_full(w.tenant_id, limits)]
-            # Calls standing by for this key (in their activity, see activities/capacity.py) ask again now.
-            await conn.execute(select(func.pg_notify(CAPACITY_CHANNEL, key)))
-            # Wake those that fit now, and those next in line after them, to stand by in their turn.
+            fits = ordered[: max(0, min(free_slots, len(ordered)))]
+            if fits:
+                payload = f"{key} {','.join(w.lease_id for w in fits)}"
+                await conn.execute(select(func.pg_notify(CAPACITY_CHANNEL, payload)))
             standby = entry.in_flight if entry is not None and entry.in_flight else 1
-            return [w.run_id for w in ordered[: max(0, min(free_slots, len(ordered))) + standby]]
+            nearby = ordered[: len(fits) + standby]
+            return [w.run_id for w in nearby if w.standby_until is None or w.standby_until <= now]
 
     async def cool_down(self, key: str, seconds: float, reason: str) -> None:
         """Pause every call on `key`, in every run and worker, for `seconds` (a 429's retry-after);
@@ -309,6 +337,7 @@ class _Waiter:
     priority: int
     weight: float
     since: datetime
+    standby_until: datetime | None = None
 
 
 @dataclass
@@ -369,9 +398,13 @@ async def _counts(conn: AsyncConnection, query: Any) -> dict[str, int]:
     return {row[0]: int(row[1]) for row in (await conn.execute(query)).all()}
 
 
-async def _lock(conn: AsyncConnection, *keys: str) -> None:
+async def _lock(conn: AsyncConnection, *keys: str) -> datetime:
+    """Hold the keys' locks until the transaction ends; the time once they are held."""
+    now: datetime | None = None
     for key in sorted(set(keys)):  # always in the same order: two callers never wait on each other
-        await conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 7))"), {"key": f"limit:{key}"})
+        query = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 7)), clock_timestamp() AS now")
+        now = (await conn.execute(query, {"key": f"limit:{key}"})).one().now
+    return now if now is not None else await _now(conn)
 
 
 async def _health(conn: AsyncConnection, key: str) -> Any:
@@ -386,27 +419,55 @@ def _waiter_of(key: str, lease_id: str) -> Any:
     return and_(capacity_waiters.c.key == key, capacity_waiters.c.lease_id == lease_id)
 
 
+_DROP_EXPIRED = text(
+    """
+    WITH leases AS (DELETE FROM capacity_leases WHERE key = :key AND expires_at <= :now),
+         waiters AS (DELETE FROM capacity_waiters WHERE key = :key AND expires_at <= :now)
+    DELETE FROM capacity_requests WHERE key = :key AND at <= :window_start
+    """
+)
+_READ_LINE = text(
+    """
+    SELECT (SELECT count(*) FROM capacity_requests WHERE key = :key) AS requests,
+           (SELECT coalesce(sum(tokens), 0) FROM capacity_requests WHERE key = :key) AS tokens,
+           (SELECT coalesce(json_agg(json_build_object(
+                       'lease_id', lease_id, 'tenant_id', tenant_id, 'run_id', run_id, 'priority', priority,
+                       'weight', weight, 'since', since, 'standby_until', standby_until)), '[]')
+              FROM capacity_waiters WHERE key = :key) AS waiters,
+           (SELECT coalesce(json_object_agg(tenant_id, n), '{}')
+              FROM (SELECT tenant_id, count(*) AS n FROM capacity_leases WHERE key = :key GROUP BY tenant_id) t)
+               AS by_tenant
+    """
+)
+
+
 async def _line(conn: AsyncConnection, key: str, now: datetime, limits: Limits) -> _Line:
-    """The key's state under its lock, after dropping what expired."""
-    L, W, R = capacity_leases.c, capacity_waiters.c, capacity_requests.c
-    await conn.execute(delete(capacity_leases).where(L.key == key, L.expires_at <= now))
-    await conn.execute(delete(capacity_waiters).where(W.key == key, W.expires_at <= now))
-    await conn.execute(delete(capacity_requests).where(R.key == key, R.at <= now - WINDOW))
+    """The key's state under its lock, after dropping what expired (two round trips, whatever the line)."""
+    await conn.execute(_DROP_EXPIRED, {"key": key, "now": now, "window_start": now - WINDOW})
+    row = (await conn.execute(_READ_LINE, {"key": key})).one()
     waiters = [
-        _Waiter(r.lease_id, r.tenant_id, r.run_id, r.priority, r.weight, r.since)
-        for r in (await conn.execute(select(capacity_waiters).where(W.key == key))).all()
+        _Waiter(
+            w["lease_id"],
+            w["tenant_id"],
+            w["run_id"],
+            w["priority"],
+            w["weight"],
+            datetime.fromisoformat(w["since"]),
+            datetime.fromisoformat(w["standby_until"]) if w["standby_until"] else None,
+        )
+        for w in row.waiters
     ]
-    by_tenant = await _counts(conn, select(L.tenant_id, func.count()).where(L.key == key).group_by(L.tenant_id))
-    window = (await conn.execute(select(func.count(), func.coalesce(func.sum(R.tokens), 0)).where(R.key == key))).one()
+    by_tenant = {t: int(n) for t, n in row.by_tenant.items()}
     capped = sorted({w.tenant_id for w in waiters} | set(by_tenant))
     capped = [t for t in capped if limits.tenant_runs(t) is not None]
     tenant_in_flight: dict[str, int] = {}
     if capped:
+        L = capacity_leases.c
         tenant_in_flight = await _counts(
             conn,
             select(L.tenant_id, func.count()).where(L.tenant_id.in_(capped), L.expires_at > now).group_by(L.tenant_id),
         )
-    return _Line(key, waiters, sum(by_tenant.values()), window[0], int(window[1]), by_tenant, tenant_in_flight)
+    return _Line(key, waiters, sum(by_tenant.values()), row.requests, int(row.tokens), by_tenant, tenant_in_flight)
 
 
 async def _retry_after(

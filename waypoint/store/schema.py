@@ -238,6 +238,8 @@ capacity_waiters = Table(
     Column("weight", Float, nullable=False),
     Column("since", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("expires_at", DateTime(timezone=True), nullable=False),  # a waiter that stops asking drops out
+    # Next in line, it stands by in its activity until then (a release notifies it, and signals others).
+    Column("standby_until", DateTime(timezone=True), nullable=True),
     PrimaryKeyConstraint("key", "lease_id", name="capacity_waiters_pkey"),
 )
 

@@ -55,6 +55,7 @@ def upgrade() -> None:
         sa.Column("weight", sa.Float, nullable=False),
         sa.Column("since", sa.DateTime(timezone=True), nullable=False, server_default=NOW),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("standby_until", sa.DateTime(timezone=True), nullable=True),  # standing by in its activity
         sa.PrimaryKeyConstraint("key", "lease_id", name="capacity_waiters_pkey"),
     )
     op.create_table(
