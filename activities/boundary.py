@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
 from temporalio import activity
@@ -148,7 +148,14 @@ async def heartbeating(*details: Any, every: float = HEARTBEAT_EVERY) -> AsyncIt
     if activity.info().is_local:  # a local activity lives in its workflow task: nothing to heartbeat
         yield
         return
-    task = asyncio.create_task(beat())
+    async with alongside(beat()):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def alongside(work: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    """Run `work` in the background while the block runs, and cancel it once the block ends."""
+    task = asyncio.create_task(work)
     try:
         yield
     finally:

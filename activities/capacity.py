@@ -25,6 +25,7 @@ from opentelemetry import trace
 from temporalio import activity
 
 from waypoint import telemetry
+from waypoint.activities.boundary import alongside
 from waypoint.agents import Agent
 from waypoint.checks import DEFAULT_PRIORITY
 from waypoint.config import Settings
@@ -174,13 +175,8 @@ class Capacity:
                 except Exception as exc:  # Postgres away for a moment: the next beat tries again
                     log.warning("lease %s not renewed: %s: %s", lease.lease_id, type(exc).__name__, exc)
 
-        task = asyncio.create_task(renew())
-        try:
+        async with alongside(renew()):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def give_back(self, lease: Lease, turn: ModelTurn | None) -> None:
         """Release the slot with what the call used, and wake the runs that now fit."""
