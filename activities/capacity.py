@@ -99,7 +99,7 @@ class Capacity:
                     "waypoint.retry_after_s": taken.retry_after,
                 },
             )
-            log.info(
+            log.debug(
                 "capacity wait: run=%s step=%s key=%s reason=%s position=%s retry_after=%.3g",
                 inp.run_id,
                 inp.step,

@@ -422,17 +422,15 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
     ) -> ModelTurn:
         """One model call with its retries (`_call_model`, in failover.py, picks the model and policy),
         and its waits for capacity (workflows/capacity.py); `redirect`: an open breaker fails over."""
-        waited = False
         while True:
             seen = self._capacity_signals
             turn = await self._model_activity(call, task_queue, policy, **timeouts)
             if turn.wait is None or not workflow.patched("capacity-wait-1"):
                 break
             await self._wait_for_capacity(turn.wait, seen, redirect=redirect)
-            waited = True
             if self._cancel_reason is not None:
                 raise StepCancelled(call.step, f"step {call.step}'s model call was cancelled waiting for capacity")
-        if waited:
+        if self._status == RunStatus.WAITING_CAPACITY:  # it waited (on this model, or on one it moved from)
             await self._set_status(RunStatus.RUNNING)
         return turn
 
