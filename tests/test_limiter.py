@@ -218,3 +218,14 @@ async def test_a_call_standing_by_is_told_by_notification_not_signalled(store: R
         assert heard == [f"{key} s2:1"]
     finally:
         await listener.close()
+
+
+def test_settings_read_their_own_limits_file(tmp_path: Path) -> None:
+    from waypoint.config import Settings
+
+    path = tmp_path / "limits.toml"
+    path.write_text('[models."openai:x"]\nin_flight = 2\n')
+    plain = Settings()
+    assert not plain.limits.enabled
+    copied = plain.model_copy(update={"limits_file": path})  # a copy with a file reads it, not the first's
+    assert copied.limits.enabled and copied.limits.models["openai:x"].in_flight == 2

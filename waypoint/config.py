@@ -266,10 +266,11 @@ class Settings(BaseSettings):
         except InvalidInput as exc:
             raise ValueError(str(exc)) from None
 
-    @functools.cached_property
+    @property
     def limits(self) -> Limits:
-        """The fleet limits of `limits_file`, read once (a bad file raises ConfigError naming the entry)."""
-        return load_limits(self.limits_file)
+        """The fleet limits of `limits_file`, read once per file (a bad file raises ConfigError naming
+        the entry). Cached by the file, not on the instance: a copy with another file reads that one."""
+        return _limits_of(self.limits_file)
 
     def parallel_agents_cap(self, tenant_id: str) -> int:
         """How many sub-agent runs one run of this tenant may have at once."""
@@ -319,3 +320,8 @@ class Settings(BaseSettings):
     def temporal_port(self) -> int:
         _, _, port = self.temporal_address.rpartition(":")
         return int(port)
+
+
+@functools.lru_cache(maxsize=8)
+def _limits_of(path: Path | None) -> Limits:
+    return load_limits(path)
