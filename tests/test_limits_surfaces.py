@@ -50,7 +50,10 @@ def held_fake(gate: threading.Event) -> Iterator[FakeOpenAI]:
 @pytest.fixture
 def settings(settings: Settings, tmp_path: Path, held_fake: FakeOpenAI) -> Settings:
     limits = tmp_path / "limits.toml"
-    limits.write_text(f'[models."{KEY}"]\nin_flight = 1\n\n[tenants."{settings.tenant}"]\nweight = 2\n')
+    limits.write_text(
+        f'[models."{KEY}"]\nin_flight = 1\n\n[tenants."{settings.tenant}"]\nweight = 2\n\n'
+        '[tenants."someone-else"]\nweight = 5\nruns = 3\n'
+    )
     update = {"limits_file": limits, "openai_base_url": held_fake.base_url, "model_timeout_seconds": 120}
     return settings.model_copy(update=update)
 
@@ -81,7 +84,8 @@ async def test_a_run_waiting_for_capacity_shows_its_key_and_place_everywhere(
     assert (listed[second]["waiting_key"], listed[second]["waiting_position"]) == (KEY, 1)
     assert "waiting_capacity #1" in (await waypoint(settings, "runs")).out
     report = json.loads((await waypoint(settings, "limits", "--json")).out)
-    assert report["models"][KEY]["in_flight"] == 1 and report["tenants"][settings.tenant]["weight"] == 2
+    assert report["models"][KEY]["in_flight"] == 1
+    assert report["tenants"] == {settings.tenant: {"runs": None, "weight": 2.0}}  # another tenant's entry is not shown
     key = next(k for k in report["keys"] if k["key"] == KEY)
     assert (key["in_flight"], key["waiting"]) == (1, 2)
     assert "Now" in (await waypoint(settings, "limits")).out
@@ -90,6 +94,7 @@ async def test_a_run_waiting_for_capacity_shows_its_key_and_place_everywhere(
     assert (run["status"], run["waiting_key"], run["waiting_position"]) == ("waiting_capacity", KEY, 1)
     over_http = (await api.http.get("/v1/limits")).json()
     assert next(k for k in over_http["keys"] if k["key"] == KEY)["waiting"] == 2
+    assert list(over_http["tenants"]) == [settings.tenant]
     async with httpx.AsyncClient(base_url=api.url, timeout=60) as browser:  # the viewer: a session, no header
         await sign_in(browser, api.key)
         page = (await browser.get(f"/ui/runs/{third}")).text

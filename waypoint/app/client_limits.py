@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from waypoint.checks import check_tenant
 from waypoint.config import Settings
+from waypoint.limits import TENANT_KEY_PREFIX, tenant_key
 from waypoint.names import RunStatus
 from waypoint.store import RunStore
 from waypoint.store.rows import LimitsReport, RunRow
@@ -21,16 +23,19 @@ class FleetLimits:
         self._store = store
         self._settings = settings
 
-    async def report(self) -> LimitsReport:
-        """What is declared and what the limiter holds now. Keys are the fleet's (a provider's limit
-        is shared by every tenant), so the report names no run and no tenant's calls."""
+    async def report(self, tenant_id: str | None = None) -> LimitsReport:
+        """What is declared and what the limiter holds now, as `tenant_id` (default: the configured
+        tenant) may see it. Model keys are the fleet's (a provider's limit is shared by every tenant)
+        and name no run; of the tenants, only its own entry and line are shown."""
+        tenant = self._settings.tenant if tenant_id is None else check_tenant(tenant_id)
         limits = self._settings.limits
+        own = tenant_key(tenant)
         return LimitsReport(
             source=limits.source,
             models={k: v.model_dump() for k, v in limits.models.items()},
-            tenants={k: v.model_dump() for k, v in limits.tenants.items()},
+            tenants={k: v.model_dump() for k, v in limits.tenants.items() if k == tenant},
             breaker=limits.breaker.model_dump(),
-            keys=await self._store.key_health(),
+            keys=[k for k in await self._store.key_health() if not k.key.startswith(TENANT_KEY_PREFIX) or k.key == own],
         )
 
     async def with_waits(self, rows: Sequence[RunRow]) -> list[RunRow]:

@@ -170,7 +170,7 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         """The fleet's model limits and, per model key, the calls in flight and waiting, the 429s, a
         shared cooldown and the circuit breaker (a run waiting for capacity shows its key and place in
         run_status)."""
-        return await answer(ctx, lambda _tenant: wp.limits.report())
+        return await answer(ctx, lambda tenant: wp.limits.report(tenant))
 
     if settings.mcp_write:
         _write_tools(server, wp, answer)

@@ -30,5 +30,5 @@ async def get_limits(api: Api, tenant: Tenant) -> dict[str, Any]:
     """The fleet limits (WAYPOINT_LIMITS_FILE) and, per model key, the calls in flight and waiting, the
     calls and 429s counted, a shared cooldown and the circuit breaker. Keys are the fleet's: no run or
     tenant is named. A run waiting for capacity shows its key and place in `GET /v1/runs/{id}`."""
-    data: dict[str, Any] = as_json(await api.wp.limits.report())
+    data: dict[str, Any] = as_json(await api.wp.limits.report(tenant))
     return data

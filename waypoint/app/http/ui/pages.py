@@ -283,7 +283,7 @@ async def diff_page(request: Request, run_id: str, api: Api, tenant: Tenant, a: 
 @router.get("/limits")
 async def limits_page(request: Request, api: Api, tenant: Tenant) -> Response:
     """The fleet limits and each model key's calls in flight and waiting, cooldown and breaker."""
-    return render(request, "limits.html", report=await api.wp.limits.report())
+    return render(request, "limits.html", report=await api.wp.limits.report(tenant))
 
 
 @router.get("/runs/{run_id}/memory")
