@@ -23,8 +23,9 @@ Imported by workflow code, so it may use only temporalio and the standard librar
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.common import RetryPolicy
@@ -181,8 +182,12 @@ def retry_info_delay(body: object) -> timedelta | None:
     return None
 
 
-def retry_after_header(headers: Any) -> timedelta | None:
-    """The delay a provider's answer asks for, by `retry-after-ms` or `retry-after` (seconds), if any."""
+def retry_after_header(headers: Any, *, now: datetime | None = None) -> timedelta | None:
+    """The delay a provider's answer asks for: `retry-after-ms` or `retry-after` (seconds); else,
+    when its rate-limit headers say a budget is spent, when that budget resets (OpenAI's
+    `x-ratelimit-remaining-*: 0` with `x-ratelimit-reset-*` like "6m0s"; Anthropic's
+    `anthropic-ratelimit-*-remaining: 0` with `anthropic-ratelimit-*-reset`, a time). The later reset
+    of the spent budgets wins. `now` (Anthropic's resets are times): the activity's clock by default."""
     get = getattr(headers, "get", None)
     if get is None:
         return None
@@ -193,7 +198,29 @@ def retry_after_header(headers: Any) -> timedelta | None:
                 return timedelta(seconds=float(value) * scale)
             except ValueError:
                 continue
-    return None
+    return _spent_budget_reset(get, now)
+
+
+_BUDGETS = ("requests", "tokens", "input-tokens", "output-tokens")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _spent_budget_reset(get: Any, now: datetime | None) -> timedelta | None:
+    waits: list[timedelta] = []
+    for budget in _BUDGETS:
+        if get(f"x-ratelimit-remaining-{budget}") == "0":
+            text = get(f"x-ratelimit-reset-{budget}") or ""
+            parts = _DURATION_PART.findall(text)
+            if parts and "".join(n + u for n, u in parts) == text.strip():
+                waits.append(timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)))
+        if get(f"anthropic-ratelimit-{budget}-remaining") == "0":
+            try:
+                at = datetime.fromisoformat((get(f"anthropic-ratelimit-{budget}-reset") or "").replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            waits.append(max(at - (now or datetime.now(UTC)), timedelta(0)))
+    return max(waits) if waits else None
 
 
 def classify_model_failure(
