@@ -4,6 +4,7 @@ its sub-agent runs; and the dev server dispatching by priority, then by fair sha
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import uuid
 from datetime import timedelta
@@ -87,6 +88,19 @@ async def test_run_priority_on_the_cli_its_status_and_a_bad_value(
     assert (await temporal_priority(client, plain))[0] == 0  # unset: the server's default, 3
     line = one_line_error(await waypoint(settings, "run", "hi", "--agent", "calculator", "--priority", "9"))
     assert "invalid priority 9: a priority is 1 (first) to 5 (last); the default is 3" in line
+    # A rerun keeps its source's priority, or takes the one given; so does a batch of reruns.
+    kept = (await waypoint(settings, "rerun", run_id)).out.strip()
+    moved = (await waypoint(settings, "rerun", run_id, "--priority", "4")).out.strip()
+    for rerun_id in (kept, moved):
+        await wp.result(rerun_id)
+    assert [(await wp.run(r)).priority for r in (kept, moved)] == [2, 4]
+    select = ("--select", "agent=calculator", "--limit", "1")
+    batch = await waypoint(settings, "rerun", *select, "--priority", "5", "--json")
+    assert batch.code == 0, batch.err
+    (item,) = json.loads(batch.out)["items"]
+    assert (await wp.run(item["run_id"])).priority == 5
+    line = one_line_error(await waypoint(settings, "rerun", run_id, "--priority", "0"))
+    assert "invalid priority 0" in line
 
 
 async def test_priority_over_http_and_the_agent_protocol_and_on_the_viewer(api: ApiServer, worker):

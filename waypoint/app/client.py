@@ -363,12 +363,14 @@ class Waypoint:
         tenant_id: str | None = None,
         on_done: Callable[[BatchItem], None] | None = None,
         rerun_children: bool = False,
+        priority: int | None = None,
     ) -> BatchReport:
         """Rerun the tenant's runs that `select` picks (`status=completed agent=X since=7d`, newest
         first, reruns left out, at most `limit`) with the same change, `concurrency` at a time; wait
         for each and compare it with its source. Every rerun is an ordinary run tagged with the
-        batch id (`runs(batch_id=...)`); `memory` and `rerun_children` as for `rerun`."""
+        batch id (`runs(batch_id=...)`); `memory`, `rerun_children` and `priority` as for `rerun`."""
         check_count("the limit", limit)
+        check_priority(priority)
         check_count("the concurrency", concurrency, high=100)
         check_choice("tool mode", tools, ToolMode)
         check_choice("memory", memory, MemoryView)
@@ -408,6 +410,7 @@ class Waypoint:
                         batch_id=batch_id,
                         tenant_id=tenant,
                         rerun_children=rerun_children,
+                        priority=priority,
                     )
                 except WaypointError as exc:
                     item = BatchItem(source.run_id, None, error=str(exc))

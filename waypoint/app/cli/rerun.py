@@ -42,6 +42,9 @@ async def rerun(
     limit: Annotated[int, typer.Option(help="With --select: at most this many runs, newest first.")] = 20,
     concurrency: Annotated[int, typer.Option(help="With --select: reruns at a time.")] = 4,
     follow: Annotated[bool, typer.Option("--follow", help="Show its steps as they land, then compare.")] = False,
+    priority: Annotated[
+        int | None, typer.Option(help="1 (first) to 5 (last); default: the original's.", show_default=False)
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run RUN again with a change (model, agent, instructions), as a new run; the original is untouched."""
@@ -54,7 +57,9 @@ async def rerun(
         raise fail("name one run, or pick many with --select (not both)")
     text = read_instructions(instructions) if instructions is not None else None
     if select is not None:
-        await rerun_batch(select, step, model, agent, text, tools, memory, limit, concurrency, as_json, rerun_children)
+        await rerun_batch(
+            select, step, model, agent, text, tools, memory, limit, concurrency, as_json, rerun_children, priority
+        )
         return
     assert run_id is not None
     async with await connect(temporal=True) as wp:
@@ -67,6 +72,7 @@ async def rerun(
             instructions=text,
             memory=memory,
             rerun_children=rerun_children,
+            priority=priority,
         )
         if not follow:
             # the keys of POST /v1/runs/{id}/rerun's answer
@@ -95,6 +101,7 @@ async def rerun_batch(
     concurrency: int,
     as_json: bool,
     rerun_children: bool = False,
+    priority: int | None = None,
 ) -> None:
     """Many reruns with one change: a progress bar, then the summary table."""
     from rich.progress import Progress
@@ -120,6 +127,7 @@ async def rerun_batch(
                 memory=memory,
                 on_done=done,
                 rerun_children=rerun_children,
+                priority=priority,
             )
     if as_json:
         out.print_json(report)
