@@ -322,7 +322,7 @@ class Limiter(StoreBase):
             now = await _now(conn)
             found: dict[str, int] = {}
             for key in keys:
-                line = await _line(conn, key, now, limits)
+                line = await _line(conn, key, now, limits, tidy=False)  # a read: no lock, nothing deleted
                 for i, w in enumerate(_fair_order(line.waiters, line)):
                     if w.run_id in run_ids and w.run_id not in found:
                         found[w.run_id] = i + 1
@@ -428,23 +428,27 @@ _DROP_EXPIRED = text(
 )
 _READ_LINE = text(
     """
-    SELECT (SELECT count(*) FROM capacity_requests WHERE key = :key) AS requests,
-           (SELECT coalesce(sum(tokens), 0) FROM capacity_requests WHERE key = :key) AS tokens,
+    SELECT (SELECT count(*) FROM capacity_requests WHERE key = :key AND at > :window_start) AS requests,
+           (SELECT coalesce(sum(tokens), 0) FROM capacity_requests WHERE key = :key AND at > :window_start)
+               AS tokens,
            (SELECT coalesce(json_agg(json_build_object(
                        'lease_id', lease_id, 'tenant_id', tenant_id, 'run_id', run_id, 'priority', priority,
                        'weight', weight, 'since', since, 'standby_until', standby_until)), '[]')
-              FROM capacity_waiters WHERE key = :key) AS waiters,
+              FROM capacity_waiters WHERE key = :key AND expires_at > :now) AS waiters,
            (SELECT coalesce(json_object_agg(tenant_id, n), '{}')
-              FROM (SELECT tenant_id, count(*) AS n FROM capacity_leases WHERE key = :key GROUP BY tenant_id) t)
-               AS by_tenant
+              FROM (SELECT tenant_id, count(*) AS n FROM capacity_leases
+                     WHERE key = :key AND expires_at > :now GROUP BY tenant_id) t) AS by_tenant
     """
 )
 
 
-async def _line(conn: AsyncConnection, key: str, now: datetime, limits: Limits) -> _Line:
-    """The key's state under its lock, after dropping what expired (two round trips, whatever the line)."""
-    await conn.execute(_DROP_EXPIRED, {"key": key, "now": now, "window_start": now - WINDOW})
-    row = (await conn.execute(_READ_LINE, {"key": key})).one()
+async def _line(conn: AsyncConnection, key: str, now: datetime, limits: Limits, *, tidy: bool = True) -> _Line:
+    """The key's state at `now`, what expired left out (one round trip, whatever the line). `tidy`
+    (under the key's lock): what expired is deleted first, so the tables stay the size of the line."""
+    times = {"key": key, "now": now, "window_start": now - WINDOW}
+    if tidy:
+        await conn.execute(_DROP_EXPIRED, times)
+    row = (await conn.execute(_READ_LINE, times)).one()
     waiters = [
         _Waiter(
             w["lease_id"],
