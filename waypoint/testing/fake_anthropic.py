@@ -43,6 +43,7 @@ from waypoint.testing.fake_openai import (
     Turn,
     load_script,
     pieces,
+    script_parser,
     send_reply,
     send_stream,
     serve_script,
@@ -357,17 +358,11 @@ class FakeAnthropic(FakeOpenAI):
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m waypoint.testing.fake_anthropic --port N --script FILE`: serve until Ctrl-C."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m waypoint.testing.fake_anthropic",
-        description="A local server that speaks Anthropic's Messages API and answers from a script.",
-    )
-    parser.add_argument("--port", type=int, default=8766, help="port on 127.0.0.1 (default 8766)")
-    parser.add_argument(
-        "--script",
-        help="JSON list of turns and replies, answered in order and again from the first (see "
-        "waypoint.testing.fake_openai.load_script; a turn may add thinking, redacted_thinking, stream_error)",
+    parser = script_parser(
+        "waypoint.testing.fake_anthropic",
+        "Anthropic's Messages API",
+        8766,
+        "see waypoint.testing.fake_openai.load_script; a turn may add thinking, redacted_thinking, stream_error",
     )
     args = parser.parse_args(argv)
     serve_script(

@@ -37,6 +37,7 @@ from waypoint.testing.fake_openai import (
     Turn,
     load_script,
     pieces,
+    script_parser,
     send_reply,
     send_stream,
     serve_script,
@@ -261,17 +262,11 @@ class FakeGemini(FakeOpenAI):
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m waypoint.testing.fake_gemini --port N --script FILE`: serve until Ctrl-C."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m waypoint.testing.fake_gemini",
-        description="A local server that speaks Gemini's generateContent API and answers from a script.",
-    )
-    parser.add_argument("--port", type=int, default=8766, help="port on 127.0.0.1 (default 8766)")
-    parser.add_argument(
-        "--script",
-        help="JSON list of turns and replies, answered in order and again from the first "
-        "(the format of waypoint.testing.fake_openai's load_script)",
+    parser = script_parser(
+        "waypoint.testing.fake_gemini",
+        "Gemini's generateContent API",
+        8766,
+        "the format of waypoint.testing.fake_openai's load_script",
     )
     parser.add_argument("--api-key", help="refuse requests without this key, as Gemini does (default: any key)")
     parser.add_argument(

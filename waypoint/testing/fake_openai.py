@@ -29,6 +29,7 @@ call is not in `seen`, and never reaches the script or the responder).
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hashlib
 import json
@@ -408,18 +409,21 @@ def serve_script(build: Callable[[], tuple[FakeOpenAI, list[Turn | Reply]]], ban
         server._server.server_close()
 
 
+def script_parser(module: str, speaks: str, port: int, script_help: str) -> argparse.ArgumentParser:
+    """The command line every fake server shares: `python -m MODULE --port N --script FILE`."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {module}", description=f"A local server that speaks {speaks} and answers from a script."
+    )
+    parser.add_argument("--port", type=int, default=port, help=f"port on 127.0.0.1 (default {port})")
+    parser.add_argument(
+        "--script", help=f"JSON list of turns and replies, answered in order and again from the first ({script_help})"
+    )
+    return parser
+
+
 def main(argv: list[str] | None = None) -> None:
     """`python -m waypoint.testing.fake_openai --port N --script FILE`: serve until Ctrl-C."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m waypoint.testing.fake_openai",
-        description="A local server that speaks the OpenAI chat-completions API and answers from a script.",
-    )
-    parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765)")
-    parser.add_argument(
-        "--script", help="JSON list of turns and replies, answered in order and again from the first (see load_script)"
-    )
+    parser = script_parser("waypoint.testing.fake_openai", "the OpenAI chat-completions API", 8765, "see load_script")
     parser.add_argument("--in-flight", type=int, help="answer 429 beyond this many chat calls at once")
     parser.add_argument("--per-minute", type=int, help="answer 429 beyond this many chat calls in any 60 s")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds every chat call takes (default 0)")
