@@ -16,6 +16,10 @@ from enum import StrEnum
 class RunStatus(StrEnum):
     """Values of `runs.status`."""
 
+    # Not started yet: a delayed run waits for its start time (`runs.start_at`), an enqueued run for
+    # the run before it on its thread (`runs.after_run_id`). Either can be cancelled before it starts.
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
     RUNNING = "running"
     PAUSED = "paused"
     WAITING_APPROVAL = "waiting_approval"

@@ -324,6 +324,13 @@ class RunInput:
     # the run's activities, its sub-agent runs and past continue-as-new; this field records it.
     # Last, so histories from before it decode.
     priority: int | None = None
+    # Issue 27 (after the fields above, so older histories decode): the schedule that fired the run;
+    # where its end is posted; a delayed run's start time (epoch seconds); the run an enqueued run
+    # waits for before it starts (it then forks that run's last step).
+    schedule_id: str | None = None
+    webhook: str | None = None
+    start_at: float | None = None
+    after_run: str | None = None
 
 
 @dataclass(frozen=True)
@@ -338,6 +345,10 @@ class StartRunInput:
     parent: ParentRef | None = None
     pin_model: bool = False
     priority: int | None = None
+    schedule_id: str | None = None
+    webhook: str | None = None
+    start_at: float | None = None
+    after_run: str | None = None
 
 
 @dataclass(frozen=True)

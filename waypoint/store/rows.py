@@ -56,6 +56,10 @@ class RunRow:
     output_json: Any = None  # a typed answer (its agent's output_type), parsed; `output` is its text
     priority: int | None = None  # 1 (first) to 5 (last); None: the default, 3
     waiting_key: str | None = None  # while waiting_capacity: the limiter key it waits for
+    schedule_id: str | None = None  # the schedule that fired it
+    start_at: datetime | None = None  # a delayed run: when it starts
+    after_run_id: str | None = None  # an enqueued run: the run it waits for
+    webhook: str | None = None  # where its end is posted
     # Never stored: its place in that key's line (1: next), when a read asked the limiter.
     waiting_position: int | None = None
     # Never stored: why its workflow task keeps failing, when a read asked Temporal (`Waypoint.with_stuck`).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -70,6 +71,12 @@ runs = Table(
     # 1 (first) to 5 (last), as Temporal's priority key; None: the default, 3 (migration 0015).
     Column("priority", SmallInteger, nullable=True),
     Column("waiting_key", Text, nullable=True),  # while waiting_capacity: the limiter key it waits for
+    # Migration 0016: the schedule that fired it; when a delayed run starts; the run an enqueued run
+    # waits for (a thread's next turn); where its end is posted.
+    Column("schedule_id", Text, nullable=True),
+    Column("start_at", DateTime(timezone=True), nullable=True),
+    Column("after_run_id", Text, nullable=True),
+    Column("webhook", Text, nullable=True),
 )
 
 events = Table(
@@ -256,4 +263,56 @@ model_key_health = Table(
     Column("requests", BigInteger, nullable=False, server_default="0"),
     Column("throttled", BigInteger, nullable=False, server_default="0"),  # 429s and 529s
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Scheduled agents (migration 0016): the tenant's record of each Temporal Schedule it created, which
+# scopes it (Temporal holds its state: next fire times, paused, recent actions).
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("schedule_id", Text, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("agent", Text, nullable=False),
+    Column("task", Text, nullable=False),
+    Column("thread_id", Text, nullable=True),  # an Agent Protocol cron on a thread
+    Column("spec", JSONB, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Each tenant's webhook signing secret (HMAC-SHA256 of the body), made on first use.
+webhook_secrets = Table(
+    "webhook_secrets",
+    metadata,
+    Column("tenant_id", Text, primary_key=True),
+    Column("secret", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Every attempt to post a finished run to its webhook.
+webhook_attempts = Table(
+    "webhook_attempts",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("run_id", Text, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("url", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("status_code", Integer, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("duration_ms", Integer, nullable=False, server_default="0"),
+    Column("delivered", Boolean, nullable=False, server_default=text("false")),
+)
+
+# A start's idempotency key: every repeat within the retention window answers the same run.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("body_hash", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "key", name="idempotency_keys_pkey"),
 )
