@@ -331,6 +331,9 @@ class RunInput:
     webhook: str | None = None
     start_at: float | None = None
     after_run: str | None = None
+    # A run that joins an Agent Protocol thread when it starts (a cron on a thread): it takes the
+    # thread's next place and goes on from the thread's newest run (after it ends, if it is live).
+    thread_id: str | None = None
 
 
 @dataclass(frozen=True)
