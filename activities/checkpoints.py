@@ -134,6 +134,7 @@ class CheckpointActivities:
                 mcp_tools=mcp_tools,
                 parent=inp.parent,
                 priority=inp.priority,
+                webhook=inp.webhook,
             )
             return await self.store.create_run(new)
 
@@ -174,6 +175,7 @@ class CheckpointActivities:
                 error=inp.error or "could not start",
                 parent=start.parent,
                 priority=start.priority,
+                webhook=start.webhook,
             )
         else:
             row = await self.store.finish_run(

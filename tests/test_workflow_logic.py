@@ -29,6 +29,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.ports import reserve_port
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, loop_tool, ok, spec, tools
+from waypoint import retry
 from waypoint.app.embedded import temporal_binary
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import (
@@ -953,3 +954,79 @@ async def test_the_last_model_waits_out_its_breaker(ts: WorkflowEnvironment) -> 
         result: RunResult = await (await b.start()).result()
     assert result.status == RunStatus.COMPLETED and len(doubles.calls) == 2
     assert doubles.status_names == [RunStatus.WAITING_CAPACITY, RunStatus.RUNNING]
+
+
+# --- webhooks (patch webhook-1) ----------------------------------------------------------------
+
+HOOK = "https://hooks.example/waypoint"
+
+
+def with_webhook(**kw: Any) -> RunInput:
+    return RunInput(agent="double", task="test", tenant_id="t", webhook=HOOK, **kw)
+
+
+async def test_a_webhook_is_posted_once_after_the_run_finishes(ts: WorkflowEnvironment) -> None:
+    """Two retryable failures, then delivered: three attempts of one delivery (one id), all after finish_run."""
+    doubles = Doubles(plan=plan(), turns=answer_at(2, "the answer"), webhook_failures=2)
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start(with_webhook())
+        result: RunResult = await handle.result()
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "the answer")
+    assert [(w.run_id, w.tenant_id, w.url) for w in doubles.webhooks] == [(handle.id, "t", HOOK)] * 3
+    assert len({w.delivery_id for w in doubles.webhooks}) == 1
+    assert doubles.webhook_finished_before == [1, 1, 1]
+
+
+async def test_a_run_without_a_webhook_posts_nothing(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), turns=answer_at(1))
+    async with bench(ts.client, doubles) as b:
+        result: RunResult = await (await b.start()).result()
+    assert result.status == RunStatus.COMPLETED and doubles.webhooks == []
+
+
+@pytest.mark.parametrize("refused", [True, False], ids=["refused", "attempts-spent"])
+async def test_a_webhook_that_fails_leaves_the_run_as_it_ended(ts: WorkflowEnvironment, refused: bool) -> None:
+    """A 4xx is not retried; a receiver that keeps failing gets WEBHOOK_ATTEMPTS attempts (a
+    minute of virtual backoff). Either way the run's result is what finish_run returned."""
+    doubles = Doubles(plan=plan(), turns=answer_at(2, "the answer"), webhook_refused=refused, webhook_failures=99)
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start(with_webhook())
+        result: RunResult = await handle.result()
+    assert (result.status, result.output, result.steps) == (RunStatus.COMPLETED, "the answer", 2)
+    assert len(doubles.webhooks) == (1 if refused else retry.WEBHOOK_ATTEMPTS)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_a_failed_run_posts_its_webhook_before_it_fails(ts: WorkflowEnvironment) -> None:
+    def refuse(inp: CallModelInput) -> ModelTurn:
+        raise ApplicationError("HTTP 400 from the model: bad request", type="ModelRequestRejected", non_retryable=True)
+
+    doubles = Doubles(plan=plan(), turns=refuse, webhook_refused=True)
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start(with_webhook())
+        message = await failure(handle)
+    assert "HTTP 400 from the model: bad request" in message  # the run's own failure, not the webhook's
+    assert [f.status for f in doubles.finished] == [RunStatus.FAILED]
+    assert len(doubles.webhooks) == 1 and doubles.webhook_finished_before == [1]
+
+
+async def test_a_run_that_cannot_start_posts_its_webhook(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), start_error="unknown agent 'nobody'")
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start(with_webhook())
+        assert await failure(handle) == f"run {handle.id} could not start: unknown agent 'nobody'"
+    (finish,) = doubles.finished
+    assert finish.start is not None and finish.start.webhook == HOOK  # its failed row records the webhook
+    assert [w.run_id for w in doubles.webhooks] == [handle.id]
+
+
+async def test_a_cancelled_run_posts_its_webhook(ts: WorkflowEnvironment) -> None:
+    doubles = Doubles(plan=plan(), turns=loop_tool(), tool_gate=asyncio.Event())
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start(with_webhook())
+        await until_status(handle, RunStatus.RUNNING)
+        await handle.execute_update(Update.CANCEL, "enough", result_type=RunProgress)
+        assert doubles.tool_gate is not None
+        doubles.tool_gate.set()
+        result: RunResult = await handle.result()
+    assert result.status == RunStatus.CANCELLED and len(doubles.webhooks) == 1

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -40,6 +41,7 @@ from waypoint.types import (
     AgentCallInput,
     AgentCallResult,
     CallModelInput,
+    DeliverWebhookInput,
     FailoverRecord,
     FinishRunInput,
     MemoryAnswer,
@@ -119,6 +121,12 @@ class Doubles:
     agent_calls: list[AgentCallInput] = field(default_factory=list)
     ledger: dict[str, ToolResult] = field(default_factory=dict)
     failovers: list[FailoverRecord] = field(default_factory=list)  # what record_failover logged, once each
+    # Webhooks: every deliver_webhook attempt, in order (with how many runs had finished by then);
+    # `webhook_failures` attempts fail first (retryable), `webhook_refused` fails each non-retryably.
+    webhooks: list[DeliverWebhookInput] = field(default_factory=list)
+    webhook_finished_before: list[int] = field(default_factory=list)
+    webhook_failures: int = 0
+    webhook_refused: bool = False
 
     # --- agent runs ------------------------------------------------------------------------------
 
@@ -198,6 +206,17 @@ class Doubles:
             output_tokens=sum(r.turn.usage.output_tokens for r in records),
         )
 
+    @activity.defn(name=Activity.DELIVER_WEBHOOK)
+    async def deliver_webhook(self, inp: DeliverWebhookInput) -> int:
+        self.webhooks.append(inp)
+        self.webhook_finished_before.append(len(self.finished))
+        if self.webhook_refused:
+            raise ApplicationError("the webhook answered HTTP 400", type="WebhookRefused", non_retryable=True)
+        if len(self.webhooks) <= self.webhook_failures:
+            # a short delay of its own: the attempts, not the policy's backoff, are what tests count
+            raise ApplicationError("the webhook answered HTTP 503", type="WebhookFailed", next_retry_delay=timedelta(0.01))
+        return 200
+
     @activity.defn(name=Activity.AGENT_RESULT)
     async def agent_result(self, inp: AgentCallInput) -> AgentCallResult:
         """As the real one: the child's answer (or how it ended) into the caller's ledger, once, and
@@ -275,6 +294,7 @@ class Doubles:
             self.record_failover,
             self.set_run_status,
             self.finish_run,
+            self.deliver_webhook,
             self.agent_result,
             self.memory_step,
             self.compact_run,

@@ -12,13 +12,16 @@ its first write, for ever; so the client refuses it where it enters, before anyt
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
+import socket
 import uuid
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from waypoint.errors import InvalidInput
 
@@ -246,3 +249,93 @@ def read_instructions(path: str) -> str:
     checked = check_instructions(text)
     assert checked is not None
     return checked
+
+
+# --- webhooks ------------------------------------------------------------------------------------
+
+WEBHOOK_URL_MAX = 2_048  # characters: what browsers and proxies reliably carry
+# Names of cloud metadata services (GCP, AWS, Azure, Alibaba, OpenStack...): refused as hosts, as
+# their addresses are, unless the settings allow private webhooks.
+METADATA_NAMES = frozenset(
+    {
+        "metadata",
+        "metadata.google.internal",
+        "metadata.goog",
+        "metadata.azure.com",
+        "metadata.tencentyun.com",
+        "metadata.platformequinix.com",
+        "metadata.packet.net",
+        "instance-data",
+        "instance-data.ec2.internal",
+    }
+)
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200", "192.0.0.192", "168.63.129.16")
+)
+_LINK_LOCAL = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
+WEBHOOK_ALLOW = "set WAYPOINT_WEBHOOK_ALLOW_PRIVATE=true to allow it"
+
+
+def refused_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why a webhook may not reach `address` (a cloud metadata or link-local address), or None.
+    An IPv4 address inside IPv6 (::ffff:169.254.169.254) is judged as the IPv4 one."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address in METADATA_ADDRESSES:
+        return f"a cloud metadata address ({address})"
+    if any(address in net for net in _LINK_LOCAL):
+        return f"a link-local address ({address})"
+    return None
+
+
+def _literal_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a host names without DNS: an IP literal, or an IPv4 address in a form the
+    resolver reads as one (2852039166, 0xa9.0xfe.0xa9.0xfe, 169.254.43518)."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if re.fullmatch(r"[0-9a-fA-FxX.]+", host) and any(c.isdigit() for c in host):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def check_webhook(url: str | None, *, allow_private: bool = False) -> str | None:
+    """A webhook URL (None passes): http or https, with a host, at most WEBHOOK_URL_MAX characters,
+    and not a link-local or cloud metadata address (by name or IP) unless `allow_private`.
+    Loopback and private networks (10/8, 192.168/16, ::1...) pass: a self-hosted Waypoint posts to
+    services on its own network. The worker resolves the host again before each POST, so a name that
+    resolves to a refused address is refused then (`refused_address`)."""
+    if url is None:
+        return None
+    check_text("the webhook URL", url, high=WEBHOOK_URL_MAX)
+    if url != url.strip() or any(c.isspace() for c in url):
+        raise InvalidInput(f"the webhook URL {url!r} has spaces: give a URL such as https://example.com/hooks")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise InvalidInput(f"the webhook URL {url!r} is not http or https: give a URL such as https://example.com/hooks")
+    try:
+        host, _ = parts.hostname, parts.port
+    except ValueError:
+        raise InvalidInput(f"the webhook URL {url!r} has an invalid port: use a port from 1 to 65535") from None
+    if not host:
+        raise InvalidInput(f"the webhook URL {url!r} has no host: give a URL such as https://example.com/hooks")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidInput(
+            f"the webhook URL {url!r} carries a user name or password: leave them out, "
+            "and check the Waypoint-Signature header in the receiver instead"
+        )
+    if allow_private:
+        return url
+    name = host.rstrip(".").lower()
+    if name in METADATA_NAMES:
+        raise InvalidInput(f"the webhook URL {url!r} points at a cloud metadata service ({name}): {WEBHOOK_ALLOW}")
+    address = _literal_address(name)
+    why = refused_address(address) if address is not None else None
+    if why is not None:
+        raise InvalidInput(f"the webhook URL {url!r} points at {why}: {WEBHOOK_ALLOW}")
+    return url

@@ -214,6 +214,11 @@ class Settings(BaseSettings):
     api_keepalive_seconds: float = Field(
         15.0, gt=0, description="Seconds between keep-alive comments on a quiet stream."
     )
+    webhook_allow_private: bool = Field(
+        False,
+        description="Webhooks may post to link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, "
+        "169.254.169.254, metadata.google.internal...). Loopback and private networks are always allowed.",
+    )
     model_deltas: bool = Field(
         True, description="Workers publish model token deltas while a streaming model call runs (live streams)."
     )

@@ -24,6 +24,9 @@
         ModelRequestRejected   a 4xx answer: the same request cannot succeed later
         ModelUnavailable       429, 5xx, a timeout or a dropped connection: retryable, after `retry_after`
         MalformedAnswer        HTTP 200 with a body that is not a chat completion: retryable a few times
+      WebhookFailed            a webhook POST got no answer, a 429 or a 5xx: retried with backoff
+      WebhookRefused           a webhook POST got another 4xx (or a redirect), or its host resolves to a
+                               refused address: not retried
 
 At the activity boundary (`activities/boundary.py`) every one becomes a
 `temporalio.exceptions.ApplicationError` whose `type` is the class name, non-retryable unless
@@ -132,6 +135,17 @@ class ModelUnavailable(ModelError):
 
 class MalformedAnswer(ModelError):
     retryable = True
+
+
+class WebhookFailed(WaypointError):
+    """A webhook POST that a later attempt may deliver: no answer, a timeout, HTTP 429 or 5xx."""
+
+    retryable = True
+
+
+class WebhookRefused(WaypointError):
+    """A webhook POST no retry can deliver: another 4xx, a redirect, or a host that resolves to a
+    link-local or metadata address."""
 
 
 def non_retryable_types() -> list[str]:

@@ -154,6 +154,13 @@ class Activity(StrEnum):
     REMEMBER_MISSING = "remember_missing"
     AGENT_RESULT = "agent_result"
     RECORD_FAILOVER = "record_failover"
+    DELIVER_WEBHOOK = "deliver_webhook"
+
+
+class WebhookEvent(StrEnum):
+    """The `event` of a webhook body."""
+
+    RUN_FINISHED = "run.finished"  # the run ended (any final status): its final state
 
 
 class Workflow(StrEnum):

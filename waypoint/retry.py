@@ -15,6 +15,9 @@ Imported by workflow code, so it may use only temporalio and the standard librar
   tried START_ATTEMPTS times, anything else (an outage, an MCP server that hangs) at most
   START_RETRY's attempts; then the run ends `failed` with the reason.
 - Memory and inline compaction: a few attempts, then the run goes on without them.
+- Webhooks: a POST with no answer, a timeout, HTTP 429 or 5xx is retried with exponential backoff,
+  WEBHOOK_ATTEMPTS in all (about half a minute of waiting); another 4xx, a redirect or a refused
+  address is not. Whatever happens, the run's own outcome stays as it was.
 - Never retried: the error types in NON_RETRYABLE (`waypoint.errors`), whatever the activity.
 - Failover (an agent with several models): a model call that still fails after `failover_after`
   attempts with an error in FAILOVER_ERRORS (what a retry may heal, or a model this worker cannot
@@ -104,6 +107,18 @@ MEMORY_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=3,
+    non_retryable_error_types=NON_RETRYABLE,
+)
+
+# A webhook POST: a short timeout per attempt, WEBHOOK_ATTEMPTS attempts 1, 2, 4, 8, 16 s apart.
+WEBHOOK_TIMEOUT_SECONDS = 10.0
+WEBHOOK_ACTIVITY_TIMEOUT = timedelta(seconds=WEBHOOK_TIMEOUT_SECONDS + 5)  # resolving and recording too
+WEBHOOK_ATTEMPTS = 6
+WEBHOOK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=WEBHOOK_ATTEMPTS,
     non_retryable_error_types=NON_RETRYABLE,
 )
 

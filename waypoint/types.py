@@ -528,6 +528,17 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class DeliverWebhookInput:
+    """Input of `deliver_webhook`: post the finished run's final state to `url`. `delivery_id` is
+    drawn by the workflow, so every attempt (and a replay) sends the same one."""
+
+    run_id: str
+    tenant_id: str
+    url: str
+    delivery_id: str
+
+
+@dataclass(frozen=True)
 class SetStatusInput:
     run_id: str
     status: RunStatus

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from waypoint.types import (
         Budget,
         CallModelInput,
+        DeliverWebhookInput,
         FinishRunInput,
         Memory,
         MemoryStepInput,
@@ -208,6 +209,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
             output_is_json=output_is_json,
         )
         result: RunResult = await self._store(Activity.FINISH_RUN, finish, RunResult)
+        await self._deliver_webhook(inp)
         if status == RunStatus.FAILED:
             raise ApplicationError(f"run {self._run_id} failed at step {state.step + 1}: {reason}", non_retryable=True)
         return result
@@ -224,6 +226,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
             parent=inp.parent,
             pin_model=inp.pin_model,
             priority=inp.priority,
+            webhook=inp.webhook,
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.
@@ -237,7 +240,30 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
         if workflow.patched("failed-start-row-1"):  # a run given an id always gets a row
             failed = FinishRunInput(self._run_id, inp.tenant_id, RunStatus.FAILED, error=reason, start=start)
             await self._store(Activity.FINISH_RUN, failed, RunResult)
+            await self._deliver_webhook(inp)
         raise ApplicationError(reason, non_retryable=True)
+
+    async def _deliver_webhook(self, inp: RunInput) -> None:
+        """Post the finished run to its webhook, if it has one (after FINISH_RUN: the body is the
+        final row). The activity retries what may heal; its final failure is logged and dropped, so
+        the run's status and its workflow's result stay as FINISH_RUN made them."""
+        if not inp.webhook or not workflow.patched("webhook-1"):
+            return
+        delivery = DeliverWebhookInput(
+            run_id=self._run_id, tenant_id=inp.tenant_id, url=inp.webhook, delivery_id=f"whd_{workflow.uuid4().hex}"
+        )
+        try:
+            await workflow.execute_activity(
+                Activity.DELIVER_WEBHOOK,
+                delivery,
+                result_type=int,
+                start_to_close_timeout=retry.WEBHOOK_ACTIVITY_TIMEOUT,
+                retry_policy=retry.WEBHOOK_RETRY,
+            )
+        except FAILED as exc:
+            workflow.logger.warning("run %s: webhook not delivered: %s", self._run_id, failure_message(exc))
+        except asyncio.CancelledError:  # the workflow was cancelled while it posted: the run has ended all the same
+            workflow.logger.warning("run %s: webhook delivery cancelled", self._run_id)
 
     def _typed(self) -> bool:
         """Whether this run's agent is typed: its model answers by calling final_answer, which the

@@ -29,6 +29,7 @@ from waypoint.activities.compaction import CompactionActivities
 from waypoint.activities.memory import MemoryActivities
 from waypoint.activities.model import ModelActivities
 from waypoint.activities.tools import ToolActivities
+from waypoint.activities.webhooks import WebhookActivities
 from waypoint.agents import Agent, AgentRegistry
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
@@ -191,6 +192,7 @@ def build_worker(
             AgentCallActivities(store).agent_result,
             compaction.select_runs,
             compaction.compact_run,
+            WebhookActivities(store, settings).deliver_webhook,
         ],
         # Tracing (one trace per run), step metrics and run/step/trace ids in activity logs.
         interceptors=telemetry.worker_interceptors(client, settings),

@@ -7,7 +7,7 @@
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
-threads, what live streams read, and the shared limiter of model calls. `waypoint.store.db` has connections and
+threads, what live streams read, the shared limiter of model calls, and webhooks (secrets, attempts). `waypoint.store.db` has connections and
 migrations, `waypoint.store.schema` the tables.
 """
 
@@ -29,6 +29,7 @@ from waypoint.store.streams import Streams
 from waypoint.store.threads import Threads
 from waypoint.store.travel import TimeTravel
 from waypoint.store.trees import Trees
+from waypoint.store.webhooks import Webhooks
 from waypoint.store.working import WorkingReads
 
 
@@ -48,6 +49,7 @@ class RunStore(
     Compare,
     Trees,
     Limiter,
+    Webhooks,
 ):
     """Every read and write of the Postgres mirror."""
 

@@ -505,3 +505,35 @@ def as_json(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     return value
+
+
+@dataclass(frozen=True)
+class WebhookAttempt:
+    """One attempt to post a finished run to its webhook (`webhook_attempts`)."""
+
+    run_id: str
+    attempt: int  # Temporal's attempt number, from 1
+    url: str
+    at: datetime
+    status_code: int | None = None  # the receiver's answer; None when there was none
+    error: str | None = None  # why it was not delivered
+    duration_ms: int = 0
+    delivered: bool = False
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> WebhookAttempt:
+        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "at": self.at.isoformat()}
+
+
+@dataclass(frozen=True)
+class WebhookSecret:
+    """A tenant's webhook signing secret."""
+
+    secret: str
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {"secret": self.secret, "created_at": self.created_at.isoformat()}
