@@ -214,7 +214,8 @@ class Doubles:
             raise ApplicationError("the webhook answered HTTP 400", type="WebhookRefused", non_retryable=True)
         if len(self.webhooks) <= self.webhook_failures:
             # a short delay of its own: the attempts, not the policy's backoff, are what tests count
-            raise ApplicationError("the webhook answered HTTP 503", type="WebhookFailed", next_retry_delay=timedelta(0.01))
+            delay = timedelta(milliseconds=10)
+            raise ApplicationError("the webhook answered HTTP 503", type="WebhookFailed", next_retry_delay=delay)
         return 200
 
     @activity.defn(name=Activity.AGENT_RESULT)

@@ -317,7 +317,9 @@ def check_webhook(url: str | None, *, allow_private: bool = False) -> str | None
         raise InvalidInput(f"the webhook URL {url!r} has spaces: give a URL such as https://example.com/hooks")
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https"):
-        raise InvalidInput(f"the webhook URL {url!r} is not http or https: give a URL such as https://example.com/hooks")
+        raise InvalidInput(
+            f"the webhook URL {url!r} is not http or https: give a URL such as https://example.com/hooks"
+        )
     try:
         host, _ = parts.hostname, parts.port
     except ValueError:

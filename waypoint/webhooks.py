@@ -49,7 +49,9 @@ def signature(secret: str, timestamp: int | str, body: bytes) -> str:
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
-def signed_headers(secret: str, body: bytes, *, delivery_id: str, event: str, now: float | None = None) -> dict[str, str]:
+def signed_headers(
+    secret: str, body: bytes, *, delivery_id: str, event: str, now: float | None = None
+) -> dict[str, str]:
     """The headers of one attempt: signed now (each retry signs afresh, so a late retry is not stale)."""
     timestamp = int(time.time() if now is None else now)
     return {
@@ -86,7 +88,8 @@ def verify(
     skew = abs((time.time() if now is None else now) - timestamp)
     if skew > tolerance_seconds:
         raise WebhookSignatureError(
-            f"{TIMESTAMP_HEADER} is {skew:.0f} s from now (at most {tolerance_seconds:g} s): a replayed or delayed request"
+            f"{TIMESTAMP_HEADER} is {skew:.0f} s from now (at most {tolerance_seconds:g} s): "
+            "a replayed or delayed request"
         )
     data = body.encode() if isinstance(body, str) else body
     secrets = [secret] if isinstance(secret, str) else list(secret)

@@ -38,6 +38,7 @@ from waypoint.checks import (
     check_seq,
     check_tenant,
     check_text,
+    check_webhook,
     parse_selection,
     parse_when,
 )
@@ -76,6 +77,8 @@ from waypoint.store.rows import (
     StepState,
     ThreadRow,
     Verdict,
+    WebhookAttempt,
+    WebhookSecret,
     as_json,
 )
 from waypoint.store.streams import DELTAS_CHANNEL, EVENTS_CHANNEL
@@ -203,11 +206,13 @@ class Waypoint:
         budget: Budget | None = None,
         run_id: str | None = None,
         priority: int | None = None,
+        webhook: str | None = None,
     ) -> str:
         """Start a run and return its id (the Temporal workflow id; `run_id` to choose it). `priority`
         1 (first) to 5 (last), default 3: when workers are busy, Temporal hands them the tasks of
         higher-priority runs first (its sub-agent runs' too), and shares each priority between tenants
-        by their weight in the limits file."""
+        by their weight in the limits file. `webhook`: an http(s) URL that gets one signed POST of the
+        run's final state when it ends (`waypoint.webhooks.verify` checks it in a receiver)."""
         if not check_text("the task", task).strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         check_name("the agent", agent)
@@ -224,9 +229,23 @@ class Waypoint:
             budget=budget,
             pin_model=bool(model or self.settings.model),
             priority=check_priority(priority),
+            webhook=self.check_webhook(webhook),
         )
         await self.check_start(inp.agent, inp.model)
         return await self._start(run_id or make_run_id(), inp)
+
+    def check_webhook(self, url: str | None) -> str | None:
+        """A run's webhook URL as the settings allow it (`checks.check_webhook`), or InvalidInput."""
+        return check_webhook(url, allow_private=self.settings.webhook_allow_private)
+
+    async def webhook_secret(self, *, rotate: bool = False, tenant_id: str | None = None) -> WebhookSecret:
+        """The tenant's webhook signing secret, made on first use; `rotate=True` replaces it (posts
+        signed from then on use the new one: give it to the receivers, which may accept both a while)."""
+        return await self._store.webhook_secret(self.tenant(tenant_id), rotate=rotate)
+
+    async def webhook_attempts(self, run_id: str, *, tenant_id: str | None = None) -> list[WebhookAttempt]:
+        """Every attempt to post the run to its webhook, oldest first (empty: none yet, or no webhook)."""
+        return await self._store.webhook_attempts(self._scoped(tenant_id, run_id), run_id)
 
     async def agents(self) -> list[AgentInfo]:
         """The agents the workers of this deployment's task queue serve (the catalog they register)."""
@@ -262,12 +281,15 @@ class Waypoint:
         tenant_id: str | None = None,
         new_run_id: str | None = None,
         priority: int | None = None,
+        webhook: str | None = None,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step. `memory` (a MemoryView)
         is what it recalls from long-term memory: by default memory as it was at that step, never
-        the parent's later episodes. It keeps the parent's priority unless given one."""
+        the parent's later episodes. It keeps the parent's priority unless given one; it has a
+        webhook only if given one (`webhook`, as for `start_run`)."""
         check_choice("memory", memory, MemoryView)
+        self.check_webhook(webhook)
         check_seq("the step", step)
         check_text("the message", message)
         check_name("the model", model)
@@ -284,6 +306,7 @@ class Waypoint:
             fork=ForkOrigin(run_id=run_id, step=step, message=message, memory=MemoryView(memory)),
             pin_model=model is not None,
             priority=priority or parent.priority,
+            webhook=webhook,
         )
         return await self._start(new_run_id or make_run_id(), inp)
 
@@ -302,6 +325,7 @@ class Waypoint:
         new_run_id: str | None = None,
         rerun_children: bool = False,
         priority: int | None = None,
+        webhook: str | None = None,
     ) -> str:
         """Run `run_id` again from its state at `from_step` with another model, agent or
         `instructions` (the system prompt, in place of the agent's own), as a new run (lineage kind
@@ -313,10 +337,12 @@ class Waypoint:
         does. A sub-agent call is a recorded tool call too, answered from its recorded answer;
         `rerun_children=True` starts its sub-agent runs again instead, as the rerun's own children
         (`tools="live"` always does). The original is untouched; `compare(run_id, new_id)` shows what
-        changed. It keeps the original's priority unless given one."""
+        changed. It keeps the original's priority unless given one; it has a webhook only if given
+        one (`webhook`, as for `start_run`)."""
         check_choice("tool mode", tools, ToolMode)
         check_choice("memory", memory, MemoryView)
         check_instructions(instructions)
+        self.check_webhook(webhook)
         check_seq("the step", from_step)
         check_name("the model", model)
         check_name("the agent", agent)
@@ -335,6 +361,7 @@ class Waypoint:
             model=model,
             pin_model=pin_model,
             priority=priority or source.priority,
+            webhook=webhook,
             fork=ForkOrigin(
                 run_id=run_id,
                 step=from_step,

@@ -180,12 +180,21 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
 def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:
     @server.tool(annotations=WRITE)
     async def start_run(
-        ctx: Context, task: str, agent: str = "demo", model: str | None = None, max_steps: int | None = None
+        ctx: Context,
+        task: str,
+        agent: str = "demo",
+        model: str | None = None,
+        max_steps: int | None = None,
+        webhook: str | None = None,
     ) -> str:
-        """Start a run of an agent on a task; answers its run id."""
+        """Start a run of an agent on a task; answers its run id. `webhook`: an http(s) URL that gets
+        one signed POST of the run's final state when it ends."""
 
         async def start(tenant: str) -> dict[str, str]:
-            return {"run_id": await wp.start_run(task, agent=agent, model=model, max_steps=max_steps, tenant_id=tenant)}
+            run_id = await wp.start_run(
+                task, agent=agent, model=model, max_steps=max_steps, tenant_id=tenant, webhook=webhook
+            )
+            return {"run_id": run_id}
 
         return await answer(ctx, start)
 

@@ -7,8 +7,8 @@
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
-threads, what live streams read, the shared limiter of model calls, and webhooks (secrets, attempts). `waypoint.store.db` has connections and
-migrations, `waypoint.store.schema` the tables.
+threads, what live streams read, the shared limiter of model calls, and webhooks (secrets, attempts).
+`waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
 from __future__ import annotations

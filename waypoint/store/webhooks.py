@@ -87,4 +87,15 @@ class Webhooks(StoreBase):
         return [WebhookAttempt.of(r) for r in rows]
 
 
-__all__ = ["SECRET_PREFIX", "Webhooks", "new_secret"]
+def delivery_summary(attempts: list[WebhookAttempt]) -> str:
+    """One line on how a run's webhook fared: "delivered after 3 attempts (HTTP 200)"."""
+    if not attempts:
+        return "not posted yet"
+    last = attempts[-1]
+    count = f"{len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"
+    if any(a.delivered for a in attempts):
+        return f"delivered after {count} (HTTP {last.status_code})"
+    return f"not delivered after {count}; last: {last.error}"
+
+
+__all__ = ["SECRET_PREFIX", "Webhooks", "delivery_summary", "new_secret"]

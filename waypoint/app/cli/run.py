@@ -17,6 +17,10 @@ PriorityOpt = Annotated[
     int | None,
     typer.Option(help="1 (first) to 5 (last); default 3. Busy workers take higher-priority runs' work first."),
 ]
+WebhookOpt = Annotated[
+    str | None,
+    typer.Option(help="An http(s) URL that gets one signed POST of the run's final state when it ends."),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +38,7 @@ async def run(
     max_cost: Annotated[float | None, typer.Option(help="Cost budget in USD.")] = None,
     deadline: Annotated[float | None, typer.Option(help="Wall-clock budget in seconds.")] = None,
     priority: PriorityOpt = None,
+    webhook: WebhookOpt = None,
     follow: FollowOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -43,7 +48,7 @@ async def run(
 
     async with await connect(temporal=True) as wp:
         budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost, deadline_seconds=deadline)
-        run_id = await wp.start_run(task, agent=agent, model=model, budget=budget, priority=priority)
+        run_id = await wp.start_run(task, agent=agent, model=model, budget=budget, priority=priority, webhook=webhook)
         trace = wp.started_trace(run_id)
         if not follow:
             if as_json:
@@ -66,6 +71,7 @@ async def fork(
     model: Annotated[str | None, typer.Option(help="Model spec for the new run.")] = None,
     memory: MemoryOpt = "then",
     priority: Annotated[int | None, typer.Option(help="1 (first) to 5 (last); default: the parent's.")] = None,
+    webhook: WebhookOpt = None,
     follow: FollowOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -75,7 +81,9 @@ async def fork(
 
     fork_step = parse_step(step)
     async with await connect(temporal=True) as wp:
-        new_id = await wp.fork(run_id, fork_step, message=message, model=model, memory=memory, priority=priority)
+        new_id = await wp.fork(
+            run_id, fork_step, message=message, model=model, memory=memory, priority=priority, webhook=webhook
+        )
         if not follow:
             # the keys of POST /v1/runs/{id}/fork's answer
             started = {"run_id": new_id, "parent_run_id": run_id, "fork_step": fork_step}

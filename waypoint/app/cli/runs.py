@@ -66,6 +66,7 @@ async def status(
         row = await wp.run(run_id, check_stuck=True)
         lines = await wp.timeline(run_id)
         family = await wp.tree(run_id)
+        hooks = await wp.webhook_attempts(run_id) if row.webhook else []
         live = None
         if row.status not in FINISHED and not row.stuck:  # a stuck run answers no query
             try:
@@ -76,11 +77,23 @@ async def status(
         from waypoint.store.trees import node_json
 
         below = [node_json(n) for n in family.nodes[1:]]
+        attempts = [a.to_json() for a in hooks]
         out.print_json(
-            {**out.as_json(row), "status": row.shown_status, "timeline": lines, "live": live, "children": below}
+            {
+                **out.as_json(row),
+                "status": row.shown_status,
+                "timeline": lines,
+                "live": live,
+                "children": below,
+                "webhook_attempts": attempts,
+            }
         )
         return
     out.console.print(out.run_table(row))
+    if row.webhook:
+        from waypoint.store.webhooks import delivery_summary
+
+        out.console.print(f"webhook: {delivery_summary(hooks)}", markup=False, highlight=False)
     if lines:
         out.console.print(out.timeline_table(lines))
     if len(family.nodes) > 1:

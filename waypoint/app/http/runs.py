@@ -37,6 +37,13 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+WEBHOOK_FIELD: Any = Field(
+    None,
+    description="An http(s) URL that gets one signed POST of the run's final state when it ends "
+    "(GET /v1/webhooks/secret has the signing secret; GET /v1/runs/{id}/webhook the attempts).",
+)
+
+
 class StartRun(Body):
     task: str = Field(description="What the agent should do.")
     agent: str = Field("demo", description="Agent name (GET /v1/agents lists them).")
@@ -51,6 +58,7 @@ class StartRun(Body):
         le=5,
         description="1 (first) to 5 (last); default 3. Busy workers take higher-priority runs' work first.",
     )
+    webhook: str | None = WEBHOOK_FIELD
 
 
 def inherited_priority() -> Any:
@@ -62,6 +70,7 @@ class Fork(Body):
     message: str | None = Field(None, description="A user message added to that state.")
     model: str | None = None
     priority: int | None = inherited_priority()
+    webhook: str | None = WEBHOOK_FIELD
     memory: str = Field(
         "then",
         description="What it recalls from long-term memory: then (as it was at that step of the original), "
@@ -76,6 +85,7 @@ class Rerun(Body):
     tools: str = Field("recorded", description="recorded (answer matching calls from the ledger) or live.")
     instructions: str | None = Field(None, description="The system prompt, in place of the agent's own.")
     priority: int | None = inherited_priority()
+    webhook: str | None = WEBHOOK_FIELD
     memory: str = Field(
         "then",
         description="What it recalls from long-term memory: then (as it was at that step of the original), "
@@ -117,7 +127,13 @@ async def start_run(body: StartRun, api: Api, tenant: Tenant, response: Response
         deadline_seconds=body.deadline_seconds,
     )
     run_id = await api.wp.start_run(
-        body.task, agent=body.agent, model=body.model, budget=budget, tenant_id=tenant, priority=body.priority
+        body.task,
+        agent=body.agent,
+        model=body.model,
+        budget=budget,
+        tenant_id=tenant,
+        priority=body.priority,
+        webhook=body.webhook,
     )
     response.headers["Location"] = f"/v1/runs/{run_id}"
     return {"run_id": run_id, "trace_id": api.wp.started_trace(run_id)}
@@ -333,6 +349,7 @@ async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Resp
         memory=body.memory,
         tenant_id=tenant,
         priority=body.priority,
+        webhook=body.webhook,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "fork_step": body.step}
@@ -352,6 +369,7 @@ async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Re
         tenant_id=tenant,
         rerun_children=body.rerun_children,
         priority=body.priority,
+        webhook=body.webhook,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "from_step": body.from_step}

@@ -73,8 +73,8 @@ def _refuse_unsupported(body: RunCreate) -> None:
         raise not_supported(
             "interrupt_before/after are not supported: tools declared requires_approval wait for a human"
         )
-    if body.webhook or body.after_seconds:
-        raise not_supported("webhooks and delayed runs are not supported: start the run when it should run")
+    if body.after_seconds:
+        raise not_supported("delayed runs are not supported: start the run when it should run")
 
 
 def _options(body: RunCreate) -> tuple[str | None, int | None, int | None]:
@@ -92,6 +92,7 @@ def _options(body: RunCreate) -> tuple[str | None, int | None, int | None]:
 async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, body: RunCreate) -> str:
     """Start the run (a fork of the thread's newest run, or a new run) and return its id."""
     _refuse_unsupported(body)
+    api.wp.check_webhook(body.webhook)  # before the run takes a place on its thread
     task = task_of(body.input or {})
     model, max_steps, priority = _options(body)
     run_id = new_run_id()
@@ -104,6 +105,7 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
             tenant_id=tenant,
             run_id=run_id,
             priority=priority,
+            webhook=body.webhook,
         )
     thread = await _thread_for_run(api, tenant, thread_id, body)
     last = thread.last
@@ -126,6 +128,7 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
                 tenant_id=tenant,
                 run_id=run_id,
                 priority=priority,
+                webhook=body.webhook,
             )
         else:
             # A thread's next turn goes on with long-term memory as it is now (other threads' included),
@@ -139,6 +142,7 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
                 tenant_id=tenant,
                 new_run_id=run_id,
                 priority=priority,
+                webhook=body.webhook,
             )
     except BaseException:
         with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it
