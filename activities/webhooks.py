@@ -78,6 +78,11 @@ class WebhookActivities:
         self.allow_private = settings.webhook_allow_private
         self.transport = transport
 
+    async def resolve(self, host: str, port: int) -> list[str]:
+        """The addresses `host` resolves to now (the system's resolver, as httpx's connect uses)."""
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return [str(sockaddr[0]) for *_, sockaddr in found]
+
     async def check_host(self, url: str) -> None:
         """Refuse a URL whose host resolves, now, to a link-local or metadata address (unless allowed)."""
         try:
@@ -95,11 +100,11 @@ class WebhookActivities:
             pass
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            found = await self.resolve(host, port)
         except OSError as exc:
             raise WebhookFailed(f"cannot resolve the webhook host {host}: {exc}") from None
-        for *_, sockaddr in found:
-            why = refused_address(ipaddress.ip_address(str(sockaddr[0]).split("%")[0]))
+        for address in found:
+            why = refused_address(ipaddress.ip_address(address.split("%")[0]))
             if why is not None:
                 raise WebhookRefused(
                     f"the webhook host {host} resolves to {why}: not posted "

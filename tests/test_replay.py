@@ -66,6 +66,7 @@ def test_histories_are_checked_in():
         "agent_run_typed.json",
         "agent_run_capacity.json",
         "agent_run_subagent_child.json",
+        "agent_run_webhook.json",
         "remote-store/agent_run_calculator.json",
         "remote-store/agent_run_clumsy.json",
         "remote-store/agent_run_memory.json",
@@ -174,6 +175,20 @@ async def test_fresh_compaction_pass_replays(client: Client, store: RunStore, se
     )
     assert [(r.run_id, r.created) for r in report.results] == [(run_id, True)] and report.episodes_saved == 1
     await _fresh(client, workflow_id, [CompactionWorkflow], "compaction/compaction_pass.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_webhook_run_history_replays(client: Client, engine, settings, worker):
+    """A run with a webhook posts it after finish_run (patch webhook-1): a receiver that refuses
+    once, then takes it, so the activity's retry is part of the run."""
+    from tests.test_webhooks import receiving
+
+    with receiving([503, 200]) as receiver:
+        wp = Waypoint(client, engine, settings)
+        run_id = await wp.start_run("replay me", agent="quick", webhook=receiver.url)
+        assert (await wp.result(run_id)).status == "completed"
+    assert receiver.answered == [503, 200]
+    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_webhook.json")
 
 
 @pytest.mark.postgres
