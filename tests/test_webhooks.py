@@ -259,3 +259,30 @@ async def test_http_webhooks(api: ApiServer, client: Client, engine, settings: S
     assert verify(rotated, delivered.body, delivered.headers)["run_id"] == run_id  # signed with the new secret
     with pytest.raises(WebhookSignatureError):
         verify(first, delivered.body, delivered.headers)
+    from waypoint.app.http.ui import session
+
+    key = await Waypoint(client, engine, settings).keys.valid(api.key)
+    assert key is not None
+    api.http.cookies.set(session.COOKIE, session.issue(session.secret_of(settings.ui_secret), key.id))
+    page = await api.http.get(f"/ui/runs/{run_id}")
+    assert 'id="run-webhook">delivered after 1 attempt (HTTP 200)<' in page.text
+
+
+@pytest.mark.postgres
+async def test_the_agent_protocol_takes_a_webhook(api: ApiServer, worker, receiver: Receiver):
+    """langgraph-sdk's `webhook=`: the thread's run posts its end; a bad URL takes no place on the thread."""
+    from langgraph_sdk import get_client
+
+    lg = get_client(url=api.url, api_key=api.key)
+    thread = await lg.threads.create()
+    tid = thread["thread_id"]
+    bad = {"assistant_id": "calculator", "input": {"messages": [{"role": "user", "content": "add"}]}}
+    refused = await api.http.post(f"/threads/{tid}/runs", json={**bad, "webhook": "http://169.254.169.254/"})
+    assert refused.status_code == 400 and "cloud metadata address" in refused.text, refused.text
+    assert await lg.runs.list(tid) == []
+    human = {"messages": [{"role": "user", "content": "add"}]}
+    await lg.runs.wait(tid, "calculator", input=human, webhook=receiver.url)
+    (run,) = await lg.runs.list(tid)
+    (delivered,) = receiver.delivered
+    event = json.loads(delivered.body)
+    assert (event["run_id"], event["status"]) == (run["run_id"], "completed")
