@@ -91,6 +91,15 @@ async def test_a_schedule_fires_an_ordinary_run_linked_to_it(
     assert await wp.schedules.list(tenant_id=other) == []
     assert (await client.get_schedule_handle(sid).describe()).schedule.state.paused is False
 
+    # an update replaces the spec on Temporal and keeps the schedule paused
+    await wp.schedules.pause(sid)
+    changed = await wp.schedules.update(sid, cron="30 6 * * *", tz="Asia/Tokyo", overlap="skip", max_steps=None)
+    assert changed.paused and changed.spec["cron"] == "30 6 * * *" and changed.spec["every"] is None
+    assert changed.spec["max_steps"] is None and changed.spec["priority"] == 2  # cleared, and kept
+    desc = await client.get_schedule_handle(sid).describe()
+    assert desc.schedule.state.paused and desc.schedule.spec.time_zone_name == "Asia/Tokyo"
+    assert desc.schedule.spec.intervals == [] and desc.schedule.policy.overlap == ScheduleOverlapPolicy.SKIP
+
     # delete removes both; the fired run stays, still linked
     await wp.schedules.delete(sid)
     assert await schedule_rows(engine, sid) == []
@@ -109,6 +118,7 @@ async def test_bad_schedules_are_refused_whole_and_leave_nothing(
     bad = [
         ({"cron": "0 25 * * *"}, "invalid cron expression '0 25 \\* \\* \\*': the hour is 0 to 23"),
         ({"cron": "0 9 * *"}, "4 field\\(s\\)"),
+        ({"cron": "0 9 ? * mon"}, "the day of month is 1 to 31, got '\\?'"),  # Temporal has no `?`
         ({"cron": "0 9 * * *", "tz": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
         ({"every": 0}, "every must be from 1 to"),
         ({"every": -5}, "every must be from 1 to"),
@@ -138,6 +148,12 @@ async def test_bad_schedules_are_refused_whole_and_leave_nothing(
         await wp.schedules.delete(taken)
     await client.get_schedule_handle(taken).describe()
     await client.get_schedule_handle(taken).delete()
+
+    # what the local check lets through, Temporal takes too
+    for expr in ("*/15 9-17 * jan-jun 7", "0 0 1,15 * sun-sat", "@weekly"):
+        made = await wp.schedules.create(agent="calculator", task="add", cron=expr, tz="America/New_York")
+        assert made.next_runs, expr
+        await wp.schedules.delete(made.schedule_id)
 
     with pytest.raises(NotFound, match="no schedule 'sched-nope': list them with `waypoint cron list`"):
         await wp.schedules.trigger("sched-nope")
