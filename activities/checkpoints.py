@@ -134,6 +134,7 @@ class CheckpointActivities:
                 mcp_tools=mcp_tools,
                 parent=inp.parent,
                 priority=inp.priority,
+                schedule_id=inp.schedule_id,
             )
             return await self.store.create_run(new)
 
@@ -174,6 +175,7 @@ class CheckpointActivities:
                 error=inp.error or "could not start",
                 parent=start.parent,
                 priority=start.priority,
+                schedule_id=start.schedule_id,
             )
         else:
             row = await self.store.finish_run(

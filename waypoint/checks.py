@@ -262,3 +262,132 @@ def read_instructions(path: str) -> str:
     checked = check_instructions(text)
     assert checked is not None
     return checked
+
+
+# --- scheduled agents ------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
+
+
+def parse_duration(name: str, text: str | float) -> float:
+    """A length of time as a user typed it: `30s`, `10m`, `1h`, `1d`, `2w`, or plain seconds."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    found = _DURATION.fullmatch(str(text).strip())
+    if found is None:
+        raise InvalidInput(f"{name}={text!r}: write a duration such as 30s, 10m, 1h or 1d")
+    return float(found.group(1)) * _AGE_SECONDS[found.group(2) or "s"]
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as the largest whole unit that divides them: 3600 -> `1h`, 90 -> `90s`."""
+    for unit in ("w", "d", "h", "m"):
+        size = _AGE_SECONDS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_until(name: str, text: str, *, now: datetime | None = None) -> datetime:
+    """A moment ahead as a user typed it: a duration from now (`30d`) or an ISO date or time (UTC
+    unless it names its offset)."""
+    if _DURATION.fullmatch(text.strip()) and not text.strip().isdigit():
+        return (now or datetime.now(UTC)) + timedelta(seconds=parse_duration(name, text))
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"{name}={text!r}: write a duration from now such as 30d, or an ISO date such as 2031-01-31"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def new_schedule_id() -> str:
+    return f"sched-{uuid.uuid4().hex[:12]}"
+
+
+EVERY_MIN_SECONDS = 1.0
+EVERY_MAX_SECONDS = 366 * 86_400
+CATCHUP_MIN_SECONDS = 10.0  # Temporal's smallest catch-up window
+CATCHUP_MAX_SECONDS = 366 * 86_400
+JITTER_MAX_SECONDS = 86_400
+_CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+# (field, lowest, highest, names for lowest onwards)
+_CRON_FIELDS: tuple[tuple[str, int, int, tuple[str, ...]], ...] = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day of month", 1, 31, ()),
+    ("month", 1, 12, _MONTHS),
+    ("day of week", 0, 7, _DAYS),  # 0 and 7 are Sunday
+)
+
+
+def _cron_value(raw: str, low: int, names: tuple[str, ...]) -> int | None:
+    if raw.isdigit():
+        return int(raw)
+    lowered = raw.lower()
+    return names.index(lowered) + low if lowered in names else None
+
+
+def check_cron(expr: str) -> str:
+    """A cron expression as Temporal Schedules read it: five fields (minute hour day-of-month month
+    day-of-week; `*`, lists, ranges, `/steps`, month and day names) or a macro such as
+    `@daily`. The time zone is a separate setting (`tz`), not a `CRON_TZ=` prefix."""
+    check_text("the cron expression", expr, high=200)
+    text = expr.strip()
+    rule = "write five fields (minute hour day-of-month month day-of-week), e.g. '0 9 * * mon-fri', or @daily"
+    if text.startswith("@"):
+        if text.lower() not in _CRON_MACROS:
+            raise InvalidInput(f"invalid cron expression {expr!r}: unknown macro; use one of {', '.join(_CRON_MACROS)}")
+        return text
+    fields = text.split()
+    if len(fields) != 5:
+        raise InvalidInput(f"invalid cron expression {expr!r}: {len(fields)} field(s); {rule}")
+    for raw, (what, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
+        for item in raw.split(","):
+            body, slash, step = item.partition("/")
+            if slash and not (step.isdigit() and int(step) > 0):
+                raise InvalidInput(
+                    f"invalid cron expression {expr!r}: the step {step!r} of the {what} must be a whole number above 0"
+                )
+            if body == "*":
+                continue
+            ends = body.split("-")
+            values = [_cron_value(e, low, names) for e in ends]
+            if len(ends) > 2 or any(v is None or not low <= v <= high for v in values):
+                raise InvalidInput(f"invalid cron expression {expr!r}: the {what} is {low} to {high}, got {item!r}")
+    return text
+
+
+def check_time_zone(tz: str) -> str:
+    """An IANA time zone name (`Europe/Paris`, `UTC`)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    check_text("the time zone", tz, high=100)
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInput(f"unknown time zone {tz!r}: use an IANA name such as UTC or Europe/Paris") from None
+    return tz
+
+
+def check_seconds(name: str, value: float, low: float, high: float) -> float:
+    """A length of time in seconds from `low` to `high`."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be from {low:g} to {high:g} seconds, got {value!r}")
+    return float(value)
+
+
+def check_webhook(url: str | None) -> str | None:
+    """A URL to post a finished run to: http(s) with a host."""
+    from urllib.parse import urlsplit
+
+    if url is None:
+        return None
+    check_name("the webhook", url)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(f"invalid webhook {url!r}: give an http:// or https:// URL with a host")
+    return url

@@ -136,6 +136,16 @@ class MemoryView(StrEnum):
     ALL = "all"  # memory as it is now, the original's later episodes included
 
 
+class ScheduleOverlap(StrEnum):
+    """What a scheduled agent does when its time comes while the run it fired last still runs
+    (Temporal's ScheduleOverlapPolicy of the same name)."""
+
+    SKIP = "skip"  # this fire is dropped
+    BUFFER_ONE = "buffer_one"  # it starts when the running one ends; at most one waits
+    ALLOW_ALL = "allow_all"  # it starts at once, alongside
+    CANCEL_OTHER = "cancel_other"  # the running one is cancelled, then this one starts
+
+
 class Activity(StrEnum):
     """Activity names (frozen)."""
 

@@ -224,6 +224,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
             parent=inp.parent,
             pin_model=inp.pin_model,
             priority=inp.priority,
+            # An activity's input, not a command: replay compares neither, so no patch is needed.
+            schedule_id=inp.schedule_id,
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.app.client_keys import Keys
 from waypoint.app.client_limits import FleetLimits
+from waypoint.app.client_schedules import Schedules
 from waypoint.app.client_threads import Threads
 from waypoint.checks import (
     NAME_MAX,
@@ -74,6 +75,7 @@ from waypoint.store.rows import (
     LineageLink,
     RunComparison,
     RunRow,
+    ScheduleRow,
     StateDiff,
     StepLine,
     StepState,
@@ -156,6 +158,7 @@ class Waypoint:
         self.threads = Threads(self._store, self._scoped)
         self.keys = Keys(self._store)
         self.limits = FleetLimits(self._store, settings)
+        self.schedules = Schedules(self._store, self)
         self._trace_ids: dict[str, str] = {}
         self._stuck_seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 
@@ -769,10 +772,11 @@ class Waypoint:
         batch_id: str | None = None,
         text: str | None = None,
         roots: bool = False,
+        schedule_id: str | None = None,
     ) -> list[RunRow]:
         """Newest first; `before` is the (created_at, run_id) of the last run of the previous page;
         `batch_id`: the reruns of one batch; `text` keeps the runs whose task contains it; `roots`
-        leaves sub-agent runs out."""
+        leaves sub-agent runs out; `schedule_id`: the runs one schedule fired."""
         page = await self.runs_page(
             tenant_id=tenant_id,
             limit=limit,
@@ -782,6 +786,7 @@ class Waypoint:
             batch_id=batch_id,
             text=text,
             roots=roots,
+            schedule_id=schedule_id,
         )
         return page.runs
 
@@ -801,11 +806,13 @@ class Waypoint:
         batch_id: str | None = None,
         run_ids: Sequence[str] | None = None,
         roots: bool = False,
+        schedule_id: str | None = None,
     ) -> RunsPage:
         """A page of runs and the cursor of the next (what the HTTP API and the viewer list).
         `since`/`until`: created at or after / before, an age back from now (`1h`, `7d`), an ISO
         date or a datetime; `sort`: a RunSort; `cursor`: the previous page's `next_cursor`;
-        `run_ids`: only these runs; `roots`: no sub-agent runs."""
+        `run_ids`: only these runs; `roots`: no sub-agent runs; `schedule_id`: the runs one schedule
+        fired (NotFound unless the schedule is the tenant's or one of its runs names it)."""
         check_count("the limit", limit)
         if status is not None:
             check_choice("status", status, RunStatus)
@@ -816,6 +823,7 @@ class Waypoint:
         check_text("the text", text, high=NAME_MAX)
         check_name("the cursor", cursor)
         check_name("the batch id", batch_id)
+        check_name("the schedule id", schedule_id)
         tenant = self._scoped(tenant_id, *(run_ids or []))
         page = await self._store.runs_page(
             tenant,
@@ -831,7 +839,10 @@ class Waypoint:
             batch_id=batch_id,
             run_ids=run_ids,
             roots=roots,
+            schedule_id=schedule_id,
         )
+        if schedule_id is not None and not page.runs and cursor is None and before is None:
+            await self._store.get_schedule(tenant, schedule_id)  # an unknown schedule is named, not an empty page
         if batch_id is not None and not page.runs and not await self._store.has_batch(tenant, batch_id):
             raise NotFound(
                 f"no batch {batch_id!r} for tenant {tenant!r}: `waypoint rerun --select ...` prints its batch's id"
@@ -1060,6 +1071,7 @@ __all__ = [
     "EventRow",
     "Listener",
     "RunRow",
+    "ScheduleRow",
     "StepState",
     "ThreadRow",
     "as_json",

@@ -7,8 +7,8 @@
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
-threads, what live streams read, the shared limiter of model calls, and the idempotency keys of starts.
-`waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
+threads, scheduled agents, what live streams read, the shared limiter of model calls, and the idempotency
+keys of starts. `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from waypoint.store.ledger import Ledger
 from waypoint.store.limits import Limiter
 from waypoint.store.log import RunLog
 from waypoint.store.reads import Reads
+from waypoint.store.schedules import ScheduleStore
 from waypoint.store.steps import StepWriter
 from waypoint.store.streams import Streams
 from waypoint.store.threads import Threads
@@ -50,6 +51,7 @@ class RunStore(
     Trees,
     Limiter,
     Idempotency,
+    ScheduleStore,
 ):
     """Every read and write of the Postgres mirror."""
 

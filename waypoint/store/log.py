@@ -126,6 +126,7 @@ class RunLog(StoreBase):
         error: str,
         parent: ParentRef | None = None,
         priority: int | None = None,
+        schedule_id: str | None = None,
     ) -> RunRow:
         """The row of a run that could not start (status `failed`, the reason), with its
         `run_finished` event; a retry, or a run that did start, changes nothing."""
@@ -148,6 +149,7 @@ class RunLog(StoreBase):
                         caller_call_index=parent.call_index if parent else None,
                         root_run_id=parent.root_run_id if parent else run_id,
                         priority=priority,
+                        schedule_id=schedule_id,
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)

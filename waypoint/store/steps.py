@@ -47,6 +47,7 @@ class NewRun:
     mcp_tools: list[dict[str, Any]] = field(default_factory=list)
     parent: ParentRef | None = None  # a sub-agent run: the call that started it
     priority: int | None = None  # 1 (first) to 5 (last); None: the default, 3
+    schedule_id: str | None = None  # the schedule that fired it
 
 
 # record_step's two statements. Plain SQL with one text whatever the number of events, so the
@@ -192,6 +193,7 @@ class StepWriter(StoreBase):
                         caller_call_index=new.parent.call_index if new.parent else None,
                         root_run_id=new.parent.root_run_id if new.parent else new.run_id,
                         priority=new.priority,
+                        schedule_id=new.schedule_id,
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)
