@@ -7,8 +7,8 @@
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
-threads, what live streams read, and the shared limiter of model calls. `waypoint.store.db` has connections and
-migrations, `waypoint.store.schema` the tables.
+threads, runs that wait to start, what live streams read, and the shared limiter of model calls.
+`waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from waypoint.store.ledger import Ledger
 from waypoint.store.limits import Limiter
 from waypoint.store.log import RunLog
 from waypoint.store.reads import Reads
+from waypoint.store.starts import Starts
 from waypoint.store.steps import StepWriter
 from waypoint.store.streams import Streams
 from waypoint.store.threads import Threads
@@ -35,6 +36,7 @@ from waypoint.store.working import WorkingReads
 class RunStore(
     RunLog,
     StepWriter,
+    Starts,
     Ledger,
     CompactionStore,
     WorkingReads,
