@@ -36,6 +36,7 @@ from waypoint.checks import (
     check_name,
     check_priority,
     check_seq,
+    check_start_time,
     check_tenant,
     check_text,
     parse_selection,
@@ -203,11 +204,19 @@ class Waypoint:
         budget: Budget | None = None,
         run_id: str | None = None,
         priority: int | None = None,
+        start_at: datetime | float | None = None,
+        after_seconds: float | None = None,
+        after_run: str | None = None,
     ) -> str:
         """Start a run and return its id (the Temporal workflow id; `run_id` to choose it). `priority`
         1 (first) to 5 (last), default 3: when workers are busy, Temporal hands them the tasks of
         higher-priority runs first (its sub-agent runs' too), and shares each priority between tenants
-        by their weight in the limits file."""
+        by their weight in the limits file.
+
+        A delayed run (`start_at`: a datetime, UTC unless it has an offset, or epoch seconds; or
+        `after_seconds`) exists at once with status `scheduled` and starts then (a durable timer:
+        no worker needs to be up meanwhile); `after_run`: it is `queued` until that run ends, then
+        goes on from that run's last step (a fork). Either can be cancelled before it starts."""
         if not check_text("the task", task).strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         check_name("the agent", agent)
@@ -224,8 +233,12 @@ class Waypoint:
             budget=budget,
             pin_model=bool(model or self.settings.model),
             priority=check_priority(priority),
+            start_at=check_start_time(start_at, after_seconds),
+            after_run=check_name("the run to wait for", after_run),
         )
         await self.check_start(inp.agent, inp.model)
+        if after_run is not None:
+            await self._check_tenant(after_run, inp.tenant_id)
         return await self._start(run_id or make_run_id(), inp)
 
     async def agents(self) -> list[AgentInfo]:
