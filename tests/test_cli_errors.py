@@ -132,3 +132,15 @@ async def test_a_worker_with_a_bad_limits_file_does_not_start(settings: Settings
         done = await waypoint(settings, "worker", env=cli_env(settings) | {"WAYPOINT_LIMITS_FILE": str(path)})
         line = one_line_error(done)
         assert message in line and str(path) in line, (text, line)
+
+
+async def test_a_start_time_in_the_past_is_one_line_and_starts_nothing(settings: Settings, client: Client, engine):
+    wp = Waypoint(client, engine, settings)
+    before = await wp.runs(limit=500)
+    for args, message in {
+        ("--at", "2020-01-01T09:00"): "the start time is in the past: 2020-01-01T09:00:00+00:00",
+        ("--after", "soon"): "--after='soon': write a duration such as 90s, 30m, 2h or 1d",
+        ("--at", "2020-01-01", "--follow"): "a delayed run is not followed",
+    }.items():
+        assert message in one_line_error(await waypoint(settings, "run", "hi", "--agent", "calculator", *args)), args
+    assert await wp.runs(limit=500) == before

@@ -7,19 +7,35 @@ The real-stack side (rows, the Agent Protocol's strategies) is in tests/test_htt
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 
+from tests.helpers import HISTORIES
 from tests.test_workflow_logic import failure, plan, ts, until_status
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, loop_tool
 from waypoint.names import MemoryView, RunStatus, Update
 from waypoint.types import CallModelInput, ForkOrigin, ModelTurn, RunInput, RunProgress, RunResult
+from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(60)
 __all__ = ["ts"]  # the session's time-skipping server (a fixture)
+RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
+
+
+async def replayed(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """The run's history replays against the workflow code (and, recording, is checked in for
+    tests/test_replay.py: the branch a new run took stays replayable by later code)."""
+    history = await handle.fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+    if RECORD:
+        (HISTORIES / name).write_text(history.to_json())
 
 
 async def test_a_delayed_run_waits_for_its_time_then_starts(ts: WorkflowEnvironment) -> None:
@@ -31,6 +47,7 @@ async def test_a_delayed_run_waits_for_its_time_then_starts(ts: WorkflowEnvironm
         handle = await b.start(RunInput(agent="double", task="later", tenant_id="t", start_at=start_at))
         result: RunResult = await handle.result()
         elapsed = await ts.get_current_time(handle) - (await handle.describe()).start_time
+        await replayed(handle, "agent_run_delayed.json")
     assert (result.status, result.output) == (RunStatus.COMPLETED, "done")
     assert elapsed >= timedelta(hours=1)
     (held,) = doubles.held
@@ -47,6 +64,7 @@ async def test_a_run_cancelled_while_scheduled_ends_cancelled_without_starting(t
         await until_status(handle, RunStatus.SCHEDULED)
         answered = await handle.execute_update(Update.CANCEL, "not needed", result_type=RunProgress)
         result: RunResult = await handle.result()
+        await replayed(handle, "agent_run_cancelled_scheduled.json")
     assert answered.status == RunStatus.SCHEDULED  # the answer comes before the run ends
     assert (result.status, result.steps) == (RunStatus.CANCELLED, 0)
     assert doubles.started == [] and doubles.calls == []
@@ -91,6 +109,7 @@ async def test_an_enqueued_run_waits_for_the_run_before_it_then_forks_its_last_s
         assert doubles.tool_gate is not None
         doubles.tool_gate.set()
         result: RunResult = await second.result()
+        await replayed(second, "agent_run_enqueued.json")
     assert result.status == RunStatus.COMPLETED
     assert doubles.steps_of("first-run") == [1, 2, 3]
     begun = doubles.started[1]
@@ -147,6 +166,7 @@ async def test_a_run_joining_a_thread_goes_on_from_its_newest_run(ts: WorkflowEn
         joined = await b.start(RunInput(agent="double", task="again", tenant_id="t", thread_id="t1"))
         fresh = await b.start(RunInput(agent="double", task="first", tenant_id="t", thread_id="empty"))
         assert (await joined.result()).status == RunStatus.COMPLETED
+        await replayed(joined, "agent_run_thread_joined.json")
         assert (await fresh.result()).status == RunStatus.COMPLETED
     assert doubles.threads == {"t1": [before.id, joined.id], "empty": [fresh.id]}
     forks = {s.run_id: s.fork for s in doubles.started}
