@@ -46,7 +46,7 @@ async def test_values_that_cannot_work_say_so(settings: Settings, worker, client
         ("runs", "--limit", "-5"): "the limit must be a whole number from 1",
         ("history", run_id, "--limit", "0"): "the limit must be a whole number from 1",
         ("export", run_id, "--output", "/no/such/dir/f.jsonl"): "no folder '/no/such/dir' for --output",
-        ("runs", "--status", "bogus"): "unknown status 'bogus': use one of running, paused",
+        ("runs", "--status", "bogus"): "unknown status 'bogus': use one of scheduled, queued, running, paused",
         ("runs", "--batch", "batch-nope"): f"no batch 'batch-nope' for tenant {settings.tenant!r}",
         ("events", run_id, "--kind", "bogus"): "unknown event kind 'bogus': use one of run_started",
         ("rerun", run_id, "--memory", "bogus"): "unknown memory 'bogus': use one of then, now, all",
