@@ -15,6 +15,8 @@ from langgraph_sdk.errors import ConflictError
 
 from tests.conftest import ApiServer
 from tests.helpers import eventually
+from waypoint.app.client import Waypoint
+from waypoint.app.http.ui import session
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
@@ -126,7 +128,9 @@ async def test_rollback_takes_the_busy_run_off_the_thread(api: ApiServer, worker
     assert all(not h["checkpoint"]["checkpoint_id"].startswith(second["run_id"]) for h in history)
 
 
-async def test_a_delayed_run_is_pending_and_can_be_cancelled_before_it_starts(api: ApiServer, worker):
+async def test_a_delayed_run_is_pending_and_can_be_cancelled_before_it_starts(
+    api: ApiServer, worker, client, engine, settings
+):
     lg = get_client(url=api.url, api_key=api.key)
     tid = (await lg.threads.create())["thread_id"]
     later = await lg.runs.create(tid, "calculator", input=human("add"), after_seconds=3600)
@@ -134,6 +138,12 @@ async def test_a_delayed_run_is_pending_and_can_be_cancelled_before_it_starts(ap
     waiting = await row(api, later["run_id"])
     assert (waiting["status"], waiting["steps"]) == ("scheduled", 0) and waiting["start_at"]
     assert (await lg.threads.get(tid))["status"] == "busy"
+    key = await Waypoint(client, engine, settings).keys.valid(api.key)
+    assert key is not None
+    api.http.cookies.set(session.COOKIE, session.issue(session.secret_of(settings.ui_secret), key.id))
+    page = (await api.http.get(f"/ui/runs/{later['run_id']}")).text
+    assert 'id="run-starts">at ' in page and "scheduled" in page
+    api.http.cookies.clear()
     cancelled = await lg.runs.cancel(tid, later["run_id"], wait=True)
     assert cancelled["status"] == "interrupted"
     ended = await row(api, later["run_id"])
