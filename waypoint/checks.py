@@ -207,6 +207,63 @@ def parse_when(name: str, text: str, *, now: datetime | None = None) -> datetime
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
+DELAY_MAX_SECONDS = 366 * 86_400  # a delayed run starts within a year (a schedule repeats for longer)
+
+
+def check_start_time(
+    start_at: datetime | float | None, after_seconds: float | None, *, now: datetime | None = None
+) -> float | None:
+    """When a delayed run starts, in epoch seconds (None: at once), from a moment (`start_at`: a
+    datetime, UTC unless it has an offset, or epoch seconds) or a delay (`after_seconds`)."""
+    now = now or datetime.now(UTC)
+    if start_at is not None and after_seconds is not None:
+        raise InvalidInput("give a start time or a delay, not both")
+    if after_seconds is not None:
+        if isinstance(after_seconds, bool) or not math.isfinite(after_seconds) or after_seconds < 0:
+            raise InvalidInput(f"the delay must be 0 or more seconds, not {after_seconds!r}")
+        if after_seconds > DELAY_MAX_SECONDS:
+            raise InvalidInput(f"the delay {after_seconds:g} s is more than a year: use a schedule")
+        return now.timestamp() + after_seconds if after_seconds > 0 else None
+    if start_at is None:
+        return None
+    if isinstance(start_at, datetime):
+        when = start_at if start_at.tzinfo is not None else start_at.replace(tzinfo=UTC)
+    elif isinstance(start_at, bool) or not math.isfinite(start_at):
+        raise InvalidInput(f"the start time must be a date and time or epoch seconds, not {start_at!r}")
+    else:
+        when = datetime.fromtimestamp(start_at, UTC)
+    if when < now - timedelta(seconds=1):  # a second of slack: "now" as the caller saw it
+        raise InvalidInput(
+            f"the start time is in the past: {when.isoformat(timespec='seconds')} "
+            f"(now is {now.isoformat(timespec='seconds')})"
+        )
+    if (when - now).total_seconds() > DELAY_MAX_SECONDS:
+        raise InvalidInput(
+            f"the start time {when.isoformat(timespec='seconds')} is more than a year ahead: use a schedule"
+        )
+    return when.timestamp() if when > now else None
+
+
+def parse_start_at(name: str, text: str) -> datetime:
+    """A start time as a user typed it: an ISO date and time (`2026-12-24T09:00`, UTC unless it
+    names its offset)."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"{name}={text!r}: write an ISO date and time such as 2026-12-24T09:00 (UTC unless it names its offset)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def parse_delay(name: str, text: str) -> int:
+    """A delay as a user typed it: `90s`, `30m`, `2h`, `1d`, `1w`."""
+    seconds = age_seconds(text)
+    if seconds is None:
+        raise InvalidInput(f"{name}={text!r}: write a duration such as 90s, 30m, 2h or 1d")
+    return seconds
+
+
 def parse_selection(text: str) -> dict[str, str | int]:
     """`status=completed agent=X since=7d` -> {"status": ..., "agent": ..., "since": seconds}."""
     found: dict[str, str | int] = {}

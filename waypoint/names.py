@@ -45,6 +45,8 @@ class RunStatus(StrEnum):
 FINISHED = frozenset(
     {RunStatus.COMPLETED, RunStatus.MAX_STEPS, RunStatus.BUDGET_EXCEEDED, RunStatus.CANCELLED, RunStatus.FAILED}
 )
+# Not started yet: the run exists (its row, no steps) and waits for its time or its turn.
+WAITING_TO_START = frozenset({RunStatus.SCHEDULED, RunStatus.QUEUED})
 LIVE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CAPACITY})
 # Shown, never stored: an unfinished run whose workflow task keeps failing (derived from Temporal at read time).
 STUCK = "stuck"
@@ -164,6 +166,11 @@ class Activity(StrEnum):
     REMEMBER_MISSING = "remember_missing"
     AGENT_RESULT = "agent_result"
     RECORD_FAILOVER = "record_failover"
+    # A run that waits before it starts (delayed, enqueued, joining a thread): its row at once,
+    # its place on a thread, and the wait for the run before it (workflows/starts.py).
+    HOLD_RUN = "hold_run"
+    JOIN_THREAD = "join_thread"
+    AWAIT_RUN = "await_run"
 
 
 class Workflow(StrEnum):

@@ -29,6 +29,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 from waypoint.workflows.capacity import CapacityWaits
 from waypoint.workflows.failover import ModelFailover
 from waypoint.workflows.run_messages import RunMessages
+from waypoint.workflows.starts import WaitToStart, waits_to_start
 from waypoint.workflows.subagents import StepCancelled, SubAgentCalls
 
 with workflow.unsafe.imports_passed_through():
@@ -102,7 +103,7 @@ def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
 
 
 @workflow.defn(name=Workflow.AGENT_RUN)
-class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits):
+class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits, WaitToStart):
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
         """The run's state exists before its first message can arrive: carried over when the run
@@ -121,6 +122,11 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
 
     @workflow.run
     async def run(self, inp: RunInput) -> RunResult:
+        if waits_to_start(inp) and workflow.patched("wait-to-start-1"):
+            ready = await self._wait_to_start(inp)
+            if ready is None:
+                return await self._finish_unstarted(inp)
+            inp = ready
         if inp.resume is None:
             plan = await self._start(inp)
             self._state = replace(self._state, plan=plan, step=plan.start_step, started_at=workflow.now().timestamp())
@@ -237,9 +243,24 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
             reason = f"run {self._run_id} could not start: {failure_message(exc)}"
         self._status = RunStatus.FAILED
         if workflow.patched("failed-start-row-1"):  # a run given an id always gets a row
-            failed = FinishRunInput(self._run_id, inp.tenant_id, RunStatus.FAILED, error=reason, start=start)
+            # (a run that waited to start has its row: it just ends)
+            failed = FinishRunInput(
+                self._run_id, inp.tenant_id, RunStatus.FAILED, error=reason, start=None if self._held else start
+            )
             await self._store(Activity.FINISH_RUN, failed, RunResult)
         raise ApplicationError(reason, non_retryable=True)
+
+    async def _finish_unstarted(self, inp: RunInput) -> RunResult:
+        """End a run that waited to start and never did: cancelled while it waited, or it could not
+        join its thread or wait for the run before it. Its row (written when it began to wait) ends
+        with the status and the reason; no step ran."""
+        status, reason = self._not_started or (RunStatus.CANCELLED, "cancelled before it started")
+        self._status = status
+        finish = FinishRunInput(run_id=self._run_id, tenant_id=inp.tenant_id, status=status, error=reason)
+        result: RunResult = await self._store(Activity.FINISH_RUN, finish, RunResult)
+        if status == RunStatus.FAILED:
+            raise ApplicationError(reason, non_retryable=True)
+        return result
 
     def _typed(self) -> bool:
         """Whether this run's agent is typed: its model answers by calling final_answer, which the

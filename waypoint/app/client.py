@@ -40,6 +40,7 @@ from waypoint.checks import (
     check_name,
     check_priority,
     check_seq,
+    check_start_time,
     check_tenant,
     check_text,
     parse_selection,
@@ -224,13 +225,21 @@ class Waypoint:
         run_id: str | None = None,
         priority: int | None = None,
         idempotency_key: str | None = None,
+        start_at: datetime | float | None = None,
+        after_seconds: float | None = None,
+        after_run: str | None = None,
     ) -> str:
         """Start a run and return its id (the Temporal workflow id; `run_id` to choose it: one that
         exists already is a Conflict). `priority` 1 (first) to 5 (last), default 3: when workers are
         busy, Temporal hands them the tasks of higher-priority runs first (its sub-agent runs' too), and
         shares each priority between tenants by their weight in the limits file. With an
         `idempotency_key`, every repeat within `idempotency_retention_seconds` returns the first
-        start's run without starting another (the same key with other parameters is a Conflict)."""
+        start's run without starting another (the same key with other parameters is a Conflict).
+
+        A delayed run (`start_at`: a datetime, UTC unless it has an offset, or epoch seconds; or
+        `after_seconds`) exists at once with status `scheduled` and starts then (a durable timer:
+        no worker needs to be up meanwhile); `after_run`: it is `queued` until that run ends, then
+        goes on from that run's last step (a fork). Either can be cancelled before it starts."""
         if not check_text("the task", task).strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         check_name("the agent", agent)
@@ -247,9 +256,13 @@ class Waypoint:
             budget=budget,
             pin_model=bool(model or self.settings.model),
             priority=check_priority(priority),
+            start_at=check_start_time(start_at, after_seconds),
+            after_run=check_name("the run to wait for", after_run),
         )
         check_idempotency_key(idempotency_key)
         await self.check_start(inp.agent, inp.model)
+        if after_run is not None:
+            await self._check_tenant(after_run, inp.tenant_id)
         return await self._start(run_id, inp, idempotency_key)
 
     async def agents(self) -> list[AgentInfo]:

@@ -42,6 +42,8 @@ STATUS_STYLE: dict[str, str] = {
     RunStatus.MAX_STEPS: "yellow",
     RunStatus.FAILED: "red",
     RunStatus.WAITING_CAPACITY: "magenta",
+    RunStatus.SCHEDULED: "blue",
+    RunStatus.QUEUED: "blue",
     STUCK: "bold red",
 }
 
@@ -186,6 +188,8 @@ def run_table(run: RunRow) -> Table:
         table.add_row("started by", f"{run.caller_run_id} (step {run.caller_step}, call {run.caller_call_index})")
     if run.status == RunStatus.WAITING_CAPACITY and run.waiting_key:
         table.add_row("waiting for", waiting_text(run))
+    if run.status in (RunStatus.SCHEDULED, RunStatus.QUEUED):
+        table.add_row("waiting for", start_text(run))
     if run.stuck:
         table.add_row("stuck", f"[red]{escape(run.stuck)}[/red]: `waypoint cancel {run.run_id}` ends it")
     return table
@@ -226,8 +230,20 @@ def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
     for r in rows:
         created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
         status = status_text(r.shown_status) + (f" #{r.waiting_position}" if r.waiting_position else "")
+        if r.status == RunStatus.SCHEDULED and r.start_at is not None:
+            status += f" (starts at {r.start_at.strftime('%m-%d %H:%M')})"
         table.add_row(r.run_id, r.agent, status, str(r.steps), created, one_line(r.task))
     return table
+
+
+def start_text(run: RunRow) -> str:
+    """What a run that has not started waits for: its start time, the run before it, or both."""
+    parts = []
+    if run.start_at is not None and run.status == RunStatus.SCHEDULED:
+        parts.append(f"starts at {run.start_at.isoformat(timespec='seconds')}")
+    if run.after_run_id:
+        parts.append(f"starts when run {run.after_run_id} ends")
+    return ", then ".join(parts) or "its turn"
 
 
 def waiting_text(run: RunRow) -> str:

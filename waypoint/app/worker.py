@@ -28,6 +28,7 @@ from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.activities.compaction import CompactionActivities
 from waypoint.activities.memory import MemoryActivities
 from waypoint.activities.model import ModelActivities
+from waypoint.activities.starts import StartActivities
 from waypoint.activities.tools import ToolActivities
 from waypoint.agents import Agent, AgentRegistry
 from waypoint.config import Settings
@@ -170,6 +171,7 @@ def build_worker(
     tools = ToolActivities(store, agents, settings, mcp=mcp)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
+    starts = StartActivities(store)
     return CatalogWorker(
         client,
         store=store,
@@ -191,6 +193,9 @@ def build_worker(
             AgentCallActivities(store).agent_result,
             compaction.select_runs,
             compaction.compact_run,
+            starts.hold_run,
+            starts.join_thread,
+            starts.await_run,
         ],
         # Tracing (one trace per run), step metrics and run/step/trace ids in activity logs.
         interceptors=telemetry.worker_interceptors(client, settings),

@@ -7,8 +7,9 @@
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
-threads, scheduled agents, what live streams read, the shared limiter of model calls, and the idempotency
-keys of starts. `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
+threads, scheduled agents, runs that wait to start, what live streams read, the shared limiter of model
+calls, and the idempotency keys of starts. `waypoint.store.db` has connections and migrations,
+`waypoint.store.schema` the tables.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from waypoint.store.limits import Limiter
 from waypoint.store.log import RunLog
 from waypoint.store.reads import Reads
 from waypoint.store.schedules import ScheduleStore
+from waypoint.store.starts import Starts
 from waypoint.store.steps import StepWriter
 from waypoint.store.streams import Streams
 from waypoint.store.threads import Threads
@@ -37,6 +39,7 @@ from waypoint.store.working import WorkingReads
 class RunStore(
     RunLog,
     StepWriter,
+    Starts,
     Ledger,
     CompactionStore,
     WorkingReads,

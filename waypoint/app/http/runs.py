@@ -7,6 +7,7 @@ returns); every call acts for the tenant of the API key, and another tenant's ru
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -51,6 +52,10 @@ class StartRun(Body):
         le=5,
         description="1 (first) to 5 (last); default 3. Busy workers take higher-priority runs' work first.",
     )
+    start_at: datetime | None = Field(
+        None, description="A delayed run: when it starts (ISO 8601, UTC unless it has an offset); status `scheduled`."
+    )
+    after_seconds: float | None = Field(None, ge=0, description="A delayed run: start after this many seconds.")
 
 
 # The `Idempotency-Key` header of a start: every repeat within the retention window answers the same run.
@@ -137,6 +142,8 @@ async def start_run(
         tenant_id=tenant,
         priority=body.priority,
         idempotency_key=idempotency_key,
+        start_at=body.start_at,
+        after_seconds=body.after_seconds,
     )
     response.headers["Location"] = f"/v1/runs/{run_id}"
     return {"run_id": run_id, "trace_id": api.wp.started_trace(run_id)}

@@ -3,9 +3,21 @@
 The first run on a thread starts the assistant's agent with the last user message of the input
 as its task; each later run forks the previous run at its last step with the new message, so it
 continues from that run's final state (or from `checkpoint_id`, a `<run_id>:<step>` of the
-thread). A thread runs one run at a time: a new run while one is live is 409 (the protocol's
-`reject` strategy). Stateless runs (`/runs/...`) are runs on no thread. A create with an
-`Idempotency-Key` header answers the key's run on a repeat (see `start_on_thread`).
+thread). A thread runs one run at a time; a new run while one is live (or waits to start) follows
+its `multitask_strategy`:
+
+- reject (the default): 409, naming the busy run;
+- enqueue: the new run takes the thread's next place at once, `queued` (pending) until the run
+  before it ends, then goes on from that run's last step;
+- interrupt: the busy run is cancelled (it stops after its current step) and the new run is
+  enqueued after it, so it goes on from the cancelled run's last checkpoint;
+- rollback: the busy run is cancelled and taken off the thread (its steps are no part of the
+  thread's state; the run itself stays in the log, cancelled, on no thread), and the new run starts
+  at once from the thread's newest run before it.
+
+`after_seconds` delays a run (`scheduled`, pending, until then). Stateless runs (`/runs/...`) are
+runs on no thread. A create with an `Idempotency-Key` header answers the key's run on a repeat
+(see `start_on_thread`).
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.app.http.trees import TreeStream
 from waypoint.checks import check_priority, new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
-from waypoint.names import FINISHED, MemoryView
+from waypoint.names import FINISHED, WAITING_TO_START, MemoryView
 
 router = APIRouter(tags=["agent protocol: runs"])
 
@@ -59,6 +71,8 @@ class RunCreate(BaseModel):
     if_not_exists: str | None = None
 
 
+# What a new run on a busy thread does (the Agent Protocol's multitask strategies); the first is the default.
+STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 NO_COMMANDS = (
     "commands (resume, goto) are not supported: approve or deny a waiting tool call with "
     "POST /v1/runs/{id}/approve or /deny"
@@ -68,14 +82,17 @@ NO_COMMANDS = (
 def _refuse_unsupported(body: RunCreate) -> None:
     if body.command:
         raise not_supported(NO_COMMANDS)
-    if body.multitask_strategy not in (None, "reject"):
-        raise not_supported("only multitask_strategy=reject is supported: wait for the thread's run, or cancel it")
+    if body.multitask_strategy not in (None, *STRATEGIES):
+        raise InvalidInput(
+            f"multitask_strategy={body.multitask_strategy!r} is not one of {', '.join(STRATEGIES)}: "
+            "what a new run on a busy thread does"
+        )
     if body.interrupt_before or body.interrupt_after:
         raise not_supported(
             "interrupt_before/after are not supported: tools declared requires_approval wait for a human"
         )
-    if body.webhook or body.after_seconds:
-        raise not_supported("webhooks and delayed runs are not supported: start the run when it should run")
+    if body.webhook:
+        raise not_supported("webhooks are not supported: join the run, or poll it")
 
 
 def _options(body: RunCreate) -> tuple[str | None, int | None, int | None]:
@@ -116,6 +133,7 @@ async def _start(
     options: tuple[str | None, int | None, int | None],
 ) -> None:
     model, max_steps, priority = options
+    delay = float(body.after_seconds) if body.after_seconds else None
     if thread_id is None:
         await api.wp.start_run(
             task,
@@ -125,21 +143,44 @@ async def _start(
             tenant_id=tenant,
             run_id=run_id,
             priority=priority,
+            after_seconds=delay,
         )
         return
     thread = await _thread_for_run(api, tenant, thread_id, body)
+    strategy = body.multitask_strategy or STRATEGIES[0]
     last = thread.last
-    if last is not None and (last.run is None or last.run.status not in FINISHED):
+    busy = last is not None and (last.run is None or last.run.status not in FINISHED)
+    if busy and strategy == "reject":
+        assert last is not None
         raise Conflict(
-            f"thread {thread_id} is busy with run {last.run_id}: wait for it (join), "
-            f"or cancel it (POST /threads/{thread_id}/runs/{last.run_id}/cancel)"
+            f"thread {thread_id} is busy with run {last.run_id}: wait for it (join), cancel it "
+            f"(POST /threads/{thread_id}/runs/{last.run_id}/cancel), or pass multitask_strategy enqueue, "
+            "interrupt or rollback"
         )
+    owner = newest_started(thread)
+    if owner is not None and owner.agent != body.assistant_id:
+        raise InvalidInput(f"thread {thread_id} talks to assistant {owner.agent!r}: a thread keeps its assistant")
+    after: str | None = None  # the run the new one waits for
+    if busy and last is not None:
+        if body.checkpoint_id or body.checkpoint:
+            raise Conflict(f"thread {thread_id} is busy with run {last.run_id}: a run from a checkpoint waits for none")
+        if strategy in ("interrupt", "rollback"):
+            await _interrupt(api, tenant, last.run_id, strategy)
+        if strategy == "rollback":
+            with contextlib.suppress(NotFound):  # taken off already (a rollback racing this one)
+                await api.wp.threads.release_run(thread_id, last.run_id, tenant_id=tenant)
+            thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
+            last = thread.last
+        else:
+            after = last.run_id
     parent, step = _fork_point(thread, body)
-    if parent is not None and parent.agent != body.assistant_id:
-        raise InvalidInput(f"thread {thread_id} talks to assistant {parent.agent!r}: a thread keeps its assistant")
+    if delay is not None and after is None and parent is not None:
+        if body.checkpoint_id or body.checkpoint:
+            raise InvalidInput("after_seconds with a checkpoint_id is not supported: start the run when it should run")
+        after = parent.run_id  # a delayed next turn goes on from that run's last step when it starts
     await api.wp.threads.reserve_run(thread_id, last.position + 1 if last else 0, run_id, tenant_id=tenant)
     try:
-        if parent is None:
+        if after is not None or parent is None:
             await api.wp.start_run(
                 task,
                 agent=body.assistant_id,
@@ -148,6 +189,8 @@ async def _start(
                 tenant_id=tenant,
                 run_id=run_id,
                 priority=priority,
+                after_seconds=delay,
+                after_run=after,
             )
         else:
             # A thread's next turn goes on with long-term memory as it is now (other threads' included),
@@ -166,6 +209,13 @@ async def _start(
         with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it
             await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
         raise
+
+
+async def _interrupt(api: ApiState, tenant: str, run_id: str, strategy: str) -> None:
+    """Cancel the thread's busy run for a new one (it stops after its current step); a run that
+    ended meanwhile needs nothing."""
+    with contextlib.suppress(Conflict, InvalidInput):
+        await api.wp.cancel(run_id, f"a new run on its thread (multitask_strategy {strategy})", tenant_id=tenant)
 
 
 async def _thread_for_run(api: ApiState, tenant: str, thread_id: str, body: RunCreate) -> ThreadRow:
@@ -223,6 +273,9 @@ async def _stream(
 
     async def items() -> AsyncIterator[StreamItem]:
         row = await _written(api, tenant, run_id)
+        while row is not None and row.status in WAITING_TO_START:  # a delayed or enqueued run: until it starts
+            await asyncio.sleep(0.2)
+            row = await api.wp.run(run_id, tenant_id=tenant)
         if row is not None and row.parent_run_id:
             # a fork: the conversation so far is its ancestors', each up to the step it was forked at
             entries = await conversation(api.wp, tenant, run_id)

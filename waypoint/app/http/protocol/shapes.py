@@ -7,7 +7,7 @@
 - a typed run's answer (its agent's `output_type`) is `structured_response` in its values, as
   LangGraph's `create_react_agent(response_format=...)` has it; the messages show the model's
   `final_answer` tool call and its result;
-- run statuses: starting, waiting_capacity -> pending; running, paused, waiting_approval -> running;
+- run statuses: starting, scheduled, queued, waiting_capacity -> pending; running, paused, waiting_approval -> running;
   completed, max_steps -> success; budget_exceeded -> timeout; cancelled -> interrupted;
   failed -> error.
 """
@@ -34,6 +34,8 @@ RUN_STATUS = {
     RunStatus.PAUSED: "running",
     RunStatus.WAITING_APPROVAL: "running",
     RunStatus.WAITING_CAPACITY: "pending",  # queued for capacity: the spec's "pending" is a run not moving yet
+    RunStatus.SCHEDULED: "pending",  # a delayed run (after_seconds) before its time
+    RunStatus.QUEUED: "pending",  # an enqueued run (multitask_strategy enqueue, interrupt) before its turn
     RunStatus.COMPLETED: "success",
     RunStatus.MAX_STEPS: "success",
     RunStatus.BUDGET_EXCEEDED: "timeout",
@@ -56,7 +58,7 @@ def thread_status(thread: ThreadRow) -> str:
     if last is None:
         return "idle"
     row = last.run
-    if row is None or row.status in (RunStatus.RUNNING, RunStatus.PAUSED):
+    if row is None or row.status in (RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.SCHEDULED, RunStatus.QUEUED):
         return "busy"
     if row.status == RunStatus.WAITING_APPROVAL:
         return "interrupted"
