@@ -263,6 +263,15 @@ def parse_duration(name: str, text: str | float) -> float:
     return float(found.group(1)) * _AGE_SECONDS[found.group(2) or "s"]
 
 
+def duration_text(seconds: float) -> str:
+    """Seconds as the largest whole unit that divides them: 3600 -> `1h`, 90 -> `90s`."""
+    for unit in ("w", "d", "h", "m"):
+        size = _AGE_SECONDS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 def parse_until(name: str, text: str, *, now: datetime | None = None) -> datetime:
     """A moment ahead as a user typed it: a duration from now (`30d`) or an ISO date or time (UTC
     unless it names its offset)."""

@@ -26,6 +26,7 @@ from waypoint.store.rows import (
     LineageLink,
     RunComparison,
     RunRow,
+    ScheduleRow,
     StepLine,
     StepSide,
     as_json,
@@ -154,6 +155,7 @@ RUN_FIELDS = (
     "model",
     "status",
     "priority",  # shown when set (None: the default, 3)
+    "schedule_id",  # shown when a schedule fired it
     "steps",
     "max_steps",
     "input_tokens",
@@ -469,3 +471,54 @@ def batch_summary(report: BatchReport) -> str:
         f"tokens Δ p50 {t50:+g} p95 {t95:+g}; cost Δ p50 {c50:+.4f} p95 {c95:+.4f} USD; "
         f"list them with `waypoint runs --batch {report.batch_id}`"
     )
+
+
+def schedule_spec_text(spec: dict[str, Any]) -> str:
+    """`every 1h` or `cron 0 9 * * mon-fri (Europe/Paris)`, then what differs from the defaults."""
+    from waypoint.checks import duration_text
+
+    if spec.get("every"):
+        text = f"every {duration_text(spec['every'])}"
+    else:
+        text = f"cron {spec.get('cron')}" + (f" ({spec['tz']})" if spec.get("tz", "UTC") != "UTC" else "")
+    if spec.get("overlap", "skip") != "skip":
+        text += f", overlap {spec['overlap']}"
+    if spec.get("jitter"):
+        text += f", jitter {duration_text(spec['jitter'])}"
+    if spec.get("end_at"):
+        text += f", until {spec['end_at'][:16].replace('T', ' ')}"
+    return text
+
+
+def schedules_table(rows: Sequence[ScheduleRow], tenant: str) -> Table:
+    """One line per schedule: id (never cut), agent, when it fires, the next fire, paused, the last run."""
+    lines = []
+    for r in rows:
+        nxt = r.next_runs[0].strftime("%Y-%m-%d %H:%M:%S") if r.next_runs and not r.paused else "-"
+        last = f"{r.recent[0].run_id} {status_text(r.recent[0].status)}" if r.recent else "-"
+        lines.append((r.schedule_id, r.agent, schedule_spec_text(r.spec), nxt, "yes" if r.paused else "no", last))
+    names = ("schedule id", "agent", "fires", "next", "paused", "last run")
+    return columns(f"Schedules of tenant {tenant}", names, lines, wrap=("fires", "last run"))
+
+
+def schedule_table(row: ScheduleRow) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("schedule_id", row.schedule_id)
+    table.add_row("agent", row.agent)
+    table.add_row("task", escape(row.task))
+    if row.thread_id:
+        table.add_row("thread", row.thread_id)
+    table.add_row("fires", schedule_spec_text(row.spec))
+    table.add_row("catch-up", f"{row.spec.get('catchup', 0):g} s")
+    for key in ("model", "max_steps", "priority", "webhook"):
+        if row.spec.get(key) is not None:
+            table.add_row(key, str(row.spec[key]))
+    table.add_row("paused", f"yes: {escape(row.note or '')}" if row.paused else "no")
+    table.add_row("next", ", ".join(t.strftime("%Y-%m-%d %H:%M:%S") for t in row.next_runs[:3]) or "-")
+    for ref in row.recent:
+        at = ref.started_at.strftime("%Y-%m-%d %H:%M:%S") if ref.started_at else ""
+        table.add_row("run", f"{ref.run_id} {status_text(ref.status)} {at}")
+    table.add_row("created_at", row.created_at.isoformat())
+    return table

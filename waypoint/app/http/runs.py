@@ -139,6 +139,7 @@ async def list_runs(
     run_id: Annotated[list[str] | None, Query(description="Only these runs (repeat the parameter).")] = None,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page (same sort).")] = None,
     roots: Annotated[bool, Query(description="Leave sub-agent runs out (only runs no call started).")] = False,
+    schedule_id: Annotated[str | None, Query(description="Only the runs this schedule fired.")] = None,
 ) -> dict[str, Any]:
     """The tenant's runs, newest first unless `sort` says otherwise, a page at a time (keyset
     pagination)."""
@@ -154,6 +155,7 @@ async def list_runs(
         cursor=cursor,
         run_ids=run_id,
         roots=roots,
+        schedule_id=schedule_id or None,
     )
     return {"runs": [run_json(r) for r in page.runs], "next_cursor": page.next_cursor}
 
