@@ -125,7 +125,7 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
 
     errors.install(app, pages={"/ui": ui.error_page})
     # crons before the protocol's runs: /runs/crons/... are not runs
-    routers = (runs, schedules, trees, agents, memory, assistants, threads, crons, protocol_runs, store)
+    routers = (runs, trees, agents, memory, schedules, assistants, threads, crons, protocol_runs, store)
     for module in routers:
         app.include_router(module.router, dependencies=[Depends(storable_parameters)])
     ui.install(app)
