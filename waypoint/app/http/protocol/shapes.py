@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from waypoint.app.client import EventRow, RunRow, ScheduleRow, ThreadRow
+from waypoint.checks import duration_text
 from waypoint.errors import InvalidInput
 from waypoint.names import MESSAGE_KINDS, EventKind, RunStatus
 from waypoint.transcript import event_messages
@@ -260,8 +261,9 @@ STRATEGY_OF = {"skip": "reject", "buffer_one": "enqueue", "cancel_other": "inter
 
 
 def cron_schedule(spec: dict[str, Any]) -> str:
-    """The cron expression; a schedule made with an interval reads as Temporal's `@every <seconds>s`."""
-    return spec.get("cron") or f"@every {spec.get('every', 0):g}s"
+    """The cron expression; a schedule made with an interval (`waypoint cron create --every 1h`)
+    reads as Temporal's `@every 1h`."""
+    return spec.get("cron") or f"@every {duration_text(spec.get('every') or 0)}"
 
 
 def cron_json(row: ScheduleRow) -> dict[str, Any]:
