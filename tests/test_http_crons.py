@@ -152,13 +152,18 @@ async def test_a_cron_on_a_thread_fires_runs_that_carry_the_thread(api: ApiServe
     thread = await lg.threads.create()
     tid = thread["thread_id"]
     cron = await lg.crons.create_for_thread(
-        tid, "calculator", schedule="0 * * * *", input=human("add 2 and 3"), multitask_strategy="interrupt"
+        tid,
+        "calculator",
+        schedule="0 * * * *",
+        input=human("add 2 and 3"),
+        multitask_strategy="interrupt",
+        enabled=False,
     )
     cid = cron["cron_id"]
     assert cron["thread_id"] == tid and cron["payload"]["multitask_strategy"] == "interrupt"
-    assert (await client.get_schedule_handle(cid).describe()).schedule.policy.overlap == (
-        ScheduleOverlapPolicy.CANCEL_OTHER
-    )
+    assert cron["enabled"] is False and cron["next_run_date"] is None  # created paused
+    desc = await client.get_schedule_handle(cid).describe()
+    assert desc.schedule.state.paused and desc.schedule.policy.overlap == ScheduleOverlapPolicy.CANCEL_OTHER
     assert (await action_input(client, cid)).thread_id == tid  # each fire joins the thread when it starts
     assert [c["cron_id"] for c in await lg.crons.search(thread_id=tid)] == [cid]
     assert await lg.crons.count(thread_id="another-thread") == 0

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from tests import a11y
 from tests.conftest import ApiServer
 from tests.helpers import eventually
-from tests.test_viewer import browser, contexts, form_token, logged_in, needs_browser, sign_in  # noqa: F401
+from tests.test_viewer import browser, contexts, form_token, logged_in, needs_browser, shot, sign_in  # noqa: F401
 from waypoint.app.client import Waypoint
 from waypoint.names import RunStatus
 
@@ -114,6 +114,7 @@ async def test_schedules_pages_pass_the_basic_accessibility_check(
     await page.goto("/ui/schedules")
     assert "cron 0 9 * * mon-fri" in await page.locator("table.schedules").inner_text()
     assert await a11y.problems(page) == []
+    await shot(page, "schedules")
     await page.click(f"button[aria-label='Pause schedule {sid}']")  # no script: a plain form post
     await page.wait_for_url("**/ui/schedules?notice=*")
     assert "paused" in await page.locator(f"tr[data-schedule='{sid}'] [data-col=state]").inner_text()
