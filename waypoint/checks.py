@@ -317,7 +317,7 @@ def _cron_value(raw: str, low: int, names: tuple[str, ...]) -> int | None:
 
 def check_cron(expr: str) -> str:
     """A cron expression as Temporal Schedules read it: five fields (minute hour day-of-month month
-    day-of-week; `*`, `?`, lists, ranges, `/steps`, month and day names) or a macro such as
+    day-of-week; `*`, lists, ranges, `/steps`, month and day names) or a macro such as
     `@daily`. The time zone is a separate setting (`tz`), not a `CRON_TZ=` prefix."""
     check_text("the cron expression", expr, high=200)
     text = expr.strip()
@@ -336,7 +336,7 @@ def check_cron(expr: str) -> str:
                 raise InvalidInput(
                     f"invalid cron expression {expr!r}: the step {step!r} of the {what} must be a whole number above 0"
                 )
-            if body in ("*", "?"):
+            if body == "*":
                 continue
             ends = body.split("-")
             values = [_cron_value(e, low, names) for e in ends]

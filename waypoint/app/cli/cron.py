@@ -69,17 +69,20 @@ async def cron_create(
 
     if (every is None) == (cron is None):
         raise fail("give exactly one of --every (e.g. 1h) or --cron (e.g. '0 9 * * *')")
-    async with await connect(temporal=True) as wp:
+    seconds = parse_duration("--every", every) if every is not None else None
+    catchup_seconds, jitter_seconds = parse_duration("--catchup", catchup), parse_duration("--jitter", jitter)
+    end_at = parse_until("--until", until) if until is not None else None
+    async with await connect() as wp:  # Temporal on first use: bad input is refused before
         row = await wp.schedules.create(
             agent=agent,
             task=task,
-            every=parse_duration("--every", every) if every is not None else None,
+            every=seconds,
             cron=cron,
             tz=tz,
             overlap=overlap,
-            catchup_seconds=parse_duration("--catchup", catchup),
-            jitter_seconds=parse_duration("--jitter", jitter),
-            end_at=parse_until("--until", until) if until is not None else None,
+            catchup_seconds=catchup_seconds,
+            jitter_seconds=jitter_seconds,
+            end_at=end_at,
             model=model,
             max_steps=max_steps,
             priority=priority,
@@ -100,7 +103,7 @@ async def cron_list(
     """List the tenant's schedules: when each fires next, paused or not, its last run."""
     from waypoint.app import console as out
 
-    async with await connect(temporal=True) as wp:
+    async with await connect() as wp:
         rows = await wp.schedules.list(agent=agent, limit=limit)
     if as_json:
         out.print_json(rows)
@@ -114,7 +117,7 @@ async def cron_list(
 @command
 async def cron_show(schedule_id: ScheduleArg, as_json: JsonOpt = False) -> None:
     """One schedule: its spec, next fire times and the last runs it fired."""
-    async with await connect(temporal=True) as wp:
+    async with await connect() as wp:
         _print(await wp.schedules.get(schedule_id), as_json)
 
 
@@ -126,7 +129,7 @@ async def cron_pause(
     as_json: JsonOpt = False,
 ) -> None:
     """Stop firing until resumed (a run already fired goes on)."""
-    async with await connect(temporal=True) as wp:
+    async with await connect() as wp:
         _print(await wp.schedules.pause(schedule_id, note=note), as_json, f"{schedule_id} paused")
 
 
@@ -134,7 +137,7 @@ async def cron_pause(
 @command
 async def cron_resume(schedule_id: ScheduleArg, as_json: JsonOpt = False) -> None:
     """Fire again on schedule."""
-    async with await connect(temporal=True) as wp:
+    async with await connect() as wp:
         _print(await wp.schedules.resume(schedule_id), as_json, f"{schedule_id} resumed")
 
 
@@ -142,7 +145,7 @@ async def cron_resume(schedule_id: ScheduleArg, as_json: JsonOpt = False) -> Non
 @command
 async def cron_trigger(schedule_id: ScheduleArg, as_json: JsonOpt = False) -> None:
     """Fire now (under the schedule's overlap policy); `waypoint runs --schedule ID` shows the run."""
-    async with await connect(temporal=True) as wp:
+    async with await connect() as wp:
         row = await wp.schedules.trigger(schedule_id)
     _print(row, as_json, f"{schedule_id} fired: `waypoint runs --schedule {schedule_id}` lists its runs")
 
@@ -153,7 +156,7 @@ async def cron_delete(schedule_id: ScheduleArg, as_json: JsonOpt = False) -> Non
     """Delete the schedule (the runs it fired stay)."""
     from waypoint.app import console as out
 
-    async with await connect(temporal=True) as wp:
+    async with await connect() as wp:
         await wp.schedules.delete(schedule_id)
     if as_json:
         out.print_json({"schedule_id": schedule_id, "deleted": True})
