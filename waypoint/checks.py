@@ -74,6 +74,22 @@ def check_name(name: str, value: _Text) -> _Text:
     return check_text(name, value, high=NAME_MAX)
 
 
+IDEMPOTENCY_KEY_MAX = 200
+_KEY = re.compile(rf"[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX}}}")
+
+
+def check_idempotency_key(key: _Text) -> _Text:
+    """An idempotency key (None passes): 1 to IDEMPOTENCY_KEY_MAX printable ASCII characters, no
+    spaces (a UUID, a request id, `ticket-4711`), as an HTTP header can carry it unchanged."""
+    if key is not None and (not isinstance(key, str) or not _KEY.fullmatch(key)):
+        shown = key if isinstance(key, str) and len(key) <= 40 else f"{str(key)[:40]}..."
+        raise InvalidInput(
+            f"invalid idempotency key {shown!r}: a key is 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters "
+            "without spaces, e.g. a UUID"
+        )
+    return key
+
+
 def check_json(name: str, value: Any) -> Any:
     """A JSON value the store can hold (JSONB): every key and string as check_text says, every
     number finite (Postgres JSON has no NaN or Infinity)."""

@@ -214,6 +214,11 @@ class Settings(BaseSettings):
     api_keepalive_seconds: float = Field(
         15.0, gt=0, description="Seconds between keep-alive comments on a quiet stream."
     )
+    idempotency_retention_seconds: float = Field(
+        86_400,
+        gt=0,
+        description="How long a start's idempotency key answers the run it started; after it the key starts a new run.",
+    )
     model_deltas: bool = Field(
         True, description="Workers publish model token deltas while a streaming model call runs (live streams)."
     )

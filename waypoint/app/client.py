@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -33,6 +35,7 @@ from waypoint.checks import (
     check_budget,
     check_choice,
     check_count,
+    check_idempotency_key,
     check_instructions,
     check_name,
     check_priority,
@@ -131,6 +134,20 @@ class ReplayOutcome:
     error: str | None  # the determinism error, or None when it replays
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What an idempotency key answers a start: the run, and whether this start is the one to start it."""
+
+    run_id: str
+    created: bool
+
+
+def request_hash(request: Mapping[str, Any]) -> str:
+    """The hash of a start's parameters (canonical JSON): a repeat of the key must send the same."""
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 class Waypoint:
     def __init__(self, client: Client | None, engine: AsyncEngine, settings: Settings):
         self._client = client
@@ -206,11 +223,14 @@ class Waypoint:
         budget: Budget | None = None,
         run_id: str | None = None,
         priority: int | None = None,
+        idempotency_key: str | None = None,
     ) -> str:
-        """Start a run and return its id (the Temporal workflow id; `run_id` to choose it). `priority`
-        1 (first) to 5 (last), default 3: when workers are busy, Temporal hands them the tasks of
-        higher-priority runs first (its sub-agent runs' too), and shares each priority between tenants
-        by their weight in the limits file."""
+        """Start a run and return its id (the Temporal workflow id; `run_id` to choose it: one that
+        exists already is a Conflict). `priority` 1 (first) to 5 (last), default 3: when workers are
+        busy, Temporal hands them the tasks of higher-priority runs first (its sub-agent runs' too), and
+        shares each priority between tenants by their weight in the limits file. With an
+        `idempotency_key`, every repeat within `idempotency_retention_seconds` returns the first
+        start's run without starting another (the same key with other parameters is a Conflict)."""
         if not check_text("the task", task).strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         check_name("the agent", agent)
@@ -228,8 +248,9 @@ class Waypoint:
             pin_model=bool(model or self.settings.model),
             priority=check_priority(priority),
         )
+        check_idempotency_key(idempotency_key)
         await self.check_start(inp.agent, inp.model)
-        return await self._start(run_id or make_run_id(), inp)
+        return await self._start(run_id, inp, idempotency_key)
 
     async def agents(self) -> list[AgentInfo]:
         """The agents the workers of this deployment's task queue serve (the catalog they register)."""
@@ -265,16 +286,19 @@ class Waypoint:
         tenant_id: str | None = None,
         new_run_id: str | None = None,
         priority: int | None = None,
+        idempotency_key: str | None = None,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step. `memory` (a MemoryView)
         is what it recalls from long-term memory: by default memory as it was at that step, never
-        the parent's later episodes. It keeps the parent's priority unless given one."""
+        the parent's later episodes. It keeps the parent's priority unless given one.
+        `idempotency_key` as for `start_run`."""
         check_choice("memory", memory, MemoryView)
         check_seq("the step", step)
         check_text("the message", message)
         check_name("the model", model)
         check_priority(priority)
+        check_idempotency_key(idempotency_key)
         tenant = self._scoped(tenant_id, run_id, new_run_id)
         await self._store.owner_of_step(tenant, run_id, step)  # the run and the step exist
         parent = await self._store.get_run(tenant, run_id)
@@ -288,7 +312,7 @@ class Waypoint:
             pin_model=model is not None,
             priority=priority or parent.priority,
         )
-        return await self._start(new_run_id or make_run_id(), inp)
+        return await self._start(new_run_id, inp, idempotency_key)
 
     async def rerun(
         self,
@@ -305,6 +329,7 @@ class Waypoint:
         new_run_id: str | None = None,
         rerun_children: bool = False,
         priority: int | None = None,
+        idempotency_key: str | None = None,
     ) -> str:
         """Run `run_id` again from its state at `from_step` with another model, agent or
         `instructions` (the system prompt, in place of the agent's own), as a new run (lineage kind
@@ -316,8 +341,10 @@ class Waypoint:
         does. A sub-agent call is a recorded tool call too, answered from its recorded answer;
         `rerun_children=True` starts its sub-agent runs again instead, as the rerun's own children
         (`tools="live"` always does). The original is untouched; `compare(run_id, new_id)` shows what
-        changed. It keeps the original's priority unless given one."""
+        changed. It keeps the original's priority unless given one. `idempotency_key` as for
+        `start_run`."""
         check_choice("tool mode", tools, ToolMode)
+        check_idempotency_key(idempotency_key)
         check_choice("memory", memory, MemoryView)
         check_instructions(instructions)
         check_seq("the step", from_step)
@@ -349,7 +376,7 @@ class Waypoint:
                 rerun_children=rerun_children,
             ),
         )
-        return await self._start(new_run_id or make_run_id(), inp)
+        return await self._start(new_run_id, inp, idempotency_key)
 
     async def rerun_batch(
         self,
@@ -438,11 +465,63 @@ class Waypoint:
         items = await asyncio.gather(*(one(s) for s in sources))
         return BatchReport(batch_id, list(items))
 
-    async def _start(self, run_id: str, inp: RunInput) -> str:
-        gateway = await self.temporal()
-        with self._traced_start(gateway.traced, run_id, inp):
-            await gateway.start_run(run_id, inp)
-        return run_id
+    async def _start(self, chosen: str | None, inp: RunInput, idempotency_key: str | None = None) -> str:
+        """Start the run (under `chosen`, a caller's run id, else a new one) once it is checked; with
+        an idempotency key, only if the key claims it, else answer the key's run."""
+        # The request a key stands for: the whole input (a field added later is in it too) and the id asked for.
+        request = {"input": asdict(inp), "run_id": chosen}
+        claimed = self.idempotent(idempotency_key, request, run_id=chosen or make_run_id(), tenant_id=inp.tenant_id)
+        async with claimed as claim:
+            if claim.created:
+                if chosen is not None:
+                    await self.check_new_run_id(chosen, tenant_id=inp.tenant_id)
+                gateway = await self.temporal()
+                with self._traced_start(gateway.traced, claim.run_id, inp):
+                    await gateway.start_run(claim.run_id, inp)
+        return claim.run_id
+
+    @contextlib.asynccontextmanager
+    async def idempotent(
+        self, key: str | None, request: Mapping[str, Any], *, run_id: str, tenant_id: str | None = None
+    ) -> AsyncIterator[Claim]:
+        """Claim idempotency `key` for a start of `run_id` with these parameters (`request`, hashed):
+        `created` says whether to start it; if not, the key's run answers (started by an earlier
+        call). A failure inside gives the claim back, so a retry with the key can start the run. The
+        same key with another `request` within the retention window is a Conflict naming its run.
+        No key: every start is new.
+
+            async with wp.idempotent(key, params, run_id=new_id) as claim:
+                if claim.created:
+                    ...  # start claim.run_id
+        """
+        if key is None:
+            yield Claim(run_id, True)
+            return
+        check_idempotency_key(key)
+        tenant = self._scoped(tenant_id, run_id)
+        found, created = await self._store.claim_key(
+            tenant, key, run_id, request_hash(request), self.settings.idempotency_retention_seconds
+        )
+        if not created:
+            yield Claim(found, False)
+            return
+        try:
+            yield Claim(found, True)
+        except BaseException:
+            # Shielded: a start cancelled mid-way (its caller went away) still gives the key back.
+            await asyncio.shield(self._store.release_key(tenant, key, found))
+            raise
+
+    async def check_new_run_id(self, run_id: str, *, tenant_id: str | None = None) -> None:
+        """A Conflict when a run has this id already: its row is checked here (it outlives the
+        workflow's history in Temporal), Temporal refuses a workflow id it holds when the run starts."""
+        tenant = self._scoped(tenant_id, run_id)
+        owner = await self._store.tenant_of_run(run_id)
+        if owner == tenant:
+            row = await self._store.get_run(tenant, run_id)
+            raise Conflict(f"run {run_id} already exists ({row.status}): choose another run id, or leave it out")
+        if owner is not None:  # another tenant's: taken all the same (one workflow id), nothing more said
+            raise Conflict(f"run {run_id} already exists: choose another run id, or leave it out")
 
     @contextlib.contextmanager
     def _traced_start(self, traced: bool, run_id: str, inp: RunInput) -> Iterator[None]:

@@ -234,12 +234,21 @@ def _schedule_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Await
 def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:
     @server.tool(annotations=WRITE)
     async def start_run(
-        ctx: Context, task: str, agent: str = "demo", model: str | None = None, max_steps: int | None = None
+        ctx: Context,
+        task: str,
+        agent: str = "demo",
+        model: str | None = None,
+        max_steps: int | None = None,
+        idempotency_key: str | None = None,
     ) -> str:
-        """Start a run of an agent on a task; answers its run id."""
+        """Start a run of an agent on a task; answers its run id. With an idempotency_key, a repeat
+        (a retry after a timeout) answers the same run instead of starting another."""
 
         async def start(tenant: str) -> dict[str, str]:
-            return {"run_id": await wp.start_run(task, agent=agent, model=model, max_steps=max_steps, tenant_id=tenant)}
+            run_id = await wp.start_run(
+                task, agent=agent, model=model, max_steps=max_steps, tenant_id=tenant, idempotency_key=idempotency_key
+            )
+            return {"run_id": run_id}
 
         return await answer(ctx, start)
 

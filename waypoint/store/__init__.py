@@ -7,8 +7,8 @@
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
-threads, scheduled agents, what live streams read, and the shared limiter of model calls. `waypoint.store.db`
-has connections and migrations, `waypoint.store.schema` the tables.
+threads, scheduled agents, what live streams read, the shared limiter of model calls, and the idempotency
+keys of starts. `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
 from waypoint.store.compare import Compare
+from waypoint.store.idempotency import Idempotency
 from waypoint.store.integrity import Integrity
 from waypoint.store.keys import ApiKeys
 from waypoint.store.ledger import Ledger
@@ -49,6 +50,7 @@ class RunStore(
     Compare,
     Trees,
     Limiter,
+    Idempotency,
     ScheduleStore,
 ):
     """Every read and write of the Postgres mirror."""

@@ -34,6 +34,12 @@ async def run(
     max_cost: Annotated[float | None, typer.Option(help="Cost budget in USD.")] = None,
     deadline: Annotated[float | None, typer.Option(help="Wall-clock budget in seconds.")] = None,
     priority: PriorityOpt = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Repeats with this key (within the retention window) print the first run's id, starting none."
+        ),
+    ] = None,
     follow: FollowOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -43,7 +49,9 @@ async def run(
 
     async with await connect(temporal=True) as wp:
         budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost, deadline_seconds=deadline)
-        run_id = await wp.start_run(task, agent=agent, model=model, budget=budget, priority=priority)
+        run_id = await wp.start_run(
+            task, agent=agent, model=model, budget=budget, priority=priority, idempotency_key=idempotency_key
+        )
         trace = wp.started_trace(run_id)
         if not follow:
             if as_json:

@@ -53,6 +53,16 @@ class StartRun(Body):
     )
 
 
+# The `Idempotency-Key` header of a start: every repeat within the retention window answers the same run.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        description="Repeats of this start with the same key (within WAYPOINT_IDEMPOTENCY_RETENTION_SECONDS) "
+        "answer the first one's run instead of starting another; the same key with another body is 409."
+    ),
+]
+
+
 def inherited_priority() -> Any:
     return Field(None, ge=1, le=5, description="1 (first) to 5 (last); default: the original run's.")
 
@@ -108,8 +118,11 @@ def json_of(value: Any) -> dict[str, Any]:
 
 
 @router.post("/runs", status_code=201)
-async def start_run(body: StartRun, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
-    """Start a run; answers its id (and trace id) at once, before the first step."""
+async def start_run(
+    body: StartRun, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
+) -> dict[str, Any]:
+    """Start a run; answers its id (and trace id) at once, before the first step. With an
+    `Idempotency-Key`, a repeat answers the same run."""
     budget = Budget(
         max_steps=body.max_steps,
         max_tokens=body.max_tokens,
@@ -117,7 +130,13 @@ async def start_run(body: StartRun, api: Api, tenant: Tenant, response: Response
         deadline_seconds=body.deadline_seconds,
     )
     run_id = await api.wp.start_run(
-        body.task, agent=body.agent, model=body.model, budget=budget, tenant_id=tenant, priority=body.priority
+        body.task,
+        agent=body.agent,
+        model=body.model,
+        budget=budget,
+        tenant_id=tenant,
+        priority=body.priority,
+        idempotency_key=idempotency_key,
     )
     response.headers["Location"] = f"/v1/runs/{run_id}"
     return {"run_id": run_id, "trace_id": api.wp.started_trace(run_id)}
@@ -325,7 +344,9 @@ _EVENT_ID = re.compile("[0-9]{1,10}")  # a seq (INTEGER): ten digits at most
 
 
 @router.post("/runs/{run_id}/fork", status_code=201)
-async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
+async def fork(
+    run_id: str, body: Fork, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
+) -> dict[str, Any]:
     """A new run from the state of this one at a step (plus an optional message); the parent is untouched."""
     new_id = await api.wp.fork(
         run_id,
@@ -335,13 +356,16 @@ async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Resp
         memory=body.memory,
         tenant_id=tenant,
         priority=body.priority,
+        idempotency_key=idempotency_key,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "fork_step": body.step}
 
 
 @router.post("/runs/{run_id}/rerun", status_code=201)
-async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
+async def rerun(
+    run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
+) -> dict[str, Any]:
     """Run it again with another model, agent or instructions, tools answered from the record; a new run."""
     new_id = await api.wp.rerun(
         run_id,
@@ -354,6 +378,7 @@ async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Re
         tenant_id=tenant,
         rerun_children=body.rerun_children,
         priority=body.priority,
+        idempotency_key=idempotency_key,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"
     return {"run_id": new_id, "parent_run_id": run_id, "from_step": body.from_step}

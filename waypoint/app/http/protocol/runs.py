@@ -4,7 +4,8 @@ The first run on a thread starts the assistant's agent with the last user messag
 as its task; each later run forks the previous run at its last step with the new message, so it
 continues from that run's final state (or from `checkpoint_id`, a `<run_id>:<step>` of the
 thread). A thread runs one run at a time: a new run while one is live is 409 (the protocol's
-`reject` strategy). Stateless runs (`/runs/...`) are runs on no thread.
+`reject` strategy). Stateless runs (`/runs/...`) are runs on no thread. A create with an
+`Idempotency-Key` header answers the key's run on a repeat (see `start_on_thread`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of, values
 from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes
 from waypoint.app.http.protocol.threads import newest_started
-from waypoint.app.http.runs import resume_point
+from waypoint.app.http.runs import IdempotencyKey, resume_point
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.app.http.trees import TreeStream
@@ -89,14 +90,34 @@ def _options(body: RunCreate) -> tuple[str | None, int | None, int | None]:
     return model, max_steps, check_priority(found.get("priority"))
 
 
-async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, body: RunCreate) -> str:
-    """Start the run (a fork of the thread's newest run, or a new run) and return its id."""
+async def start_on_thread(
+    api: ApiState, tenant: str, thread_id: str | None, body: RunCreate, idempotency_key: str | None = None
+) -> str:
+    """Start the run (a fork of the thread's newest run, or a new run) and return its id. With an
+    idempotency key, a repeat answers the key's run: the key is claimed before the thread's slot is
+    taken, so a repeat neither takes a second slot nor meets the thread busy with its own run."""
     _refuse_unsupported(body)
     task = task_of(body.input or {})
     model, max_steps, priority = _options(body)
-    run_id = new_run_id()
+    request = {"thread_id": thread_id, "body": body.model_dump(mode="json")}
+    async with api.wp.idempotent(idempotency_key, request, run_id=new_run_id(), tenant_id=tenant) as claim:
+        if claim.created:
+            await _start(api, tenant, thread_id, body, claim.run_id, task, (model, max_steps, priority))
+    return claim.run_id
+
+
+async def _start(
+    api: ApiState,
+    tenant: str,
+    thread_id: str | None,
+    body: RunCreate,
+    run_id: str,
+    task: str,
+    options: tuple[str | None, int | None, int | None],
+) -> None:
+    model, max_steps, priority = options
     if thread_id is None:
-        return await api.wp.start_run(
+        await api.wp.start_run(
             task,
             agent=body.assistant_id,
             model=model,
@@ -105,6 +126,7 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
             run_id=run_id,
             priority=priority,
         )
+        return
     thread = await _thread_for_run(api, tenant, thread_id, body)
     last = thread.last
     if last is not None and (last.run is None or last.run.status not in FINISHED):
@@ -144,7 +166,6 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
         with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it
             await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
         raise
-    return run_id
 
 
 async def _thread_for_run(api: ApiState, tenant: str, thread_id: str, body: RunCreate) -> ThreadRow:
@@ -243,24 +264,35 @@ async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, An
 
 
 @router.post("/threads/{thread_id}/runs")
-async def create_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+async def create_run(
+    thread_id: str, body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
     """Start a run on the thread in the background."""
-    run_id = await start_on_thread(api, tenant, thread_id, body)
+    run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
     return JSONResponse(run_json(run_id, thread_id, body.assistant_id, None), headers=_locations(thread_id, run_id))
 
 
 @router.post("/threads/{thread_id}/runs/stream")
-async def stream_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream) -> Response:
+async def stream_run(
+    thread_id: str,
+    body: RunCreate,
+    api: Api,
+    tenant: Tenant,
+    slot: OpenStream,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
     """Start a run on the thread and stream it (stream modes: values, updates, messages-tuple, custom)."""
     modes = stream_modes(body.stream_mode)
-    run_id = await start_on_thread(api, tenant, thread_id, body)
+    run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
     return await _stream(api, tenant, slot, thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
 @router.post("/threads/{thread_id}/runs/wait")
-async def wait_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+async def wait_run(
+    thread_id: str, body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
     """Start a run on the thread and answer its final values when it ends."""
-    run_id = await start_on_thread(api, tenant, thread_id, body)
+    run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
     return JSONResponse(await _final_values(api, tenant, run_id), headers=_locations(thread_id, run_id))
 
 
@@ -341,21 +373,27 @@ async def delete_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> R
 
 
 @router.post("/runs")
-async def create_stateless(body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
-    run_id = await start_on_thread(api, tenant, None, body)
+async def create_stateless(
+    body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    run_id = await start_on_thread(api, tenant, None, body, idempotency_key)
     return JSONResponse(run_json(run_id, None, body.assistant_id, None), headers=_locations(None, run_id))
 
 
 @router.post("/runs/stream")
-async def stream_stateless(body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream) -> Response:
+async def stream_stateless(
+    body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream, idempotency_key: IdempotencyKey = None
+) -> Response:
     modes = stream_modes(body.stream_mode)
-    run_id = await start_on_thread(api, tenant, None, body)
+    run_id = await start_on_thread(api, tenant, None, body, idempotency_key)
     return await _stream(api, tenant, slot, None, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
 @router.post("/runs/wait")
-async def wait_stateless(body: RunCreate, api: Api, tenant: Tenant) -> dict[str, Any]:
-    run_id = await start_on_thread(api, tenant, None, body)
+async def wait_stateless(
+    body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
+) -> dict[str, Any]:
+    run_id = await start_on_thread(api, tenant, None, body, idempotency_key)
     return await _final_values(api, tenant, run_id)
 
 
