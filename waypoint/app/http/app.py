@@ -99,7 +99,7 @@ async def storable_parameters(request: Request) -> None:
 def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | None = None) -> FastAPI:
     """The API on the configured stack; `waypoint` reuses a client (its Temporal connection and engine)."""
     from waypoint.app.http import agents, memory, runs, schedules, trees
-    from waypoint.app.http.protocol import assistants, store, threads
+    from waypoint.app.http.protocol import assistants, crons, store, threads
     from waypoint.app.http.protocol import runs as protocol_runs
 
     @contextlib.asynccontextmanager
@@ -124,7 +124,8 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
     from waypoint.app.http import ui
 
     errors.install(app, pages={"/ui": ui.error_page})
-    routers = (runs, trees, agents, memory, schedules, assistants, threads, protocol_runs, store)
+    # crons before the protocol's runs: /runs/crons/... are not runs
+    routers = (runs, trees, agents, memory, schedules, assistants, threads, crons, protocol_runs, store)
     for module in routers:
         app.include_router(module.router, dependencies=[Depends(storable_parameters)])
     ui.install(app)

@@ -494,13 +494,3 @@ async def cancel_many(tenant: Tenant) -> None:
         "cancelling runs in bulk is not supported: cancel each with POST /threads/{id}/runs/{run_id}/cancel "
         "or POST /v1/runs/{id}/cancel"
     )
-
-
-@router.post("/threads/{thread_id}/runs/crons")
-@router.post("/runs/crons")
-@router.post("/runs/crons/search")
-@router.post("/runs/crons/count")
-@router.patch("/runs/crons/{cron_id}")
-@router.delete("/runs/crons/{cron_id}")
-async def crons(tenant: Tenant) -> None:
-    raise not_supported("crons are not supported: start runs on a schedule of your own with POST /runs")
