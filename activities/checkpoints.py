@@ -135,6 +135,7 @@ class CheckpointActivities:
                 parent=inp.parent,
                 priority=inp.priority,
                 webhook=inp.webhook,
+                schedule_id=inp.schedule_id,
             )
             return await self.store.create_run(new)
 
@@ -176,6 +177,7 @@ class CheckpointActivities:
                 parent=start.parent,
                 priority=start.priority,
                 webhook=start.webhook,
+                schedule_id=start.schedule_id,
             )
         else:
             row = await self.store.finish_run(

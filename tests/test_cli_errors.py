@@ -46,7 +46,7 @@ async def test_values_that_cannot_work_say_so(settings: Settings, worker, client
         ("runs", "--limit", "-5"): "the limit must be a whole number from 1",
         ("history", run_id, "--limit", "0"): "the limit must be a whole number from 1",
         ("export", run_id, "--output", "/no/such/dir/f.jsonl"): "no folder '/no/such/dir' for --output",
-        ("runs", "--status", "bogus"): "unknown status 'bogus': use one of running, paused",
+        ("runs", "--status", "bogus"): "unknown status 'bogus': use one of scheduled, queued, running, paused",
         ("runs", "--batch", "batch-nope"): f"no batch 'batch-nope' for tenant {settings.tenant!r}",
         ("events", run_id, "--kind", "bogus"): "unknown event kind 'bogus': use one of run_started",
         ("rerun", run_id, "--memory", "bogus"): "unknown memory 'bogus': use one of then, now, all",
@@ -132,3 +132,15 @@ async def test_a_worker_with_a_bad_limits_file_does_not_start(settings: Settings
         done = await waypoint(settings, "worker", env=cli_env(settings) | {"WAYPOINT_LIMITS_FILE": str(path)})
         line = one_line_error(done)
         assert message in line and str(path) in line, (text, line)
+
+
+async def test_a_start_time_in_the_past_is_one_line_and_starts_nothing(settings: Settings, client: Client, engine):
+    wp = Waypoint(client, engine, settings)
+    before = await wp.runs(limit=500)
+    for args, message in {
+        ("--at", "2020-01-01T09:00"): "the start time is in the past: 2020-01-01T09:00:00+00:00",
+        ("--after", "soon"): "--after='soon': write a duration such as 90s, 30m, 2h or 1d",
+        ("--at", "2020-01-01", "--follow"): "a delayed run is not followed",
+    }.items():
+        assert message in one_line_error(await waypoint(settings, "run", "hi", "--agent", "calculator", *args)), args
+    assert await wp.runs(limit=500) == before

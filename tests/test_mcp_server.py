@@ -25,7 +25,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import cli_env, make_run, step
+from tests.helpers import cli_env, eventually, make_run, step
 from tests.ports import reserve_port
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
@@ -35,8 +35,18 @@ from waypoint.store import RunStore
 
 pytestmark = pytest.mark.postgres
 
-READ_TOOLS = {"list_runs", "run_status", "run_tree", "step_state", "diff_steps", "search_memory", "fleet_limits"}
+READ_TOOLS = {
+    "list_runs",
+    "run_status",
+    "run_tree",
+    "step_state",
+    "diff_steps",
+    "search_memory",
+    "fleet_limits",
+    "list_schedules",
+}
 WRITE_TOOLS = {"start_run", "send_message", "approve", "deny", "cancel_run", "fork_run"}
+WRITE_TOOLS |= {"create_schedule", "change_schedule"}
 
 
 @asynccontextmanager
@@ -162,6 +172,20 @@ async def test_memory_search_and_the_tools_that_act_when_configured(
         too_many = await error_of(client, "start_run", task="add", agent="calculator", max_steps=3_000_000_000)
         assert "at most 2147483647" in too_many
         assert "no run" in await error_of(client, "cancel_run", run_id=theirs)
+
+        # a scheduled agent: create, fire now, list with its run, delete
+        made = await call(client, "create_schedule", agent="calculator", task="add", every_seconds=3600)
+        sid = made["schedule_id"]
+        await call(client, "change_schedule", schedule_id=sid, action="trigger")
+        fired = await eventually(lambda: wp.runs(schedule_id=sid), what="the fired run")
+        assert (await wp.result(fired[0].run_id)).status == "completed"
+        listed = await call(client, "list_schedules")
+        assert [(s["schedule_id"], s["recent"][0]["run_id"]) for s in listed] == [(sid, fired[0].run_id)]
+        assert "invalid cron expression" in await error_of(
+            client, "create_schedule", agent="calculator", task="add", cron="0 25 * * *"
+        )
+        assert (await call(client, "change_schedule", schedule_id=sid, action="delete"))["deleted"] is True
+        assert "waypoint cron list" in await error_of(client, "change_schedule", schedule_id=sid, action="pause")
 
 
 @pytest.fixture

@@ -98,8 +98,8 @@ def receiver() -> Iterator[Receiver]:
 @pytest.mark.parametrize(
     ("url", "why"),
     [
-        ("ftp://example.com/x", "is not http or https"),
-        ("http:///hooks", "has no host"),
+        ("ftp://example.com/x", "not http or https"),
+        ("http:///hooks", "no host"),
         ("http://169.254.169.254/latest/meta-data", "a cloud metadata address (169.254.169.254)"),
         ("http://169.254.10.1/", "a link-local address (169.254.10.1)"),
         ("http://[fe80::1]/", "a link-local address (fe80::1)"),
@@ -231,7 +231,7 @@ async def test_a_name_that_resolves_to_a_metadata_address_is_refused_at_delivery
 @pytest.mark.parametrize("url", ["ftp://x", "http://169.254.169.254/"])
 async def test_the_cli_refuses_a_bad_webhook_and_starts_nothing(client: Client, engine, settings: Settings, url: str):
     line = one_line_error(await waypoint(settings, "run", "hi", "--agent", "remote", "--webhook", url))
-    assert "the webhook URL" in line and url in line
+    assert "invalid webhook URL" in line and url in line
     assert await Waypoint(client, engine, settings).runs() == []
 
 
@@ -242,7 +242,7 @@ async def test_http_webhooks(api: ApiServer, client: Client, engine, settings: S
     for url in ("ftp://x", "http://169.254.169.254/"):
         refused = await api.http.post("/v1/runs", json={"task": "add", "agent": "calculator", "webhook": url})
         assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_input", refused.text
-        assert "the webhook URL" in refused.text
+        assert "invalid webhook URL" in refused.text
     assert (await api.http.get("/v1/runs")).json()["runs"] == []
     first = (await api.http.get("/v1/webhooks/secret")).json()["secret"]
     shown = await waypoint(settings, "webhook", "secret", "--json")

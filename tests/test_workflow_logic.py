@@ -209,6 +209,20 @@ async def test_a_run_that_cannot_start_gets_a_failed_row(ts: WorkflowEnvironment
     assert finish.start.task == "test" and doubles.calls == []
 
 
+async def test_a_scheduled_run_names_its_schedule_in_its_start_and_its_failed_row(ts: WorkflowEnvironment) -> None:
+    """A schedule's fire starts RunInput(schedule_id=...): START_RUN gets it (runs.schedule_id), and
+    so does the failed row of a fire that cannot start."""
+    fired = RunInput(agent="double", task="t", tenant_id="t", schedule_id="sched-1")
+    doubles = Doubles(plan=plan(), turns=answer_at(1))
+    async with bench(ts.client, doubles) as b:
+        await (await b.start(fired)).result()
+    assert [s.schedule_id for s in doubles.started] == ["sched-1"]
+    doubles = Doubles(plan=plan(), start_error="unknown agent 'nobody'")
+    async with bench(ts.client, doubles) as b:
+        await failure(await b.start(fired))
+    assert [f.start.schedule_id for f in doubles.finished if f.start is not None] == ["sched-1"]
+
+
 # --- repairs -----------------------------------------------------------------------------------
 
 

@@ -40,10 +40,14 @@ from waypoint.names import Activity, RunStatus, ToolOutcome, memory_task_queue
 from waypoint.types import (
     AgentCallInput,
     AgentCallResult,
+    AwaitRunInput,
     CallModelInput,
     DeliverWebhookInput,
     FailoverRecord,
     FinishRunInput,
+    ForkPoint,
+    HoldRunInput,
+    JoinThreadInput,
     MemoryAnswer,
     MemoryRequest,
     MemoryStepInput,
@@ -127,6 +131,11 @@ class Doubles:
     webhook_finished_before: list[int] = field(default_factory=list)
     webhook_failures: int = 0
     webhook_refused: bool = False
+    # Runs that wait to start: what hold_run wrote (each call), each thread's runs in order (a
+    # thread not here is gone), and the runs await_run waited for.
+    held: list[HoldRunInput] = field(default_factory=list)
+    threads: dict[str, list[str]] = field(default_factory=dict)
+    awaited: list[AwaitRunInput] = field(default_factory=list)
 
     # --- agent runs ------------------------------------------------------------------------------
 
@@ -218,6 +227,37 @@ class Doubles:
             raise ApplicationError("the webhook answered HTTP 503", type="WebhookFailed", next_retry_delay=delay)
         return 200
 
+    @activity.defn(name=Activity.HOLD_RUN)
+    async def hold_run(self, inp: HoldRunInput) -> None:
+        self.held.append(inp)
+
+    @activity.defn(name=Activity.JOIN_THREAD)
+    async def join_thread(self, inp: JoinThreadInput) -> str | None:
+        if inp.thread_id not in self.threads:
+            raise ApplicationError(f"thread {inp.thread_id!r} is gone", type="NotFound", non_retryable=True)
+        members = self.threads[inp.thread_id]
+        if inp.run_id not in members:
+            members.append(inp.run_id)
+        before = members[: members.index(inp.run_id)]
+        return before[-1] if before else None
+
+    @activity.defn(name=Activity.AWAIT_RUN)
+    async def await_run(self, inp: AwaitRunInput) -> ForkPoint:
+        """As the real one: waits (heartbeating) until the run before has ended, then answers its last
+        step (a run that never started: the one it waited for, as fork_point_after walks)."""
+        self.awaited.append(inp)
+        while self.end_of(inp.after_run) is None:
+            activity.heartbeat()
+            await asyncio.sleep(0.05)
+        current: str | None = inp.after_run
+        while current is not None:
+            begun = next((s for s in self.started if s.run_id == current), None)
+            if begun is not None:
+                steps = self.steps_of(current)
+                return ForkPoint(current, steps[-1] if steps else (begun.fork.step if begun.fork else 0))
+            current = next((h.after_run for h in self.held if h.run_id == current), None)
+        return ForkPoint()
+
     @activity.defn(name=Activity.AGENT_RESULT)
     async def agent_result(self, inp: AgentCallInput) -> AgentCallResult:
         """As the real one: the child's answer (or how it ended) into the caller's ledger, once, and
@@ -303,6 +343,9 @@ class Doubles:
             self.save_episodes,
             self.remember_missing,
             self.memory_admin,
+            self.hold_run,
+            self.join_thread,
+            self.await_run,
         ]
 
     # --- reading back ----------------------------------------------------------------------------

@@ -77,6 +77,22 @@ def check_name(name: str, value: _Text) -> _Text:
     return check_text(name, value, high=NAME_MAX)
 
 
+IDEMPOTENCY_KEY_MAX = 200
+_KEY = re.compile(rf"[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX}}}")
+
+
+def check_idempotency_key(key: _Text) -> _Text:
+    """An idempotency key (None passes): 1 to IDEMPOTENCY_KEY_MAX printable ASCII characters, no
+    spaces (a UUID, a request id, `ticket-4711`), as an HTTP header can carry it unchanged."""
+    if key is not None and (not isinstance(key, str) or not _KEY.fullmatch(key)):
+        shown = key if isinstance(key, str) and len(key) <= 40 else f"{str(key)[:40]}..."
+        raise InvalidInput(
+            f"invalid idempotency key {shown!r}: a key is 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters "
+            "without spaces, e.g. a UUID"
+        )
+    return key
+
+
 def check_json(name: str, value: Any) -> Any:
     """A JSON value the store can hold (JSONB): every key and string as check_text says, every
     number finite (Postgres JSON has no NaN or Infinity)."""
@@ -194,6 +210,63 @@ def parse_when(name: str, text: str, *, now: datetime | None = None) -> datetime
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
+DELAY_MAX_SECONDS = 366 * 86_400  # a delayed run starts within a year (a schedule repeats for longer)
+
+
+def check_start_time(
+    start_at: datetime | float | None, after_seconds: float | None, *, now: datetime | None = None
+) -> float | None:
+    """When a delayed run starts, in epoch seconds (None: at once), from a moment (`start_at`: a
+    datetime, UTC unless it has an offset, or epoch seconds) or a delay (`after_seconds`)."""
+    now = now or datetime.now(UTC)
+    if start_at is not None and after_seconds is not None:
+        raise InvalidInput("give a start time or a delay, not both")
+    if after_seconds is not None:
+        if isinstance(after_seconds, bool) or not math.isfinite(after_seconds) or after_seconds < 0:
+            raise InvalidInput(f"the delay must be 0 or more seconds, not {after_seconds!r}")
+        if after_seconds > DELAY_MAX_SECONDS:
+            raise InvalidInput(f"the delay {after_seconds:g} s is more than a year: use a schedule")
+        return now.timestamp() + after_seconds if after_seconds > 0 else None
+    if start_at is None:
+        return None
+    if isinstance(start_at, datetime):
+        when = start_at if start_at.tzinfo is not None else start_at.replace(tzinfo=UTC)
+    elif isinstance(start_at, bool) or not math.isfinite(start_at):
+        raise InvalidInput(f"the start time must be a date and time or epoch seconds, not {start_at!r}")
+    else:
+        when = datetime.fromtimestamp(start_at, UTC)
+    if when < now - timedelta(seconds=1):  # a second of slack: "now" as the caller saw it
+        raise InvalidInput(
+            f"the start time is in the past: {when.isoformat(timespec='seconds')} "
+            f"(now is {now.isoformat(timespec='seconds')})"
+        )
+    if (when - now).total_seconds() > DELAY_MAX_SECONDS:
+        raise InvalidInput(
+            f"the start time {when.isoformat(timespec='seconds')} is more than a year ahead: use a schedule"
+        )
+    return when.timestamp() if when > now else None
+
+
+def parse_start_at(name: str, text: str) -> datetime:
+    """A start time as a user typed it: an ISO date and time (`2026-12-24T09:00`, UTC unless it
+    names its offset)."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"{name}={text!r}: write an ISO date and time such as 2026-12-24T09:00 (UTC unless it names its offset)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def parse_delay(name: str, text: str) -> int:
+    """A delay as a user typed it: `90s`, `30m`, `2h`, `1d`, `1w`."""
+    seconds = age_seconds(text)
+    if seconds is None:
+        raise InvalidInput(f"{name}={text!r}: write a duration such as 90s, 30m, 2h or 1d")
+    return seconds
+
+
 def parse_selection(text: str) -> dict[str, str | int]:
     """`status=completed agent=X since=7d` -> {"status": ..., "agent": ..., "since": seconds}."""
     found: dict[str, str | int] = {}
@@ -249,6 +322,122 @@ def read_instructions(path: str) -> str:
     checked = check_instructions(text)
     assert checked is not None
     return checked
+
+
+# --- scheduled agents ------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
+
+
+def parse_duration(name: str, text: str | float) -> float:
+    """A length of time as a user typed it: `30s`, `10m`, `1h`, `1d`, `2w`, or plain seconds."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    found = _DURATION.fullmatch(str(text).strip())
+    if found is None:
+        raise InvalidInput(f"{name}={text!r}: write a duration such as 30s, 10m, 1h or 1d")
+    return float(found.group(1)) * _AGE_SECONDS[found.group(2) or "s"]
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as the largest whole unit that divides them: 3600 -> `1h`, 90 -> `90s`."""
+    for unit in ("w", "d", "h", "m"):
+        size = _AGE_SECONDS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_until(name: str, text: str, *, now: datetime | None = None) -> datetime:
+    """A moment ahead as a user typed it: a duration from now (`30d`) or an ISO date or time (UTC
+    unless it names its offset)."""
+    if _DURATION.fullmatch(text.strip()) and not text.strip().isdigit():
+        return (now or datetime.now(UTC)) + timedelta(seconds=parse_duration(name, text))
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            f"{name}={text!r}: write a duration from now such as 30d, or an ISO date such as 2031-01-31"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def new_schedule_id() -> str:
+    return f"sched-{uuid.uuid4().hex[:12]}"
+
+
+EVERY_MIN_SECONDS = 1.0
+EVERY_MAX_SECONDS = 366 * 86_400
+CATCHUP_MIN_SECONDS = 10.0  # Temporal's smallest catch-up window
+CATCHUP_MAX_SECONDS = 366 * 86_400
+JITTER_MAX_SECONDS = 86_400
+_CRON_MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+# (field, lowest, highest, names for lowest onwards)
+_CRON_FIELDS: tuple[tuple[str, int, int, tuple[str, ...]], ...] = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day of month", 1, 31, ()),
+    ("month", 1, 12, _MONTHS),
+    ("day of week", 0, 7, _DAYS),  # 0 and 7 are Sunday
+)
+
+
+def _cron_value(raw: str, low: int, names: tuple[str, ...]) -> int | None:
+    if raw.isdigit():
+        return int(raw)
+    lowered = raw.lower()
+    return names.index(lowered) + low if lowered in names else None
+
+
+def check_cron(expr: str) -> str:
+    """A cron expression as Temporal Schedules read it: five fields (minute hour day-of-month month
+    day-of-week; `*`, lists, ranges, `/steps`, month and day names) or a macro such as
+    `@daily`. The time zone is a separate setting (`tz`), not a `CRON_TZ=` prefix."""
+    check_text("the cron expression", expr, high=200)
+    text = expr.strip()
+    rule = "write five fields (minute hour day-of-month month day-of-week), e.g. '0 9 * * mon-fri', or @daily"
+    if text.startswith("@"):
+        if text.lower() not in _CRON_MACROS:
+            raise InvalidInput(f"invalid cron expression {expr!r}: unknown macro; use one of {', '.join(_CRON_MACROS)}")
+        return text
+    fields = text.split()
+    if len(fields) != 5:
+        raise InvalidInput(f"invalid cron expression {expr!r}: {len(fields)} field(s); {rule}")
+    for raw, (what, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
+        for item in raw.split(","):
+            body, slash, step = item.partition("/")
+            if slash and not (step.isdigit() and int(step) > 0):
+                raise InvalidInput(
+                    f"invalid cron expression {expr!r}: the step {step!r} of the {what} must be a whole number above 0"
+                )
+            if body == "*":
+                continue
+            ends = body.split("-")
+            values = [_cron_value(e, low, names) for e in ends]
+            if len(ends) > 2 or any(v is None or not low <= v <= high for v in values):
+                raise InvalidInput(f"invalid cron expression {expr!r}: the {what} is {low} to {high}, got {item!r}")
+    return text
+
+
+def check_time_zone(tz: str) -> str:
+    """An IANA time zone name (`Europe/Paris`, `UTC`)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    check_text("the time zone", tz, high=100)
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInput(f"unknown time zone {tz!r}: use an IANA name such as UTC or Europe/Paris") from None
+    return tz
+
+
+def check_seconds(name: str, value: float, low: float, high: float) -> float:
+    """A length of time in seconds from `low` to `high`."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be from {low:g} to {high:g} seconds, got {value!r}")
+    return float(value)
 
 
 # --- webhooks ------------------------------------------------------------------------------------
@@ -314,30 +503,34 @@ def check_webhook(url: str | None, *, allow_private: bool = False) -> str | None
         return None
     check_text("the webhook URL", url, high=WEBHOOK_URL_MAX)
     if url != url.strip() or any(c.isspace() for c in url):
-        raise InvalidInput(f"the webhook URL {url!r} has spaces: give a URL such as https://example.com/hooks")
+        raise InvalidInput(f"invalid webhook URL {url!r}: it has spaces; give a URL such as https://example.com/hooks")
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https"):
         raise InvalidInput(
-            f"the webhook URL {url!r} is not http or https: give a URL such as https://example.com/hooks"
+            f"invalid webhook URL {url!r}: not http or https; give a URL such as https://example.com/hooks"
         )
     try:
         host, _ = parts.hostname, parts.port
     except ValueError:
-        raise InvalidInput(f"the webhook URL {url!r} has an invalid port: use a port from 1 to 65535") from None
+        raise InvalidInput(
+            f"invalid webhook URL {url!r}: the port is out of range; use a port from 1 to 65535"
+        ) from None
     if not host:
-        raise InvalidInput(f"the webhook URL {url!r} has no host: give a URL such as https://example.com/hooks")
+        raise InvalidInput(f"invalid webhook URL {url!r}: no host; give a URL such as https://example.com/hooks")
     if parts.username is not None or parts.password is not None:
         raise InvalidInput(
-            f"the webhook URL {url!r} carries a user name or password: leave them out, "
+            f"invalid webhook URL {url!r}: it carries a user name or password; leave them out, "
             "and check the Waypoint-Signature header in the receiver instead"
         )
     if allow_private:
         return url
     name = host.rstrip(".").lower()
     if name in METADATA_NAMES:
-        raise InvalidInput(f"the webhook URL {url!r} points at a cloud metadata service ({name}): {WEBHOOK_ALLOW}")
+        raise InvalidInput(
+            f"invalid webhook URL {url!r}: it points at a cloud metadata service ({name}); {WEBHOOK_ALLOW}"
+        )
     address = _literal_address(name)
     why = refused_address(address) if address is not None else None
     if why is not None:
-        raise InvalidInput(f"the webhook URL {url!r} points at {why}: {WEBHOOK_ALLOW}")
+        raise InvalidInput(f"invalid webhook URL {url!r}: it points at {why}; {WEBHOOK_ALLOW}")
     return url

@@ -219,6 +219,11 @@ class Settings(BaseSettings):
         description="Webhooks may post to link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, "
         "169.254.169.254, metadata.google.internal...). Loopback and private networks are always allowed.",
     )
+    idempotency_retention_seconds: float = Field(
+        86_400,
+        gt=0,
+        description="How long a start's idempotency key answers the run it started; after it the key starts a new run.",
+    )
     model_deltas: bool = Field(
         True, description="Workers publish model token deltas while a streaming model call runs (live streams)."
     )

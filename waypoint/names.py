@@ -45,6 +45,8 @@ class RunStatus(StrEnum):
 FINISHED = frozenset(
     {RunStatus.COMPLETED, RunStatus.MAX_STEPS, RunStatus.BUDGET_EXCEEDED, RunStatus.CANCELLED, RunStatus.FAILED}
 )
+# Not started yet: the run exists (its row, no steps) and waits for its time or its turn.
+WAITING_TO_START = frozenset({RunStatus.SCHEDULED, RunStatus.QUEUED})
 LIVE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CAPACITY})
 # Shown, never stored: an unfinished run whose workflow task keeps failing (derived from Temporal at read time).
 STUCK = "stuck"
@@ -136,6 +138,16 @@ class MemoryView(StrEnum):
     ALL = "all"  # memory as it is now, the original's later episodes included
 
 
+class ScheduleOverlap(StrEnum):
+    """What a scheduled agent does when its time comes while the run it fired last still runs
+    (Temporal's ScheduleOverlapPolicy of the same name)."""
+
+    SKIP = "skip"  # this fire is dropped
+    BUFFER_ONE = "buffer_one"  # it starts when the running one ends; at most one waits
+    ALLOW_ALL = "allow_all"  # it starts at once, alongside
+    CANCEL_OTHER = "cancel_other"  # the running one is cancelled, then this one starts
+
+
 class Activity(StrEnum):
     """Activity names (frozen)."""
 
@@ -155,6 +167,11 @@ class Activity(StrEnum):
     AGENT_RESULT = "agent_result"
     RECORD_FAILOVER = "record_failover"
     DELIVER_WEBHOOK = "deliver_webhook"
+    # A run that waits before it starts (delayed, enqueued, joining a thread): its row at once,
+    # its place on a thread, and the wait for the run before it (workflows/starts.py).
+    HOLD_RUN = "hold_run"
+    JOIN_THREAD = "join_thread"
+    AWAIT_RUN = "await_run"
 
 
 class WebhookEvent(StrEnum):

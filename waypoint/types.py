@@ -539,6 +539,52 @@ class DeliverWebhookInput:
 
 
 @dataclass(frozen=True)
+class HoldRunInput:
+    """A run that waits before it starts (workflows/starts.py): its row, written at once with status
+    `scheduled` (until `start_at`, epoch seconds) or `queued` (after `after_run`, or on a thread)."""
+
+    run_id: str
+    tenant_id: str
+    agent: str
+    task: str
+    model: str | None
+    status: RunStatus
+    start_at: float | None = None
+    after_run: str | None = None
+    parent: ParentRef | None = None
+    priority: int | None = None
+    schedule_id: str | None = None
+    webhook: str | None = None
+
+
+@dataclass(frozen=True)
+class JoinThreadInput:
+    """A run that joins a thread when it starts (a cron on a thread): it takes the thread's next place."""
+
+    run_id: str
+    tenant_id: str
+    thread_id: str
+
+
+@dataclass(frozen=True)
+class AwaitRunInput:
+    """An enqueued run (`run_id`) waits for `after_run` to end."""
+
+    run_id: str
+    tenant_id: str
+    after_run: str
+
+
+@dataclass(frozen=True)
+class ForkPoint:
+    """Where an enqueued run starts once the run before it ended: a fork of `run_id` at `step`, or
+    (run_id None) a fresh start, when no run before it ever started."""
+
+    run_id: str | None = None
+    step: int = 0
+
+
+@dataclass(frozen=True)
 class SetStatusInput:
     run_id: str
     status: RunStatus

@@ -29,6 +29,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 from waypoint.workflows.capacity import CapacityWaits
 from waypoint.workflows.failover import ModelFailover
 from waypoint.workflows.run_messages import RunMessages
+from waypoint.workflows.starts import WaitToStart, waits_to_start
 from waypoint.workflows.subagents import StepCancelled, SubAgentCalls
 
 with workflow.unsafe.imports_passed_through():
@@ -103,7 +104,7 @@ def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
 
 
 @workflow.defn(name=Workflow.AGENT_RUN)
-class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits):
+class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits, WaitToStart):
     @workflow.init
     def __init__(self, inp: RunInput) -> None:
         """The run's state exists before its first message can arrive: carried over when the run
@@ -122,6 +123,11 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
 
     @workflow.run
     async def run(self, inp: RunInput) -> RunResult:
+        if waits_to_start(inp) and workflow.patched("wait-to-start-1"):
+            ready = await self._wait_to_start(inp)
+            if ready is None:
+                return await self._finish_unstarted(inp)
+            inp = ready
         if inp.resume is None:
             plan = await self._start(inp)
             self._state = replace(self._state, plan=plan, step=plan.start_step, started_at=workflow.now().timestamp())
@@ -226,6 +232,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
             parent=inp.parent,
             pin_model=inp.pin_model,
             priority=inp.priority,
+            # An activity's input, not a command: replay compares neither, so no patch is needed.
+            schedule_id=inp.schedule_id,
             webhook=inp.webhook,
         )
         try:
@@ -238,7 +246,10 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
             reason = f"run {self._run_id} could not start: {failure_message(exc)}"
         self._status = RunStatus.FAILED
         if workflow.patched("failed-start-row-1"):  # a run given an id always gets a row
-            failed = FinishRunInput(self._run_id, inp.tenant_id, RunStatus.FAILED, error=reason, start=start)
+            # (a run that waited to start has its row: it just ends)
+            failed = FinishRunInput(
+                self._run_id, inp.tenant_id, RunStatus.FAILED, error=reason, start=None if self._held else start
+            )
             await self._store(Activity.FINISH_RUN, failed, RunResult)
             await self._deliver_webhook(inp)
         raise ApplicationError(reason, non_retryable=True)
@@ -264,6 +275,19 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits)
             workflow.logger.warning("run %s: webhook not delivered: %s", self._run_id, failure_message(exc))
         except asyncio.CancelledError:  # the workflow was cancelled while it posted: the run has ended all the same
             workflow.logger.warning("run %s: webhook delivery cancelled", self._run_id)
+
+    async def _finish_unstarted(self, inp: RunInput) -> RunResult:
+        """End a run that waited to start and never did: cancelled while it waited, or it could not
+        join its thread or wait for the run before it. Its row (written when it began to wait) ends
+        with the status and the reason; no step ran."""
+        status, reason = self._not_started or (RunStatus.CANCELLED, "cancelled before it started")
+        self._status = status
+        finish = FinishRunInput(run_id=self._run_id, tenant_id=inp.tenant_id, status=status, error=reason)
+        result: RunResult = await self._store(Activity.FINISH_RUN, finish, RunResult)
+        await self._deliver_webhook(inp)
+        if status == RunStatus.FAILED:
+            raise ApplicationError(reason, non_retryable=True)
+        return result
 
     def _typed(self) -> bool:
         """Whether this run's agent is typed: its model answers by calling final_answer, which the

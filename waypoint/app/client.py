@@ -15,27 +15,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.app.client_keys import Keys
 from waypoint.app.client_limits import FleetLimits
+from waypoint.app.client_schedules import Schedules
 from waypoint.app.client_threads import Threads
 from waypoint.checks import (
     NAME_MAX,
     check_budget,
     check_choice,
     check_count,
+    check_idempotency_key,
     check_instructions,
     check_name,
     check_priority,
     check_seq,
+    check_start_time,
     check_tenant,
     check_text,
     check_webhook,
@@ -72,6 +77,7 @@ from waypoint.store.rows import (
     LineageLink,
     RunComparison,
     RunRow,
+    ScheduleRow,
     StateDiff,
     StepLine,
     StepState,
@@ -132,6 +138,20 @@ class ReplayOutcome:
     error: str | None  # the determinism error, or None when it replays
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What an idempotency key answers a start: the run, and whether this start is the one to start it."""
+
+    run_id: str
+    created: bool
+
+
+def request_hash(request: Mapping[str, Any]) -> str:
+    """The hash of a start's parameters (canonical JSON): a repeat of the key must send the same."""
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 class Waypoint:
     def __init__(self, client: Client | None, engine: AsyncEngine, settings: Settings):
         self._client = client
@@ -142,6 +162,7 @@ class Waypoint:
         self.threads = Threads(self._store, self._scoped)
         self.keys = Keys(self._store)
         self.limits = FleetLimits(self._store, settings)
+        self.schedules = Schedules(self._store, self)
         self._trace_ids: dict[str, str] = {}
         self._stuck_seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 
@@ -206,13 +227,26 @@ class Waypoint:
         budget: Budget | None = None,
         run_id: str | None = None,
         priority: int | None = None,
+        idempotency_key: str | None = None,
+        start_at: datetime | float | None = None,
+        after_seconds: float | None = None,
+        after_run: str | None = None,
         webhook: str | None = None,
     ) -> str:
-        """Start a run and return its id (the Temporal workflow id; `run_id` to choose it). `priority`
-        1 (first) to 5 (last), default 3: when workers are busy, Temporal hands them the tasks of
-        higher-priority runs first (its sub-agent runs' too), and shares each priority between tenants
-        by their weight in the limits file. `webhook`: an http(s) URL that gets one signed POST of the
-        run's final state when it ends (`waypoint.webhooks.verify` checks it in a receiver)."""
+        """Start a run and return its id (the Temporal workflow id; `run_id` to choose it: one that
+        exists already is a Conflict). `priority` 1 (first) to 5 (last), default 3: when workers are
+        busy, Temporal hands them the tasks of higher-priority runs first (its sub-agent runs' too), and
+        shares each priority between tenants by their weight in the limits file. With an
+        `idempotency_key`, every repeat within `idempotency_retention_seconds` returns the first
+        start's run without starting another (the same key with other parameters is a Conflict).
+
+        A delayed run (`start_at`: a datetime, UTC unless it has an offset, or epoch seconds; or
+        `after_seconds`) exists at once with status `scheduled` and starts then (a durable timer:
+        no worker needs to be up meanwhile); `after_run`: it is `queued` until that run ends, then
+        goes on from that run's last step (a fork). Either can be cancelled before it starts.
+
+        `webhook`: an http(s) URL that gets one signed POST of the run's final state when it ends
+        (`waypoint.webhooks.verify` checks it in a receiver; `webhook_attempts` lists the attempts)."""
         if not check_text("the task", task).strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         check_name("the agent", agent)
@@ -229,10 +263,15 @@ class Waypoint:
             budget=budget,
             pin_model=bool(model or self.settings.model),
             priority=check_priority(priority),
+            start_at=check_start_time(start_at, after_seconds),
+            after_run=check_name("the run to wait for", after_run),
             webhook=self.check_webhook(webhook),
         )
+        check_idempotency_key(idempotency_key)
         await self.check_start(inp.agent, inp.model)
-        return await self._start(run_id or make_run_id(), inp)
+        if after_run is not None:
+            await self._check_tenant(after_run, inp.tenant_id)
+        return await self._start(run_id, inp, idempotency_key)
 
     def check_webhook(self, url: str | None) -> str | None:
         """A run's webhook URL as the settings allow it (`checks.check_webhook`), or InvalidInput."""
@@ -282,18 +321,21 @@ class Waypoint:
         new_run_id: str | None = None,
         priority: int | None = None,
         webhook: str | None = None,
+        idempotency_key: str | None = None,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step. `memory` (a MemoryView)
         is what it recalls from long-term memory: by default memory as it was at that step, never
-        the parent's later episodes. It keeps the parent's priority unless given one; it has a
-        webhook only if given one (`webhook`, as for `start_run`)."""
+        the parent's later episodes. It keeps the parent's priority unless given one.
+        `idempotency_key` as for `start_run`; it has a webhook only if given one (`webhook`, as for
+        `start_run`)."""
         check_choice("memory", memory, MemoryView)
         self.check_webhook(webhook)
         check_seq("the step", step)
         check_text("the message", message)
         check_name("the model", model)
         check_priority(priority)
+        check_idempotency_key(idempotency_key)
         tenant = self._scoped(tenant_id, run_id, new_run_id)
         await self._store.owner_of_step(tenant, run_id, step)  # the run and the step exist
         parent = await self._store.get_run(tenant, run_id)
@@ -308,7 +350,7 @@ class Waypoint:
             priority=priority or parent.priority,
             webhook=webhook,
         )
-        return await self._start(new_run_id or make_run_id(), inp)
+        return await self._start(new_run_id, inp, idempotency_key)
 
     async def rerun(
         self,
@@ -326,6 +368,7 @@ class Waypoint:
         rerun_children: bool = False,
         priority: int | None = None,
         webhook: str | None = None,
+        idempotency_key: str | None = None,
     ) -> str:
         """Run `run_id` again from its state at `from_step` with another model, agent or
         `instructions` (the system prompt, in place of the agent's own), as a new run (lineage kind
@@ -337,9 +380,10 @@ class Waypoint:
         does. A sub-agent call is a recorded tool call too, answered from its recorded answer;
         `rerun_children=True` starts its sub-agent runs again instead, as the rerun's own children
         (`tools="live"` always does). The original is untouched; `compare(run_id, new_id)` shows what
-        changed. It keeps the original's priority unless given one; it has a webhook only if given
-        one (`webhook`, as for `start_run`)."""
+        changed. It keeps the original's priority unless given one. `idempotency_key` as for
+        `start_run`; it has a webhook only if given one (`webhook`, as for `start_run`)."""
         check_choice("tool mode", tools, ToolMode)
+        check_idempotency_key(idempotency_key)
         check_choice("memory", memory, MemoryView)
         check_instructions(instructions)
         self.check_webhook(webhook)
@@ -373,7 +417,7 @@ class Waypoint:
                 rerun_children=rerun_children,
             ),
         )
-        return await self._start(new_run_id or make_run_id(), inp)
+        return await self._start(new_run_id, inp, idempotency_key)
 
     async def rerun_batch(
         self,
@@ -462,11 +506,63 @@ class Waypoint:
         items = await asyncio.gather(*(one(s) for s in sources))
         return BatchReport(batch_id, list(items))
 
-    async def _start(self, run_id: str, inp: RunInput) -> str:
-        gateway = await self.temporal()
-        with self._traced_start(gateway.traced, run_id, inp):
-            await gateway.start_run(run_id, inp)
-        return run_id
+    async def _start(self, chosen: str | None, inp: RunInput, idempotency_key: str | None = None) -> str:
+        """Start the run (under `chosen`, a caller's run id, else a new one) once it is checked; with
+        an idempotency key, only if the key claims it, else answer the key's run."""
+        # The request a key stands for: the whole input (a field added later is in it too) and the id asked for.
+        request = {"input": asdict(inp), "run_id": chosen}
+        claimed = self.idempotent(idempotency_key, request, run_id=chosen or make_run_id(), tenant_id=inp.tenant_id)
+        async with claimed as claim:
+            if claim.created:
+                if chosen is not None:
+                    await self.check_new_run_id(chosen, tenant_id=inp.tenant_id)
+                gateway = await self.temporal()
+                with self._traced_start(gateway.traced, claim.run_id, inp):
+                    await gateway.start_run(claim.run_id, inp)
+        return claim.run_id
+
+    @contextlib.asynccontextmanager
+    async def idempotent(
+        self, key: str | None, request: Mapping[str, Any], *, run_id: str, tenant_id: str | None = None
+    ) -> AsyncIterator[Claim]:
+        """Claim idempotency `key` for a start of `run_id` with these parameters (`request`, hashed):
+        `created` says whether to start it; if not, the key's run answers (started by an earlier
+        call). A failure inside gives the claim back, so a retry with the key can start the run. The
+        same key with another `request` within the retention window is a Conflict naming its run.
+        No key: every start is new.
+
+            async with wp.idempotent(key, params, run_id=new_id) as claim:
+                if claim.created:
+                    ...  # start claim.run_id
+        """
+        if key is None:
+            yield Claim(run_id, True)
+            return
+        check_idempotency_key(key)
+        tenant = self._scoped(tenant_id, run_id)
+        found, created = await self._store.claim_key(
+            tenant, key, run_id, request_hash(request), self.settings.idempotency_retention_seconds
+        )
+        if not created:
+            yield Claim(found, False)
+            return
+        try:
+            yield Claim(found, True)
+        except BaseException:
+            # Shielded: a start cancelled mid-way (its caller went away) still gives the key back.
+            await asyncio.shield(self._store.release_key(tenant, key, found))
+            raise
+
+    async def check_new_run_id(self, run_id: str, *, tenant_id: str | None = None) -> None:
+        """A Conflict when a run has this id already: its row is checked here (it outlives the
+        workflow's history in Temporal), Temporal refuses a workflow id it holds when the run starts."""
+        tenant = self._scoped(tenant_id, run_id)
+        owner = await self._store.tenant_of_run(run_id)
+        if owner == tenant:
+            row = await self._store.get_run(tenant, run_id)
+            raise Conflict(f"run {run_id} already exists ({row.status}): choose another run id, or leave it out")
+        if owner is not None:  # another tenant's: taken all the same (one workflow id), nothing more said
+            raise Conflict(f"run {run_id} already exists: choose another run id, or leave it out")
 
     @contextlib.contextmanager
     def _traced_start(self, traced: bool, run_id: str, inp: RunInput) -> Iterator[None]:
@@ -717,10 +813,11 @@ class Waypoint:
         batch_id: str | None = None,
         text: str | None = None,
         roots: bool = False,
+        schedule_id: str | None = None,
     ) -> list[RunRow]:
         """Newest first; `before` is the (created_at, run_id) of the last run of the previous page;
         `batch_id`: the reruns of one batch; `text` keeps the runs whose task contains it; `roots`
-        leaves sub-agent runs out."""
+        leaves sub-agent runs out; `schedule_id`: the runs one schedule fired."""
         page = await self.runs_page(
             tenant_id=tenant_id,
             limit=limit,
@@ -730,6 +827,7 @@ class Waypoint:
             batch_id=batch_id,
             text=text,
             roots=roots,
+            schedule_id=schedule_id,
         )
         return page.runs
 
@@ -749,11 +847,13 @@ class Waypoint:
         batch_id: str | None = None,
         run_ids: Sequence[str] | None = None,
         roots: bool = False,
+        schedule_id: str | None = None,
     ) -> RunsPage:
         """A page of runs and the cursor of the next (what the HTTP API and the viewer list).
         `since`/`until`: created at or after / before, an age back from now (`1h`, `7d`), an ISO
         date or a datetime; `sort`: a RunSort; `cursor`: the previous page's `next_cursor`;
-        `run_ids`: only these runs; `roots`: no sub-agent runs."""
+        `run_ids`: only these runs; `roots`: no sub-agent runs; `schedule_id`: the runs one schedule
+        fired (NotFound unless the schedule is the tenant's or one of its runs names it)."""
         check_count("the limit", limit)
         if status is not None:
             check_choice("status", status, RunStatus)
@@ -764,6 +864,7 @@ class Waypoint:
         check_text("the text", text, high=NAME_MAX)
         check_name("the cursor", cursor)
         check_name("the batch id", batch_id)
+        check_name("the schedule id", schedule_id)
         tenant = self._scoped(tenant_id, *(run_ids or []))
         page = await self._store.runs_page(
             tenant,
@@ -779,7 +880,10 @@ class Waypoint:
             batch_id=batch_id,
             run_ids=run_ids,
             roots=roots,
+            schedule_id=schedule_id,
         )
+        if schedule_id is not None and not page.runs and cursor is None and before is None:
+            await self._store.get_schedule(tenant, schedule_id)  # an unknown schedule is named, not an empty page
         if batch_id is not None and not page.runs and not await self._store.has_batch(tenant, batch_id):
             raise NotFound(
                 f"no batch {batch_id!r} for tenant {tenant!r}: `waypoint rerun --select ...` prints its batch's id"
@@ -1008,6 +1112,7 @@ __all__ = [
     "EventRow",
     "Listener",
     "RunRow",
+    "ScheduleRow",
     "StepState",
     "ThreadRow",
     "as_json",

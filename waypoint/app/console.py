@@ -26,6 +26,7 @@ from waypoint.store.rows import (
     LineageLink,
     RunComparison,
     RunRow,
+    ScheduleRow,
     StepLine,
     StepSide,
     as_json,
@@ -41,6 +42,8 @@ STATUS_STYLE: dict[str, str] = {
     RunStatus.MAX_STEPS: "yellow",
     RunStatus.FAILED: "red",
     RunStatus.WAITING_CAPACITY: "magenta",
+    RunStatus.SCHEDULED: "blue",
+    RunStatus.QUEUED: "blue",
     STUCK: "bold red",
 }
 
@@ -154,6 +157,7 @@ RUN_FIELDS = (
     "model",
     "status",
     "priority",  # shown when set (None: the default, 3)
+    "schedule_id",  # shown when a schedule fired it
     "steps",
     "max_steps",
     "input_tokens",
@@ -184,6 +188,8 @@ def run_table(run: RunRow) -> Table:
         table.add_row("started by", f"{run.caller_run_id} (step {run.caller_step}, call {run.caller_call_index})")
     if run.status == RunStatus.WAITING_CAPACITY and run.waiting_key:
         table.add_row("waiting for", waiting_text(run))
+    if run.status in (RunStatus.SCHEDULED, RunStatus.QUEUED):
+        table.add_row("waiting for", start_text(run))
     if run.stuck:
         table.add_row("stuck", f"[red]{escape(run.stuck)}[/red]: `waypoint cancel {run.run_id}` ends it")
     return table
@@ -224,8 +230,20 @@ def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
     for r in rows:
         created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
         status = status_text(r.shown_status) + (f" #{r.waiting_position}" if r.waiting_position else "")
+        if r.status == RunStatus.SCHEDULED and r.start_at is not None:
+            status += f" (starts at {r.start_at.strftime('%m-%d %H:%M')})"
         table.add_row(r.run_id, r.agent, status, str(r.steps), created, one_line(r.task))
     return table
+
+
+def start_text(run: RunRow) -> str:
+    """What a run that has not started waits for: its start time, the run before it, or both."""
+    parts = []
+    if run.start_at is not None and run.status == RunStatus.SCHEDULED:
+        parts.append(f"starts at {run.start_at.isoformat(timespec='seconds')}")
+    if run.after_run_id:
+        parts.append(f"starts when run {run.after_run_id} ends")
+    return ", then ".join(parts) or "its turn"
 
 
 def waiting_text(run: RunRow) -> str:
@@ -469,3 +487,54 @@ def batch_summary(report: BatchReport) -> str:
         f"tokens Δ p50 {t50:+g} p95 {t95:+g}; cost Δ p50 {c50:+.4f} p95 {c95:+.4f} USD; "
         f"list them with `waypoint runs --batch {report.batch_id}`"
     )
+
+
+def schedule_spec_text(spec: dict[str, Any]) -> str:
+    """`every 1h` or `cron 0 9 * * mon-fri (Europe/Paris)`, then what differs from the defaults."""
+    from waypoint.checks import duration_text
+
+    if spec.get("every"):
+        text = f"every {duration_text(spec['every'])}"
+    else:
+        text = f"cron {spec.get('cron')}" + (f" ({spec['tz']})" if spec.get("tz", "UTC") != "UTC" else "")
+    if spec.get("overlap", "skip") != "skip":
+        text += f", overlap {spec['overlap']}"
+    if spec.get("jitter"):
+        text += f", jitter {duration_text(spec['jitter'])}"
+    if spec.get("end_at"):
+        text += f", until {spec['end_at'][:16].replace('T', ' ')}"
+    return text
+
+
+def schedules_table(rows: Sequence[ScheduleRow], tenant: str) -> Table:
+    """One line per schedule: id (never cut), agent, when it fires, the next fire, paused, the last run."""
+    lines = []
+    for r in rows:
+        nxt = r.next_runs[0].strftime("%Y-%m-%d %H:%M:%S") if r.next_runs and not r.paused else "-"
+        last = f"{r.recent[0].run_id} {status_text(r.recent[0].status)}" if r.recent else "-"
+        lines.append((r.schedule_id, r.agent, schedule_spec_text(r.spec), nxt, "yes" if r.paused else "no", last))
+    names = ("schedule id", "agent", "fires", "next", "paused", "last run")
+    return columns(f"Schedules of tenant {tenant}", names, lines, wrap=("fires", "last run"))
+
+
+def schedule_table(row: ScheduleRow) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("schedule_id", row.schedule_id)
+    table.add_row("agent", row.agent)
+    table.add_row("task", escape(row.task))
+    if row.thread_id:
+        table.add_row("thread", row.thread_id)
+    table.add_row("fires", schedule_spec_text(row.spec))
+    table.add_row("catch-up", f"{row.spec.get('catchup', 0):g} s")
+    for key in ("model", "max_steps", "priority", "webhook"):
+        if row.spec.get(key) is not None:
+            table.add_row(key, str(row.spec[key]))
+    table.add_row("paused", f"yes: {escape(row.note or '')}" if row.paused else "no")
+    table.add_row("next", ", ".join(t.strftime("%Y-%m-%d %H:%M:%S") for t in row.next_runs[:3]) or "-")
+    for ref in row.recent:
+        at = ref.started_at.strftime("%Y-%m-%d %H:%M:%S") if ref.started_at else ""
+        table.add_row("run", f"{ref.run_id} {status_text(ref.status)} {at}")
+    table.add_row("created_at", row.created_at.isoformat())
+    return table

@@ -34,9 +34,12 @@ INSTRUCTIONS = (
     "Waypoint runs LLM agents durably and keeps every step. Read a tenant's runs: list_runs, then "
     "run_status (status and one line per step), run_tree (the sub-agent runs below a run and the "
     "tree's totals), step_state (what the model saw at a step and the step's events), diff_steps, "
-    "search_memory (long-term memory)."
+    "search_memory (long-term memory), list_schedules (scheduled agents)."
 )
-WRITE_INSTRUCTIONS = " Steer runs: start_run, send_message, approve, deny, cancel_run, fork_run."
+WRITE_INSTRUCTIONS = (
+    " Steer runs: start_run, send_message, approve, deny, cancel_run, fork_run. Schedule agents: "
+    "create_schedule, change_schedule (pause, resume, trigger, delete)."
+)
 
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -172,9 +175,60 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         run_status)."""
         return await answer(ctx, lambda tenant: wp.limits.report(tenant))
 
+    @server.tool(annotations=READ)
+    async def list_schedules(ctx: Context, agent: str | None = None, limit: int = 50) -> str:
+        """The tenant's scheduled agents: spec (every or cron), paused, next fire times, last runs."""
+        return await answer(ctx, lambda t: wp.schedules.list(agent=agent, limit=limit, tenant_id=t))
+
     if settings.mcp_write:
         _write_tools(server, wp, answer)
+        _schedule_tools(server, wp, answer)
     return server
+
+
+def _schedule_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:
+    @server.tool(annotations=WRITE)
+    async def create_schedule(
+        ctx: Context,
+        agent: str,
+        task: str,
+        every_seconds: float | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        overlap: str = "skip",
+        max_steps: int | None = None,
+    ) -> str:
+        """Run an agent on a schedule: every N seconds, or on a cron expression (five fields or @daily)
+        in time zone `tz`. `overlap` (skip, buffer_one, allow_all, cancel_other) says what a fire does
+        while the last fired run still runs. Answers the schedule with its schedule_id."""
+        return await answer(
+            ctx,
+            lambda t: wp.schedules.create(
+                agent=agent,
+                task=task,
+                every=every_seconds,
+                cron=cron,
+                tz=tz,
+                overlap=overlap,
+                max_steps=max_steps,
+                tenant_id=t,
+            ),
+        )
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
+    async def change_schedule(
+        ctx: Context, schedule_id: str, action: Literal["pause", "resume", "trigger", "delete"]
+    ) -> str:
+        """Pause, resume, trigger (fire now) or delete a schedule; answers the schedule (or, deleted, its id)."""
+
+        async def change(tenant: str) -> Any:
+            if action == "delete":
+                await wp.schedules.delete(schedule_id, tenant_id=tenant)
+                return {"schedule_id": schedule_id, "deleted": True}
+            calls = {"pause": wp.schedules.pause, "resume": wp.schedules.resume, "trigger": wp.schedules.trigger}
+            return await calls[action](schedule_id, tenant_id=tenant)
+
+        return await answer(ctx, change)
 
 
 def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:
@@ -185,14 +239,22 @@ def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitabl
         agent: str = "demo",
         model: str | None = None,
         max_steps: int | None = None,
+        idempotency_key: str | None = None,
         webhook: str | None = None,
     ) -> str:
-        """Start a run of an agent on a task; answers its run id. `webhook`: an http(s) URL that gets
-        one signed POST of the run's final state when it ends."""
+        """Start a run of an agent on a task; answers its run id. With an idempotency_key, a repeat
+        (a retry after a timeout) answers the same run instead of starting another. `webhook`: an
+        http(s) URL that gets one signed POST of the run's final state when it ends."""
 
         async def start(tenant: str) -> dict[str, str]:
             run_id = await wp.start_run(
-                task, agent=agent, model=model, max_steps=max_steps, tenant_id=tenant, webhook=webhook
+                task,
+                agent=agent,
+                model=model,
+                max_steps=max_steps,
+                tenant_id=tenant,
+                idempotency_key=idempotency_key,
+                webhook=webhook,
             )
             return {"run_id": run_id}
 

@@ -27,8 +27,9 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import Priority
+from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import TimeoutError as TemporalTimeout
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from waypoint import retry, telemetry
@@ -133,6 +134,10 @@ class TemporalGateway:
                 # Lets a message reach a run before its row exists, with the tenant still checked.
                 memo={"tenant_id": inp.tenant_id},
                 task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
+                # A run id names one run, ever: not a second workflow once the first closed (Temporal's
+                # default allows that), nor a second start while it runs.
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 # Busy workers take higher-priority tasks first, then share each priority between
                 # tenants by weight. Temporal gives the run's activities and sub-agent runs the same.
                 priority=Priority(
@@ -141,6 +146,8 @@ class TemporalGateway:
                     fairness_weight=self.settings.limits.weight(inp.tenant_id),
                 ),
             )
+        except WorkflowAlreadyStartedError:
+            raise Conflict(f"run {run_id} already exists: choose another run id, or leave it out") from None
         except RPCError as exc:
             raise rpc_error(exc, f"start run {run_id}") from None
 

@@ -28,6 +28,7 @@ from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.activities.compaction import CompactionActivities
 from waypoint.activities.memory import MemoryActivities
 from waypoint.activities.model import ModelActivities
+from waypoint.activities.starts import StartActivities
 from waypoint.activities.tools import ToolActivities
 from waypoint.activities.webhooks import WebhookActivities
 from waypoint.agents import Agent, AgentRegistry
@@ -171,6 +172,7 @@ def build_worker(
     tools = ToolActivities(store, agents, settings, mcp=mcp)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
+    starts = StartActivities(store)
     return CatalogWorker(
         client,
         store=store,
@@ -193,6 +195,9 @@ def build_worker(
             compaction.select_runs,
             compaction.compact_run,
             WebhookActivities(store, settings).deliver_webhook,
+            starts.hold_run,
+            starts.join_thread,
+            starts.await_run,
         ],
         # Tracing (one trace per run), step metrics and run/step/trace ids in activity logs.
         interceptors=telemetry.worker_interceptors(client, settings),

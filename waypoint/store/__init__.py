@@ -7,7 +7,8 @@
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
-threads, what live streams read, the shared limiter of model calls, and webhooks (secrets, attempts).
+threads, scheduled agents, runs that wait to start, what live streams read, the shared limiter of model
+calls, the idempotency keys of starts, and webhooks (signing secrets, delivery attempts).
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -18,12 +19,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
 from waypoint.store.compare import Compare
+from waypoint.store.idempotency import Idempotency
 from waypoint.store.integrity import Integrity
 from waypoint.store.keys import ApiKeys
 from waypoint.store.ledger import Ledger
 from waypoint.store.limits import Limiter
 from waypoint.store.log import RunLog
 from waypoint.store.reads import Reads
+from waypoint.store.schedules import ScheduleStore
+from waypoint.store.starts import Starts
 from waypoint.store.steps import StepWriter
 from waypoint.store.streams import Streams
 from waypoint.store.threads import Threads
@@ -36,6 +40,7 @@ from waypoint.store.working import WorkingReads
 class RunStore(
     RunLog,
     StepWriter,
+    Starts,
     Ledger,
     CompactionStore,
     WorkingReads,
@@ -50,6 +55,8 @@ class RunStore(
     Trees,
     Limiter,
     Webhooks,
+    Idempotency,
+    ScheduleStore,
 ):
     """Every read and write of the Postgres mirror."""
 

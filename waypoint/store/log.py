@@ -127,6 +127,7 @@ class RunLog(StoreBase):
         parent: ParentRef | None = None,
         priority: int | None = None,
         webhook: str | None = None,
+        schedule_id: str | None = None,
     ) -> RunRow:
         """The row of a run that could not start (status `failed`, the reason), with its
         `run_finished` event; a retry, or a run that did start, changes nothing."""
@@ -150,6 +151,7 @@ class RunLog(StoreBase):
                         root_run_id=parent.root_run_id if parent else run_id,
                         priority=priority,
                         webhook=webhook,
+                        schedule_id=schedule_id,
                     )
                     .on_conflict_do_nothing(index_elements=["run_id"])
                     .returning(runs.c.run_id)

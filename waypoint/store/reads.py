@@ -125,13 +125,15 @@ class Reads(StoreBase):
         text: str | None = None,
         run_ids: Sequence[str] | None = None,
         roots: bool = False,
+        schedule_id: str | None = None,
     ) -> RunsPage:
         """A page of the tenant's runs in `sort` order (newest first by default), and the cursor
         of the next. Keyset pagination: `cursor` (or `before`, the decoded (sort value, run_id)
         of the last run seen). `since`/`until`: created at or after / before; `batch_id`: the
         reruns of one batch; `originals`: no reruns; `text`: only runs whose task contains it
         (any case); `run_ids`: only these runs (the viewer follows the live ones on its page);
-        `roots`: no sub-agent runs (only the runs no call started)."""
+        `roots`: no sub-agent runs (only the runs no call started); `schedule_id`: the runs one
+        schedule fired."""
         key, descending = sort_key(sort)
         if cursor:
             before = decode_cursor(cursor, sort)
@@ -144,6 +146,8 @@ class Reads(StoreBase):
             query = query.where(runs.c.run_id.in_(list(run_ids)))
         if batch_id is not None:
             query = query.where(runs.c.batch_id == batch_id)
+        if schedule_id is not None:
+            query = query.where(runs.c.schedule_id == schedule_id)
         if originals:
             query = query.where(or_(runs.c.lineage_kind.is_(None), runs.c.lineage_kind != LineageKind.RERUN))
         if roots:

@@ -312,6 +312,39 @@ class ThreadRow:
 
 
 @dataclass(frozen=True)
+class ScheduledRunRef:
+    """A run a schedule fired, as its row says now."""
+
+    run_id: str
+    status: str  # a RunStatus
+    started_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A scheduled agent: its row in `schedules` (the tenant's record, which scopes it) and, when
+    read through the client, what Temporal's Schedule says now (paused, note, next fire times) and
+    the last runs it fired (newest first).
+
+    `spec`: every (seconds) or cron (text) with tz, overlap (a ScheduleOverlap), catchup and
+    jitter (seconds), end_at (ISO 8601 or None), and what each fired run gets: model, max_steps,
+    priority, webhook."""
+
+    schedule_id: str
+    tenant_id: str
+    agent: str
+    task: str
+    thread_id: str | None
+    spec: dict[str, Any]
+    created_at: datetime
+    paused: bool = False
+    note: str | None = None
+    next_runs: list[datetime] = field(default_factory=list)
+    recent: list[ScheduledRunRef] = field(default_factory=list)
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class CallLine:
     """One tool call of a step, as `compare` matches them: the name, the arguments as canonical JSON
     (keys sorted), and how it ended (a ToolOutcome, or None when no result was recorded)."""

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import func, text
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.errors import NotFound
-from waypoint.names import EventKind, RunStatus, idempotency_key
+from waypoint.names import WAITING_TO_START, EventKind, RunStatus, idempotency_key
 from waypoint.store import context
 from waypoint.store.base import StoreBase, not_found
 from waypoint.store.context import Pin, Segment
@@ -48,6 +48,7 @@ class NewRun:
     parent: ParentRef | None = None  # a sub-agent run: the call that started it
     priority: int | None = None  # 1 (first) to 5 (last); None: the default, 3
     webhook: str | None = None  # where the run's end is posted
+    schedule_id: str | None = None  # the schedule that fired it
 
 
 # record_step's two statements. Plain SQL with one text whatever the number of events, so the
@@ -170,33 +171,40 @@ class StepWriter(StoreBase):
         if fork is not None:
             inherited, pinned = await self._fork_window(new.tenant_id, fork)
         async with self.engine.begin() as conn:
+            row = dict(
+                run_id=new.run_id,
+                tenant_id=new.tenant_id,
+                agent=new.agent,
+                task=new.task,
+                model=plan.model,
+                status=RunStatus.RUNNING,
+                max_steps=plan.max_steps,
+                parent_run_id=fork.run_id if fork else None,
+                fork_step=fork.step if fork else None,
+                lineage_kind=fork.kind if fork else None,
+                batch_id=fork.batch_id if fork else None,
+                steps=plan.start_step,
+                remembered_step=plan.start_step,  # a fork's earlier steps are its parent's
+                trace_id=new.trace_id,
+                caller_run_id=new.parent.run_id if new.parent else None,
+                caller_step=new.parent.step if new.parent else None,
+                caller_call_index=new.parent.call_index if new.parent else None,
+                root_run_id=new.parent.root_run_id if new.parent else new.run_id,
+                priority=new.priority,
+                schedule_id=new.schedule_id,
+                webhook=new.webhook,
+            )
+            started = insert(runs).values(**row)
+            # A run that waited to start (scheduled, queued) has its row already: it becomes this run
+            # (its creation time, its schedule, the run it waited for stay). Any other row is a retry.
+            kept = {"run_id", "tenant_id", "root_run_id", "caller_run_id", "caller_step", "caller_call_index"}
             created = (
                 await conn.execute(
-                    insert(runs)
-                    .values(
-                        run_id=new.run_id,
-                        tenant_id=new.tenant_id,
-                        agent=new.agent,
-                        task=new.task,
-                        model=plan.model,
-                        status=RunStatus.RUNNING,
-                        max_steps=plan.max_steps,
-                        parent_run_id=fork.run_id if fork else None,
-                        fork_step=fork.step if fork else None,
-                        lineage_kind=fork.kind if fork else None,
-                        batch_id=fork.batch_id if fork else None,
-                        steps=plan.start_step,
-                        remembered_step=plan.start_step,  # a fork's earlier steps are its parent's
-                        trace_id=new.trace_id,
-                        caller_run_id=new.parent.run_id if new.parent else None,
-                        caller_step=new.parent.step if new.parent else None,
-                        caller_call_index=new.parent.call_index if new.parent else None,
-                        root_run_id=new.parent.root_run_id if new.parent else new.run_id,
-                        priority=new.priority,
-                        webhook=new.webhook,
-                    )
-                    .on_conflict_do_nothing(index_elements=["run_id"])
-                    .returning(runs.c.run_id)
+                    started.on_conflict_do_update(
+                        index_elements=["run_id"],
+                        set_={k: started.excluded[k] for k in row if k not in kept} | {"updated_at": func.now()},
+                        where=(runs.c.status.in_(list(WAITING_TO_START)) & (runs.c.tenant_id == new.tenant_id)),
+                    ).returning(runs.c.run_id)
                 )
             ).first()
             if created is None:  # a retry after the first attempt committed

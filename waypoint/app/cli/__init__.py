@@ -1,5 +1,5 @@
 """The `waypoint` command line: one module per noun (the stack, starting runs, reading runs,
-messages to a run, memory, compaction, the HTTP API), every command name as it always was.
+messages to a run, memory, compaction, scheduled agents, the HTTP API), every command name as it always was.
 
 Bad input, usage errors included, prints one line starting with `error:` on stderr and exits 1.
 """
@@ -19,7 +19,7 @@ try:  # typer 0.2x carries its own copy of click and raises its exceptions
 except ImportError:  # pragma: no cover - older typer raises click's own
     from click import exceptions as usage  # type: ignore[no-redef]
 
-from waypoint.app.cli import api, limits, mcp, memory, messages, rerun, run, runs, schedule, stack, webhooks
+from waypoint.app.cli import api, cron, limits, mcp, memory, messages, rerun, run, runs, schedule, stack, webhooks
 from waypoint.app.cli._common import overrides
 
 app = typer.Typer(
@@ -52,7 +52,7 @@ def _global(
         overrides["tenant"] = tenant
 
 
-for module in (stack, run, runs, rerun, messages, memory, schedule, limits, api, mcp, webhooks):
+for module in (stack, run, runs, rerun, messages, memory, schedule, cron, limits, api, mcp, webhooks):
     module.register(app)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -39,22 +40,55 @@ async def run(
     deadline: Annotated[float | None, typer.Option(help="Wall-clock budget in seconds.")] = None,
     priority: PriorityOpt = None,
     webhook: WebhookOpt = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Repeats with this key (within the retention window) print the first run's id, starting none."
+        ),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="Start then: an ISO date and time, UTC unless it names its offset."),
+    ] = None,
+    after: Annotated[str | None, typer.Option("--after", help="Start after this delay: 90s, 30m, 2h, 1d.")] = None,
     follow: FollowOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a run on the configured Temporal and print its id."""
+    """Start a run on the configured Temporal and print its id. With --at or --after it is
+    `scheduled` until then (`waypoint cancel ID` before it starts ends it)."""
     from waypoint.app import console as out
+    from waypoint.checks import check_start_time, parse_delay, parse_start_at
+    from waypoint.errors import InvalidInput
     from waypoint.types import Budget
 
+    start_at = parse_start_at("--at", at) if at is not None else None
+    delay = parse_delay("--after", after) if after is not None else None
+    if (start_at is not None or delay is not None) and follow:
+        raise InvalidInput(
+            "a delayed run is not followed: `waypoint status ID --follow` once it starts, or drop --follow"
+        )
+    starts = check_start_time(start_at, delay)  # refused before connecting: an --at in the past starts nothing
     async with await connect(temporal=True) as wp:
         budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost, deadline_seconds=deadline)
-        run_id = await wp.start_run(task, agent=agent, model=model, budget=budget, priority=priority, webhook=webhook)
+        run_id = await wp.start_run(
+            task,
+            agent=agent,
+            model=model,
+            budget=budget,
+            priority=priority,
+            start_at=starts,
+            idempotency_key=idempotency_key,
+            webhook=webhook,
+        )
         trace = wp.started_trace(run_id)
         if not follow:
             if as_json:
-                out.print_json({"run_id": run_id, "trace_id": trace})
+                out.print_json({"run_id": run_id, "trace_id": trace, "start_at": starts})
                 return
             print(run_id)  # stdout stays the bare run id, for $(waypoint run ...)
+            if starts is not None:
+                when = datetime.fromtimestamp(starts, UTC).isoformat(timespec="seconds")
+                print(f"scheduled: starts at {when} (waypoint cancel {run_id} to drop it)", file=sys.stderr)
             if trace:
                 print(f"trace {trace}", file=sys.stderr)
             return

@@ -26,19 +26,22 @@ async def runs(
         str | None, typer.Option(help="Only the reruns of this batch (`waypoint rerun --select`).")
     ] = None,
     roots: Annotated[bool, typer.Option("--roots", help="Leave sub-agent runs out.")] = False,
+    schedule: Annotated[
+        str | None, typer.Option(help="Only the runs this schedule fired (`waypoint cron list`).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List runs from Postgres."""
     from waypoint.app import console as out
 
     async with await connect() as wp:
-        rows = await wp.runs(limit=limit, status=status, batch_id=batch, roots=roots)
+        rows = await wp.runs(limit=limit, status=status, batch_id=batch, roots=roots, schedule_id=schedule)
     if as_json:
         out.print_json([{**out.as_json(r), "status": r.shown_status} for r in rows])
         return
     if rows:
         out.console.print(out.runs_table(rows, wp.tenant()))
-    elif status or batch:
+    elif status or batch or schedule:
         out.console.print("no run matches: `waypoint runs` lists them all")
     else:
         out.console.print('no runs yet: start one with `waypoint run "<task>"`')

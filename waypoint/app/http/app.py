@@ -1,6 +1,6 @@
 """The ASGI app: `create_app(settings)` for uvicorn (`waypoint serve`), one router per noun.
 
-    /v1/...                      Waypoint's own API: runs, their steps, state, events, streams...
+    /v1/...                      Waypoint's own API: runs, their steps, state, events, streams, schedules...
     /assistants, /threads, /runs, /store
                                  the Agent Protocol (the API of LangGraph Server)
     /ui                          the web viewer (server-rendered pages; a key exchanged for a cookie)
@@ -98,8 +98,8 @@ async def storable_parameters(request: Request) -> None:
 
 def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | None = None) -> FastAPI:
     """The API on the configured stack; `waypoint` reuses a client (its Temporal connection and engine)."""
-    from waypoint.app.http import agents, memory, runs, trees, webhooks
-    from waypoint.app.http.protocol import assistants, store, threads
+    from waypoint.app.http import agents, memory, runs, schedules, trees, webhooks
+    from waypoint.app.http.protocol import assistants, crons, store, threads
     from waypoint.app.http.protocol import runs as protocol_runs
 
     @contextlib.asynccontextmanager
@@ -124,7 +124,8 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
     from waypoint.app.http import ui
 
     errors.install(app, pages={"/ui": ui.error_page})
-    routers = (runs, trees, agents, memory, webhooks, assistants, threads, protocol_runs, store)
+    # crons before the protocol's runs: /runs/crons/... are not runs
+    routers = (runs, trees, agents, memory, schedules, webhooks, assistants, threads, crons, protocol_runs, store)
     for module in routers:
         app.include_router(module.router, dependencies=[Depends(storable_parameters)])
     ui.install(app)

@@ -7,6 +7,7 @@ returns); every call acts for the tenant of the API key, and another tenant's ru
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -59,6 +60,20 @@ class StartRun(Body):
         description="1 (first) to 5 (last); default 3. Busy workers take higher-priority runs' work first.",
     )
     webhook: str | None = WEBHOOK_FIELD
+    start_at: datetime | None = Field(
+        None, description="A delayed run: when it starts (ISO 8601, UTC unless it has an offset); status `scheduled`."
+    )
+    after_seconds: float | None = Field(None, ge=0, description="A delayed run: start after this many seconds.")
+
+
+# The `Idempotency-Key` header of a start: every repeat within the retention window answers the same run.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        description="Repeats of this start with the same key (within WAYPOINT_IDEMPOTENCY_RETENTION_SECONDS) "
+        "answer the first one's run instead of starting another; the same key with another body is 409."
+    ),
+]
 
 
 def inherited_priority() -> Any:
@@ -118,8 +133,11 @@ def json_of(value: Any) -> dict[str, Any]:
 
 
 @router.post("/runs", status_code=201)
-async def start_run(body: StartRun, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
-    """Start a run; answers its id (and trace id) at once, before the first step."""
+async def start_run(
+    body: StartRun, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
+) -> dict[str, Any]:
+    """Start a run; answers its id (and trace id) at once, before the first step. With an
+    `Idempotency-Key`, a repeat answers the same run."""
     budget = Budget(
         max_steps=body.max_steps,
         max_tokens=body.max_tokens,
@@ -133,6 +151,9 @@ async def start_run(body: StartRun, api: Api, tenant: Tenant, response: Response
         budget=budget,
         tenant_id=tenant,
         priority=body.priority,
+        idempotency_key=idempotency_key,
+        start_at=body.start_at,
+        after_seconds=body.after_seconds,
         webhook=body.webhook,
     )
     response.headers["Location"] = f"/v1/runs/{run_id}"
@@ -155,6 +176,7 @@ async def list_runs(
     run_id: Annotated[list[str] | None, Query(description="Only these runs (repeat the parameter).")] = None,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page (same sort).")] = None,
     roots: Annotated[bool, Query(description="Leave sub-agent runs out (only runs no call started).")] = False,
+    schedule_id: Annotated[str | None, Query(description="Only the runs this schedule fired.")] = None,
 ) -> dict[str, Any]:
     """The tenant's runs, newest first unless `sort` says otherwise, a page at a time (keyset
     pagination)."""
@@ -170,6 +192,7 @@ async def list_runs(
         cursor=cursor,
         run_ids=run_id,
         roots=roots,
+        schedule_id=schedule_id or None,
     )
     return {"runs": [run_json(r) for r in page.runs], "next_cursor": page.next_cursor}
 
@@ -339,7 +362,9 @@ _EVENT_ID = re.compile("[0-9]{1,10}")  # a seq (INTEGER): ten digits at most
 
 
 @router.post("/runs/{run_id}/fork", status_code=201)
-async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
+async def fork(
+    run_id: str, body: Fork, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
+) -> dict[str, Any]:
     """A new run from the state of this one at a step (plus an optional message); the parent is untouched."""
     new_id = await api.wp.fork(
         run_id,
@@ -349,6 +374,7 @@ async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Resp
         memory=body.memory,
         tenant_id=tenant,
         priority=body.priority,
+        idempotency_key=idempotency_key,
         webhook=body.webhook,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"
@@ -356,7 +382,9 @@ async def fork(run_id: str, body: Fork, api: Api, tenant: Tenant, response: Resp
 
 
 @router.post("/runs/{run_id}/rerun", status_code=201)
-async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
+async def rerun(
+    run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
+) -> dict[str, Any]:
     """Run it again with another model, agent or instructions, tools answered from the record; a new run."""
     new_id = await api.wp.rerun(
         run_id,
@@ -369,6 +397,7 @@ async def rerun(run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Re
         tenant_id=tenant,
         rerun_children=body.rerun_children,
         priority=body.priority,
+        idempotency_key=idempotency_key,
         webhook=body.webhook,
     )
     response.headers["Location"] = f"/v1/runs/{new_id}"

@@ -3,8 +3,21 @@
 The first run on a thread starts the assistant's agent with the last user message of the input
 as its task; each later run forks the previous run at its last step with the new message, so it
 continues from that run's final state (or from `checkpoint_id`, a `<run_id>:<step>` of the
-thread). A thread runs one run at a time: a new run while one is live is 409 (the protocol's
-`reject` strategy). Stateless runs (`/runs/...`) are runs on no thread.
+thread). A thread runs one run at a time; a new run while one is live (or waits to start) follows
+its `multitask_strategy`:
+
+- reject (the default): 409, naming the busy run;
+- enqueue: the new run takes the thread's next place at once, `queued` (pending) until the run
+  before it ends, then goes on from that run's last step;
+- interrupt: the busy run is cancelled (it stops after its current step) and the new run is
+  enqueued after it, so it goes on from the cancelled run's last checkpoint;
+- rollback: the busy run is cancelled and taken off the thread (its steps are no part of the
+  thread's state; the run itself stays in the log, cancelled, on no thread), and the new run starts
+  at once from the thread's newest run before it.
+
+`after_seconds` delays a run (`scheduled`, pending, until then). Stateless runs (`/runs/...`) are
+runs on no thread. A create with an `Idempotency-Key` header answers the key's run on a repeat
+(see `start_on_thread`).
 """
 
 from __future__ import annotations
@@ -26,13 +39,13 @@ from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of, values
 from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes
 from waypoint.app.http.protocol.threads import newest_started
-from waypoint.app.http.runs import resume_point
+from waypoint.app.http.runs import IdempotencyKey, resume_point
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.app.http.trees import TreeStream
 from waypoint.checks import check_priority, new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
-from waypoint.names import FINISHED, MemoryView
+from waypoint.names import FINISHED, WAITING_TO_START, MemoryView
 
 router = APIRouter(tags=["agent protocol: runs"])
 
@@ -58,6 +71,8 @@ class RunCreate(BaseModel):
     if_not_exists: str | None = None
 
 
+# What a new run on a busy thread does (the Agent Protocol's multitask strategies); the first is the default.
+STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 NO_COMMANDS = (
     "commands (resume, goto) are not supported: approve or deny a waiting tool call with "
     "POST /v1/runs/{id}/approve or /deny"
@@ -67,14 +82,15 @@ NO_COMMANDS = (
 def _refuse_unsupported(body: RunCreate) -> None:
     if body.command:
         raise not_supported(NO_COMMANDS)
-    if body.multitask_strategy not in (None, "reject"):
-        raise not_supported("only multitask_strategy=reject is supported: wait for the thread's run, or cancel it")
+    if body.multitask_strategy not in (None, *STRATEGIES):
+        raise InvalidInput(
+            f"multitask_strategy={body.multitask_strategy!r} is not one of {', '.join(STRATEGIES)}: "
+            "what a new run on a busy thread does"
+        )
     if body.interrupt_before or body.interrupt_after:
         raise not_supported(
             "interrupt_before/after are not supported: tools declared requires_approval wait for a human"
         )
-    if body.after_seconds:
-        raise not_supported("delayed runs are not supported: start the run when it should run")
 
 
 def _options(body: RunCreate) -> tuple[str | None, int | None, int | None]:
@@ -89,15 +105,36 @@ def _options(body: RunCreate) -> tuple[str | None, int | None, int | None]:
     return model, max_steps, check_priority(found.get("priority"))
 
 
-async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, body: RunCreate) -> str:
-    """Start the run (a fork of the thread's newest run, or a new run) and return its id."""
+async def start_on_thread(
+    api: ApiState, tenant: str, thread_id: str | None, body: RunCreate, idempotency_key: str | None = None
+) -> str:
+    """Start the run (a fork of the thread's newest run, or a new run) and return its id. With an
+    idempotency key, a repeat answers the key's run: the key is claimed before the thread's slot is
+    taken, so a repeat neither takes a second slot nor meets the thread busy with its own run."""
     _refuse_unsupported(body)
     api.wp.check_webhook(body.webhook)  # before the run takes a place on its thread
     task = task_of(body.input or {})
     model, max_steps, priority = _options(body)
-    run_id = new_run_id()
+    request = {"thread_id": thread_id, "body": body.model_dump(mode="json")}
+    async with api.wp.idempotent(idempotency_key, request, run_id=new_run_id(), tenant_id=tenant) as claim:
+        if claim.created:
+            await _start(api, tenant, thread_id, body, claim.run_id, task, (model, max_steps, priority))
+    return claim.run_id
+
+
+async def _start(
+    api: ApiState,
+    tenant: str,
+    thread_id: str | None,
+    body: RunCreate,
+    run_id: str,
+    task: str,
+    options: tuple[str | None, int | None, int | None],
+) -> None:
+    model, max_steps, priority = options
+    delay = float(body.after_seconds) if body.after_seconds else None
     if thread_id is None:
-        return await api.wp.start_run(
+        await api.wp.start_run(
             task,
             agent=body.assistant_id,
             model=model,
@@ -105,21 +142,45 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
             tenant_id=tenant,
             run_id=run_id,
             priority=priority,
+            after_seconds=delay,
             webhook=body.webhook,
         )
+        return
     thread = await _thread_for_run(api, tenant, thread_id, body)
+    strategy = body.multitask_strategy or STRATEGIES[0]
     last = thread.last
-    if last is not None and (last.run is None or last.run.status not in FINISHED):
+    busy = last is not None and (last.run is None or last.run.status not in FINISHED)
+    if busy and strategy == "reject":
+        assert last is not None
         raise Conflict(
-            f"thread {thread_id} is busy with run {last.run_id}: wait for it (join), "
-            f"or cancel it (POST /threads/{thread_id}/runs/{last.run_id}/cancel)"
+            f"thread {thread_id} is busy with run {last.run_id}: wait for it (join), cancel it "
+            f"(POST /threads/{thread_id}/runs/{last.run_id}/cancel), or pass multitask_strategy enqueue, "
+            "interrupt or rollback"
         )
+    owner = newest_started(thread)
+    if owner is not None and owner.agent != body.assistant_id:
+        raise InvalidInput(f"thread {thread_id} talks to assistant {owner.agent!r}: a thread keeps its assistant")
+    after: str | None = None  # the run the new one waits for
+    if busy and last is not None:
+        if body.checkpoint_id or body.checkpoint:
+            raise Conflict(f"thread {thread_id} is busy with run {last.run_id}: a run from a checkpoint waits for none")
+        if strategy in ("interrupt", "rollback"):
+            await _interrupt(api, tenant, last.run_id, strategy)
+        if strategy == "rollback":
+            with contextlib.suppress(NotFound):  # taken off already (a rollback racing this one)
+                await api.wp.threads.release_run(thread_id, last.run_id, tenant_id=tenant)
+            thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
+            last = thread.last
+        else:
+            after = last.run_id
     parent, step = _fork_point(thread, body)
-    if parent is not None and parent.agent != body.assistant_id:
-        raise InvalidInput(f"thread {thread_id} talks to assistant {parent.agent!r}: a thread keeps its assistant")
+    if delay is not None and after is None and parent is not None:
+        if body.checkpoint_id or body.checkpoint:
+            raise InvalidInput("after_seconds with a checkpoint_id is not supported: start the run when it should run")
+        after = parent.run_id  # a delayed next turn goes on from that run's last step when it starts
     await api.wp.threads.reserve_run(thread_id, last.position + 1 if last else 0, run_id, tenant_id=tenant)
     try:
-        if parent is None:
+        if after is not None or parent is None:
             await api.wp.start_run(
                 task,
                 agent=body.assistant_id,
@@ -128,6 +189,8 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
                 tenant_id=tenant,
                 run_id=run_id,
                 priority=priority,
+                after_seconds=delay,
+                after_run=after,
                 webhook=body.webhook,
             )
         else:
@@ -148,7 +211,13 @@ async def start_on_thread(api: ApiState, tenant: str, thread_id: str | None, bod
         with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it
             await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
         raise
-    return run_id
+
+
+async def _interrupt(api: ApiState, tenant: str, run_id: str, strategy: str) -> None:
+    """Cancel the thread's busy run for a new one (it stops after its current step); a run that
+    ended meanwhile needs nothing."""
+    with contextlib.suppress(Conflict, InvalidInput):
+        await api.wp.cancel(run_id, f"a new run on its thread (multitask_strategy {strategy})", tenant_id=tenant)
 
 
 async def _thread_for_run(api: ApiState, tenant: str, thread_id: str, body: RunCreate) -> ThreadRow:
@@ -206,6 +275,9 @@ async def _stream(
 
     async def items() -> AsyncIterator[StreamItem]:
         row = await _written(api, tenant, run_id)
+        while row is not None and row.status in WAITING_TO_START:  # a delayed or enqueued run: until it starts
+            await asyncio.sleep(0.2)
+            row = await api.wp.run(run_id, tenant_id=tenant)
         if row is not None and row.parent_run_id:
             # a fork: the conversation so far is its ancestors', each up to the step it was forked at
             entries = await conversation(api.wp, tenant, run_id)
@@ -247,24 +319,35 @@ async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, An
 
 
 @router.post("/threads/{thread_id}/runs")
-async def create_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+async def create_run(
+    thread_id: str, body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
     """Start a run on the thread in the background."""
-    run_id = await start_on_thread(api, tenant, thread_id, body)
+    run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
     return JSONResponse(run_json(run_id, thread_id, body.assistant_id, None), headers=_locations(thread_id, run_id))
 
 
 @router.post("/threads/{thread_id}/runs/stream")
-async def stream_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream) -> Response:
+async def stream_run(
+    thread_id: str,
+    body: RunCreate,
+    api: Api,
+    tenant: Tenant,
+    slot: OpenStream,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
     """Start a run on the thread and stream it (stream modes: values, updates, messages-tuple, custom)."""
     modes = stream_modes(body.stream_mode)
-    run_id = await start_on_thread(api, tenant, thread_id, body)
+    run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
     return await _stream(api, tenant, slot, thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
 @router.post("/threads/{thread_id}/runs/wait")
-async def wait_run(thread_id: str, body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
+async def wait_run(
+    thread_id: str, body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
     """Start a run on the thread and answer its final values when it ends."""
-    run_id = await start_on_thread(api, tenant, thread_id, body)
+    run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
     return JSONResponse(await _final_values(api, tenant, run_id), headers=_locations(thread_id, run_id))
 
 
@@ -345,21 +428,27 @@ async def delete_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> R
 
 
 @router.post("/runs")
-async def create_stateless(body: RunCreate, api: Api, tenant: Tenant) -> JSONResponse:
-    run_id = await start_on_thread(api, tenant, None, body)
+async def create_stateless(
+    body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
+) -> JSONResponse:
+    run_id = await start_on_thread(api, tenant, None, body, idempotency_key)
     return JSONResponse(run_json(run_id, None, body.assistant_id, None), headers=_locations(None, run_id))
 
 
 @router.post("/runs/stream")
-async def stream_stateless(body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream) -> Response:
+async def stream_stateless(
+    body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream, idempotency_key: IdempotencyKey = None
+) -> Response:
     modes = stream_modes(body.stream_mode)
-    run_id = await start_on_thread(api, tenant, None, body)
+    run_id = await start_on_thread(api, tenant, None, body, idempotency_key)
     return await _stream(api, tenant, slot, None, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
 @router.post("/runs/wait")
-async def wait_stateless(body: RunCreate, api: Api, tenant: Tenant) -> dict[str, Any]:
-    run_id = await start_on_thread(api, tenant, None, body)
+async def wait_stateless(
+    body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
+) -> dict[str, Any]:
+    run_id = await start_on_thread(api, tenant, None, body, idempotency_key)
     return await _final_values(api, tenant, run_id)
 
 
@@ -407,13 +496,3 @@ async def cancel_many(tenant: Tenant) -> None:
         "cancelling runs in bulk is not supported: cancel each with POST /threads/{id}/runs/{run_id}/cancel "
         "or POST /v1/runs/{id}/cancel"
     )
-
-
-@router.post("/threads/{thread_id}/runs/crons")
-@router.post("/runs/crons")
-@router.post("/runs/crons/search")
-@router.post("/runs/crons/count")
-@router.patch("/runs/crons/{cron_id}")
-@router.delete("/runs/crons/{cron_id}")
-async def crons(tenant: Tenant) -> None:
-    raise not_supported("crons are not supported: start runs on a schedule of your own with POST /runs")

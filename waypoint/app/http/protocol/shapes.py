@@ -7,7 +7,7 @@
 - a typed run's answer (its agent's `output_type`) is `structured_response` in its values, as
   LangGraph's `create_react_agent(response_format=...)` has it; the messages show the model's
   `final_answer` tool call and its result;
-- run statuses: starting, waiting_capacity -> pending; running, paused, waiting_approval -> running;
+- run statuses: starting, scheduled, queued, waiting_capacity -> pending; running, paused, waiting_approval -> running;
   completed, max_steps -> success; budget_exceeded -> timeout; cancelled -> interrupted;
   failed -> error.
 """
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from waypoint.app.client import EventRow, RunRow, ThreadRow
+from waypoint.app.client import EventRow, RunRow, ScheduleRow, ThreadRow
+from waypoint.checks import duration_text
 from waypoint.errors import InvalidInput
 from waypoint.names import MESSAGE_KINDS, EventKind, RunStatus
 from waypoint.transcript import event_messages
@@ -34,6 +35,8 @@ RUN_STATUS = {
     RunStatus.PAUSED: "running",
     RunStatus.WAITING_APPROVAL: "running",
     RunStatus.WAITING_CAPACITY: "pending",  # queued for capacity: the spec's "pending" is a run not moving yet
+    RunStatus.SCHEDULED: "pending",  # a delayed run (after_seconds) before its time
+    RunStatus.QUEUED: "pending",  # an enqueued run (multitask_strategy enqueue, interrupt) before its turn
     RunStatus.COMPLETED: "success",
     RunStatus.MAX_STEPS: "success",
     RunStatus.BUDGET_EXCEEDED: "timeout",
@@ -56,7 +59,7 @@ def thread_status(thread: ThreadRow) -> str:
     if last is None:
         return "idle"
     row = last.run
-    if row is None or row.status in (RunStatus.RUNNING, RunStatus.PAUSED):
+    if row is None or row.status in (RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.SCHEDULED, RunStatus.QUEUED):
         return "busy"
     if row.status == RunStatus.WAITING_APPROVAL:
         return "interrupted"
@@ -250,3 +253,47 @@ async def conversation(wp: Waypoint, tenant_id: str, run_id: str) -> list[Entry]
 
 def flatten(entries: Sequence[Entry]) -> list[dict[str, Any]]:
     return [m for e in entries for m in e.messages]
+
+
+# --- crons: scheduled agents ---------------------------------------------------------------------
+
+# A schedule's overlap policy as the multitask strategy a cron was made with (rollback was made as
+# interrupt: both cancel the running run); allow_all (`waypoint cron --overlap allow_all`) has none.
+STRATEGY_OF = {"skip": "reject", "buffer_one": "enqueue", "cancel_other": "interrupt"}
+
+
+def cron_schedule(spec: dict[str, Any]) -> str:
+    """The cron expression; a schedule made with an interval (`waypoint cron create --every 1h`)
+    reads as Temporal's `@every 1h`."""
+    return spec.get("cron") or f"@every {duration_text(spec.get('every') or 0)}"
+
+
+def cron_json(row: ScheduleRow) -> dict[str, Any]:
+    """A schedule as the protocol's Cron: `enabled` is not paused, `payload` what each fire starts."""
+    spec = row.spec
+    configurable = {k: spec[k] for k in ("model", "max_steps", "priority") if spec.get(k) is not None}
+    payload: dict[str, Any] = {
+        "assistant_id": row.agent,
+        "input": {"messages": [{"role": "user", "content": row.task}]},
+        "config": {"configurable": configurable},
+        "multitask_strategy": STRATEGY_OF.get(spec.get("overlap", "skip")),
+        "overlap": spec.get("overlap", "skip"),
+    }
+    if spec.get("webhook"):
+        payload["webhook"] = spec["webhook"]
+    return {
+        "cron_id": row.schedule_id,
+        "assistant_id": row.agent,
+        "thread_id": row.thread_id,
+        "user_id": row.tenant_id,
+        "schedule": cron_schedule(spec),
+        "timezone": spec.get("tz") or "UTC",
+        "end_time": spec.get("end_at"),
+        "next_run_date": row.next_runs[0].isoformat() if row.next_runs and not row.paused else None,
+        "enabled": not row.paused,
+        "on_run_completed": None if row.thread_id else "delete",
+        "payload": payload,
+        "metadata": {},
+        "created_at": iso(row.created_at),
+        "updated_at": iso(row.updated_at or row.created_at),
+    }

@@ -13,6 +13,9 @@
     GET  /ui/runs/{id}/diff?a=&b=    what changed between two steps
     GET  /ui/runs/{id}/memory?q=     the run's episodes; a search over the tenant's memory
     GET  /ui/runs/{id}/compactions   what each compaction pruned and kept
+    GET  /ui/schedules               the tenant's schedules: next fire times, last runs, pause/resume/fire
+    GET  /ui/schedules/{id}          one schedule and the runs it fired
+    POST /ui/schedules/{id}/{action} pause, resume, trigger
     POST /ui/runs/{id}/{action}      pause, resume, cancel, send, approve, deny, fork
     GET|POST /ui/login, POST /ui/logout
 
@@ -36,7 +39,7 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from waypoint.app.http.ui import actions, pages
+from waypoint.app.http.ui import actions, pages, schedules
 from waypoint.app.http.ui.render import HERE, LoginNeeded, error_page
 
 
@@ -45,6 +48,7 @@ def install(app: Any) -> None:
     error pages are `error_page`, which `create_app` gives `errors.install`)."""
     app.include_router(pages.router)
     app.include_router(actions.router)
+    app.include_router(schedules.router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
 
     @app.exception_handler(LoginNeeded)

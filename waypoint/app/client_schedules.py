@@ -1,0 +1,322 @@
+"""`wp.schedules`: scheduled agents on Temporal Schedules, tenant-scoped and validated here for
+every surface (CLI `waypoint cron`, HTTP `/v1/schedules`, MCP, the viewer, the Agent Protocol's crons).
+
+    s = await wp.schedules.create(agent="triage", task="Triage new tickets", cron="0 9 * * mon-fri", tz="Europe/Paris")
+    await wp.schedules.trigger(s.schedule_id)        # fire now, as Temporal would
+    runs = await wp.runs(schedule_id=s.schedule_id)  # each fire is an ordinary run
+
+A schedule is a row in Postgres (the tenant's record, which scopes it) and a Temporal Schedule of
+the same id (its state: paused, next fire times). Create writes the row, then the Schedule, and
+takes the row back if Temporal refuses; delete removes the Schedule, then the row. So there is
+never a half-made schedule a tenant can see, and another tenant's schedule is NotFound.
+
+`catchup_seconds` (default 60): after an outage (Temporal down, the schedule paused by no one),
+fire times missed within the last minute still fire; older ones are dropped. Temporal's own
+default is a year, which after a long outage fires a backlog of stale agent runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from waypoint.checks import (
+    CATCHUP_MAX_SECONDS,
+    CATCHUP_MIN_SECONDS,
+    EVERY_MAX_SECONDS,
+    EVERY_MIN_SECONDS,
+    JITTER_MAX_SECONDS,
+    check_budget,
+    check_choice,
+    check_count,
+    check_cron,
+    check_name,
+    check_priority,
+    check_seconds,
+    check_text,
+    check_time_zone,
+    new_schedule_id,
+)
+from waypoint.errors import InvalidInput, NotFound
+from waypoint.names import ScheduleOverlap
+from waypoint.store import RunStore
+from waypoint.store.rows import ScheduleRow
+
+if TYPE_CHECKING:
+    from waypoint.app.agent_schedules import ScheduleGateway
+    from waypoint.app.client import Waypoint
+
+CATCHUP_DEFAULT_SECONDS = 60.0
+RECENT_RUNS = 5  # fired runs a schedule lists
+DESCRIBES_AT_ONCE = 16  # Temporal calls a listing makes at a time
+_UNSET: Any = object()  # update(): "leave as it is", where None means "clear"
+
+
+class Schedules:
+    def __init__(self, store: RunStore, wp: Waypoint):
+        self._store = store
+        self._wp = wp
+
+    async def _gateway(self) -> ScheduleGateway:
+        from waypoint.app.agent_schedules import ScheduleGateway
+
+        return ScheduleGateway((await self._wp.temporal()).client, self._wp.settings)
+
+    def _tenant(self, tenant_id: str | None, schedule_id: str | None = None) -> str:
+        check_name("the schedule id", schedule_id)
+        return self._wp.tenant(tenant_id)
+
+    def _spec(
+        self,
+        *,
+        every: float | None,
+        cron: str | None,
+        tz: str,
+        overlap: str,
+        catchup_seconds: float,
+        jitter_seconds: float,
+        end_at: datetime | None,
+        model: str | None,
+        max_steps: int | None,
+        priority: int | None,
+        webhook: str | None,
+    ) -> dict[str, Any]:
+        """The schedule's spec, every part checked (InvalidInput naming the rule it breaks)."""
+        if (every is None) == (cron is None):
+            raise InvalidInput("give a schedule exactly one of every (seconds between runs) or cron (an expression)")
+        if every is not None:
+            check_seconds("every", every, EVERY_MIN_SECONDS, EVERY_MAX_SECONDS)
+            if tz != "UTC":
+                raise InvalidInput("a time zone applies to a cron expression: give cron with tz, or every without it")
+        else:
+            check_cron(cron or "")
+        check_time_zone(tz)
+        check_choice("overlap policy", overlap, ScheduleOverlap)
+        check_seconds("the catch-up window", catchup_seconds, CATCHUP_MIN_SECONDS, CATCHUP_MAX_SECONDS)
+        check_seconds("the jitter", jitter_seconds, 0, JITTER_MAX_SECONDS)
+        if every is not None and jitter_seconds >= every:
+            raise InvalidInput(f"the jitter ({jitter_seconds:g} s) must be shorter than every ({every:g} s)")
+        if end_at is not None:
+            if end_at.tzinfo is None:
+                end_at = end_at.replace(tzinfo=UTC)
+            if end_at <= datetime.now(UTC):
+                raise InvalidInput(f"the end {end_at.isoformat()} is in the past: give a time ahead, or none")
+        check_name("the model", model)
+        check_budget({"max_steps": max_steps})
+        check_priority(priority)
+        self._wp.check_webhook(webhook)  # as the settings allow it
+        return {
+            "every": float(every) if every is not None else None,
+            "cron": cron.strip() if cron is not None else None,
+            "tz": tz,
+            "overlap": str(ScheduleOverlap(overlap)),
+            "catchup": float(catchup_seconds),
+            "jitter": float(jitter_seconds),
+            "end_at": end_at.astimezone(UTC).isoformat() if end_at is not None else None,
+            "model": model,
+            "max_steps": max_steps,
+            "priority": priority,
+            "webhook": webhook,
+        }
+
+    async def create(
+        self,
+        *,
+        agent: str,
+        task: str,
+        every: float | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        overlap: str = ScheduleOverlap.SKIP,
+        catchup_seconds: float = CATCHUP_DEFAULT_SECONDS,
+        jitter_seconds: float = 0,
+        end_at: datetime | None = None,
+        model: str | None = None,
+        max_steps: int | None = None,
+        priority: int | None = None,
+        webhook: str | None = None,
+        thread_id: str | None = None,
+        schedule_id: str | None = None,
+        paused: bool = False,
+        tenant_id: str | None = None,
+    ) -> ScheduleRow:
+        """A new scheduled agent: `agent` runs `task` every `every` seconds, or on `cron` (five
+        fields or @daily, in time zone `tz`). `overlap` (a ScheduleOverlap) says what a fire does
+        while the last fired run still runs; `catchup_seconds`, how late a missed fire may still
+        fire after an outage; `jitter_seconds`, a random delay up to this much per fire; `end_at`,
+        no fire after it. Each fired run gets `model`, `max_steps`, `priority`, `webhook` and,
+        with `thread_id`, joins that thread. `paused` creates it paused."""
+        tenant = self._tenant(tenant_id, schedule_id)
+        check_name("the agent", agent)
+        if not check_text("the task", task).strip():
+            raise InvalidInput("the task is empty: say what the agent should do")
+        check_name("the thread id", thread_id)
+        spec = self._spec(
+            every=every,
+            cron=cron,
+            tz=tz,
+            overlap=overlap,
+            catchup_seconds=catchup_seconds,
+            jitter_seconds=jitter_seconds,
+            end_at=end_at,
+            model=model,
+            max_steps=max_steps,
+            priority=priority,
+            webhook=webhook,
+        )
+        await self._wp.check_start(agent, model or self._wp.settings.model)
+        if thread_id is not None:
+            await self._store.get_thread(tenant, thread_id)  # the tenant's own thread
+        gateway = await self._gateway()  # Temporal is reachable before anything is written
+        row = await self._store.create_schedule(
+            tenant, schedule_id or new_schedule_id(), agent=agent, task=task, thread_id=thread_id, spec=spec
+        )
+        try:
+            await gateway.create(row, paused=paused)
+        except BaseException:
+            await self._store.delete_schedule(tenant, row.schedule_id)  # no half-made schedule
+            raise
+        return await self._live(gateway, row)
+
+    async def _live(self, gateway: ScheduleGateway, row: ScheduleRow) -> ScheduleRow:
+        """The row with what Temporal says now and the last runs it fired. A row whose Schedule
+        Temporal lost (deleted by hand) says so in its note."""
+        try:
+            live = await gateway.live(row.schedule_id)
+        except NotFound:
+            row = replace(row, paused=True, note="Temporal has no such Schedule: delete this one and create it again")
+        else:
+            row = replace(row, paused=live.paused, note=live.note, next_runs=live.next_runs)
+        recent = await self._store.scheduled_runs(row.tenant_id, [row.schedule_id], per=RECENT_RUNS)
+        return replace(row, recent=recent[row.schedule_id])
+
+    async def get(self, schedule_id: str, *, tenant_id: str | None = None) -> ScheduleRow:
+        tenant = self._tenant(tenant_id, schedule_id)
+        row = await self._store.get_schedule(tenant, schedule_id)
+        return await self._live(await self._gateway(), row)
+
+    async def list(
+        self,
+        *,
+        tenant_id: str | None = None,
+        agent: str | None = None,
+        thread_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> builtins.list[ScheduleRow]:
+        """The tenant's schedules, newest first, each with its live state and last runs."""
+        tenant = self._tenant(tenant_id)
+        check_name("the agent", agent)
+        check_name("the thread id", thread_id)
+        check_count("the limit", limit, high=500)
+        check_count("the offset", offset, low=0, high=10**6)
+        rows = await self._store.list_schedules(tenant, agent=agent, thread_id=thread_id, limit=limit, offset=offset)
+        if not rows:
+            return []
+        gateway = await self._gateway()
+        gate = asyncio.Semaphore(DESCRIBES_AT_ONCE)
+
+        async def live(row: ScheduleRow) -> ScheduleRow:
+            async with gate:
+                return await self._live(gateway, row)
+
+        return list(await asyncio.gather(*(live(r) for r in rows)))
+
+    async def pause(self, schedule_id: str, *, note: str | None = None, tenant_id: str | None = None) -> ScheduleRow:
+        """Stop firing until resumed (a run already fired goes on); `note` says why."""
+        tenant = self._tenant(tenant_id, schedule_id)
+        check_text("the note", note, high=1000)
+        row = await self._store.get_schedule(tenant, schedule_id)
+        gateway = await self._gateway()
+        await gateway.pause(schedule_id, note)
+        return await self._live(gateway, row)
+
+    async def resume(self, schedule_id: str, *, note: str | None = None, tenant_id: str | None = None) -> ScheduleRow:
+        tenant = self._tenant(tenant_id, schedule_id)
+        check_text("the note", note, high=1000)
+        row = await self._store.get_schedule(tenant, schedule_id)
+        gateway = await self._gateway()
+        await gateway.resume(schedule_id, note)
+        return await self._live(gateway, row)
+
+    async def trigger(self, schedule_id: str, *, tenant_id: str | None = None) -> ScheduleRow:
+        """Fire now, paused or not, under the schedule's overlap policy (a skip policy fires nothing
+        while the last fired run still runs). The fired run appears in `recent` once it starts."""
+        tenant = self._tenant(tenant_id, schedule_id)
+        row = await self._store.get_schedule(tenant, schedule_id)
+        gateway = await self._gateway()
+        await gateway.trigger(row)
+        return await self._live(gateway, row)
+
+    async def update(
+        self,
+        schedule_id: str,
+        *,
+        task: str | None = None,
+        every: float | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        overlap: str | None = None,
+        catchup_seconds: float | None = None,
+        jitter_seconds: float | None = None,
+        end_at: datetime | None = _UNSET,
+        model: str | None = _UNSET,
+        max_steps: int | None = _UNSET,
+        priority: int | None = _UNSET,
+        webhook: str | None = _UNSET,
+        tenant_id: str | None = None,
+    ) -> ScheduleRow:
+        """Change a schedule; what is not given stays. Giving `every` replaces a cron and giving
+        `cron` replaces an interval; `end_at`, `model`, `max_steps`, `priority` and `webhook`
+        are cleared with None. Paused stays paused."""
+        tenant = self._tenant(tenant_id, schedule_id)
+        row = await self._store.get_schedule(tenant, schedule_id)
+        if task is not None and not check_text("the task", task).strip():
+            raise InvalidInput("the task is empty: say what the agent should do")
+        if every is not None and cron is not None:
+            raise InvalidInput("give a schedule exactly one of every (seconds between runs) or cron (an expression)")
+        old = row.spec
+        keep_cron = cron is None and every is None
+        given: dict[str, Any] = {
+            "end_at": end_at,
+            "model": model,
+            "max_steps": max_steps,
+            "priority": priority,
+            "webhook": webhook,
+        }
+        kept: dict[str, Any] = {k: (old.get(k) if v is _UNSET else v) for k, v in given.items()}
+        old_end = kept["end_at"]
+        spec = self._spec(
+            every=every if every is not None else (old.get("every") if keep_cron else None),
+            cron=cron if cron is not None else (old.get("cron") if keep_cron else None),
+            tz=tz if tz is not None else ("UTC" if every is not None else old.get("tz", "UTC")),
+            overlap=overlap or old.get("overlap", ScheduleOverlap.SKIP),
+            catchup_seconds=catchup_seconds if catchup_seconds is not None else old["catchup"],
+            jitter_seconds=jitter_seconds if jitter_seconds is not None else old.get("jitter", 0),
+            end_at=datetime.fromisoformat(old_end) if isinstance(old_end, str) else old_end,
+            model=kept["model"],
+            max_steps=kept["max_steps"],
+            priority=kept["priority"],
+            webhook=kept["webhook"],
+        )
+        if spec["model"] != old.get("model"):
+            await self._wp.check_start(row.agent, spec["model"] or self._wp.settings.model)
+        gateway = await self._gateway()
+        changed = replace(row, task=task if task is not None else row.task, spec=spec)
+        await gateway.update(changed)
+        row = await self._store.update_schedule(tenant, schedule_id, task=changed.task, spec=spec)
+        return await self._live(gateway, row)
+
+    async def delete(self, schedule_id: str, *, tenant_id: str | None = None) -> None:
+        """Delete the schedule: Temporal's Schedule, then the row. The runs it fired stay (with
+        their schedule id); a run still running goes on."""
+        tenant = self._tenant(tenant_id, schedule_id)
+        await self._store.get_schedule(tenant, schedule_id)  # the tenant's, or NotFound
+        await (await self._gateway()).delete(schedule_id)
+        await self._store.delete_schedule(tenant, schedule_id)
+
+
+__all__ = ["CATCHUP_DEFAULT_SECONDS", "Schedules"]
