@@ -153,7 +153,7 @@ async def test_a_receiver_that_fails_twice_gets_one_signed_delivery(
     client: Client, engine, settings: Settings, worker, fake_openai: FakeOpenAI, receiver: Receiver
 ):
     receiver.statuses = [503, 503, 200]
-    fake_openai.answer(Turn(content="made it"))
+    fake_openai.responder = lambda body, n: Turn(content="made it")  # every attempt, should one time out
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("hi", agent="remote", webhook=receiver.url)
     result = await wp.result(run_id)  # the workflow ends once its webhook is delivered (or given up)
@@ -195,7 +195,7 @@ async def test_a_receiver_that_answers_400_is_not_asked_again(
     client: Client, engine, settings: Settings, worker, fake_openai: FakeOpenAI, receiver: Receiver
 ):
     receiver.statuses = [400]
-    fake_openai.answer(Turn(content="made it"))
+    fake_openai.responder = lambda body, n: Turn(content="made it")  # every attempt, should one time out
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("hi", agent="remote", webhook=receiver.url)
     result = await wp.result(run_id)
