@@ -173,6 +173,16 @@ async def test_memory_search_and_the_tools_that_act_when_configured(
         assert "at most 2147483647" in too_many
         assert "no run" in await error_of(client, "cancel_run", run_id=theirs)
 
+        # a delayed run: scheduled at once, cancelled before it starts
+        later = (await call(client, "start_run", task="add", agent="calculator", after_seconds=3600))["run_id"]
+        async def held() -> Any:
+            return next((r for r in await store.list_runs(settings.tenant) if r.run_id == later), None)
+
+        row = await eventually(held, what="the scheduled row")
+        assert row.status == "scheduled" and row.start_at is not None
+        await call(client, "cancel_run", run_id=later)
+        assert ((await wp.result(later)).status, (await wp.run(later)).steps) == ("cancelled", 0)
+
         # a scheduled agent: create, fire now, list with its run, delete
         made = await call(client, "create_schedule", agent="calculator", task="add", every_seconds=3600)
         sid = made["schedule_id"]

@@ -241,10 +241,12 @@ def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitabl
         max_steps: int | None = None,
         idempotency_key: str | None = None,
         webhook: str | None = None,
+        after_seconds: float | None = None,
     ) -> str:
         """Start a run of an agent on a task; answers its run id. With an idempotency_key, a repeat
         (a retry after a timeout) answers the same run instead of starting another. `webhook`: an
-        http(s) URL that gets one signed POST of the run's final state when it ends."""
+        http(s) URL that gets one signed POST of the run's final state when it ends. `after_seconds`:
+        the run is `scheduled` and starts after that long (cancel_run stops it before it starts)."""
 
         async def start(tenant: str) -> dict[str, str]:
             run_id = await wp.start_run(
@@ -255,6 +257,7 @@ def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitabl
                 tenant_id=tenant,
                 idempotency_key=idempotency_key,
                 webhook=webhook,
+                after_seconds=after_seconds,
             )
             return {"run_id": run_id}
 
