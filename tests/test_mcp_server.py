@@ -175,6 +175,7 @@ async def test_memory_search_and_the_tools_that_act_when_configured(
 
         # a delayed run: scheduled at once, cancelled before it starts
         later = (await call(client, "start_run", task="add", agent="calculator", after_seconds=3600))["run_id"]
+
         async def held() -> Any:
             return next((r for r in await store.list_runs(settings.tenant) if r.run_id == later), None)
 
