@@ -201,12 +201,15 @@ def parse_when(name: str, text: str, *, now: datetime | None = None) -> datetime
         if seconds > AGE_MAX_SECONDS:
             raise InvalidInput(f"{name}={text!r} is over a thousand years back: write a shorter age")
         return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+    return iso_time(name, text, "an age such as 1h or 7d, or an ISO date such as 2025-01-31")
+
+
+def iso_time(name: str, text: str, example: str) -> datetime:
+    """An ISO date or date and time, UTC unless it names its offset; else InvalidInput asking for `example`."""
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise InvalidInput(
-            f"{name}={text!r}: write an age such as 1h or 7d, or an ISO date such as 2025-01-31"
-        ) from None
+        raise InvalidInput(f"{name}={text!r}: write {example}") from None
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
@@ -245,26 +248,6 @@ def check_start_time(
             f"the start time {when.isoformat(timespec='seconds')} is more than a year ahead: use a schedule"
         )
     return when.timestamp() if when > now else None
-
-
-def parse_start_at(name: str, text: str) -> datetime:
-    """A start time as a user typed it: an ISO date and time (`2026-12-24T09:00`, UTC unless it
-    names its offset)."""
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidInput(
-            f"{name}={text!r}: write an ISO date and time such as 2026-12-24T09:00 (UTC unless it names its offset)"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
-def parse_delay(name: str, text: str) -> int:
-    """A delay as a user typed it: `90s`, `30m`, `2h`, `1d`, `1w`."""
-    seconds = age_seconds(text)
-    if seconds is None:
-        raise InvalidInput(f"{name}={text!r}: write a duration such as 90s, 30m, 2h or 1d")
-    return seconds
 
 
 def parse_selection(text: str) -> dict[str, str | int]:
@@ -353,13 +336,7 @@ def parse_until(name: str, text: str, *, now: datetime | None = None) -> datetim
     unless it names its offset)."""
     if _DURATION.fullmatch(text.strip()) and not text.strip().isdigit():
         return (now or datetime.now(UTC)) + timedelta(seconds=parse_duration(name, text))
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidInput(
-            f"{name}={text!r}: write a duration from now such as 30d, or an ISO date such as 2031-01-31"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    return iso_time(name, text, "a duration from now such as 30d, or an ISO date such as 2031-01-31")
 
 
 def new_schedule_id() -> str:

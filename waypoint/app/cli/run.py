@@ -57,12 +57,16 @@ async def run(
     """Start a run on the configured Temporal and print its id. With --at or --after it is
     `scheduled` until then (`waypoint cancel ID` before it starts ends it)."""
     from waypoint.app import console as out
-    from waypoint.checks import check_start_time, parse_delay, parse_start_at
+    from waypoint.checks import check_start_time, iso_time, parse_duration
     from waypoint.errors import InvalidInput
     from waypoint.types import Budget
 
-    start_at = parse_start_at("--at", at) if at is not None else None
-    delay = parse_delay("--after", after) if after is not None else None
+    start_at = (
+        iso_time("--at", at, "an ISO date and time such as 2026-12-24T09:00 (UTC unless it names its offset)")
+        if at is not None
+        else None
+    )
+    delay = parse_duration("--after", after) if after is not None else None
     if (start_at is not None or delay is not None) and follow:
         raise InvalidInput(
             "a delayed run is not followed: `waypoint status ID --follow` once it starts, or drop --follow"
