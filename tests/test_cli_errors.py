@@ -139,7 +139,7 @@ async def test_a_start_time_in_the_past_is_one_line_and_starts_nothing(settings:
     before = await wp.runs(limit=500)
     for args, message in {
         ("--at", "2020-01-01T09:00"): "the start time is in the past: 2020-01-01T09:00:00+00:00",
-        ("--after", "soon"): "--after='soon': write a duration such as 90s, 30m, 2h or 1d",
+        ("--after", "soon"): "--after='soon': write a duration such as 30s, 10m, 1h or 1d",
         ("--at", "2020-01-01", "--follow"): "a delayed run is not followed",
     }.items():
         assert message in one_line_error(await waypoint(settings, "run", "hi", "--agent", "calculator", *args)), args
