@@ -3,6 +3,8 @@
     /v1/...                      Waypoint's own API: runs, their steps, state, events, streams, schedules...
     /assistants, /threads, /runs, /store
                                  the Agent Protocol (the API of LangGraph Server)
+    /agents, /runs/search, ...   the open Agent Protocol spec's names for the same (protocol/agents.py,
+                                 background.py, commands.py)
     /ui                          the web viewer (server-rendered pages; a key exchanged for a cookie)
     /healthz                     liveness, without a key
     /docs, /openapi.json         the OpenAPI documentation
@@ -99,7 +101,8 @@ async def storable_parameters(request: Request) -> None:
 def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | None = None) -> FastAPI:
     """The API on the configured stack; `waypoint` reuses a client (its Temporal connection and engine)."""
     from waypoint.app.http import agents, memory, runs, schedules, trees, webhooks
-    from waypoint.app.http.protocol import assistants, crons, store, threads
+    from waypoint.app.http.protocol import agents as protocol_agents
+    from waypoint.app.http.protocol import assistants, background, commands, crons, store, threads
     from waypoint.app.http.protocol import runs as protocol_runs
 
     @contextlib.asynccontextmanager
@@ -124,8 +127,9 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
     from waypoint.app.http import ui
 
     errors.install(app, pages={"/ui": ui.error_page})
-    # crons before the protocol's runs: /runs/crons/... are not runs
-    routers = (runs, trees, agents, memory, schedules, webhooks, assistants, threads, crons, protocol_runs, store)
+    # crons before the protocol's runs: /runs/crons/... are not runs; the open spec's names after LangGraph's
+    routers = [runs, trees, agents, memory, schedules, webhooks, assistants, threads, crons, protocol_runs, store]
+    routers += [protocol_agents, background, commands]
     for module in routers:
         app.include_router(module.router, dependencies=[Depends(storable_parameters)])
     ui.install(app)
