@@ -1,0 +1,203 @@
+"""The open Agent Protocol (langchain-ai/agent-protocol, openapi.json 0.1.6) drives Waypoint: every operation
+of the spec has a route, schemathesis sends requests generated from the spec to a real `waypoint serve`
+(no 5xx; every answer fits the spec's schemas), and a real conversation through the spec's names
+answers as its schemas say. tests/data/agent_protocol_0.1.6.json is the spec reduced to its facts
+(tests/data/reduce_openapi.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase
+from schemathesis.checks import not_a_server_error, response_schema_conformance
+
+from tests.conftest import ApiServer
+
+pytestmark = pytest.mark.postgres
+
+SPEC_PATH = Path(__file__).parent / "data" / "agent_protocol_0.1.6.json"
+SPEC = json.loads(SPEC_PATH.read_text())
+METHODS = ("get", "post", "put", "patch", "delete")
+OPERATIONS = [(path, method) for path, item in SPEC["paths"].items() for method in item if method in METHODS]
+# Waypoint answers these 501 `not_supported`: the streaming protocol's thread streams (its channel-filtered
+# SSE stream and its WebSocket), and writes to the store and its namespace listing (Waypoint's store is
+# its episodic memory: runs write it, POST /store/items/search reads it). Every other operation is served.
+NOT_YET = {
+    ("/threads/{thread_id}/stream", "post"),
+    ("/threads/{thread_id}/stream", "get"),
+    ("/store/items", "put"),
+    ("/store/items", "get"),
+    ("/store/items", "delete"),
+    ("/store/namespaces", "post"),
+}
+EXAMPLES = 6  # per operation: the whole fuzz stays within seconds
+
+
+def test_the_reduced_spec_is_the_whole_spec():
+    assert SPEC["info"]["version"] == "0.1.6" and len(OPERATIONS) == 27
+    text = SPEC_PATH.read_text()
+    assert '"summary"' not in text and '"example' not in text
+
+
+def concrete(path: str) -> str:
+    return (
+        path.replace("{agent_id}", "calculator")
+        .replace("{thread_id}", str(uuid.uuid4()))
+        .replace("{run_id}", str(uuid.uuid4()))
+    )
+
+
+async def test_every_operation_of_the_spec_has_a_route(api: ApiServer):
+    for path, method in OPERATIONS:
+        kwargs: dict[str, Any] = {"json": {}} if method in ("post", "put", "patch") else {}
+        if path == "/store/items" and method == "delete":
+            kwargs = {"content": b"{}", "headers": {"Content-Type": "application/json"}}
+        r = await api.http.request(method.upper(), concrete(path), **kwargs)
+        answer = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
+        code = answer["error"]["code"] if isinstance(answer, dict) and "error" in answer else None
+        assert r.status_code != 405 and code not in ("route_not_found", "method_not_allowed"), (path, method, r.text)
+        assert r.status_code != 501 or (path, method) in NOT_YET, (path, method, r.text)
+
+
+def exercise(operation: schemathesis.APIOperation, url: str, headers: dict[str, str]) -> None:
+    """EXAMPLES requests generated for one operation; raises what schemathesis found."""
+    allowed_501 = (operation.path, operation.method.lower()) in NOT_YET
+
+    @hypothesis.settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @hypothesis.given(case=operation.as_strategy())
+    def check(case: schemathesis.Case) -> None:
+        response = case.call(base_url=url, headers=headers, timeout=30)
+        if allowed_501 and response.status_code == 501:
+            assert response.json()["error"]["code"] == "not_supported"
+            return
+        case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
+
+    check()
+
+
+def fuzz(url: str, key: str) -> list[str]:
+    """Every operation of the spec (schemathesis is sync: this runs in a thread while the server answers
+    on the test's event loop); the failures, as text."""
+    failures: list[str] = []
+    for result in schemathesis.openapi.from_dict(SPEC).get_all_operations():
+        operation = result.ok()
+        try:
+            exercise(operation, url, {"Authorization": f"Bearer {key}"})
+        except Exception as e:  # noqa: BLE001 - collected, so one run names every failing operation
+            failures.append(f"{operation.method.upper()} {operation.path}: {e!r}"[:3000])
+    return failures
+
+
+async def test_requests_generated_from_the_spec(api: ApiServer):
+    """No 5xx (but the 501 of NOT_YET), and every answer the spec describes fits its schema."""
+    failures = await asyncio.to_thread(fuzz, api.url, api.key)
+    assert not failures, "\n\n".join(failures)
+
+
+def relaxed() -> dict[str, Any]:
+    """The spec, but for the one thing Waypoint answers otherwise on purpose: its run ids are Temporal
+    workflow ids (`run-<hex>`) and its checkpoint ids `<run_id>:<step>`, not uuids."""
+    spec = json.loads(SPEC_PATH.read_text())
+    schemas = spec["components"]["schemas"]
+    del schemas["Run"]["allOf"][1]["properties"]["run_id"]["format"]
+    del schemas["ThreadCheckpoint"]["properties"]["checkpoint_id"]["format"]
+    return spec
+
+
+def fits(path: str, method: str, response: Any) -> Any:
+    """The answer's JSON, after checking it against the spec's schema for the operation and status."""
+    schemathesis.openapi.from_dict(relaxed())[path][method.upper()].validate_response(response)
+    return response.json() if response.content else None
+
+
+def human(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+async def test_a_conversation_through_the_spec_names(api: ApiServer, worker):
+    http = api.http
+    agents = fits("/agents/search", "post", await http.post("/agents/search", json={"name": "calc"}))
+    assert [a["agent_id"] for a in agents] == ["calculator"] and agents[0]["capabilities"]["ap.io.streaming"]
+    assert fits("/agents/{agent_id}", "get", await http.get("/agents/calculator"))["name"] == "calculator"
+    shapes = fits("/agents/{agent_id}/schemas", "get", await http.get("/agents/calculator/schemas"))
+    assert shapes["input_schema"]["required"] == ["messages"]
+
+    thread = fits("/threads", "post", await http.post("/threads", json={"metadata": {"user": "ada"}}))
+    tid = thread["thread_id"]
+    command = {"id": 1, "method": "run.start", "params": {"agent_id": "calculator", "input": human("add 2 and 3")}}
+    started = fits("/threads/{thread_id}/commands", "post", await http.post(f"/threads/{tid}/commands", json=command))
+    assert started["type"] == "success" and started["id"] == 1
+    run_id = started["result"]["run_id"]
+
+    done = fits("/runs/{run_id}/wait", "get", await http.get(f"/runs/{run_id}/wait"))
+    assert (done["run"]["run_id"], done["run"]["thread_id"], done["run"]["status"]) == (run_id, tid, "success")
+    assert done["messages"][0] == {**done["messages"][0], "role": "user", "content": "add 2 and 3"}
+    assert done["messages"][-1]["role"] == "assistant" and done["messages"][-1]["content"] == "The answer is 15."
+
+    on_thread = fits("/runs/search", "post", await http.post("/runs/search", json={"thread_id": tid}))
+    assert [r["run_id"] for r in on_thread] == [run_id]
+    found = await http.post("/runs/search", json={"agent_id": "calculator", "status": "success", "limit": 1})
+    assert [r["run_id"] for r in fits("/runs/search", "post", found)] == [run_id]
+    assert fits("/runs/search", "post", await http.post("/runs/search", json={"status": "error"})) == []
+
+    history = await http.get(f"/threads/{tid}/history", params={"limit": 2})
+    assert len(fits("/threads/{thread_id}/history", "get", history)) == 2
+    state = (await http.post(f"/threads/{tid}/commands", json={"id": 2, "method": "state.get"})).json()
+    assert state["result"]["values"] == done["values"]
+    listed = {"id": 3, "method": "state.listCheckpoints", "params": {"limit": 2}}
+    assert (await http.post(f"/threads/{tid}/commands", json=listed)).json()["result"]["checkpoints"] == history.json()
+    # the thread is not interrupted: a response to it is refused, as a command's error
+    respond = {"id": 4, "method": "input.respond", "params": {"response": "yes"}}
+    refused = fits("/threads/{thread_id}/commands", "post", await http.post(f"/threads/{tid}/commands", json=respond))
+    assert refused["type"] == "error" and refused["id"] == 4 and refused["message"]
+
+    ended = await http.post(f"/runs/{run_id}/cancel")
+    assert ended.status_code == 409 and ended.json()["error"]["code"] == "conflict"
+    assert (await http.delete(f"/runs/{run_id}")).status_code == 204
+    gone = await http.get(f"/runs/{run_id}/wait")
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "not_found"
+    assert fits("/runs/search", "post", await http.post("/runs/search", json={"thread_id": tid})) == []
+
+
+async def test_bad_input_through_the_spec_names(api: ApiServer):
+    http = api.http
+    unknown = await http.get("/agents/no-such-agent/schemas")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_agent"
+    nowhere = await http.post(f"/threads/{uuid.uuid4()}/commands", json={"id": 1, "method": "state.get"})
+    assert nowhere.status_code == 404 and nowhere.json()["error"]["code"] == "not_found"
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    for body in ({"channels": []}, {"channels": ["nope"]}, {"channels": ["values"], "since": -1}):
+        r = await http.post(f"/threads/{tid}/stream", json=body)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_body", body
+    r = await http.post(f"/threads/{tid}/stream", json={"channels": ["values", "custom:progress"]})
+    assert r.status_code == 501 and "GET /threads/{thread_id}/runs/{run_id}/stream" in r.json()["error"]["message"]
+    for body in ({"method": "state.get"}, {"id": -1, "method": "state.get"}):
+        r = await http.post(f"/threads/{tid}/commands", json=body)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_body", body
+    odd = (await http.post(f"/threads/{tid}/commands", json={"id": 7, "method": "state.fork"})).json()
+    assert odd == {**odd, "type": "error", "id": 7, "error": "not_supported"} and "run.start" in odd["message"]
+    nameless = {"id": 8, "method": "run.start", "params": {"input": human("hi")}}
+    refused = (await http.post(f"/threads/{tid}/commands", json=nameless)).json()
+    assert (refused["error"], refused["id"]) == ("invalid_input", 8) and "agent_id" in refused["message"]
+    r = await http.post("/runs/search", json={"status": "running"})
+    assert r.status_code == 422 and "status" in r.json()["error"]["message"]
+    r = await http.post(f"/runs/{uuid.uuid4()}/cancel", params={"action": "undo"})
+    assert r.status_code == 422 and "action" in r.json()["error"]["message"]
+    for method in ("GET", "POST", "DELETE"):
+        path = {"GET": "/wait", "POST": "/cancel", "DELETE": ""}[method]
+        r = await http.request(method, f"/runs/{uuid.uuid4()}{path}")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", method
