@@ -103,7 +103,9 @@ function App() {
     stream.submit({ messages: [{ type: "human", content: draft }] });
     setDraft("");
   };
-  const interrupt = stream.interrupt;
+  // An interrupt that asks something (a breakpoint carries no value): shown while the run streams
+  // too, when the server sends it in the values (`__interrupt__`) before the run ends.
+  const interrupt = stream.interrupts.find((i) => i.value !== undefined);
   return (
     <>
       <aside aria-label="Threads">
@@ -122,7 +124,7 @@ function App() {
             </div>
           ))}
         </div>
-        {interrupt && !stream.isLoading ? (
+        {interrupt ? (
           <Interrupt
             key={interrupt.id ?? "interrupt"}
             interrupt={interrupt}
