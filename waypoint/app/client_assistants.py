@@ -128,14 +128,17 @@ class Assistants:
         if version is not None:
             check_count("the version", version, high=2**31 - 1)
         try:
-            return await self._store.get_assistant(tenant, assistant_id, version)
+            row = await self._store.get_assistant(tenant, assistant_id)
         except NotFound as exc:
             found = await self._catalog(assistant_id)
-            if found is None:
-                raise exc from None
-        if version not in (None, 1):
-            raise NotFound(f"assistant {assistant_id!r} (an agent of the catalog) has only version 1")
-        return found
+            if found is None:  # neither the tenant's nor an agent's: as an unknown agent is
+                raise UnknownAgent(str(exc)) from None
+            if version not in (None, 1):
+                raise NotFound(f"assistant {assistant_id!r} (an agent of the catalog) has only version 1") from None
+            return found
+        if version is None or version == row.version:
+            return row
+        return await self._store.get_assistant(tenant, assistant_id, version)
 
     async def search(
         self,
