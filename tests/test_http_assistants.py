@@ -3,11 +3,14 @@ a real worker and Postgres: created, run (their config reaching the agent), upda
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import BadRequestError, ConflictError, NotFoundError
 
 from tests.conftest import ApiServer
+from tests.helpers import cli_env, waypoint
 from waypoint.app.client import Waypoint
 from waypoint.errors import Conflict, NotFound
 
@@ -140,7 +143,7 @@ async def test_what_an_assistant_refuses(api: ApiServer, worker, wp):
         await wp.assistants.create("calculator", assistant_id=aid, if_exists="do_nothing", tenant_id="other")
 
 
-async def test_the_assistants_on_v1_and_the_cli(api: ApiServer, worker, wp):
+async def test_the_assistants_on_v1_and_the_cli(api: ApiServer, worker, wp, settings):
     """`GET /v1/assistants` and `waypoint assistants list|show|versions` read the same client."""
     made = await wp.assistants.create("calculator", assistant_id="cli-calc", name="for the CLI")
     await wp.assistants.update("cli-calc", context={"max_steps": 4})
@@ -150,3 +153,10 @@ async def test_the_assistants_on_v1_and_the_cli(api: ApiServer, worker, wp):
     assert (one["version"], one["context"]) == (2, {"max_steps": 4})
     assert [v["version"] for v in (await api.http.get("/v1/assistants/cli-calc/versions")).json()["versions"]] == [2, 1]
     assert (await api.http.get("/v1/assistants/nobody")).status_code == 404
+    env = cli_env(settings) | {"COLUMNS": "160"}
+    listed = await waypoint(settings, "assistants", "list", env=env)
+    assert "cli-calc" in listed.out and "calculator" in listed.out and "built in" in listed.out, listed.out
+    shown = await waypoint(settings, "assistants", "show", "cli-calc", "--json", env=env)
+    assert json.loads(shown.out)["context"] == {"max_steps": 4}
+    missing = await waypoint(settings, "assistants", "show", "nobody", env=env)
+    assert missing.code == 1 and missing.err.startswith("error:") and "nobody" in missing.err
