@@ -111,6 +111,10 @@ class CheckpointActivities:
         """Create the run row, its `run_started` event and checkpoint 0 (instructions + task); list
         the agent's MCP tools first, if it has MCP servers."""
         agent = self.agents.get(inp.agent)
+        fork = inp.fork
+        if inp.instructions and fork is not None and not fork.instructions:
+            # A fork (a thread's next turn) with its own instructions heads its inherited window with them.
+            fork = replace(fork, instructions=inp.instructions)
         async with heartbeating(inp.run_id):  # listing MCP tools may take a while (a server starting)
             plan = self.plan(inp)
             mcp_tools: list[dict[str, Any]] = []
@@ -126,16 +130,19 @@ class CheckpointActivities:
                 tenant_id=inp.tenant_id,
                 agent=agent.name,
                 task=inp.task,
-                # A rerun's instructions override (`rerun --instructions`), else the agent's own.
-                instructions=(inp.fork.instructions if inp.fork else None) or agent.instructions,
+                # A rerun's instructions override (`rerun --instructions`), else the run's own (an
+                # assistant's), else the agent's.
+                instructions=(fork.instructions if fork else None) or inp.instructions or agent.instructions,
                 plan=plan,
-                fork=inp.fork,
+                fork=fork,
                 trace_id=telemetry.trace_id(),  # the run's trace, for `waypoint trace`
                 mcp_tools=mcp_tools,
                 parent=inp.parent,
                 priority=inp.priority,
                 webhook=inp.webhook,
                 schedule_id=inp.schedule_id,
+                assistant_id=inp.assistant_id,
+                assistant_version=inp.assistant_version,
             )
             return await self.store.create_run(new)
 

@@ -334,6 +334,11 @@ class RunInput:
     # A run that joins an Agent Protocol thread when it starts (a cron on a thread): it takes the
     # thread's next place and goes on from the thread's newest run (after it ends, if it is live).
     thread_id: str | None = None
+    # Issue 28 (last, so older histories decode): the system prompt in place of the agent's own (an
+    # Agent Protocol assistant's or run's `instructions`), and the assistant version the run runs.
+    instructions: str | None = None
+    assistant_id: str | None = None
+    assistant_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -352,6 +357,10 @@ class StartRunInput:
     webhook: str | None = None
     start_at: float | None = None
     after_run: str | None = None
+    # Issue 28 (last, so older histories decode): as RunInput's.
+    instructions: str | None = None
+    assistant_id: str | None = None
+    assistant_version: int | None = None
 
 
 @dataclass(frozen=True)

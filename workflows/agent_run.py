@@ -235,6 +235,9 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             # An activity's input, not a command: replay compares neither, so no patch is needed.
             schedule_id=inp.schedule_id,
             webhook=inp.webhook,
+            instructions=inp.instructions,
+            assistant_id=inp.assistant_id,
+            assistant_version=inp.assistant_version,
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.

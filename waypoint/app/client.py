@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from waypoint.app.client_assistants import Assistants
 from waypoint.app.client_keys import Keys
 from waypoint.app.client_limits import FleetLimits
 from waypoint.app.client_schedules import Schedules
@@ -70,6 +71,7 @@ from waypoint.store.ledger import Effect
 from waypoint.store.listen import Handler, Listener
 from waypoint.store.reads import RunsPage
 from waypoint.store.rows import (
+    AssistantRow,
     BatchItem,
     BatchReport,
     CompactionRow,
@@ -146,6 +148,17 @@ class Claim:
     created: bool
 
 
+def _assistant_fields(assistant: tuple[str, int] | None) -> dict[str, Any]:
+    """RunInput's assistant fields: the (id, version) a run runs, checked; none for a plain run."""
+    if assistant is None:
+        return {}
+    assistant_id, version = assistant
+    return {
+        "assistant_id": check_name("the assistant id", assistant_id),
+        "assistant_version": check_count("the assistant version", version, high=2**31 - 1),
+    }
+
+
 def request_hash(request: Mapping[str, Any]) -> str:
     """The hash of a start's parameters (canonical JSON): a repeat of the key must send the same."""
     canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), default=str)
@@ -163,6 +176,7 @@ class Waypoint:
         self.keys = Keys(self._store)
         self.limits = FleetLimits(self._store, settings)
         self.schedules = Schedules(self._store, self)
+        self.assistants = Assistants(self._store, self, self._scoped)
         self._trace_ids: dict[str, str] = {}
         self._stuck_seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 
@@ -232,6 +246,8 @@ class Waypoint:
         after_seconds: float | None = None,
         after_run: str | None = None,
         webhook: str | None = None,
+        instructions: str | None = None,
+        assistant: tuple[str, int] | None = None,
     ) -> str:
         """Start a run and return its id (the Temporal workflow id; `run_id` to choose it: one that
         exists already is a Conflict). `priority` 1 (first) to 5 (last), default 3: when workers are
@@ -246,7 +262,10 @@ class Waypoint:
         goes on from that run's last step (a fork). Either can be cancelled before it starts.
 
         `webhook`: an http(s) URL that gets one signed POST of the run's final state when it ends
-        (`waypoint.webhooks.verify` checks it in a receiver; `webhook_attempts` lists the attempts)."""
+        (`waypoint.webhooks.verify` checks it in a receiver; `webhook_attempts` lists the attempts).
+
+        `instructions`: the system prompt in place of the agent's own; `assistant`: the (assistant id,
+        version) it runs, recorded on its row (the Agent Protocol passes it)."""
         if not check_text("the task", task).strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         check_name("the agent", agent)
@@ -266,6 +285,8 @@ class Waypoint:
             start_at=check_start_time(start_at, after_seconds),
             after_run=check_name("the run to wait for", after_run),
             webhook=self.check_webhook(webhook),
+            instructions=check_instructions(instructions),
+            **_assistant_fields(assistant),
         )
         check_idempotency_key(idempotency_key)
         await self.check_start(inp.agent, inp.model)
@@ -322,15 +343,22 @@ class Waypoint:
         priority: int | None = None,
         webhook: str | None = None,
         idempotency_key: str | None = None,
+        budget: Budget | None = None,
+        instructions: str | None = None,
+        assistant: tuple[str, int] | None = None,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step. `memory` (a MemoryView)
         is what it recalls from long-term memory: by default memory as it was at that step, never
         the parent's later episodes. It keeps the parent's priority unless given one.
         `idempotency_key` as for `start_run`; it has a webhook only if given one (`webhook`, as for
-        `start_run`)."""
+        `start_run`); `budget`, `instructions` (its own, in place of those it inherits) and `assistant`
+        as for `start_run`."""
         check_choice("memory", memory, MemoryView)
         self.check_webhook(webhook)
+        check_instructions(instructions)
+        if budget is not None:
+            check_budget(asdict(budget))
         check_seq("the step", step)
         check_text("the message", message)
         check_name("the model", model)
@@ -349,6 +377,9 @@ class Waypoint:
             pin_model=model is not None,
             priority=priority or parent.priority,
             webhook=webhook,
+            budget=budget,
+            instructions=instructions,
+            **_assistant_fields(assistant),
         )
         return await self._start(new_run_id, inp, idempotency_key)
 
@@ -1109,6 +1140,7 @@ __all__ = [
     "Waypoint",
     "database_url",
     # the typed rows the client hands out, and their JSON: a surface takes them from here, not from the store
+    "AssistantRow",
     "EventRow",
     "Listener",
     "RunRow",

@@ -19,6 +19,7 @@ from waypoint.pricing import format_usd
 from waypoint.store.rows import (
     AgentCall,
     ApiKeyRow,
+    AssistantRow,
     BatchReport,
     CallLine,
     ChildPair,
@@ -184,6 +185,8 @@ def run_table(run: RunRow) -> Table:
             table.add_row(key, status_text(value) if key == "status" else str(value))
     if run.output_json is not None:  # a typed answer (its agent's output_type), validated
         table.add_row("output_json", escape(json.dumps(run.output_json, indent=2, ensure_ascii=False)))
+    if run.assistant_id:  # the Agent Protocol assistant it ran, and which version
+        table.add_row("assistant", f"{run.assistant_id} (version {run.assistant_version})")
     if run.caller_run_id:
         table.add_row("started by", f"{run.caller_run_id} (step {run.caller_step}, call {run.caller_call_index})")
     if run.status == RunStatus.WAITING_CAPACITY and run.waiting_key:
@@ -537,4 +540,31 @@ def schedule_table(row: ScheduleRow) -> Table:
         at = ref.started_at.strftime("%Y-%m-%d %H:%M:%S") if ref.started_at else ""
         table.add_row("run", f"{ref.run_id} {status_text(ref.status)} {at}")
     table.add_row("created_at", row.created_at.isoformat())
+    return table
+
+
+def assistants_table(rows: Sequence[AssistantRow]) -> Table:
+    """One line per assistant (or version): id, graph, version, name, what its config sets."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for name in ("assistant", "graph", "version", "name", "kind", "created"):
+        table.add_column(name, overflow="fold")
+    for a in rows:
+        created = a.created_at.strftime("%Y-%m-%d %H:%M") if a.created_at else "-"
+        kind = "agent (built in)" if a.builtin else "assistant"
+        table.add_row(escape(a.assistant_id), escape(a.graph_id), str(a.version), escape(a.name), kind, created)
+    return table
+
+
+def assistant_table(a: AssistantRow) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for key in ("assistant_id", "graph_id", "version", "name", "description", "created_at", "updated_at"):
+        if (value := getattr(a, key)) is not None:
+            table.add_row(key, escape(str(value)))
+    for key in ("config", "context", "metadata"):
+        if value := getattr(a, key):
+            table.add_row(key, escape(json.dumps(value, ensure_ascii=False)))
+    if a.builtin:
+        table.add_row("kind", "an agent of the catalog (read-only: create an assistant of it to configure it)")
     return table

@@ -8,7 +8,8 @@ One object, assembled from small parts, one module each: the log (append, hash c
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
 threads, scheduled agents, runs that wait to start, what live streams read, the shared limiter of model
-calls, the idempotency keys of starts, and webhooks (signing secrets, delivery attempts).
+calls, the idempotency keys of starts, webhooks (signing secrets, delivery attempts), and Agent
+Protocol assistants (versioned).
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from waypoint.store.assistants import AssistantStore
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
 from waypoint.store.compare import Compare
@@ -57,6 +59,7 @@ class RunStore(
     Webhooks,
     Idempotency,
     ScheduleStore,
+    AssistantStore,
 ):
     """Every read and write of the Postgres mirror."""
 

@@ -60,6 +60,9 @@ class RunRow:
     start_at: datetime | None = None  # a delayed run: when it starts
     after_run_id: str | None = None  # an enqueued run: the run it waits for
     webhook: str | None = None  # where its end is posted
+    # The Agent Protocol assistant it ran (a tenant's, or a catalog agent's name), and which version.
+    assistant_id: str | None = None
+    assistant_version: int | None = None
     # Never stored: its place in that key's line (1: next), when a read asked the limiter.
     waiting_position: int | None = None
     # Never stored: why its workflow task keeps failing, when a read asked Temporal (`Waypoint.with_stuck`).
@@ -309,6 +312,25 @@ class ThreadRow:
     @property
     def last(self) -> ThreadRun | None:
         return self.runs[-1] if self.runs else None
+
+
+@dataclass(frozen=True)
+class AssistantRow:
+    """An Agent Protocol assistant at one version: an agent of the catalog (`graph_id`) with config
+    and context for its runs. A catalog agent is an assistant too (`builtin`: version 1, read-only)."""
+
+    assistant_id: str
+    graph_id: str
+    name: str
+    version: int
+    config: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    description: str | None = None
+    tenant_id: str | None = None  # None: a catalog agent, everyone's
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    builtin: bool = False
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,10 @@ runs = Table(
     Column("start_at", DateTime(timezone=True), nullable=True),
     Column("after_run_id", Text, nullable=True),
     Column("webhook", Text, nullable=True),
+    # Migration 0017: the Agent Protocol assistant (a tenant's, or a catalog agent's name) and the
+    # version of it the run ran.
+    Column("assistant_id", Text, nullable=True),
+    Column("assistant_version", Integer, nullable=True),
 )
 
 events = Table(
@@ -315,4 +319,35 @@ idempotency_keys = Table(
     Column("body_hash", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("tenant_id", "key", name="idempotency_keys_pkey"),
+)
+
+# Agent Protocol assistants (migration 0017): a tenant's configured agent (its graph is an agent of
+# the catalog) and every version of it; `version` is the one runs use (set back by `set_latest`).
+assistants = Table(
+    "assistants",
+    metadata,
+    Column("assistant_id", Text, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("graph_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("description", Text, nullable=True),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("version", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+assistant_versions = Table(
+    "assistant_versions",
+    metadata,
+    Column("assistant_id", Text, ForeignKey("assistants.assistant_id", ondelete="CASCADE"), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("graph_id", Text, nullable=False),
+    Column("config", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("context", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("name", Text, nullable=False),
+    Column("description", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("assistant_id", "version", name="assistant_versions_pkey"),
 )

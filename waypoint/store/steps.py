@@ -49,6 +49,8 @@ class NewRun:
     priority: int | None = None  # 1 (first) to 5 (last); None: the default, 3
     webhook: str | None = None  # where the run's end is posted
     schedule_id: str | None = None  # the schedule that fired it
+    assistant_id: str | None = None  # the Agent Protocol assistant (and version) it runs
+    assistant_version: int | None = None
 
 
 # record_step's two statements. Plain SQL with one text whatever the number of events, so the
@@ -193,6 +195,8 @@ class StepWriter(StoreBase):
                 priority=new.priority,
                 schedule_id=new.schedule_id,
                 webhook=new.webhook,
+                assistant_id=new.assistant_id,
+                assistant_version=new.assistant_version,
             )
             started = insert(runs).values(**row)
             # A run that waited to start (scheduled, queued) has its row already: it becomes this run

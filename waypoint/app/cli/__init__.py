@@ -19,7 +19,21 @@ try:  # typer 0.2x carries its own copy of click and raises its exceptions
 except ImportError:  # pragma: no cover - older typer raises click's own
     from click import exceptions as usage  # type: ignore[no-redef]
 
-from waypoint.app.cli import api, cron, limits, mcp, memory, messages, rerun, run, runs, schedule, stack, webhooks
+from waypoint.app.cli import (
+    api,
+    assistants,
+    cron,
+    limits,
+    mcp,
+    memory,
+    messages,
+    rerun,
+    run,
+    runs,
+    schedule,
+    stack,
+    webhooks,
+)
 from waypoint.app.cli._common import overrides
 
 app = typer.Typer(
@@ -52,7 +66,7 @@ def _global(
         overrides["tenant"] = tenant
 
 
-for module in (stack, run, runs, rerun, messages, memory, schedule, cron, limits, api, mcp, webhooks):
+for module in (stack, run, runs, rerun, messages, memory, schedule, cron, limits, api, mcp, webhooks, assistants):
     module.register(app)
 
 

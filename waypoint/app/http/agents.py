@@ -1,5 +1,6 @@
-"""The agents the workers serve (the catalog they register), under /v1/agents, and the fleet
-limits they call their models under, /v1/limits."""
+"""The agents the workers serve (the catalog they register), under /v1/agents; the assistants (the
+tenant's configured, versioned agents, and the catalog's), /v1/assistants (read-only here: the Agent
+Protocol's /assistants changes them); and the fleet limits they call their models under, /v1/limits."""
 
 from __future__ import annotations
 
@@ -23,6 +24,28 @@ async def list_agents(api: Api, tenant: Tenant) -> dict[str, Any]:
 async def get_agent(name: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     data: dict[str, Any] = as_json(await api.wp.agent(name))
     return data
+
+
+@router.get("/assistants", tags=["assistants"])
+async def list_assistants(
+    api: Api, tenant: Tenant, graph_id: str | None = None, limit: int = 100, offset: int = 0
+) -> dict[str, Any]:
+    """The agents (their built-in assistants), then the tenant's assistants, newest first."""
+    found = await api.wp.assistants.search(graph_id=graph_id, limit=limit, offset=offset, tenant_id=tenant)
+    return {"assistants": as_json(found)}
+
+
+@router.get("/assistants/{assistant_id}", tags=["assistants"])
+async def get_assistant(assistant_id: str, api: Api, tenant: Tenant, version: int | None = None) -> dict[str, Any]:
+    """The assistant at its current version (or `?version=`): graph, config, context, metadata."""
+    data: dict[str, Any] = as_json(await api.wp.assistants.get(assistant_id, version=version, tenant_id=tenant))
+    return data
+
+
+@router.get("/assistants/{assistant_id}/versions", tags=["assistants"])
+async def assistant_versions(assistant_id: str, api: Api, tenant: Tenant, limit: int = 100) -> dict[str, Any]:
+    """Every version of the assistant, newest first."""
+    return {"versions": as_json(await api.wp.assistants.versions(assistant_id, limit=limit, tenant_id=tenant))}
 
 
 @router.get("/limits", tags=["limits"])

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -43,9 +44,10 @@ from waypoint.app.http.runs import IdempotencyKey, resume_point
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.app.http.trees import TreeStream
-from waypoint.checks import check_priority, new_run_id
+from waypoint.checks import new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.names import FINISHED, WAITING_TO_START, MemoryView
+from waypoint.run_config import RunConfig, run_config
 
 router = APIRouter(tags=["agent protocol: runs"])
 
@@ -93,16 +95,29 @@ def _refuse_unsupported(body: RunCreate) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Options:
+    """What the run runs: its assistant's agent and version, and the settings of its config and
+    context over the assistant's (`waypoint.run_config`)."""
+
+    agent: str
+    assistant: tuple[str, int]
+    settings: RunConfig
+
+
 def _options(body: RunCreate) -> tuple[str | None, int | None, int | None]:
-    """(model, max_steps, priority) from `config.configurable` or `context`."""
-    found: dict[str, Any] = {**((body.config or {}).get("configurable") or {}), **(body.context or {})}
-    model = found.get("model")
-    max_steps = found.get("max_steps")
-    if model is not None and not isinstance(model, str):
-        raise InvalidInput("config model must be a model spec such as openai:gpt-4o-mini")
-    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
-        raise InvalidInput("config max_steps must be a positive whole number")
-    return model, max_steps, check_priority(found.get("priority"))
+    """(model, max_steps, priority) from config and context: what a cron's schedule keeps."""
+    found = run_config(body.config, body.context)
+    kept = ("model", "max_steps", "priority")
+    if others := [k for k, v in asdict(found).items() if v is not None and k not in kept]:
+        raise InvalidInput(f"a cron keeps {', '.join(kept)} of config/context, not {', '.join(others)}")
+    return found.model, found.max_steps, found.priority
+
+
+async def _run_options(api: ApiState, tenant: str, body: RunCreate) -> Options:
+    own = run_config(body.config, body.context)
+    found, settings = await api.wp.assistants.run_settings(body.assistant_id, tenant_id=tenant)
+    return Options(found.graph_id, (found.assistant_id, found.version), own.under(settings))
 
 
 async def start_on_thread(
@@ -114,11 +129,11 @@ async def start_on_thread(
     _refuse_unsupported(body)
     api.wp.check_webhook(body.webhook)  # before the run takes a place on its thread
     task = task_of(body.input or {})
-    model, max_steps, priority = _options(body)
+    options = await _run_options(api, tenant, body)
     request = {"thread_id": thread_id, "body": body.model_dump(mode="json")}
     async with api.wp.idempotent(idempotency_key, request, run_id=new_run_id(), tenant_id=tenant) as claim:
         if claim.created:
-            await _start(api, tenant, thread_id, body, claim.run_id, task, (model, max_steps, priority))
+            await _start(api, tenant, thread_id, body, claim.run_id, task, options)
     return claim.run_id
 
 
@@ -129,21 +144,24 @@ async def _start(
     body: RunCreate,
     run_id: str,
     task: str,
-    options: tuple[str | None, int | None, int | None],
+    options: Options,
 ) -> None:
-    model, max_steps, priority = options
+    settings = options.settings
+    model, priority = settings.model, settings.priority
     delay = float(body.after_seconds) if body.after_seconds else None
     if thread_id is None:
         await api.wp.start_run(
             task,
-            agent=body.assistant_id,
+            agent=options.agent,
             model=model,
-            max_steps=max_steps,
+            budget=settings.budget(),
             tenant_id=tenant,
             run_id=run_id,
             priority=priority,
             after_seconds=delay,
             webhook=body.webhook,
+            instructions=settings.instructions,
+            assistant=options.assistant,
         )
         return
     thread = await _thread_for_run(api, tenant, thread_id, body)
@@ -158,8 +176,8 @@ async def _start(
             "interrupt or rollback"
         )
     owner = newest_started(thread)
-    if owner is not None and owner.agent != body.assistant_id:
-        raise InvalidInput(f"thread {thread_id} talks to assistant {owner.agent!r}: a thread keeps its assistant")
+    if owner is not None and owner.agent != options.agent:
+        raise InvalidInput(f"thread {thread_id} talks to graph {owner.agent!r}: a thread keeps its graph (agent)")
     after: str | None = None  # the run the new one waits for
     if busy and last is not None:
         if body.checkpoint_id or body.checkpoint:
@@ -183,15 +201,17 @@ async def _start(
         if after is not None or parent is None:
             await api.wp.start_run(
                 task,
-                agent=body.assistant_id,
+                agent=options.agent,
                 model=model,
-                max_steps=max_steps,
+                budget=settings.budget(),
                 tenant_id=tenant,
                 run_id=run_id,
                 priority=priority,
                 after_seconds=delay,
                 after_run=after,
                 webhook=body.webhook,
+                instructions=settings.instructions,
+                assistant=options.assistant,
             )
         else:
             # A thread's next turn goes on with long-term memory as it is now (other threads' included),
@@ -206,6 +226,10 @@ async def _start(
                 new_run_id=run_id,
                 priority=priority,
                 webhook=body.webhook,
+                # max_steps counts this turn's steps (a run's step numbers go on from its parent's)
+                budget=replace(b, max_steps=step + b.max_steps) if (b := settings.budget()).max_steps else b,
+                instructions=settings.instructions,
+                assistant=options.assistant,
             )
     except BaseException:
         with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it

@@ -1,6 +1,7 @@
 """Waypoint's rows in the Agent Protocol's shapes (the JSON of LangGraph Server), in one place.
 
-- an assistant is an agent of the catalog (its id and graph id are the agent's name);
+- an assistant is a tenant's configured agent (`wp.assistants`, versioned), or an agent of the
+  catalog (its built-in assistant: its id and graph id are the agent's name, version 1);
 - a thread's values are `{"messages": [...]}`: the conversation of its newest run, read from the
   log of that run and of the runs it was forked from (LangChain message dicts: human, ai, tool);
 - a checkpoint is a step of a run: `checkpoint_id` is `"<run_id>:<step>"`;
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from waypoint.app.client import EventRow, RunRow, ScheduleRow, ThreadRow
+from waypoint.app.client import AssistantRow, EventRow, RunRow, ScheduleRow, ThreadRow
+from waypoint.app.client_assistants import builtin
 from waypoint.checks import duration_text
 from waypoint.errors import InvalidInput
 from waypoint.names import MESSAGE_KINDS, EventKind, RunStatus
@@ -67,23 +69,24 @@ def thread_status(thread: ThreadRow) -> str:
 
 
 def assistant(info: AgentInfo) -> dict[str, Any]:
-    return {
-        "assistant_id": info.name,
-        "graph_id": info.name,
-        "name": info.name,
-        "description": info.description,
-        "config": {"configurable": {"model": info.model}},
-        "context": {},
-        "metadata": {
-            "model": info.model,
-            "providers": list(info.providers),
-            "tools": [t.name for t in info.tools],
-            "worker": info.worker,
-        },
-        "version": 1,
-        "created_at": iso(info.updated_at),
-        "updated_at": iso(info.updated_at),
+    """A catalog agent as the protocol's Assistant (its built-in assistant)."""
+    return assistant_json(builtin(info))
+
+
+def assistant_json(row: AssistantRow, *, version_only: bool = False) -> dict[str, Any]:
+    """An assistant (or, `version_only`, one of its versions: no `updated_at`) as the protocol's JSON."""
+    shaped = {
+        "assistant_id": row.assistant_id,
+        "graph_id": row.graph_id,
+        "name": row.name,
+        "description": row.description,
+        "config": row.config,
+        "context": row.context,
+        "metadata": row.metadata,
+        "version": row.version,
+        "created_at": iso(row.created_at),
     }
+    return shaped if version_only else {**shaped, "updated_at": iso(row.updated_at)}
 
 
 MESSAGES_SCHEMA: dict[str, Any] = {
@@ -98,13 +101,18 @@ MESSAGES_SCHEMA: dict[str, Any] = {
     "required": ["messages"],
 }
 STRUCTURED = "structured_response"  # the values key of a typed answer (LangGraph's name for it)
-CONFIG_SCHEMA = {
+CONFIG_SCHEMA = {  # waypoint.run_config: any other key is refused
     "type": "object",
     "properties": {
         "model": {"type": "string", "description": "Model spec overriding the agent's, e.g. openai:gpt-4o-mini."},
+        "instructions": {"type": "string", "description": "The system prompt in place of the agent's own."},
         "max_steps": {"type": "integer", "minimum": 1},
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "max_cost_usd": {"type": "number", "exclusiveMinimum": 0},
+        "deadline_seconds": {"type": "number", "exclusiveMinimum": 0},
         "priority": {"type": "integer", "minimum": 1, "maximum": 5, "description": "1 (first) to 5 (last); default 3."},
     },
+    "additionalProperties": False,
 }
 
 
@@ -143,11 +151,15 @@ def run_json(run_id: str, thread_id: str | None, assistant_id: str, row: RunRow 
     return {
         "run_id": run_id,
         "thread_id": thread_id,
-        "assistant_id": row.agent if row else assistant_id,
+        "assistant_id": (row.assistant_id or row.agent) if row else assistant_id,
         "created_at": iso(row.created_at if row else None),
         "updated_at": iso(row.updated_at if row else None),
         "status": run_status(row),
-        "metadata": {"waypoint_status": row.status if row else "starting", "steps": row.steps if row else 0},
+        "metadata": {
+            "waypoint_status": row.status if row else "starting",
+            "steps": row.steps if row else 0,
+            "assistant_version": row.assistant_version if row else None,
+        },
         "multitask_strategy": "reject",
         "kwargs": {},
     }
