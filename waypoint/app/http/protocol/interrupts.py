@@ -25,6 +25,7 @@ A value that fits nothing is a Mismatch (422) naming what the interrupt expects.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -105,17 +106,24 @@ def task(run_id: str, step: int, found: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def from_log(row: EventRow, calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The interrupts a `status_changed` event to waiting_approval stands for: the calls of the step's
-    model response it names (`<tool> (<call id>)`)."""
+def from_log(row: EventRow, live: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The interrupts a `status_changed` event to waiting_approval stands for: `live[seq]` (read from
+    the run's pending approvals as the stream passed it), else the calls its detail names
+    (`<tool> (<call id>), ...`; their input is in the step's model response, logged after the wait)."""
     if row.kind != EventKind.STATUS_CHANGED or row.payload.get("status") != RunStatus.WAITING_APPROVAL:
         return []
-    detail = str(row.payload.get("detail") or "")
-    return [
-        interrupt(row.run_id, c["id"], c["name"], c.get("arguments") or "", asks_human=c["name"] == ASK_HUMAN_TOOL)
-        for c in calls
-        if f"{c['name']} ({c['id']})" in detail
-    ]
+    if live.get(row.seq):
+        return live[row.seq]
+    named = re.findall(r"(\S+) \(([^()]*)\)", str(row.payload.get("detail") or ""))
+    return [interrupt(row.run_id, call, tool, "", asks_human=tool == ASK_HUMAN_TOOL) for tool, call in named]
+
+
+def is_wait(row: EventRow | None) -> bool:
+    return (
+        row is not None
+        and row.kind == EventKind.STATUS_CHANGED
+        and row.payload.get("status") == RunStatus.WAITING_APPROVAL
+    )
 
 
 # --- resume -------------------------------------------------------------------------------------

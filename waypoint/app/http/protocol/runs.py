@@ -47,7 +47,7 @@ from waypoint.app.http.streams import StreamItem, run_items, sse_response
 from waypoint.app.http.trees import TreeStream
 from waypoint.checks import check_priority, new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
-from waypoint.names import FINISHED, WAITING_TO_START, EventKind, MemoryView, RunStatus
+from waypoint.names import FINISHED, WAITING_TO_START, MemoryView
 
 router = APIRouter(tags=["agent protocol: runs"])
 
@@ -287,6 +287,7 @@ async def _stream(
     resume_after: int = 0,
     *,
     subgraphs: bool = False,
+    resumed: bool = False,
 ) -> Response:
     """The run's stream in the protocol's format: its log from the start (state is rebuilt from it;
     parts the client saw before `resume_after` are not sent again), then live; with `subgraphs`,
@@ -307,9 +308,14 @@ async def _stream(
             fmt.forked = True
         stream = tree.items() if tree else run_items(api.hub, api.wp, tenant, run_id, 0, deltas=deltas)
         async for item in stream:
+            stops = item.event is not None and item.event.run_id == run_id and interrupts.is_wait(item.event)
+            if stops and item.event is not None:
+                fmt.interrupts[item.event.seq] = await interrupts.interrupts(
+                    api, tenant, await api.wp.run(run_id, tenant_id=tenant)
+                )
             yield item
-            if _interrupted(item, run_id, resume_after):  # as LangGraph's: a stream ends at an interrupt
-                return
+            if stops and item.event is not None and item.event.seq > resume_after:
+                return  # as LangGraph's: a stream ends at an interrupt
 
     return sse_response(
         items(),
@@ -317,18 +323,7 @@ async def _stream(
         slot=slot,
         keepalive=api.settings.api_keepalive_seconds,
         headers=_locations(thread_id, run_id),
-        opening=fmt.opening() if resume_after == 0 else [],
-    )
-
-
-def _interrupted(item: StreamItem, run_id: str, after: int) -> bool:
-    event = item.event
-    return (
-        event is not None
-        and event.run_id == run_id
-        and event.seq > after
-        and event.kind == EventKind.STATUS_CHANGED
-        and event.payload.get("status") == RunStatus.WAITING_APPROVAL
+        opening=fmt.opening() if resume_after == 0 or resumed else [],  # (a reconnect saw it)
     )
 
 
@@ -387,7 +382,9 @@ async def stream_run(
     modes = stream_modes(body.stream_mode)
     if body.command:  # the waiting run goes on: its stream from the answer on
         run_id, position = await resume_on_thread(api, tenant, thread_id, body)
-        return await _stream(api, tenant, slot, thread_id, run_id, modes, position, subgraphs=body.stream_subgraphs)
+        return await _stream(
+            api, tenant, slot, thread_id, run_id, modes, position, subgraphs=body.stream_subgraphs, resumed=True
+        )
     run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
     return await _stream(api, tenant, slot, thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
 
@@ -550,7 +547,7 @@ async def resume_stream(run_id: str, body: ResumeBody, api: Api, tenant: Tenant,
     """Answer the run's interrupt (`command={'resume': ...}`) and stream it from there."""
     modes = stream_modes(body.stream_mode)
     run_id, position = await _resume_by_id(api, tenant, run_id, body)
-    return await _stream(api, tenant, slot, None, run_id, modes, position)
+    return await _stream(api, tenant, slot, None, run_id, modes, position, resumed=True)
 
 
 @router.post("/runs/{run_id}/wait")

@@ -72,7 +72,7 @@ class ProtocolFormat:
         self.tool_messages: dict[int, list[dict[str, Any]]] = {}
         self.streamed: set[tuple[int, int]] = set()
         self.output_json: Any = None  # a typed answer, once the run ends with one
-        self.calls: list[dict[str, Any]] = []  # the newest model response's tool calls
+        self.interrupts: dict[int, list[dict[str, Any]]] = {}  # by seq of the wait's status event (read live)
 
     def opening(self) -> list[ServerSentEvent]:
         return [sse("metadata", {"run_id": self.run_id, "attempt": 1})]
@@ -136,7 +136,6 @@ class ProtocolFormat:
         elif row.kind == EventKind.MODEL_RESPONSE:
             attempt = int(row.payload.get("attempt") or 1)
             self.expected_tools[row.step] = len(row.payload.get("tool_calls") or [])
-            self.calls = list(row.payload.get("tool_calls") or [])
             if "messages-tuple" in self.modes and (row.step, attempt) not in self.streamed:
                 whole = {**new[0], "type": "AIMessageChunk"}  # not streamed (a scripted model): all at once
                 out.append(sse("messages", [whole, self._meta(row.step, "model", attempt)]))
@@ -152,7 +151,7 @@ class ProtocolFormat:
                 if "updates" in self.modes:
                     out.append(sse("updates", {"tools": {"messages": done}}))
                 out += self._values()
-        elif found := from_log(row, self.calls):  # the run waits for a human: LangGraph's interrupt parts
+        elif found := from_log(row, self.interrupts):  # the run waits for a human: LangGraph's interrupt parts
             if "updates" in self.modes:
                 out.append(sse("updates", {"__interrupt__": found}))
             if "values" in self.modes:
