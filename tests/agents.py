@@ -586,3 +586,33 @@ delegator = Agent(
 )
 
 TEST_AGENTS.append(delegator)
+
+
+@tool(requires_approval=True)
+def pay(amount: int, to: str) -> str:
+    """Pay someone (a human must approve)."""
+    return f"paid {amount} to {to}"
+
+
+def _last_tool_answer(messages: list) -> ScriptedTurn:
+    return ScriptedTurn(content=f"last tool answer: {without_recalled(messages)[-1]['content']}")
+
+
+# Agent Protocol interrupts: a call that waits for approval, then an answer reading its result
+payer = Agent(
+    name="payer",
+    instructions="Pays, with permission.",
+    model=ScriptedModel([ScriptedTurn(tool_calls=[("pay", {"amount": 900, "to": "ada"})]), _last_tool_answer]),
+    tools=(pay,),
+    memory=False,
+)
+
+# ask_human: the model asks, the human's answer is the call's result
+asker = Agent(
+    name="asker",
+    instructions="Asks before it answers.",
+    model=ScriptedModel([ScriptedTurn(tool_calls=[("ask_human", {"question": "which colour?"})]), _last_tool_answer]),
+    ask_human=True,
+    memory=False,
+)
+TEST_AGENTS += [payer, asker]

@@ -147,7 +147,7 @@ async def test_what_is_not_supported_says_so(api: ApiServer, worker):
         f"/threads/{thread['thread_id']}/runs",
         json={"assistant_id": "calculator", "input": human("x"), "command": {"resume": 1}},
     )
-    assert r.status_code == 501 and r.json()["error"]["code"] == "not_supported"
+    assert r.status_code == 409 and "is idle, not interrupted" in r.json()["error"]["message"]  # nothing waits
     r = await api.http.post(
         f"/threads/{thread['thread_id']}/runs/stream",
         json={"assistant_id": "calculator", "input": human("x"), "stream_mode": ["debug"]},
@@ -179,12 +179,13 @@ async def test_every_unsupported_route_of_the_protocol_answers_501(api: ApiServe
         ("POST", "/threads/prune"),
         ("POST", "/runs/batch"),
         ("POST", "/runs/cancel"),
-        ("POST", "/runs/r1/wait"),
-        ("POST", "/runs/r1/stream"),
     ]
     for method, path in routes:
         r = await api.http.request(method, path, json={})
         assert (r.status_code, r.json()["error"]["code"]) == (501, "not_supported"), (method, path, r.text)
+    for path in ("/runs/r1/wait", "/runs/r1/stream"):  # they resume a run: without a command, say so
+        r = await api.http.post(path, json={})
+        assert r.status_code == 400 and "command" in r.json()["error"]["message"], (path, r.text)
     assert (await api.http.get(f"/threads/{tid}/history", params={"limit": 5})).json() == []
     assert (await api.http.get("/assistants/calculator/subgraphs")).json() == {}
 

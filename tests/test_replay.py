@@ -71,6 +71,8 @@ def test_histories_are_checked_in():
         "agent_run_cancelled_scheduled.json",
         "agent_run_enqueued.json",
         "agent_run_thread_joined.json",
+        "agent_run_edited_approval.json",
+        "agent_run_ask_human.json",
         "remote-store/agent_run_calculator.json",
         "remote-store/agent_run_clumsy.json",
         "remote-store/agent_run_memory.json",
@@ -132,6 +134,31 @@ async def test_fresh_rerun_of_gated_calls_replays(client: Client, engine, settin
     history = await client.get_workflow_handle(rerun).fetch_history()
     assert not any(e.HasField("workflow_execution_update_accepted_event_attributes") for e in history.events)
     await _fresh(client, rerun, [AgentRunWorkflow], "agent_run_rerun_gated.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_approval_answers_replay(client: Client, engine, settings, worker):
+    """Patch approval-answers-1: an approval with an edited input, and an ask_human call's answer."""
+    from tests.helpers import eventually
+
+    wp = Waypoint(client, engine, settings)
+
+    async def answered(agent: str, **kw: object) -> str:
+        run_id = await wp.start_run("go", agent=agent)
+
+        async def waiting() -> bool:
+            return bool((await wp.progress(run_id)).pending_approvals)
+
+        await eventually(waiting)
+        await wp.approve(run_id, **kw)  # type: ignore[arg-type]
+        return run_id
+
+    edited = await answered("payer", edited_input={"amount": 90, "to": "ada"})
+    assert (await wp.result(edited)).output == "last tool answer: paid 90 to ada"
+    await _fresh(client, edited, [AgentRunWorkflow], "agent_run_edited_approval.json")
+    asked = await answered("asker", answer="blue")
+    assert (await wp.result(asked)).output == "last tool answer: blue"
+    await _fresh(client, asked, [AgentRunWorkflow], "agent_run_ask_human.json")
 
 
 @pytest.mark.postgres

@@ -310,6 +310,44 @@ async def test_a_denied_call_does_not_run(ts: WorkflowEnvironment) -> None:
     assert (outcome.outcome, outcome.output) == (ToolOutcome.DENIED, "error: a human denied this call: too much")
 
 
+async def test_an_edited_approval_runs_the_tool_with_the_humans_input(ts: WorkflowEnvironment) -> None:
+    """Patch approval-answers-1: the tool runs with the edited arguments; the decision records them."""
+    doubles = Doubles(
+        plan=plan(tools=[spec("pay", requires_approval=True)]),
+        turns=lambda inp: tools(call("pay", '{"amount": 900}', id="c1")) if inp.step == 1 else answer("done"),
+    )
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        await until_status(handle, RunStatus.WAITING_APPROVAL)
+        answered = await refused(handle, Update.APPROVE, Decision(answer="yes"))
+        assert "waits for an approval, not an answer" in answered
+        edit = Decision(reason="less", edited_input={"amount": 90})
+        await handle.execute_update(Update.APPROVE, edit, result_type=RunProgress)
+        result: RunResult = await handle.result()
+    assert result.status == RunStatus.COMPLETED
+    assert [json.loads(t.call.arguments) for t in doubles.tool_calls] == [{"amount": 90}]
+    assert doubles.records[0].decisions == [StepDecision("c1", DecisionKind.APPROVED, "less", {"amount": 90})]
+
+
+async def test_an_ask_human_call_is_answered_by_its_approval(ts: WorkflowEnvironment) -> None:
+    """Patch approval-answers-1: an ask_human call waits, and the answer is its result (no activity)."""
+    doubles = Doubles(
+        plan=plan(tools=[spec("ask_human", requires_approval=True, asks_human=True)]),
+        turns=answer_at(2, name="ask_human"),
+    )
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        waiting = await until_status(handle, RunStatus.WAITING_APPROVAL)
+        assert [(p.call_id, p.asks_human) for p in waiting.pending_approvals] == [("c1", True)]
+        assert "approve it with an answer" in await refused(handle, Update.APPROVE, Decision())
+        await handle.execute_update(Update.APPROVE, Decision(answer="blue"), result_type=RunProgress)
+        result: RunResult = await handle.result()
+    assert result.status == RunStatus.COMPLETED and doubles.tool_calls == []
+    (outcome,) = doubles.records[0].tool_results
+    assert (outcome.outcome, outcome.output) == (ToolOutcome.ANSWERED, "blue")
+    assert doubles.records[0].decisions == [StepDecision("c1", DecisionKind.APPROVED, "", None, "blue")]
+
+
 async def test_a_rerun_answers_recorded_gated_calls_without_a_human(ts: WorkflowEnvironment) -> None:
     """Patch recorded-approvals-1: in a rerun with recorded tools, a gated call that matches the
     record needs no approval (run_tool answers it from the record)."""

@@ -16,8 +16,8 @@ from waypoint.errors import ConfigError, InvalidInput, UnknownAgent, UnknownTool
 from waypoint.mcp.servers import MCPServer
 from waypoint.models.scripted import ScriptedModel
 from waypoint.models.spec import Provider, parse_model_spec
-from waypoint.names import FINAL_ANSWER_TOOL
-from waypoint.tools import Tool
+from waypoint.names import ASK_HUMAN_TOOL, FINAL_ANSWER_TOOL
+from waypoint.tools import ASK_HUMAN, Tool
 from waypoint.typed_answers import OutputType, output_schema
 from waypoint.types import AgentInfo, RetrySpec, ToolInfo, ToolSpec
 
@@ -84,10 +84,18 @@ class Agent:
     # A typed answer: a pydantic model class, or a JSON schema of an object. The model answers by
     # calling a `final_answer` tool with it, validated (see waypoint.typed_answers); None: text.
     output_type: OutputType | None = None
+    # Give the model an `ask_human(question)` tool: the run waits (like requires_approval) until a
+    # human answers (`waypoint approve RUN --answer TEXT`, an Agent Protocol resume), and the answer
+    # is the call's result.
+    ask_human: bool = False
     # output_type's JSON schema (what the catalog, the run's plan and the final_answer tool carry).
     output_schema: dict[str, Any] | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.ask_human and not any(t is ASK_HUMAN for t in self.tools):
+            if any(t.name == ASK_HUMAN_TOOL for t in self.tools):
+                raise ConfigError(f"agent {self.name!r} has ask_human=True and its own tool {ASK_HUMAN_TOOL!r}")
+            object.__setattr__(self, "tools", (*self.tools, ASK_HUMAN))
         names = [t.name for t in self.tools] + self.agent_names
         if len(names) != len(set(names)):
             raise ConfigError(f"agent {self.name!r} has two tools (or sub-agents) with the same name: {names}")
@@ -174,6 +182,7 @@ class Agent:
                 memory=t.memory,
                 local=t.local,
                 replay_safe=t.replay_safe,
+                asks_human=t.asks_human,
             )
             for t in self.tools
         ]

@@ -511,3 +511,24 @@ def check_webhook(url: str | None, *, allow_private: bool = False) -> str | None
     if why is not None:
         raise InvalidInput(f"invalid webhook URL {url!r}: it points at {why}; {WEBHOOK_ALLOW}")
     return url
+
+
+def check_edited_input(tool: str, schema: dict[str, Any] | None, value: Any) -> dict[str, Any]:
+    """An approval's edited tool input: a JSON object its tool's schema accepts (when the schema is
+    known: an MCP tool's is checked when it runs). Mismatch names what the tool expects."""
+    import json
+
+    import jsonschema  # a dependency; imported here to keep this module light
+
+    from waypoint.errors import Mismatch
+
+    if not isinstance(value, dict):
+        raise Mismatch(f"the edited input of {tool} must be a JSON object of its arguments, got {value!r}")
+    if schema:
+        errors = sorted(jsonschema.validators.validator_for(schema)(schema).iter_errors(value), key=str)
+        if errors:
+            problems = "; ".join(f"{e.json_path}: {e.message}" for e in errors[:3])
+            raise Mismatch(
+                f"the edited input of {tool} does not fit its arguments ({problems}): expected {json.dumps(schema)}"
+            )
+    return value

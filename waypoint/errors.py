@@ -4,6 +4,9 @@
       ConfigError              a setting is missing or wrong
       InvalidInput             a request that cannot be served as given (an empty task, a bad budget,
                                step or tenant id)
+        Mismatch               an answer that does not fit what waits for it (an approval's edited input
+                               its tool's schema refuses, an answer to a call that asks no question, an
+                               unknown interrupt id): HTTP 422
       NotFound                 an unknown run, step or episode (another tenant's run is not found too)
         UnknownAgent
         UnknownTool
@@ -60,6 +63,10 @@ class ConfigError(WaypointError):
 
 
 class InvalidInput(WaypointError):
+    pass
+
+
+class Mismatch(InvalidInput):
     pass
 
 

@@ -94,6 +94,7 @@ class ToolOutcome(StrEnum):
     BAD_CALL = "bad_call"  # unknown tool or invalid arguments: the model should repair it
     TOOL_ERROR = "tool_error"  # the tool raised ToolError
     DENIED = "denied"  # by a human
+    ANSWERED = "answered"  # an ask_human call: a human's answer is its result
     CANCELLED = "cancelled"  # the run was cancelled (or its deadline passed) while the call waited
     FAILED = "failed"  # its attempts ran out
     NOT_RECORDED = (
@@ -256,6 +257,8 @@ def memory_task_queue(task_queue: str) -> str:
 
 # The tool a typed agent (one with an `output_type`) gives its answer through (waypoint.typed_answers).
 FINAL_ANSWER_TOOL = "final_answer"
+# The built-in tool an agent with `ask_human=True` calls to ask its human a question.
+ASK_HUMAN_TOOL = "ask_human"
 
 
 def child_run_id(run_id: str, step: int, call_index: int) -> str:

@@ -92,6 +92,7 @@ class Tool:
         self.memory = memory
         self.local = local
         self.read_only = read_only
+        self.asks_human = False  # only the built-in ASK_HUMAN
         # Safe to run again in a rerun with recorded tools: declared so, or without side effects.
         self.replay_safe = replay_safe or read_only
         self.description = (description or inspect.getdoc(fn) or self.name).strip()
@@ -209,3 +210,23 @@ def tool(
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _ask_human(question: str) -> str:
+    """Ask the human who runs you a question and wait for the answer, which is this call's result.
+    Use it when you need information or a choice only they can give."""
+    # The workflow answers the call with the human's answer; nothing runs this body.
+    raise ToolError(f"{question!r} needs a human's answer: approve the call with one")
+
+
+def _ask_human_tool() -> Tool:
+    from waypoint.names import ASK_HUMAN_TOOL
+
+    built = Tool(_ask_human, name=ASK_HUMAN_TOOL, requires_approval=True, timeout=60.0, max_attempts=1)
+    built.asks_human = True
+    return built
+
+
+# `Agent(ask_human=True)` gives the agent this tool: it waits like requires_approval, and the
+# approval's answer (`waypoint approve RUN --answer TEXT`, or an Agent Protocol resume) is its result.
+ASK_HUMAN = _ask_human_tool()

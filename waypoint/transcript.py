@@ -65,6 +65,10 @@ def decision_text(payload: Payload, call: Mapping[str, Any] | None = None) -> st
         return str(payload["text"])
     what = f"{call['name']}({call.get('arguments') or ''})" if call else f"tool call {payload.get('call_id', '?')}"
     why = f": {payload['reason']}" if payload.get("reason") else ""
+    if payload.get("edited_input") is not None:
+        why += f" with its input edited to {json.dumps(payload['edited_input'], sort_keys=True)}"
+    if payload.get("answer") is not None:
+        why += f", answering: {payload['answer']}"
     return f"a human {payload.get('decision', 'decided')} {what}{why}"
 
 

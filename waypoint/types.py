@@ -164,6 +164,9 @@ class ToolSpec:
     local: bool = False
     # May run again in a rerun with recorded tools when no recorded call matches (`@tool(replay_safe=True)`).
     replay_safe: bool = False
+    # The built-in `ask_human` tool (`Agent(ask_human=True)`): it waits like requires_approval, and
+    # the human's answer is its result (no activity runs it).
+    asks_human: bool = False
 
 
 @dataclass(frozen=True)
@@ -517,6 +520,10 @@ class StepDecision:
     call_id: str
     decision: DecisionKind
     reason: str = ""
+    # An approval may change the call's arguments (the tool runs with these) or, for `ask_human`,
+    # carry the human's answer (the call's result); both are recorded in the `decision` event.
+    edited_input: dict[str, Any] | None = None
+    answer: str | None = None
 
     @property
     def approved(self) -> bool:
@@ -649,6 +656,7 @@ class PendingApproval:
     tool: str
     arguments: str
     step: int
+    asks_human: bool = False  # an `ask_human` call: it waits for an answer, not a yes or no
 
 
 @dataclass(frozen=True)
@@ -657,6 +665,9 @@ class Decision:
 
     call_id: str | None = None
     reason: str | None = None
+    # approve only: the arguments the tool runs with instead of the model's, or an ask_human answer
+    edited_input: dict[str, Any] | None = None
+    answer: str | None = None
 
 
 @dataclass(frozen=True)

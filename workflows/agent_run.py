@@ -15,6 +15,7 @@ failover of agents with several models in `failover.py`.
 
 from __future__ import annotations
 
+import json
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
@@ -647,6 +648,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         ids of the recorded calls."""
         state = self._state
         needs = {s.name for s in state.plan.tools if s.requires_approval}
+        asks = {s.name for s in state.plan.tools if s.asks_human}
         waiting = [(i, c) for i, c in enumerate(calls) if c.name in needs]
         if not waiting:
             return {}, set()
@@ -656,7 +658,10 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             return {}, recorded
         self._decisions = {}
         self._pending = {
-            c.id: PendingApproval(call_id=c.id, tool=c.name, arguments=c.arguments, step=step) for _, c in waiting
+            c.id: PendingApproval(
+                call_id=c.id, tool=c.name, arguments=c.arguments, step=step, asks_human=c.name in asks
+            )
+            for _, c in waiting
         }
         await self._set_status(RunStatus.WAITING_APPROVAL, ", ".join(f"{c.name} ({c.id})" for _, c in waiting))
         await self._wait(lambda: not self._pending)
@@ -719,6 +724,12 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         if decision is not None and not decision.approved:
             why = f": {decision.reason}" if decision.reason else ""
             return not_run(call, ToolOutcome.DENIED, f"a human denied this call{why}")
+        if decision is not None and (decision.answer is not None or decision.edited_input is not None):
+            if workflow.patched("approval-answers-1"):  # runs from before had neither
+                if spec.asks_human:  # the human's answer is the call's result: no activity
+                    return ToolResult(call.id, call.name, decision.answer or "", outcome=ToolOutcome.ANSWERED)
+                if decision.edited_input is not None:  # the tool runs with the human's arguments
+                    call = replace(call, arguments=json.dumps(decision.edited_input))
         if spec.memory and state.plan.memory_queue is None:
             return not_run(
                 call,

@@ -102,7 +102,16 @@ class RunMessages:
 
     @approve.validator
     def _validate_approve(self, decision: Decision) -> None:
-        self._pending_call(decision)
+        pending = self._pending[self._pending_call(decision)]
+        if pending.asks_human and decision.answer is None:
+            raise ApplicationError(f"call {pending.call_id} asks a question ({pending.tool}): approve it with an answer")
+        if not pending.asks_human and decision.answer is not None:
+            raise ApplicationError(
+                f"call {pending.call_id} ({pending.tool}) waits for an approval, not an answer: approve it "
+                "(optionally with an edited input) or deny it"
+            )
+        if pending.asks_human and decision.edited_input is not None:
+            raise ApplicationError(f"call {pending.call_id} asks a question: answer it; it has no input to edit")
 
     @workflow.update(name=Update.DENY)
     def deny(self, decision: Decision) -> RunProgress:
@@ -128,7 +137,8 @@ class RunMessages:
     def _decide(self, decision: Decision, *, approved: bool) -> None:
         call_id = self._pending_call(decision)
         kind = DecisionKind.APPROVED if approved else DecisionKind.DENIED
-        self._decisions[call_id] = StepDecision(call_id, kind, decision.reason or "")
+        edited, answer = (decision.edited_input, decision.answer) if approved else (None, None)
+        self._decisions[call_id] = StepDecision(call_id, kind, decision.reason or "", edited, answer)
         del self._pending[call_id]
         if not self._pending:  # the answer shows the state after the change
             self._status = RunStatus.PAUSED if self._paused else RunStatus.RUNNING

@@ -36,6 +36,7 @@ from waypoint.checks import (
     check_budget,
     check_choice,
     check_count,
+    check_edited_input,
     check_idempotency_key,
     check_instructions,
     check_name,
@@ -51,7 +52,7 @@ from waypoint.checks import (
 from waypoint.checks import new_run_id as make_run_id
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
-from waypoint.errors import ConfigError, Conflict, InvalidInput, NotFound, WaypointError
+from waypoint.errors import ConfigError, Conflict, InvalidInput, Mismatch, NotFound, WaypointError
 from waypoint.models.spec import KEY_VARIABLES, Provider, check_extra, parse_model_spec
 from waypoint.names import (
     FINISHED,
@@ -99,6 +100,7 @@ from waypoint.types import (
     M,
     Memory,
     MemoryRequest,
+    PendingApproval,
     RunInput,
     RunProgress,
     RunResult,
@@ -777,12 +779,60 @@ class Waypoint:
         return await self._update(run_id, Update.SEND, text, tenant_id)
 
     async def approve(
-        self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None
+        self,
+        run_id: str,
+        call_id: str | None = None,
+        reason: str | None = None,
+        *,
+        edited_input: dict[str, Any] | None = None,
+        answer: str | None = None,
+        tenant_id: str | None = None,
     ) -> RunProgress:
         """Let a tool call that waits for approval run: the run's own, or (given the id of a run
-        above it) that of the one run of its tree that waits."""
+        above it) that of the one run of its tree that waits. `edited_input`: the arguments the tool
+        runs with instead of the model's (checked against its schema); `answer`: the answer to an
+        `ask_human` call (its result). Both are recorded with the decision."""
         target = await self._waiting_run(run_id, call_id, tenant_id)
-        return await self._update(target, Update.APPROVE, decision(call_id, reason), tenant_id)
+        chosen = decision(call_id, reason)
+        if edited_input is not None or answer is not None:
+            check_text("the answer", answer)
+            pending = await self._pending(target, call_id, tenant_id)
+            if pending is not None:
+                edited_input = await self._check_answer(target, pending, edited_input, answer, tenant_id)
+            chosen = replace(chosen, edited_input=edited_input, answer=answer)
+        return await self._update(target, Update.APPROVE, chosen, tenant_id)
+
+    async def _pending(self, run_id: str, call_id: str | None, tenant_id: str | None) -> PendingApproval | None:
+        """The call a decision is about, if it waits (the update itself says why when none does)."""
+        waiting = (await self.progress(run_id, tenant_id=tenant_id)).pending_approvals
+        if call_id is None:
+            return waiting[0] if len(waiting) == 1 else None
+        return next((p for p in waiting if p.call_id == call_id), None)
+
+    async def _check_answer(
+        self,
+        run_id: str,
+        pending: PendingApproval,
+        edited_input: dict[str, Any] | None,
+        answer: str | None,
+        tenant_id: str | None,
+    ) -> dict[str, Any] | None:
+        what = f"call {pending.call_id} ({pending.tool})"
+        if pending.asks_human:
+            if edited_input is not None or answer is None:
+                raise Mismatch(f"{what} asks a question: it expects an answer (text), not an edited input")
+            return None
+        if answer is not None:
+            raise Mismatch(
+                f"{what} waits for an approval, not an answer: approve it (optionally with an edited input) or deny it"
+            )
+        row = await self.run(run_id, tenant_id=tenant_id)
+        try:
+            tools = (await self.agent(row.agent)).tools
+        except NotFound:  # an agent no worker serves now: its run checks the arguments when the tool runs
+            tools = []
+        schema = next((t.parameters for t in tools if t.name == pending.tool), None)
+        return check_edited_input(pending.tool, schema, edited_input)
 
     async def deny(
         self, run_id: str, call_id: str | None = None, reason: str | None = None, *, tenant_id: str | None = None

@@ -269,9 +269,20 @@ def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitabl
         return await answer(ctx, lambda t: wp.send(run_id, text, tenant_id=t))
 
     @server.tool(annotations=WRITE)
-    async def approve(ctx: Context, run_id: str, call_id: str | None = None, reason: str | None = None) -> str:
-        """Let a tool call that waits for approval run (call_id may be left out when one call waits)."""
-        return await answer(ctx, lambda t: wp.approve(run_id, call_id, reason, tenant_id=t))
+    async def approve(
+        ctx: Context,
+        run_id: str,
+        call_id: str | None = None,
+        reason: str | None = None,
+        edited_input: dict[str, Any] | None = None,
+        answer_text: str | None = None,
+    ) -> str:
+        """Let a tool call that waits for approval run (call_id may be left out when one call waits);
+        edited_input: the arguments it runs with instead; answer_text: the answer to an ask_human call."""
+        return await answer(
+            ctx,
+            lambda t: wp.approve(run_id, call_id, reason, edited_input=edited_input, answer=answer_text, tenant_id=t),
+        )
 
     @server.tool(annotations=WRITE)
     async def deny(ctx: Context, run_id: str, call_id: str | None = None, reason: str | None = None) -> str:

@@ -125,7 +125,11 @@ def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> tuple[lis
     (`ledger_outputs`, by call index) is stored there only: its event holds a reference."""
     turn = record.turn
     new: list[NewEvent] = [(record.step, EventKind.USER_MESSAGE, {"content": m}) for m in record.user_messages]
-    new += [(record.step, EventKind.DECISION, asdict(d)) for d in record.decisions]
+    # (an edit or an answer only where a human gave one: plain decisions keep their shape)
+    new += [
+        (record.step, EventKind.DECISION, {k: v for k, v in asdict(d).items() if v is not None})
+        for d in record.decisions
+    ]
     new.append(
         (
             record.step,

@@ -19,11 +19,11 @@ def register(app: typer.Typer) -> None:
         app.command()(fn)
 
 
-async def _message(run_id: str, verb: str, as_json: bool, *args: object) -> None:
+async def _message(run_id: str, verb: str, as_json: bool, *args: object, **kw: object) -> None:
     from waypoint.app import console as out
 
     async with await connect(temporal=True) as wp:
-        progress = await getattr(wp, verb)(run_id, *args)
+        progress = await getattr(wp, verb)(run_id, *args, **kw)
     if as_json:
         out.print_json(progress)
     else:
@@ -57,9 +57,28 @@ async def send(
 
 
 @command
-async def approve(run_id: RunArg, call: CallOpt = None, reason: ReasonOpt = None, as_json: JsonOpt = False) -> None:
-    """Approve a tool call that waits for approval."""
-    await _message(run_id, "approve", as_json, call, reason)
+async def approve(
+    run_id: RunArg,
+    call: CallOpt = None,
+    reason: ReasonOpt = None,
+    edited: Annotated[
+        str | None, typer.Option("--input", help="JSON object: the arguments the tool runs with instead.")
+    ] = None,
+    answer: Annotated[str | None, typer.Option(help="The answer to an ask_human call (its result).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Approve a tool call that waits for approval (with an edited input, or an ask_human answer)."""
+    import json
+
+    from waypoint.errors import InvalidInput
+
+    edited_input = None
+    if edited is not None:
+        try:
+            edited_input = json.loads(edited)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"--input must be a JSON object of the tool's arguments: {exc.msg}") from None
+    await _message(run_id, "approve", as_json, call, reason, edited_input=edited_input, answer=answer)
 
 
 @command

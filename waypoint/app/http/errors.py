@@ -4,6 +4,7 @@
 
 | Waypoint error          | status | code                |
 |-------------------------|--------|---------------------|
+| Mismatch                | 422    | mismatch            |
 | InvalidInput            | 400    | invalid_input       |
 | ConfigError             | 400    | config_error        |
 | NotFound (UnknownAgent) | 404    | not_found (unknown_agent) |
@@ -36,6 +37,7 @@ from waypoint.errors import (
     ConfigError,
     Conflict,
     InvalidInput,
+    Mismatch,
     NotFound,
     PayloadTooLarge,
     StackError,
@@ -51,6 +53,7 @@ STATUS: list[tuple[type[WaypointError], int, str]] = [
     (UnknownAgent, 404, "unknown_agent"),
     (NotFound, 404, "not_found"),
     (Conflict, 409, "conflict"),
+    (Mismatch, 422, "mismatch"),
     (InvalidInput, 400, "invalid_input"),
     (ConfigError, 400, "config_error"),
     (PayloadTooLarge, 413, "payload_too_large"),

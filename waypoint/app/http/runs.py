@@ -124,6 +124,8 @@ class Text(Body):
 class Decide(Body):
     call_id: str | None = Field(None, description="The waiting tool call, when several wait.")
     reason: str | None = None
+    edited_input: dict[str, Any] | None = Field(None, description="approve: the arguments the tool runs with instead.")
+    answer: str | None = Field(None, description="approve: the answer to an ask_human call (its result).")
 
 
 def json_of(value: Any) -> dict[str, Any]:
@@ -497,12 +499,15 @@ async def send(run_id: str, body: Text, api: Api, tenant: Tenant) -> dict[str, A
 @router.post("/runs/{run_id}/approve")
 async def approve(run_id: str, api: Api, tenant: Tenant, body: Decide | None = None) -> dict[str, Any]:
     """Let a tool call that waits for approval run."""
-    body = body or Decide(call_id=None)
-    return json_of(await api.wp.approve(run_id, body.call_id, body.reason, tenant_id=tenant))
+    body = body or Decide.model_validate({})
+    approved = await api.wp.approve(
+        run_id, body.call_id, body.reason, edited_input=body.edited_input, answer=body.answer, tenant_id=tenant
+    )
+    return json_of(approved)
 
 
 @router.post("/runs/{run_id}/deny")
 async def deny(run_id: str, api: Api, tenant: Tenant, body: Decide | None = None) -> dict[str, Any]:
     """Refuse a waiting tool call; the model reads the reason."""
-    body = body or Decide(call_id=None)
+    body = body or Decide.model_validate({})
     return json_of(await api.wp.deny(run_id, body.call_id, body.reason, tenant_id=tenant))

@@ -37,9 +37,11 @@ from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.limits import StreamSlot
+from waypoint.app.http.protocol import interrupts
+from waypoint.app.http.protocol.interrupts import check_command
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of, values
 from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes
-from waypoint.app.http.protocol.threads import newest_started
+from waypoint.app.http.protocol.threads import live_status, newest_started
 from waypoint.app.http.runs import IdempotencyKey, resume_point
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.streams import StreamItem, run_items, sse_response
@@ -75,15 +77,9 @@ class RunCreate(BaseModel):
 
 # What a new run on a busy thread does (the Agent Protocol's multitask strategies); the first is the default.
 STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
-NO_COMMANDS = (
-    "commands (resume, goto) are not supported: approve or deny a waiting tool call with "
-    "POST /v1/runs/{id}/approve or /deny"
-)
 
 
 def _refuse_unsupported(body: RunCreate) -> None:
-    if body.command:
-        raise not_supported(NO_COMMANDS)
     if body.multitask_strategy not in (None, *STRATEGIES):
         raise InvalidInput(
             f"multitask_strategy={body.multitask_strategy!r} is not one of {', '.join(STRATEGIES)}: "
@@ -125,7 +121,12 @@ async def start_on_thread(
 ) -> str:
     """Start the run (a fork of the thread's newest run, or a new run) and return its id. With an
     idempotency key, a repeat answers the key's run: the key is claimed before the thread's slot is
-    taken, so a repeat neither takes a second slot nor meets the thread busy with its own run."""
+    taken, so a repeat neither takes a second slot nor meets the thread busy with its own run.
+    With `command={'resume': ...}`, no run starts: the thread's waiting run is answered and goes on
+    (its id is returned; see protocol/interrupts.py)."""
+    if body.command:
+        run_id, _ = await resume_on_thread(api, tenant, thread_id, body)
+        return run_id
     _refuse_unsupported(body)
     api.wp.check_webhook(body.webhook)  # before the run takes a place on its thread
     task = task_of(body.input or {})
@@ -135,6 +136,27 @@ async def start_on_thread(
         if claim.created:
             await _start(api, tenant, thread_id, body, claim.run_id, task, options)
     return claim.run_id
+
+
+async def resume_on_thread(api: ApiState, tenant: str, thread_id: str | None, body: RunCreate) -> tuple[str, int]:
+    """Answer the interrupt of the thread's waiting run with `body.command`'s resume value; returns
+    the run and the seq of its log before the answer (a stream of the resumed run goes on from there)."""
+    value = check_command(body.command or {})
+    if thread_id is None:
+        raise InvalidInput(
+            "a resume answers an interrupted thread's run: POST /threads/{thread_id}/runs with the command, "
+            "or POST /runs/{run_id}/wait with it"
+        )
+    thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
+    row = thread.last.run if thread.last is not None else None
+    return await _resume_run(api, tenant, row, f"thread {thread_id}", await live_status(api, tenant, thread), value)
+
+
+async def _resume_run(
+    api: ApiState, tenant: str, row: RunRow | None, where: str, status: str, value: Any
+) -> tuple[str, int]:
+    position = await api.wp.last_seq(row.run_id, tenant_id=tenant) if row is not None else 0
+    return await interrupts.resume(api, tenant, row, status, where, value), position
 
 
 async def _start(
@@ -289,6 +311,7 @@ async def _stream(
     resume_after: int = 0,
     *,
     subgraphs: bool = False,
+    resumed: bool = False,
 ) -> Response:
     """The run's stream in the protocol's format: its log from the start (state is rebuilt from it;
     parts the client saw before `resume_after` are not sent again), then live; with `subgraphs`,
@@ -309,7 +332,14 @@ async def _stream(
             fmt.forked = True
         stream = tree.items() if tree else run_items(api.hub, api.wp, tenant, run_id, 0, deltas=deltas)
         async for item in stream:
+            stops = item.event is not None and item.event.run_id == run_id and interrupts.is_wait(item.event)
+            if stops and item.event is not None:
+                fmt.interrupts[item.event.seq] = await interrupts.interrupts(
+                    api, tenant, await api.wp.run(run_id, tenant_id=tenant)
+                )
             yield item
+            if stops and item.event is not None and item.event.seq > resume_after:
+                return  # as LangGraph's: a stream ends at an interrupt
 
     return sse_response(
         items(),
@@ -317,7 +347,7 @@ async def _stream(
         slot=slot,
         keepalive=api.settings.api_keepalive_seconds,
         headers=_locations(thread_id, run_id),
-        opening=fmt.opening() if resume_after == 0 else [],
+        opening=fmt.opening() if resume_after == 0 or resumed else [],  # (a reconnect saw it)
     )
 
 
@@ -335,7 +365,19 @@ async def _written(api: ApiState, tenant: str, run_id: str, wait: float = 30.0) 
 
 
 async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, Any]:
-    result = await api.wp.result(run_id, tenant_id=tenant)
+    """The run's values when it ends, or when it waits for a human: then with `__interrupt__`."""
+    ending = asyncio.ensure_future(api.wp.result(run_id, tenant_id=tenant))
+    try:
+        while not ending.done():
+            row = await _written(api, tenant, run_id, wait=0.0)
+            waiting = await interrupts.interrupts(api, tenant, row)
+            if waiting:
+                return {**values(flatten(await conversation(api.wp, tenant, run_id))), "__interrupt__": waiting}
+            await asyncio.wait([ending], timeout=0.25)
+    finally:
+        if not ending.done():
+            ending.cancel()
+    result = ending.result()
     final = values(flatten(await conversation(api.wp, tenant, run_id)), result.output_json)
     if result.status == "failed":
         final["__error__"] = {"error": "RunFailed", "message": result.error}
@@ -362,6 +404,11 @@ async def stream_run(
 ) -> Response:
     """Start a run on the thread and stream it (stream modes: values, updates, messages-tuple, custom)."""
     modes = stream_modes(body.stream_mode)
+    if body.command:  # the waiting run goes on: its stream from the answer on
+        run_id, position = await resume_on_thread(api, tenant, thread_id, body)
+        return await _stream(
+            api, tenant, slot, thread_id, run_id, modes, position, subgraphs=body.stream_subgraphs, resumed=True
+        )
     run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
     return await _stream(api, tenant, slot, thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
 
@@ -503,10 +550,35 @@ async def join_stateless(
 # --- what is not supported: 501, with what to do instead -----------------------------------------
 
 
+class ResumeBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    command: dict[str, Any] | None = None
+    stream_mode: str | list[str] | None = None
+
+
+async def _resume_by_id(api: ApiState, tenant: str, run_id: str, body: ResumeBody) -> tuple[str, int]:
+    if not body.command:
+        raise InvalidInput(
+            f"POST /runs/{run_id}/stream|wait answers the run's interrupt: send command={{'resume': ...}}"
+        )
+    value = check_command(body.command)
+    row = await api.wp.run(run_id, tenant_id=tenant)
+    return await _resume_run(api, tenant, row, f"run {run_id}", str(row.status), value)
+
+
 @router.post("/runs/{run_id}/stream")
+async def resume_stream(run_id: str, body: ResumeBody, api: Api, tenant: Tenant, slot: OpenStream) -> Response:
+    """Answer the run's interrupt (`command={'resume': ...}`) and stream it from there."""
+    modes = stream_modes(body.stream_mode)
+    run_id, position = await _resume_by_id(api, tenant, run_id, body)
+    return await _stream(api, tenant, slot, None, run_id, modes, position, resumed=True)
+
+
 @router.post("/runs/{run_id}/wait")
-async def resume(run_id: str, tenant: Tenant) -> None:
-    raise not_supported(NO_COMMANDS)
+async def resume_wait(run_id: str, body: ResumeBody, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """Answer the run's interrupt (`command={'resume': ...}`) and answer its values when it ends (or waits again)."""
+    run_id, _ = await _resume_by_id(api, tenant, run_id, body)
+    return await _final_values(api, tenant, run_id)
 
 
 @router.post("/runs/batch")

@@ -8,9 +8,10 @@
 - a typed run's answer (its agent's `output_type`) is `structured_response` in its values, as
   LangGraph's `create_react_agent(response_format=...)` has it; the messages show the model's
   `final_answer` tool call and its result;
-- run statuses: starting, scheduled, queued, waiting_capacity -> pending; running, paused, waiting_approval -> running;
-  completed, max_steps -> success; budget_exceeded -> timeout; cancelled -> interrupted;
-  failed -> error.
+- run statuses: starting, scheduled, queued, waiting_capacity -> pending; running, paused -> running;
+  waiting_approval -> interrupted (it waits for a human: its thread is interrupted, a resume answers it
+  and the same run goes on); completed, max_steps -> success; budget_exceeded -> timeout;
+  cancelled -> interrupted; failed -> error.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 RUN_STATUS = {
     RunStatus.RUNNING: "running",
     RunStatus.PAUSED: "running",
-    RunStatus.WAITING_APPROVAL: "running",
+    RunStatus.WAITING_APPROVAL: "interrupted",  # stopped at an interrupt (see protocol/interrupts.py)
     RunStatus.WAITING_CAPACITY: "pending",  # queued for capacity: the spec's "pending" is a run not moving yet
     RunStatus.SCHEDULED: "pending",  # a delayed run (after_seconds) before its time
     RunStatus.QUEUED: "pending",  # an enqueued run (multitask_strategy enqueue, interrupt) before its turn

@@ -6,6 +6,8 @@
     event: messages   data: [message chunk, metadata]                "messages-tuple": token deltas
     event: custom     data: {"event": {...}} or {"delta": {...}}     Waypoint's own log events and deltas
     event: error      data: {"error": ..., "message": ...}           a failed run, or a client cut off
+    event: updates    data: {"__interrupt__": [{"value": ..., "id": ...}]}   the run waits for a human
+                      (and `values` with `__interrupt__`); the stream ends there (protocol/interrupts.py)
 
 With `stream_subgraphs`, the parts of the sub-agent runs below the run come too, each run's
 rendered as above, their event names carrying the run's namespace as LangGraph servers send a
@@ -26,6 +28,7 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from waypoint.app.client import EventRow
+from waypoint.app.http.protocol.interrupts import from_log
 from waypoint.app.http.protocol.shapes import ai_id, lc_messages, values
 from waypoint.app.http.streams import StreamItem, delta_data, event_data, merged
 from waypoint.app.http.trees import TreeStream
@@ -69,6 +72,7 @@ class ProtocolFormat:
         self.tool_messages: dict[int, list[dict[str, Any]]] = {}
         self.streamed: set[tuple[int, int]] = set()
         self.output_json: Any = None  # a typed answer, once the run ends with one
+        self.interrupts: dict[int, list[dict[str, Any]]] = {}  # by seq of the wait's status event (read live)
 
     def opening(self) -> list[ServerSentEvent]:
         return [sse("metadata", {"run_id": self.run_id, "attempt": 1})]
@@ -147,6 +151,11 @@ class ProtocolFormat:
                 if "updates" in self.modes:
                     out.append(sse("updates", {"tools": {"messages": done}}))
                 out += self._values()
+        elif found := from_log(row, self.interrupts):  # the run waits for a human: LangGraph's interrupt parts
+            if "updates" in self.modes:
+                out.append(sse("updates", {"__interrupt__": found}))
+            if "values" in self.modes:
+                out.append(sse("values", {**values(list(self.messages), self.output_json), "__interrupt__": found}))
         elif row.kind == EventKind.RUN_FINISHED and row.payload.get("output_json") is not None:
             self.output_json = row.payload["output_json"]  # a typed answer: the last values carry it
             out += self._values()

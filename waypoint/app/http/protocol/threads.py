@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.errors import not_supported
+from waypoint.app.http.protocol import interrupts
 from waypoint.app.http.protocol.shapes import (
     Entry,
     conversation,
@@ -64,15 +65,34 @@ class CheckpointRef(Loose):
 async def thread_json(api: ApiState, tenant: str, thread: ThreadRow) -> dict[str, Any]:
     last = newest_started(thread)
     state = values(flatten(await conversation(api.wp, tenant, last.run_id)), last.output_json) if last else {}
+    waiting = await _waiting(api, tenant, thread)
+    status = thread_status(thread)
     return {
         "thread_id": thread.thread_id,
         "created_at": iso(thread.created_at),
         "updated_at": iso(thread.updated_at),
         "metadata": thread.metadata,
-        "status": thread_status(thread),
+        "status": "interrupted" if waiting else "busy" if status == "interrupted" else status,
         "values": state,
-        "interrupts": {},
+        # by task, as LangGraph keys them: the waiting step's tools node
+        "interrupts": {interrupts.task(run.run_id, run.steps + 1, found)["id"]: found for run, found in waiting},
     }
+
+
+async def _waiting(api: ApiState, tenant: str, thread: ThreadRow) -> list[tuple[RunRow, list[dict[str, Any]]]]:
+    """The thread's run and its interrupts, read live from its pending approvals (none: not interrupted)."""
+    row = thread.last.run if thread.last is not None else None
+    found = await interrupts.interrupts(api, tenant, row)
+    return [(row, found)] if row is not None and found else []
+
+
+async def live_status(api: ApiState, tenant: str, thread: ThreadRow) -> str:
+    """The thread's status, `interrupted` only while its run has a call that waits (an answered one
+    is `busy` at once, before the run's row catches up)."""
+    status = thread_status(thread)
+    if status != "interrupted":
+        return status
+    return "interrupted" if await _waiting(api, tenant, thread) else "busy"
 
 
 def newest_started(thread: ThreadRow) -> RunRow | None:
@@ -167,7 +187,16 @@ async def thread_states(api: ApiState, tenant: str, thread_id: str) -> list[dict
     last = newest_started(thread)
     if last is None:
         return []
-    return states(thread, await conversation(api.wp, tenant, last.run_id), last)
+    found = states(thread, await conversation(api.wp, tenant, last.run_id), last)
+    for run, waiting in await _waiting(api, tenant, thread):
+        if found and run.run_id == last.run_id:  # the newest checkpoint waits: its tools node holds the interrupts
+            found[0] = {
+                **found[0],
+                "next": ["tools"],
+                "tasks": [interrupts.task(run.run_id, run.steps + 1, waiting)],
+                "interrupts": waiting,
+            }
+    return found
 
 
 def empty_state(thread_id: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@ the run's page again: with what happened, or with why it was refused (`as_refusa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable
 from typing import Annotated
 
@@ -10,6 +11,7 @@ from fastapi import APIRouter, Depends, Form
 from fastapi.responses import RedirectResponse, Response
 
 from waypoint.app.http.ui.render import Api, Tenant, answers_errors, as_refusal, back_to, own_form
+from waypoint.errors import InvalidInput
 from waypoint.types import RunProgress
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(own_form)])
@@ -49,17 +51,46 @@ CallId = Annotated[str, Form()]
 Reason = Annotated[str, Form()]
 
 
-async def decide(run_id: str, api: Api, tenant: Tenant, call_id: str, reason: str, *, approve: bool) -> Response:
-    """Approve or deny the call that waits (the form's `call_id`), with an optional reason."""
-    answer = api.wp.approve if approve else api.wp.deny
-    call = answer(run_id, call_id or None, reason.strip() or None, tenant_id=tenant)
-    return await act(run_id, "approved" if approve else "denied", call)
+async def decide(
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    call_id: str,
+    reason: str,
+    *,
+    approve: bool,
+    answer: str = "",
+    edited: str = "",
+) -> Response:
+    """Approve or deny the call that waits (the form's `call_id`), with an optional reason; an
+    approval may carry an edited input (JSON) or an ask_human call's answer."""
+    why = reason.strip() or None
+    if not approve:
+        return await act(run_id, "denied", api.wp.deny(run_id, call_id or None, why, tenant_id=tenant))
+    edited_input = None
+    if edited.strip():
+        try:
+            edited_input = json.loads(edited)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"the edited input must be a JSON object of the tool's arguments: {exc.msg}") from None
+    call = api.wp.approve(
+        run_id, call_id or None, why, edited_input=edited_input, answer=answer or None, tenant_id=tenant
+    )
+    return await act(run_id, "approved", call)
 
 
 @router.post("/runs/{run_id}/approve")
 @answers_errors(as_refusal)
-async def approve(run_id: str, api: Api, tenant: Tenant, call_id: CallId = "", reason: Reason = "") -> Response:
-    return await decide(run_id, api, tenant, call_id, reason, approve=True)
+async def approve(
+    run_id: str,
+    api: Api,
+    tenant: Tenant,
+    call_id: CallId = "",
+    reason: Reason = "",
+    answer: Annotated[str, Form()] = "",
+    edited_input: Annotated[str, Form()] = "",
+) -> Response:
+    return await decide(run_id, api, tenant, call_id, reason, approve=True, answer=answer, edited=edited_input)
 
 
 @router.post("/runs/{run_id}/deny")
