@@ -161,7 +161,6 @@ async def test_a_conversation_streams_token_by_token_and_lists_threads_and_histo
     assert await page.locator("#messages .message").count() == 4
 
 
-@pytest.mark.skip(reason="needs branch `int` (approvals as LangGraph interrupts, answered by command.resume)")
 @pytest.mark.timeout(150)  # npm, a browser, a stack and a worker under CI load; a hang still fails
 async def test_an_approval_shows_as_an_interrupt_and_is_answered_from_the_page(
     browser,  # noqa: F811

@@ -15,8 +15,8 @@ failover of agents with several models in `failover.py`.
 
 from __future__ import annotations
 
-import json
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta

@@ -104,7 +104,9 @@ class RunMessages:
     def _validate_approve(self, decision: Decision) -> None:
         pending = self._pending[self._pending_call(decision)]
         if pending.asks_human and decision.answer is None:
-            raise ApplicationError(f"call {pending.call_id} asks a question ({pending.tool}): approve it with an answer")
+            raise ApplicationError(
+                f"call {pending.call_id} asks a question ({pending.tool}): approve it with an answer"
+            )
         if not pending.asks_human and decision.answer is not None:
             raise ApplicationError(
                 f"call {pending.call_id} ({pending.tool}) waits for an approval, not an answer: approve it "

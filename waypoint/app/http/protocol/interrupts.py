@@ -150,6 +150,13 @@ def check_command(command: dict[str, Any]) -> Any:
 def answers(run_id: str, waiting: Sequence[PendingApproval], value: Any) -> list[Answer]:
     """The decisions a resume value stands for, every one checked before any is delivered."""
     ids = {interrupt_id(run_id, p.call_id): p for p in waiting}
+    if isinstance(value, dict) and isinstance(value.get("decisions"), list):
+        # LangChain's human-in-the-loop shape (what `useStream` front ends send): one decision per
+        # waiting call, in order.
+        decisions = value["decisions"]
+        if len(decisions) != len(waiting):
+            raise Mismatch(f"{len(decisions)} decisions for {len(waiting)} waiting calls: send one per call, in order")
+        return [_answer(p, _decision(d)) for p, d in zip(waiting, decisions, strict=True)]
     if isinstance(value, dict) and value and all(k in ids or ":" in k for k in value):
         unknown = [k for k in value if k not in ids]
         if unknown:
@@ -158,6 +165,19 @@ def answers(run_id: str, waiting: Sequence[PendingApproval], value: Any) -> list
     if len(waiting) > 1:
         raise Mismatch(f"{len(waiting)} interrupts wait ({', '.join(ids)}): resume with a map of interrupt id to value")
     return [_answer(waiting[0], value)]
+
+
+def _decision(decision: Any) -> Any:
+    """A LangChain human-in-the-loop decision (`{"type": "approve"|"reject"|"edit", ...}`) as a resume value."""
+    kind = decision.get("type") if isinstance(decision, dict) else None
+    if kind == "approve":
+        return {"action": "approve"}
+    if kind == "reject":
+        return {"action": "deny", "reason": decision.get("message")}
+    if kind == "edit":
+        action = decision.get("edited_action")
+        return {"action": "edit", "input": action.get("args") if isinstance(action, dict) else None}
+    raise Mismatch(f"{json.dumps(decision)[:200]}: a decision is {{'type': 'approve' | 'reject' | 'edit', ...}}")
 
 
 def _answer(p: PendingApproval, value: Any) -> Answer:
