@@ -37,7 +37,7 @@ from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of, values
-from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes
+from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes, wants_deltas
 from waypoint.app.http.protocol.threads import newest_started
 from waypoint.app.http.runs import IdempotencyKey, resume_point
 from waypoint.app.http.state import ApiState
@@ -270,7 +270,7 @@ async def _stream(
     parts the client saw before `resume_after` are not sent again), then live; with `subgraphs`,
     its sub-agent runs' parts too, until every run of its tree has ended."""
     fmt = ProtocolFormat(run_id, modes, [], forked=False, resume_after=resume_after)
-    deltas = "messages-tuple" in modes or "custom" in modes
+    deltas = wants_deltas(modes)
     tree = TreeStream(api.hub, api.wp, tenant, run_id, {}, deltas=deltas) if subgraphs else None
 
     async def items() -> AsyncIterator[StreamItem]:
