@@ -231,7 +231,8 @@ class TasksLens(Lens):
 
     def _result(self, step: int, node: str, at: str, messages: list[dict[str, Any]]) -> list[ServerSentEvent]:
         task_id = f"{self.fmt.run_id}:{step}:{node}"
-        payload: dict[str, Any] = {"id": task_id, "name": node, "error": None, "result": {"messages": messages}, "interrupts": []}
+        result = {"messages": messages}
+        payload: dict[str, Any] = {"id": task_id, "name": node, "error": None, "result": result, "interrupts": []}
         return self._part("task_result", step, at, payload)
 
     def model_begins(self, step: int, attempt: int, at: str, first_of_step: bool) -> list[ServerSentEvent]:

@@ -22,10 +22,7 @@ runs on no thread. A create with an `Idempotency-Key` header answers the key's r
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
@@ -36,16 +33,17 @@ from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.limits import StreamSlot
+from waypoint.app.http.protocol.follow import follow_run
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of, values
 from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes, wants_deltas
 from waypoint.app.http.protocol.threads import newest_started
 from waypoint.app.http.runs import IdempotencyKey, resume_point
 from waypoint.app.http.state import ApiState
-from waypoint.app.http.streams import StreamItem, run_items, sse_response
+from waypoint.app.http.streams import sse_response
 from waypoint.app.http.trees import TreeStream
 from waypoint.checks import check_priority, new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
-from waypoint.names import FINISHED, WAITING_TO_START, MemoryView
+from waypoint.names import FINISHED, MemoryView
 
 router = APIRouter(tags=["agent protocol: runs"])
 
@@ -273,41 +271,14 @@ async def _stream(
     deltas = wants_deltas(modes)
     tree = TreeStream(api.hub, api.wp, tenant, run_id, {}, deltas=deltas) if subgraphs else None
 
-    async def items() -> AsyncIterator[StreamItem]:
-        row = await _written(api, tenant, run_id)
-        while row is not None and row.status in WAITING_TO_START:  # a delayed or enqueued run: until it starts
-            await asyncio.sleep(0.2)
-            row = await api.wp.run(run_id, tenant_id=tenant)
-        if row is not None and row.parent_run_id:
-            # a fork: the conversation so far is its ancestors', each up to the step it was forked at
-            entries = await conversation(api.wp, tenant, run_id)
-            fmt.messages = flatten([e for e in entries if e.run_id != run_id])
-            fmt.forked = True
-        stream = tree.items() if tree else run_items(api.hub, api.wp, tenant, run_id, 0, deltas=deltas)
-        async for item in stream:
-            yield item
-
     return sse_response(
-        items(),
+        follow_run(api, tenant, run_id, fmt, tree.items if tree else None),
         SubgraphFormat(fmt, tree, modes).render if tree else fmt.render,
         slot=slot,
         keepalive=api.settings.api_keepalive_seconds,
         headers=_locations(thread_id, run_id),
         opening=fmt.opening() if resume_after == 0 else [],
     )
-
-
-async def _written(api: ApiState, tenant: str, run_id: str, wait: float = 30.0) -> RunRow | None:
-    """The run's row, once its worker has written it (a run started a moment ago has none yet; its
-    first event comes with the row, so waiting here delays nothing)."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return await api.wp.run(run_id, tenant_id=tenant)
-        except NotFound:
-            if time.monotonic() > deadline:
-                return None
-            await asyncio.sleep(0.02)
 
 
 async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, Any]:

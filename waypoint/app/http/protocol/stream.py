@@ -23,7 +23,7 @@ chunks carry their own message id (`<run>:<step>:<attempt>`), the retry's anothe
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sse_starlette import ServerSentEvent
@@ -65,7 +65,7 @@ def stream_modes(value: str | Sequence[str] | None) -> list[str]:
     return modes or ["values"]
 
 
-def wants_deltas(modes: Sequence[str]) -> bool:
+def wants_deltas(modes: Iterable[str]) -> bool:
     return bool(DELTA_MODES.intersection(modes))
 
 
