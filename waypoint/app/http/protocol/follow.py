@@ -79,8 +79,8 @@ async def follow_run(
         yield item
 
 
-def thread_modes(value: Sequence[str] | None) -> tuple[list[str], set[str]]:
-    """(the run modes a thread stream renders, the thread modes asked for)."""
+def thread_modes(value: Sequence[str] | None) -> list[str]:
+    """The run modes a thread stream renders (none for `lifecycle` alone: its runs' opening and end)."""
     asked = [m for m in value or [] if m] or ["run_modes"]
     unknown = [m for m in asked if m not in THREAD_MODES and m not in SUPPORTED_MODES]
     if unknown:
@@ -89,7 +89,7 @@ def thread_modes(value: Sequence[str] | None) -> tuple[list[str], set[str]]:
             f"{', '.join([*THREAD_MODES, *SUPPORTED_MODES])}"
         )
     modes = [m for a in asked for m in THREAD_MODES.get(a, (a,))]
-    return list(dict.fromkeys(modes)), set(asked)
+    return list(dict.fromkeys(modes))
 
 
 def thread_position(text: str | None) -> tuple[str, int | None] | None:
@@ -107,12 +107,11 @@ def thread_position(text: str | None) -> tuple[str, int | None] | None:
 class ThreadFollower:
     """A thread's runs, one after another, rendered into one stream (see the module docstring)."""
 
-    def __init__(self, api: ApiState, tenant: str, thread_id: str, modes: list[str], lifecycle_only: bool):
+    def __init__(self, api: ApiState, tenant: str, thread_id: str, modes: list[str]):
         self.api = api
         self.tenant = tenant
         self.thread_id = thread_id
         self.modes = modes
-        self.lifecycle_only = lifecycle_only
         self.cut_off = False
 
     async def start(self, resume: tuple[str, int | None] | None) -> tuple[tuple[str, int] | None, int]:
@@ -158,7 +157,7 @@ class ThreadFollower:
             current = None
 
     async def _run(self, run_id: str, after: int) -> AsyncIterator[ServerSentEvent]:
-        fmt = ProtocolFormat(run_id, [] if self.lifecycle_only else self.modes, [], forked=False, resume_after=after)
+        fmt = ProtocolFormat(run_id, self.modes, [], forked=False, resume_after=after)
         if after == 0:
             yield sse("metadata", {"run_id": run_id, "attempt": 1})
         async for item in follow_run(self.api, self.tenant, run_id, fmt):
@@ -192,7 +191,6 @@ async def follow_thread(
     last_event_id: str | None,
 ) -> Response:
     """The thread's stream (`GET /threads/{thread_id}/stream`); a bad mode or id is a 400 before it opens."""
-    modes, asked = thread_modes(stream_mode)
-    follower = ThreadFollower(api, tenant, thread_id, modes, lifecycle_only=asked == {"lifecycle"})
+    follower = ThreadFollower(api, tenant, thread_id, thread_modes(stream_mode))
     first, position = await follower.start(thread_position(last_event_id))
     return parts_response(follower.events(first, position), slot=slot, keepalive=api.settings.api_keepalive_seconds)

@@ -307,7 +307,7 @@ async def stream_run(
     slot: OpenStream,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    """Start a run on the thread and stream it (stream modes: values, updates, messages-tuple, custom)."""
+    """Start a run on the thread and stream it in the requested stream modes (protocol/stream.py)."""
     modes = stream_modes(body.stream_mode)
     run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
     return await _stream(api, tenant, slot, thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
