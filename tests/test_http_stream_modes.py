@@ -180,6 +180,19 @@ async def test_every_graph_mode_of_one_run(served: ApiServer, model: FakeOpenAI)
     assert of(parts, "tasks") == [d["payload"] for d in debug if d["type"] != "checkpoint"]
     assert of(parts, "checkpoints") == checkpoints
 
+    # joined again after step 1's checkpoint (its SSE id, the log seq behind it): only step 2's parts
+    joined = [p async for p in lg.runs.join_stream(thread["thread_id"], run_id, stream_mode="debug")]
+
+    def untimed(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in d.items() if k != "timestamp"} for d in parts]  # live: when it was sent
+
+    assert untimed([p.data for p in joined if p.event == "debug"]) == untimed(debug)
+    after = next(p.id for p in joined if p.event == "debug" and p.data["type"] == "checkpoint" and p.data["step"] == 1)
+    rest = [
+        p.data async for p in lg.runs.join_stream(thread["thread_id"], run_id, stream_mode="debug", last_event_id=after)
+    ]
+    assert untimed(rest) == untimed(debug[-3:])
+
 
 async def test_the_new_modes_stream_sub_agent_runs_too(served: ApiServer):
     lg = get_client(url=served.url, api_key=served.key)
