@@ -63,6 +63,7 @@ THREAD_ENDPOINTS = [
     ("GET", "/threads/{thread}/runs/{run}", None),
     ("GET", "/threads/{thread}/runs/{run}/join", None),
     ("GET", "/threads/{thread}/runs/{run}/stream", None),
+    ("GET", "/threads/{thread}/stream", None),
     ("POST", "/threads/{thread}/runs/{run}/cancel", None),
     ("DELETE", "/threads/{thread}/runs/{run}", None),
     ("DELETE", "/threads/{thread}", None),

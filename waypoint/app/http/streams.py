@@ -225,8 +225,15 @@ def sse_response(
         for event in closing() if closing else []:
             yield event
 
+    return parts_response(events(), slot=slot, keepalive=keepalive, headers=headers)
+
+
+def parts_response(
+    parts: AsyncIterator[ServerSentEvent], *, slot: StreamSlot, keepalive: float, headers: dict[str, str] | None = None
+) -> EventSourceResponse:
+    """The SSE response of events rendered already (a stream of several runs renders its own)."""
     return LiveStream(
-        events(),
+        parts,
         slot=slot,
         ping=keepalive,
         ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Any
@@ -38,17 +37,18 @@ from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.protocol import interrupts
+from waypoint.app.http.protocol.follow import follow_run, written
 from waypoint.app.http.protocol.interrupts import check_command
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of, values
-from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes
+from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes, wants_deltas
 from waypoint.app.http.protocol.threads import live_status, newest_started
 from waypoint.app.http.runs import IdempotencyKey, resume_point
 from waypoint.app.http.state import ApiState
-from waypoint.app.http.streams import StreamItem, run_items, sse_response
+from waypoint.app.http.streams import StreamItem, sse_response
 from waypoint.app.http.trees import TreeStream
 from waypoint.checks import new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
-from waypoint.names import FINISHED, WAITING_TO_START, MemoryView
+from waypoint.names import FINISHED, MemoryView
 from waypoint.run_config import RunConfig, run_config
 
 router = APIRouter(tags=["agent protocol: runs"])
@@ -317,21 +317,11 @@ async def _stream(
     parts the client saw before `resume_after` are not sent again), then live; with `subgraphs`,
     its sub-agent runs' parts too, until every run of its tree has ended."""
     fmt = ProtocolFormat(run_id, modes, [], forked=False, resume_after=resume_after)
-    deltas = "messages-tuple" in modes or "custom" in modes
+    deltas = wants_deltas(modes)
     tree = TreeStream(api.hub, api.wp, tenant, run_id, {}, deltas=deltas) if subgraphs else None
 
     async def items() -> AsyncIterator[StreamItem]:
-        row = await _written(api, tenant, run_id)
-        while row is not None and row.status in WAITING_TO_START:  # a delayed or enqueued run: until it starts
-            await asyncio.sleep(0.2)
-            row = await api.wp.run(run_id, tenant_id=tenant)
-        if row is not None and row.parent_run_id:
-            # a fork: the conversation so far is its ancestors', each up to the step it was forked at
-            entries = await conversation(api.wp, tenant, run_id)
-            fmt.messages = flatten([e for e in entries if e.run_id != run_id])
-            fmt.forked = True
-        stream = tree.items() if tree else run_items(api.hub, api.wp, tenant, run_id, 0, deltas=deltas)
-        async for item in stream:
+        async for item in follow_run(api, tenant, run_id, fmt, tree.items if tree else None):
             stops = item.event is not None and item.event.run_id == run_id and interrupts.is_wait(item.event)
             if stops and item.event is not None:
                 fmt.interrupts[item.event.seq] = await interrupts.interrupts(
@@ -351,25 +341,12 @@ async def _stream(
     )
 
 
-async def _written(api: ApiState, tenant: str, run_id: str, wait: float = 30.0) -> RunRow | None:
-    """The run's row, once its worker has written it (a run started a moment ago has none yet; its
-    first event comes with the row, so waiting here delays nothing)."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return await api.wp.run(run_id, tenant_id=tenant)
-        except NotFound:
-            if time.monotonic() > deadline:
-                return None
-            await asyncio.sleep(0.02)
-
-
 async def _final_values(api: ApiState, tenant: str, run_id: str) -> dict[str, Any]:
     """The run's values when it ends, or when it waits for a human: then with `__interrupt__`."""
     ending = asyncio.ensure_future(api.wp.result(run_id, tenant_id=tenant))
     try:
         while not ending.done():
-            row = await _written(api, tenant, run_id, wait=0.0)
+            row = await written(api, tenant, run_id, wait=0.0)
             waiting = await interrupts.interrupts(api, tenant, row)
             if waiting:
                 return {**values(flatten(await conversation(api.wp, tenant, run_id))), "__interrupt__": waiting}
@@ -402,7 +379,7 @@ async def stream_run(
     slot: OpenStream,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    """Start a run on the thread and stream it (stream modes: values, updates, messages-tuple, custom)."""
+    """Start a run on the thread and stream it in the requested stream modes (protocol/stream.py)."""
     modes = stream_modes(body.stream_mode)
     if body.command:  # the waiting run goes on: its stream from the answer on
         run_id, position = await resume_on_thread(api, tenant, thread_id, body)

@@ -5,6 +5,9 @@
     event: updates    data: {"model": {"messages": [...]}} or {"tools": {...}}
     event: messages   data: [message chunk, metadata]                "messages-tuple": token deltas
     event: custom     data: {"event": {...}} or {"delta": {...}}     Waypoint's own log events and deltas
+    event: messages/metadata, messages/partial, messages/complete    "messages" (parts.py)
+    event: events     data: {"event": "on_chat_model_stream", ...}   "events": astream_events v2 (parts.py)
+    event: debug, tasks, checkpoints                                  a task per node, a checkpoint per step
     event: error      data: {"error": ..., "message": ...}           a failed run, or a client cut off
     event: updates    data: {"__interrupt__": [{"value": ..., "id": ...}]}   the run waits for a human
                       (and `values` with `__interrupt__`); the stream ends there (protocol/interrupts.py)
@@ -22,13 +25,15 @@ chunks carry their own message id (`<run>:<step>:<attempt>`), the retry's anothe
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sse_starlette import ServerSentEvent
 
 from waypoint.app.client import EventRow
 from waypoint.app.http.protocol.interrupts import from_log
+from waypoint.app.http.protocol.parts import lenses
+from waypoint.app.http.protocol.parts import now as parts_now
 from waypoint.app.http.protocol.shapes import ai_id, lc_messages, values
 from waypoint.app.http.streams import StreamItem, delta_data, event_data, merged
 from waypoint.app.http.trees import TreeStream
@@ -36,7 +41,18 @@ from waypoint.deltas import AttemptText
 from waypoint.errors import InvalidInput
 from waypoint.names import EventKind, RunStatus
 
-SUPPORTED_MODES = ("values", "updates", "messages-tuple", "custom")
+SUPPORTED_MODES = (
+    "values",
+    "updates",
+    "messages",
+    "messages-tuple",
+    "events",
+    "debug",
+    "tasks",
+    "checkpoints",
+    "custom",
+)
+DELTA_MODES = {"messages", "messages-tuple", "events", "custom"}  # the modes that show a model's tokens
 
 
 def stream_modes(value: str | Sequence[str] | None) -> list[str]:
@@ -47,9 +63,13 @@ def stream_modes(value: str | Sequence[str] | None) -> list[str]:
     if unknown:
         raise InvalidInput(
             f"stream mode {', '.join(unknown)} is not supported: use {', '.join(SUPPORTED_MODES)} "
-            "(messages-tuple carries the model's tokens)"
+            "(messages and messages-tuple carry the model's tokens)"
         )
     return modes or ["values"]
+
+
+def wants_deltas(modes: Iterable[str]) -> bool:
+    return bool(DELTA_MODES.intersection(modes))
 
 
 def sse(event: str, data: Any) -> ServerSentEvent:
@@ -73,6 +93,9 @@ class ProtocolFormat:
         self.streamed: set[tuple[int, int]] = set()
         self.output_json: Any = None  # a typed answer, once the run ends with one
         self.interrupts: dict[int, list[dict[str, Any]]] = {}  # by seq of the wait's status event (read live)
+        self.begun: set[tuple[int, int]] = set()  # (step, attempt) whose model call a lens was told of
+        self.so_far: dict[tuple[int, int], AttemptText] = {}  # what each attempt in flight said so far
+        self.lenses = lenses(self, self.modes)
 
     def opening(self) -> list[ServerSentEvent]:
         return [sse("metadata", {"run_id": self.run_id, "attempt": 1})]
@@ -97,14 +120,43 @@ class ProtocolFormat:
         )
         return [sse("error", {"error": "SlowClient", "message": message})]
 
-    def _meta(self, step: int, node: str, attempt: int | None = None) -> dict[str, Any]:
+    def meta(self, step: int, node: str, attempt: int | None = None) -> dict[str, Any]:
         meta: dict[str, Any] = {"run_id": self.run_id, "langgraph_step": step, "langgraph_node": node}
         if attempt is not None:
             meta["waypoint_attempt"] = attempt
         return meta
 
+    def _tell(self, hook: str, *args: Any) -> list[ServerSentEvent]:
+        """Every lens's parts for one point of the run (`parts.Lens`'s hooks)."""
+        return [part for lens in self.lenses for part in getattr(lens, hook)(*args)]
+
+    def _begin(self, step: int, attempt: int, at: str) -> list[ServerSentEvent]:
+        """What the lenses say when a step's model call shows first (a token, or its answer)."""
+        if (step, attempt) in self.begun:
+            return []
+        first = not any(s == step for s, _ in self.begun)
+        self.begun.add((step, attempt))
+        return self._tell("model_begins", step, attempt, at, first)
+
+    def _so_far(self, joined: AttemptText, *, snapshot: bool) -> AttemptText:
+        key = (joined.step, joined.attempt)
+        so_far = self.so_far.get(key)
+        if snapshot or so_far is None:
+            so_far = self.so_far[key] = AttemptText(joined.step, joined.attempt)
+        so_far.text += joined.text
+        for i, piece in joined.tool_calls.items():
+            call = so_far.tool_calls.setdefault(i, {"index": i, "id": None, "name": None, "arguments": ""})
+            call["id"] = call["id"] or piece["id"]
+            call["name"] = call["name"] or piece["name"]
+            call["arguments"] += piece["arguments"]
+        return so_far
+
     def _delta(self, joined: AttemptText, *, snapshot: bool) -> list[ServerSentEvent]:
         out: list[ServerSentEvent] = []
+        if self.lenses and (joined.text or joined.tool_calls):
+            so_far = self._so_far(joined, snapshot=snapshot)
+            out += self._begin(joined.step, joined.attempt, parts_now())
+            out += self._tell("model_delta", so_far, joined)
         if "custom" in self.modes:
             data = delta_data(self.run_id, joined.step, joined.attempt, joined.text, joined.tool_calls)
             out.append(sse("custom", {"delta": {**data, "snapshot": snapshot}}))
@@ -119,7 +171,7 @@ class ProtocolFormat:
                     for i, c in sorted(joined.tool_calls.items())
                 ],
             }
-            out.append(sse("messages", [chunk, self._meta(joined.step, "model", joined.attempt)]))
+            out.append(sse("messages", [chunk, self.meta(joined.step, "model", joined.attempt)]))
         return out
 
     def _values(self) -> list[ServerSentEvent]:
@@ -130,6 +182,10 @@ class ProtocolFormat:
         if "custom" in self.modes:
             out.append(sse("custom", {"event": event_data(row)}))
         new = lc_messages(row, forked=self.forked)
+        if row.kind == EventKind.RUN_STARTED:
+            out += self._tell("run_started", row, new)
+        elif row.kind == EventKind.MODEL_RESPONSE:  # the lenses see the state the model answered first
+            out += self._begin(row.step, int(row.payload.get("attempt") or 1), row.created_at.isoformat())
         self.messages += new
         if row.kind in (EventKind.RUN_STARTED, EventKind.USER_MESSAGE) and new:
             out += self._values()
@@ -138,16 +194,20 @@ class ProtocolFormat:
             self.expected_tools[row.step] = len(row.payload.get("tool_calls") or [])
             if "messages-tuple" in self.modes and (row.step, attempt) not in self.streamed:
                 whole = {**new[0], "type": "AIMessageChunk"}  # not streamed (a scripted model): all at once
-                out.append(sse("messages", [whole, self._meta(row.step, "model", attempt)]))
+                out.append(sse("messages", [whole, self.meta(row.step, "model", attempt)]))
+            self.so_far.pop((row.step, attempt), None)
+            out += self._tell("model_answered", row, new[0])
             if "updates" in self.modes:
                 out.append(sse("updates", {"model": {"messages": new}}))
             out += self._values()
         elif row.kind == EventKind.TOOL_RESULT:
             if "messages-tuple" in self.modes:
-                out.append(sse("messages", [new[0], self._meta(row.step, "tools")]))
+                out.append(sse("messages", [new[0], self.meta(row.step, "tools")]))
+            out += self._tell("tool_answered", row, new[0])
             done = self.tool_messages.setdefault(row.step, [])
             done += new
             if len(done) == self.expected_tools.get(row.step, -1):
+                out += self._tell("tools_done", row, done)
                 if "updates" in self.modes:
                     out.append(sse("updates", {"tools": {"messages": done}}))
                 out += self._values()
@@ -156,10 +216,18 @@ class ProtocolFormat:
                 out.append(sse("updates", {"__interrupt__": found}))
             if "values" in self.modes:
                 out.append(sse("values", {**values(list(self.messages), self.output_json), "__interrupt__": found}))
-        elif row.kind == EventKind.RUN_FINISHED and row.payload.get("output_json") is not None:
+        elif row.kind == EventKind.RUN_FINISHED:
+            out += self._finished(row)
+        return out
+
+    def _finished(self, row: EventRow) -> list[ServerSentEvent]:
+        out: list[ServerSentEvent] = []
+        if row.payload.get("output_json") is not None:
             self.output_json = row.payload["output_json"]  # a typed answer: the last values carry it
+        out += self._tell("run_finished", row)
+        if self.output_json is not None:
             out += self._values()
-        elif row.kind == EventKind.RUN_FINISHED and row.payload.get("status") == RunStatus.FAILED:
+        if row.payload.get("status") == RunStatus.FAILED:
             out.append(sse("error", {"error": "RunFailed", "message": row.payload.get("error") or "the run failed"}))
         return out
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from waypoint.app.client import RunRow, ThreadRow
-from waypoint.app.http.auth import Api, Tenant
+from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.protocol import interrupts
+from waypoint.app.http.protocol.follow import follow_thread
 from waypoint.app.http.protocol.shapes import (
     Entry,
     conversation,
@@ -264,11 +265,17 @@ async def history_of(
 
 
 @router.get("/threads/{thread_id}/stream")
-async def thread_stream(thread_id: str, api: Api, tenant: Tenant) -> None:
-    await api.wp.threads.get(thread_id, tenant_id=tenant)
-    raise not_supported(
-        "thread streams are not supported: join a run's stream with GET /threads/{id}/runs/{run_id}/stream"
-    )
+async def thread_stream(
+    thread_id: str,
+    api: Api,
+    tenant: Tenant,
+    slot: OpenStream,
+    stream_mode: Annotated[list[str] | None, Query()] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    """Join the thread's stream: its current run (or its next), then every run after it, until the
+    client leaves; Last-Event-ID (`<run_id>:<seq>`) resumes (protocol/follow.py)."""
+    return await follow_thread(api, tenant, slot, thread_id, stream_mode, last_event_id)
 
 
 @router.post("/threads/prune")
