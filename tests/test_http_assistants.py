@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import BadRequestError, ConflictError, NotFoundError
 
 from tests.conftest import ApiServer
 from tests.helpers import cli_env, waypoint
+from tests.test_viewer import sign_in
 from waypoint.app.client import Waypoint
 from waypoint.errors import Conflict, NotFound
 
@@ -76,6 +78,11 @@ async def test_assistant_versions_with_langgraph_sdk(api: ApiServer, worker):
         "Add, at length.",
         "completed",  # version 2 has no max_steps: the agent's own
     )
+    # the viewer's run page names the assistant and the version it ran
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        await sign_in(http, api.key)
+        page = (await http.get(f"/ui/runs/{row['run_id']}")).text
+    assert f'<dt>Assistant</dt><dd id="run-assistant">{aid}, version 2 ' in page, page[:2000]
     back = await lg.assistants.set_latest(aid, 1)
     assert back["version"] == 1 and back["context"] == {"max_steps": 2}
     _, row = await _ran(api, lg, aid)

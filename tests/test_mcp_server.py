@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from importlib.metadata import version
@@ -25,7 +26,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import cli_env, eventually, make_run, step
+from tests.helpers import cli_env, eventually, make_run, step, waypoint
 from tests.ports import reserve_port
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
@@ -44,6 +45,7 @@ READ_TOOLS = {
     "search_memory",
     "fleet_limits",
     "list_schedules",
+    "list_assistants",
 }
 WRITE_TOOLS = {"start_run", "send_message", "approve", "deny", "cancel_run", "fork_run"}
 WRITE_TOOLS |= {"create_schedule", "change_schedule"}
@@ -77,6 +79,10 @@ async def two_tenants(store: RunStore, settings: Settings) -> tuple[str, str]:
 
 async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunStore, settings: Settings):
     mine, theirs = await two_tenants(store, settings)
+    mine_assistant, theirs_assistant = f"mine-{uuid.uuid4().hex[:8]}", f"theirs-{uuid.uuid4().hex[:8]}"
+    for tenant, aid in ((settings.tenant, mine_assistant), ("someone-else", theirs_assistant)):
+        values = {"graph_id": "calculator", "config": {}, "context": {}, "metadata": {}, "name": aid}
+        await store.create_assistant(tenant, aid, {**values, "description": None})
     async with over_stdio(settings) as client:
         assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS
         runs = await call(client, "list_runs")
@@ -100,6 +106,13 @@ async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunSto
                 client, tool, run_id=theirs, **args
             )
         assert "start_run" not in {t.name for t in (await client.list_tools()).tools}
+
+        # the tenant's assistants, not another's: what `waypoint assistants list --json` prints
+        assistants = await call(client, "list_assistants")
+        assert mine_assistant in [a["assistant_id"] for a in assistants]
+        assert theirs_assistant not in [a["assistant_id"] for a in assistants]
+        listed = await waypoint(settings, "assistants", "list", "--json")
+        assert listed.code == 0 and json.loads(listed.out) == assistants, listed.err
 
 
 def readme_mcp_config() -> dict[str, Any]:

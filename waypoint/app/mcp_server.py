@@ -34,7 +34,8 @@ INSTRUCTIONS = (
     "Waypoint runs LLM agents durably and keeps every step. Read a tenant's runs: list_runs, then "
     "run_status (status and one line per step), run_tree (the sub-agent runs below a run and the "
     "tree's totals), step_state (what the model saw at a step and the step's events), diff_steps, "
-    "search_memory (long-term memory), list_schedules (scheduled agents)."
+    "search_memory (long-term memory), list_schedules (scheduled agents), list_assistants (the Agent "
+    "Protocol assistants runs start through)."
 )
 WRITE_INSTRUCTIONS = (
     " Steer runs: start_run, send_message, approve, deny, cancel_run, fork_run. Schedule agents: "
@@ -179,6 +180,12 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
     async def list_schedules(ctx: Context, agent: str | None = None, limit: int = 50) -> str:
         """The tenant's scheduled agents: spec (every or cron), paused, next fire times, last runs."""
         return await answer(ctx, lambda t: wp.schedules.list(agent=agent, limit=limit, tenant_id=t))
+
+    @server.tool(annotations=READ)
+    async def list_assistants(ctx: Context, agent: str | None = None, limit: int = 100) -> str:
+        """The Agent Protocol assistants a run can start through: each agent (its built-in assistant,
+        version 1), then the tenant's own, newest first (id, agent as graph_id, version, config, context)."""
+        return await answer(ctx, lambda t: wp.assistants.search(graph_id=agent, limit=limit, tenant_id=t))
 
     if settings.mcp_write:
         _write_tools(server, wp, answer)
