@@ -232,16 +232,6 @@ async def post_state_at(thread_id: str, body: CheckpointRef, api: Api, tenant: T
     return await get_state_at(thread_id, str(body.checkpoint.get("checkpoint_id")), api, tenant)
 
 
-@router.post("/threads/{thread_id}/state")
-@router.patch("/threads/{thread_id}/state")
-async def update_state(thread_id: str, api: Api, tenant: Tenant) -> None:
-    await api.wp.threads.get(thread_id, tenant_id=tenant)
-    raise not_supported(
-        "a thread's state is its runs' append-only log: add to it with a new run on the thread, "
-        "or POST /v1/runs/{id}/send to a running run"
-    )
-
-
 @router.post("/threads/{thread_id}/history")
 async def history(thread_id: str, body: History, api: Api, tenant: Tenant) -> list[dict[str, Any]]:
     found = await thread_states(api, tenant, thread_id)
