@@ -188,3 +188,18 @@ async def test_a_fired_thread_cron_run_appears_on_the_thread(api: ApiServer, cli
     messages = (await lg.threads.get_state(tid))["values"]["messages"]
     assert messages[: len(first["messages"])] == first["messages"]  # it went on from the thread's run
     assert messages[len(first["messages"])]["content"] == "add 2 and 3"
+
+
+@pytest.mark.timeout(60)
+async def test_a_cron_of_a_created_assistant_runs_its_graph_with_its_settings(api: ApiServer, client: Client, worker):
+    lg = get_client(url=api.url, api_key=api.key)
+    kept = await lg.assistants.create("calculator", context={"max_steps": 3, "priority": 2})
+    cron = await lg.crons.create(kept["assistant_id"], schedule="@daily", input=human("add 2 and 3"))
+    assert cron["assistant_id"] == "calculator"  # the assistant's graph: a fire starts its agent
+    assert (await action_input(client, cron["cron_id"])).priority == 2
+    assert (await action_input(client, cron["cron_id"])).budget.max_steps == 3
+    await lg.crons.delete(cron["cron_id"])
+    told = await lg.assistants.create("calculator", config={"configurable": {"instructions": "Be brief."}})
+    with pytest.raises(BadRequestError) as refused:
+        await lg.crons.create(told["assistant_id"], schedule="@daily", input=human("add 2 and 3"))
+    assert "instructions" in refused.value.response.text and "cannot keep" in refused.value.response.text

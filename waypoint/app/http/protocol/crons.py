@@ -18,6 +18,7 @@ has none), interrupt_before/after, `on_run_completed: keep` (a stateless fire ma
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Literal
 
@@ -33,6 +34,9 @@ from waypoint.app.http.protocol.threads import newest_started
 from waypoint.app.http.state import ApiState
 from waypoint.errors import InvalidInput
 from waypoint.names import ScheduleOverlap
+from waypoint.run_config import RunConfig
+
+CRON_KEEPS = ("model", "max_steps", "priority")  # what a schedule keeps of a run's settings
 
 router = APIRouter(tags=["agent protocol: crons"])
 
@@ -128,19 +132,27 @@ async def _create(api: ApiState, tenant: str, thread_id: str | None, body: CronC
         raise not_supported("commands are not supported in a cron: its input's last user message is each run's task")
     task = task_of(body.input or {})
     model, max_steps, priority = _options(body)
+    # A created assistant's cron runs its graph with its settings (those a schedule keeps).
+    found, settings = await api.wp.assistants.run_settings(body.assistant_id, tenant_id=tenant)
+    merged = RunConfig(model=model, max_steps=max_steps, priority=priority).under(settings)
+    if others := [k for k, v in asdict(merged).items() if v is not None and k not in CRON_KEEPS]:
+        raise InvalidInput(
+            f"assistant {body.assistant_id!r} sets {', '.join(others)}, which a cron cannot keep "
+            f"(only {', '.join(CRON_KEEPS)}): make the cron of graph {found.graph_id!r} with those settings"
+        )
     overlap = _overlap(body.multitask_strategy)
     if thread_id is not None:
-        await _check_thread(api, tenant, thread_id, body.assistant_id)
+        await _check_thread(api, tenant, thread_id, found.graph_id)
     row = await api.wp.schedules.create(
-        agent=body.assistant_id,
+        agent=found.graph_id,
         task=task,
         cron=body.schedule,
         tz=body.timezone or "UTC",
         overlap=overlap,
         end_at=body.end_time,
-        model=model,
-        max_steps=max_steps,
-        priority=priority,
+        model=merged.model,
+        max_steps=merged.max_steps,
+        priority=merged.priority,
         webhook=body.webhook,
         thread_id=thread_id,
         paused=body.enabled is False,
