@@ -173,6 +173,24 @@ async def test_a_conversation_through_the_spec_names(api: ApiServer, worker):
     assert fits("/runs/search", "post", await http.post("/runs/search", json={"thread_id": tid})) == []
 
 
+async def test_a_run_created_with_the_specs_body(api: ApiServer, worker):
+    """The spec's run create names the agent `agent_id`, gives `messages` instead of an input, and
+    puts `thread_id` in the body: the run is that thread's next run."""
+    http = api.http
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    body = {"agent_id": "calculator", "thread_id": tid, "messages": [{"role": "user", "content": "add 2 and 3"}]}
+    created = await http.post("/runs", json=body)
+    assert created.status_code == 200, created.text
+    run_id = created.json()["run_id"]
+    done = fits("/runs/{run_id}/wait", "get", await http.get(f"/runs/{run_id}/wait"))
+    assert (done["run"]["thread_id"], done["run"]["status"]) == (tid, "success")
+    assert done["messages"][0]["content"] == "add 2 and 3"
+    on_thread = fits("/runs/search", "post", await http.post("/runs/search", json={"thread_id": tid}))
+    assert [r["run_id"] for r in on_thread] == [run_id]
+    nameless = await http.post("/runs", json={"messages": body["messages"]})
+    assert nameless.status_code == 422  # neither agent_id nor assistant_id
+
+
 async def test_bad_input_through_the_spec_names(api: ApiServer):
     http = api.http
     unknown = await http.get("/agents/no-such-agent/schemas")

@@ -30,7 +30,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, OpenStream, Tenant
@@ -73,6 +73,20 @@ class RunCreate(BaseModel):
     webhook: str | None = None
     after_seconds: int | None = None
     if_not_exists: str | None = None
+    # The open spec's run create: `POST /runs` with `thread_id` runs on that thread.
+    thread_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_names(cls, data: Any) -> Any:
+        """The open Agent Protocol spec's names for the same things: `agent_id` for `assistant_id`,
+        `messages` for `input: {"messages": [...]}`."""
+        if isinstance(data, dict):
+            if data.get("assistant_id") is None and data.get("agent_id") is not None:
+                data = {**data, "assistant_id": data["agent_id"]}
+            if data.get("input") is None and isinstance(data.get("messages"), list):
+                data = {**data, "input": {"messages": data["messages"]}}
+        return data
 
 
 # What a new run on a busy thread does (the Agent Protocol's multitask strategies); the first is the default.
@@ -479,8 +493,10 @@ async def delete_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> R
 async def create_stateless(
     body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
-    run_id = await start_on_thread(api, tenant, None, body, idempotency_key)
-    return JSONResponse(run_json(run_id, None, body.assistant_id, None), headers=_locations(None, run_id))
+    run_id = await start_on_thread(api, tenant, body.thread_id, body, idempotency_key)
+    return JSONResponse(
+        run_json(run_id, body.thread_id, body.assistant_id, None), headers=_locations(body.thread_id, run_id)
+    )
 
 
 @router.post("/runs/stream")
@@ -488,15 +504,15 @@ async def stream_stateless(
     body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream, idempotency_key: IdempotencyKey = None
 ) -> Response:
     modes = stream_modes(body.stream_mode)
-    run_id = await start_on_thread(api, tenant, None, body, idempotency_key)
-    return await _stream(api, tenant, slot, None, run_id, modes, subgraphs=body.stream_subgraphs)
+    run_id = await start_on_thread(api, tenant, body.thread_id, body, idempotency_key)
+    return await _stream(api, tenant, slot, body.thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
 @router.post("/runs/wait")
 async def wait_stateless(
     body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
 ) -> dict[str, Any]:
-    run_id = await start_on_thread(api, tenant, None, body, idempotency_key)
+    run_id = await start_on_thread(api, tenant, body.thread_id, body, idempotency_key)
     return await _final_values(api, tenant, run_id)
 
 
