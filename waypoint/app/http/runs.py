@@ -209,8 +209,8 @@ async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     try:
         row = await api.wp.run(run_id, tenant_id=tenant, check_stuck=True)
     except NotFound:
-        if not await api.wp.starting(run_id, tenant_id=tenant):
-            raise
+        if not await api.wp.starting(run_id, tenant_id=tenant):  # its worker wrote the row meanwhile
+            return await get_run(run_id, api, tenant)
         why = await api.wp.stuck(run_id, tenant_id=tenant)
         status = STUCK if why else STARTING
         return {
