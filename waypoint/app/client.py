@@ -643,6 +643,16 @@ class Waypoint:
             )
         return after_seq
 
+    async def run_if_written(self, run_id: str, *, tenant_id: str | None = None) -> RunRow | None:
+        """The run's row, or None while the run is so new that its worker has not written it; NotFound
+        if it is not the tenant's. A row written between the two reads is read again, never a 404."""
+        try:
+            return await self.run(run_id, tenant_id=tenant_id)
+        except NotFound:
+            if await self.starting(run_id, tenant_id=tenant_id):
+                return None
+            return await self.run(run_id, tenant_id=tenant_id)
+
     async def starting(self, run_id: str, *, tenant_id: str | None = None) -> bool:
         """Whether the run is the tenant's and so new that its row is not written yet (Temporal runs
         it); False once it has a row, NotFound if it is not the tenant's or is gone."""

@@ -53,12 +53,7 @@ def spec_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def _row(api: ApiState, tenant: str, run_id: str) -> RunRow | None:
     """The run's row; None while a run just started has none yet; NotFound for no such run."""
-    try:
-        return await api.wp.run(run_id, tenant_id=tenant)
-    except NotFound:
-        if not await api.wp.starting(run_id, tenant_id=tenant):
-            raise
-        return None
+    return await api.wp.run_if_written(run_id, tenant_id=tenant)
 
 
 @router.post("/runs/search")

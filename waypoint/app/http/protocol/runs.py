@@ -518,11 +518,7 @@ async def wait_stateless(
 
 @router.get("/runs/{run_id}")
 async def get_stateless(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    try:
-        row: RunRow | None = await api.wp.run(run_id, tenant_id=tenant)
-    except NotFound:
-        # No row a moment ago: the run is starting, or its worker wrote the row meanwhile.
-        row = None if await api.wp.starting(run_id, tenant_id=tenant) else await api.wp.run(run_id, tenant_id=tenant)
+    row = await api.wp.run_if_written(run_id, tenant_id=tenant)
     return run_json(run_id, await api.wp.threads.of_run(run_id, tenant_id=tenant), "", row)
 
 
