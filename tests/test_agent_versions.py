@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import uuid
 
+import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from tests.helpers import eventually
+from tests.conftest import ApiServer
+from tests.helpers import eventually, one_line_error, waypoint
 from tests.test_crash_recovery import kill
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
@@ -19,8 +22,11 @@ from waypoint.app.devstack import spawn_worker
 from waypoint.config import Settings
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.names import RunStatus
+from waypoint.store import RunStore
+from waypoint.store.steps import NewRun
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
-from waypoint.versions import current_version
+from waypoint.types import RunPlan
+from waypoint.versions import AgentVersion, current_version
 
 pytestmark = pytest.mark.postgres
 
@@ -90,7 +96,10 @@ async def test_a_run_keeps_its_agent_version_across_a_deploy_that_changes_it(
     bodies = [s.body for s in fake_openai.seen]
     for body in bodies[:3]:  # every call of the old run, before and after the deploy
         assert "Version A" in system_text(body) and "Version B" not in system_text(body)
-        assert tool_set(body) == {"lookup": "Look a query up (version A).", "archive": "Archive a note (only version A has this tool)."}
+        assert tool_set(body) == {
+            "lookup": "Look a query up (version A).",
+            "archive": "Archive a note (only version A has this tool).",
+        }
     assert "Version B" in system_text(bodies[3])
     assert set(tool_set(bodies[3])) == {"lookup", "summarize"}
 
@@ -132,3 +141,56 @@ async def test_agent_versions_are_the_tenants_own(client: Client, engine: AsyncE
             await wp.runs(fingerprint=bad)
         with pytest.raises(InvalidInput, match="hex digits"):
             await wp.agent_version(bad)
+
+
+async def versioned_run(store: RunStore, tenant: str, instructions: str) -> tuple[str, str]:
+    """A run row (as start_run writes it) started with a version of these instructions; (run id, fingerprint)."""
+    run_id = f"run-{uuid.uuid4().hex[:12]}"
+    version = AgentVersion("calculator", instructions, [], ["scripted"])
+    plan = RunPlan(model="scripted", max_steps=5)
+    await store.create_run(NewRun(run_id, tenant, "calculator", "add", instructions, plan, version=version))
+    return run_id, version.fingerprint
+
+
+@pytest.mark.timeout(180)
+async def test_every_surface_shows_and_filters_by_the_fingerprint(api: ApiServer, store: RunStore, settings: Settings):
+    """HTTP (/v1/runs?fingerprint=, the run's JSON, /v1/agent-versions/{fp}), the viewer (runs list
+    filter, run page), MCP's list_runs and the CLI (`runs --fingerprint`, `status`, `agent-version`)
+    all find the run of one version and not the other's; another tenant gets 404 for the version."""
+    from tests.test_mcp_server import call, over_stdio
+    from tests.test_viewer import sign_in
+
+    one, fp_one = await versioned_run(store, settings.tenant, f"Add, version one {uuid.uuid4().hex}.")
+    two, fp_two = await versioned_run(store, settings.tenant, f"Add, version two {uuid.uuid4().hex}.")
+    http = api.http
+
+    listed = (await http.get("/v1/runs", params={"fingerprint": fp_one[:10]})).json()["runs"]
+    assert [r["run_id"] for r in listed] == [one] and listed[0]["agent_fingerprint"] == fp_one
+    assert (await http.get(f"/v1/runs/{two}")).json()["agent_fingerprint"] == fp_two
+    version = await http.get(f"/v1/agent-versions/{fp_one[:8]}")
+    assert version.status_code == 200 and version.json()["fingerprint"] == fp_one
+    assert version.json()["instructions"].startswith("Add, version one")
+    for bad in ("nothex", "ab", "f" * 65):
+        r = await http.get("/v1/runs", params={"fingerprint": bad})
+        assert r.status_code == 400 and "hex digits" in r.json()["error"]["message"], r.text
+    assert (await http.get(f"/v1/agent-versions/{'0' * 64}")).status_code == 404
+    key_b, _ = await Waypoint(None, store.engine, settings).keys.create("tenant-b", "b")  # type: ignore[arg-type]
+    other = await http.get(f"/v1/agent-versions/{fp_one}", headers={"Authorization": f"Bearer {key_b}"})
+    assert other.status_code == 404 and other.json()["error"]["code"] == "not_found"
+
+    async with httpx.AsyncClient(base_url=api.url) as viewer:
+        await sign_in(viewer, api.key)
+        page = (await viewer.get("/ui", params={"fingerprint": fp_two[:12]})).text
+        assert two in page and one not in page and f'value="{fp_two[:12]}"' in page
+        assert fp_one in (await viewer.get(f"/ui/runs/{one}")).text
+
+    async with over_stdio(settings) as client:
+        runs = await call(client, "list_runs", fingerprint=fp_two[:6])
+        assert [r["run_id"] for r in runs] == [two] and runs[0]["agent_fingerprint"] == fp_two
+
+    listing = await waypoint(settings, "runs", "--fingerprint", fp_one[:8])
+    assert listing.code == 0 and one in listing.out and two not in listing.out and fp_one[:12] in listing.out
+    assert fp_two in (await waypoint(settings, "status", two)).out
+    shown = await waypoint(settings, "agent-version", fp_one[:8])
+    assert shown.code == 0 and "Add, version one" in shown.out and fp_one in shown.out
+    assert "hex digits" in one_line_error(await waypoint(settings, "runs", "--fingerprint", "xyz!"))

@@ -20,6 +20,4 @@ async def summarize(text: str) -> str:
     return "summary"
 
 
-versioned = Agent(
-    name="versioned", instructions=INSTRUCTIONS, model="openai:gpt-4o-mini", tools=[lookup, summarize]
-)
+versioned = Agent(name="versioned", instructions=INSTRUCTIONS, model="openai:gpt-4o-mini", tools=[lookup, summarize])
