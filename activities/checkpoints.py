@@ -31,8 +31,8 @@ from waypoint.store import RunStore
 from waypoint.store.steps import NewRun
 from waypoint.types import (
     FailoverRecord,
-    ForkOrigin,
     FinishRunInput,
+    ForkOrigin,
     RunPlan,
     RunResult,
     SetStatusInput,
