@@ -32,12 +32,14 @@ from waypoint.store.steps import NewRun
 from waypoint.types import (
     FailoverRecord,
     FinishRunInput,
+    ForkOrigin,
     RunPlan,
     RunResult,
     SetStatusInput,
     StartRunInput,
     StepRecord,
 )
+from waypoint.versions import AgentVersion, agent_tool_schemas
 
 
 def first_set(a: float | None, b: float | None) -> Any:
@@ -118,6 +120,7 @@ class CheckpointActivities:
         async with heartbeating(inp.run_id):  # listing MCP tools may take a while (a server starting)
             plan = self.plan(inp)
             mcp_tools: list[dict[str, Any]] = []
+            mcp_names: list[str] = []
             if agent.mcp:
                 recorded = await self.store.recorded_plan(inp.tenant_id, inp.run_id)
                 if recorded is not None:  # a retry after the first attempt committed
@@ -125,14 +128,24 @@ class CheckpointActivities:
                 found = await self.mcp.discover(agent.name, agent.mcp, [t.name for t in agent.tools])
                 plan = replace(plan, tools=[*plan.tools, *(t.spec() for t in found)])
                 mcp_tools = [t.to_json() for t in found]
+                mcp_names = [t.name for t in found]
+            # A rerun's instructions override (`rerun --instructions`), else the run's own (an
+            # assistant's), else the agent's.
+            instructions = (fork.instructions if fork else None) or inp.instructions or agent.instructions
+            version = AgentVersion(
+                agent=agent.name,
+                instructions=await self.head_instructions(inp.tenant_id, fork, instructions),
+                tools=agent_tool_schemas(agent, self.agents),
+                models=[plan.model, *plan.fallback_models],
+                mcp_tools=mcp_names,
+            )
+            telemetry.annotate(**{"agent.fingerprint": version.fingerprint})
             new = NewRun(
                 run_id=inp.run_id,
                 tenant_id=inp.tenant_id,
                 agent=agent.name,
                 task=inp.task,
-                # A rerun's instructions override (`rerun --instructions`), else the run's own (an
-                # assistant's), else the agent's.
-                instructions=(fork.instructions if fork else None) or inp.instructions or agent.instructions,
+                instructions=instructions,
                 plan=plan,
                 fork=fork,
                 trace_id=telemetry.trace_id(),  # the run's trace, for `waypoint trace`
@@ -143,8 +156,20 @@ class CheckpointActivities:
                 schedule_id=inp.schedule_id,
                 assistant_id=inp.assistant_id,
                 assistant_version=inp.assistant_version,
+                version=version,
             )
             return await self.store.create_run(new)
+
+    async def head_instructions(self, tenant_id: str, fork: ForkOrigin | None, instructions: str) -> str:
+        """The instructions the run's model reads: its own, except in a fork that keeps its parent's
+        window (no instructions of its own), which reads the parent's head."""
+        if fork is None or fork.instructions:
+            return instructions
+        parent = await self.store.run_fingerprint(tenant_id, fork.run_id)
+        if parent is not None:
+            return (await self.store.agent_version(tenant_id, parent)).instructions
+        started = await self.store.run_started(tenant_id, fork.run_id)  # a parent from before versions
+        return str((started or {}).get("instructions") or instructions)
 
     @activity.defn(name=Activity.RECORD_STEP)
     @boundary

@@ -51,8 +51,9 @@ from waypoint.store.hashing import hashed_json, text_digest
 from waypoint.store.limits import Lease
 from waypoint.store.working import ModelContext
 from waypoint.telemetry import chat_span
-from waypoint.typed_answers import check_turn, final_answer_tool
+from waypoint.typed_answers import check_turn
 from waypoint.types import CallModelInput, CallRecord, CapacityWait, Memory, ModelTurn, RecalledRef
+from waypoint.versions import AgentVersion, agent_tool_schemas, offered
 
 log = logging.getLogger("waypoint.memory")
 
@@ -96,6 +97,9 @@ class ModelActivities:
         # SDK clients of the other providers, one per (provider, key variable), made by their adapters.
         self._clients: dict[Any, Any] = {}
         self._scopes: dict[str, RecallScope] = {}
+        # Agent versions: each run's fingerprint, each fingerprint's tool schemas (see version_tools).
+        self._fingerprints: dict[str, str | None] = {}
+        self._versions: dict[str, AgentVersion] = {}
         self.capacity = Capacity(store, settings)
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
@@ -179,16 +183,37 @@ class ModelActivities:
         await self.store.record_model_failure(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
 
     async def tool_schemas(self, inp: CallModelInput) -> list[dict[str, Any]]:
-        """The agent's own tools, its sub-agents, then the MCP tools the run recorded when it started
-        (the same schemas for the whole run, whatever the servers list now)."""
-        agent = self.agents.get(inp.agent)
-        tools = [t.openai_schema() for t in agent.tools]
-        tools += [self.agents.get(name).as_tool_schema() for name in agent.agent_names]
-        if agent.mcp:
-            tools += [t.openai_schema() for t in (await self.mcp.recorded(inp.tenant_id, inp.run_id)).values()]
-        if agent.output_schema is not None:  # a typed agent answers through this tool
-            tools.append(final_answer_tool(agent.output_schema))
-        return tools
+        """The tools of the agent version the run started with (its own tools, its sub-agents, the
+        typed-answer tool), with the MCP tools the run recorded when it started: the same schemas for
+        the whole run, whatever a later deploy or the servers list now. A run from before versions
+        (no fingerprint) is offered the worker's agent as it is."""
+        version = await self.run_version(inp.tenant_id, inp.run_id)
+        if version is None:
+            agent = self.agents.get(inp.agent)
+            tools, with_mcp = agent_tool_schemas(agent, self.agents), bool(agent.mcp)
+        else:
+            tools, with_mcp = version.tools, bool(version.mcp_tools)
+        mcp = []
+        if with_mcp:
+            mcp = [t.openai_schema() for t in (await self.mcp.recorded(inp.tenant_id, inp.run_id)).values()]
+        return offered(tools, mcp)
+
+    async def run_version(self, tenant_id: str, run_id: str) -> AgentVersion | None:
+        """The agent version the run started with, None for a run from before versions. Cached: a
+        run's fingerprint never changes, and a version is content-addressed, so it never changes
+        either (one read per run and one per version, per worker process)."""
+        if run_id not in self._fingerprints:
+            if len(self._fingerprints) > 4096:
+                self._fingerprints.clear()
+            self._fingerprints[run_id] = await self.store.run_fingerprint(tenant_id, run_id)
+        fingerprint = self._fingerprints[run_id]
+        if fingerprint is None:
+            return None
+        if fingerprint not in self._versions:
+            if len(self._versions) > 1024:
+                self._versions.clear()
+            self._versions[fingerprint] = await self.store.agent_version(tenant_id, fingerprint)
+        return self._versions[fingerprint]
 
     def _holding(self, lease: Lease | None) -> AbstractAsyncContextManager[None]:
         return self.capacity.holding(lease) if lease is not None else contextlib.nullcontext()

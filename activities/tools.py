@@ -16,6 +16,9 @@ and the tool does not run; a call that matches none runs only if its tool is rep
 (`@tool(replay_safe=True)`, `@tool(read_only=True)`, or an MCP tool annotated readOnlyHint), and
 otherwise gets a "not recorded" error result (outcome `not_recorded`, counted by `compare`).
 
+A call of a tool the run's agent version offered but a later deploy removed is an error result that
+says so and names the fix (it never runs, and nothing retries it).
+
 A tool the agent does not define itself may be one of the MCP tools the run recorded when it
 started: it is called through the worker's `MCPHub` with the idempotency key in the request's
 `_meta`. An error result (`isError`) is a ToolError; no answer (a dead or unreachable server, a
@@ -49,6 +52,7 @@ from waypoint.store.ledger import Effect, patiently
 from waypoint.telemetry import tool_span
 from waypoint.tools import ToolContext
 from waypoint.types import ForkOrigin, RunToolInput, ToolResult
+from waypoint.versions import SHORT
 
 # Outputs longer than this stay in the ledger (every output is there); history gets a preview of
 # the first INLINE_OUTPUT_CHARS, enough to read a run in the Temporal UI.
@@ -133,7 +137,9 @@ class ToolActivities:
         progress: dict[str, Any] = {"key": key, "mcp_task": previous_task()}
         try:
             invocation = await self._resolve(inp, attempt, progress)
-        except (ToolError, UnknownTool) as exc:
+        except UnknownTool as exc:
+            output, outcome = f"error: {await self._removed(inp) or exc}", ToolOutcome.BAD_CALL
+        except ToolError as exc:
             output, outcome = f"error: {exc}", ToolOutcome.BAD_CALL
         else:
             try:
@@ -164,6 +170,22 @@ class ToolActivities:
         )
         await self._ledger(key, lambda: self.store.record_effect(inp.tenant_id, effect))
         return result_of(effect, call.id, from_ledger=False)
+
+    async def _removed(self, inp: RunToolInput) -> str | None:
+        """Why a tool the run's agent version offered is not here: a deploy since the run started
+        removed it (None when the version never had it: a plain unknown tool)."""
+        fingerprint = await self.store.run_fingerprint(inp.tenant_id, inp.run_id)
+        if fingerprint is None:
+            return None
+        version = await self.store.agent_version(inp.tenant_id, fingerprint)
+        if inp.call.name not in version.tool_names:
+            return None
+        return (
+            f"tool {inp.call.name!r} was removed from agent {inp.agent!r} by a deploy after this run started "
+            f"(it started with agent version {fingerprint[:SHORT]}): the call did not run. To finish such runs, "
+            "deploy the tool back until they end; or rerun the run on the new version "
+            f"(`waypoint rerun {inp.run_id}`)"
+        )
 
     async def _from_record(self, inp: RunToolInput) -> ToolResult | None:
         """In a rerun with recorded tools: the source run's result of the matching call (same step,

@@ -64,3 +64,45 @@ async def test_a_migration_can_run_in_autocommit(engine: AsyncEngine):
             )
         )
     assert valid is True
+
+
+async def test_0018_gives_runs_from_before_no_fingerprint_and_indexes_the_filter(fresh_database: str):
+    """Runs started before agent versions keep their rows with no fingerprint (call_model then offers
+    the worker's tools); the filter's index serves prefixes; the downgrade drops what 0018 added."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from waypoint.store.db import _alembic_config, create_engine
+
+    engine = create_engine(fresh_database)  # its own database: it goes down a revision and back
+
+    async def alembic(step, revision: str) -> None:
+        async with engine.connect() as conn:
+            await conn.run_sync(lambda c: step(_alembic_config(c), revision))
+            await conn.commit()
+
+    await alembic(command.downgrade, "0017")
+    try:
+        async with engine.begin() as conn:
+            assert await conn.scalar(text("SELECT to_regclass('agent_versions')")) is None
+            await conn.execute(
+                text(
+                    "INSERT INTO runs (run_id, tenant_id, agent, task, model, status, max_steps) "
+                    "VALUES ('run-before', 't', 'a', 'x', 'scripted', 'completed', 3)"
+                )
+            )
+    finally:
+        await alembic(command.upgrade, "head")
+    async with engine.connect() as conn:
+        assert await conn.scalar(text("SELECT agent_fingerprint FROM runs WHERE run_id = 'run-before'")) is None
+        index = await conn.scalar(text("SELECT indexdef FROM pg_indexes WHERE indexname = 'runs_agent_fingerprint'"))
+        keys = await conn.scalar(
+            text("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'agent_versions_pkey'")
+        )
+    await alembic(command.downgrade, "0017")  # and the downgrade undoes it all
+    async with engine.connect() as conn:
+        gone = await conn.scalar(text("SELECT to_regclass('agent_versions')"))
+    await engine.dispose()
+    assert "text_pattern_ops" in index and "tenant_id" in index
+    assert keys == "PRIMARY KEY (tenant_id, fingerprint)"
+    assert gone is None

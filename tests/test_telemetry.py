@@ -86,6 +86,10 @@ async def test_one_run_is_one_trace(
     run_id, trace_id = await traced_run(stack, engine, settings, agents, "Add 2 and 3.")
     spans = finished(exporter)
     assert {s["trace_id"] for s in spans} == {trace_id}
+    # The run's start carries the agent version it started with, as its row does.
+    started = next(s for s in spans if s["name"] == "RunActivity:start_run")
+    row = await Waypoint(None, engine, settings).run(run_id)  # type: ignore[arg-type]
+    assert started["attributes"]["waypoint.agent.fingerprint"] == row.agent_fingerprint is not None
     tree = dump(spans)
     # Workflow-side spans are zero-length (replay-safe); the SDK parents them on the start span.
     expected = """start_run

@@ -93,6 +93,26 @@ def check_idempotency_key(key: _Text) -> _Text:
     return key
 
 
+FINGERPRINT_MIN = 4  # hex digits of a prefix: fewer would match most versions
+FINGERPRINT_MAX = 64  # a whole sha256
+_FINGERPRINT = re.compile(rf"[0-9a-f]{{{FINGERPRINT_MIN},{FINGERPRINT_MAX}}}")
+
+
+def check_fingerprint(value: _Text) -> _Text:
+    """An agent version's fingerprint or a prefix of it (None passes): FINGERPRINT_MIN to
+    FINGERPRINT_MAX hex digits, lower case (an upper-case one is read as lower case)."""
+    if value is None:
+        return value
+    text = value.lower() if isinstance(value, str) else value
+    if not isinstance(text, str) or not _FINGERPRINT.fullmatch(text):
+        shown = value if isinstance(value, str) and len(value) <= 70 else f"{str(value)[:70]}..."
+        raise InvalidInput(
+            f"invalid fingerprint {shown!r}: give {FINGERPRINT_MIN} to {FINGERPRINT_MAX} hex digits of it "
+            "(`waypoint runs` shows each run's)"
+        )
+    return text  # type: ignore[return-value]
+
+
 def check_json(name: str, value: Any) -> Any:
     """A JSON value the store can hold (JSONB): every key and string as check_text says, every
     number finite (Postgres JSON has no NaN or Infinity)."""

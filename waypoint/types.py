@@ -709,6 +709,9 @@ class AgentInfo:
     settings: dict[str, Any]  # max_steps, budgets, context_tokens, memory, recall_k, ...
     worker: str = ""
     updated_at: datetime | None = None  # when a worker last registered it
+    # The fingerprint of the version a fresh run would start with on that worker (waypoint.versions),
+    # leaving out MCP tools, which a run lists when it starts; None: registered before versions.
+    fingerprint: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> AgentInfo:

@@ -37,6 +37,7 @@ from waypoint.checks import (
     check_choice,
     check_count,
     check_edited_input,
+    check_fingerprint,
     check_idempotency_key,
     check_instructions,
     check_name,
@@ -105,6 +106,7 @@ from waypoint.types import (
     RunProgress,
     RunResult,
 )
+from waypoint.versions import AgentVersion
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -316,6 +318,15 @@ class Waypoint:
     async def agent(self, name: str) -> AgentInfo:
         """One agent of the catalog; NotFound naming the ones there are."""
         return await self._store.agent(self.settings.task_queue, check_text("the agent", name))
+
+    async def agent_version(self, fingerprint: str, *, tenant_id: str | None = None) -> AgentVersion:
+        """The agent version a run of the tenant started with, by its fingerprint or a prefix of it
+        (`RunRow.agent_fingerprint`): instructions, tool schemas, models, MCP tool names. NotFound
+        when the tenant has none such (another tenant's versions are not found either)."""
+        fingerprint = check_fingerprint(fingerprint)
+        if not fingerprint:
+            raise InvalidInput("give the agent version's fingerprint (4 to 64 hex digits)")
+        return await self._store.agent_version(self.tenant(tenant_id), fingerprint)
 
     async def check_start(self, agent: str, model: str | None) -> None:
         """Refuse a run that cannot start before anything starts (and before it gets an id): an agent
@@ -905,10 +916,12 @@ class Waypoint:
         text: str | None = None,
         roots: bool = False,
         schedule_id: str | None = None,
+        fingerprint: str | None = None,
     ) -> list[RunRow]:
         """Newest first; `before` is the (created_at, run_id) of the last run of the previous page;
         `batch_id`: the reruns of one batch; `text` keeps the runs whose task contains it; `roots`
-        leaves sub-agent runs out; `schedule_id`: the runs one schedule fired."""
+        leaves sub-agent runs out; `schedule_id`: the runs one schedule fired; `fingerprint`: the
+        runs that started with an agent version whose fingerprint starts with it."""
         page = await self.runs_page(
             tenant_id=tenant_id,
             limit=limit,
@@ -919,6 +932,7 @@ class Waypoint:
             text=text,
             roots=roots,
             schedule_id=schedule_id,
+            fingerprint=fingerprint,
         )
         return page.runs
 
@@ -939,12 +953,15 @@ class Waypoint:
         run_ids: Sequence[str] | None = None,
         roots: bool = False,
         schedule_id: str | None = None,
+        fingerprint: str | None = None,
     ) -> RunsPage:
         """A page of runs and the cursor of the next (what the HTTP API and the viewer list).
         `since`/`until`: created at or after / before, an age back from now (`1h`, `7d`), an ISO
         date or a datetime; `sort`: a RunSort; `cursor`: the previous page's `next_cursor`;
         `run_ids`: only these runs; `roots`: no sub-agent runs; `schedule_id`: the runs one schedule
-        fired (NotFound unless the schedule is the tenant's or one of its runs names it)."""
+        fired (NotFound unless the schedule is the tenant's or one of its runs names it);
+        `fingerprint`: the runs that started with an agent version whose fingerprint starts with it
+        (4 to 64 hex digits)."""
         check_count("the limit", limit)
         if status is not None:
             check_choice("status", status, RunStatus)
@@ -956,6 +973,7 @@ class Waypoint:
         check_name("the cursor", cursor)
         check_name("the batch id", batch_id)
         check_name("the schedule id", schedule_id)
+        fingerprint = check_fingerprint(fingerprint)
         tenant = self._scoped(tenant_id, *(run_ids or []))
         page = await self._store.runs_page(
             tenant,
@@ -972,6 +990,7 @@ class Waypoint:
             run_ids=run_ids,
             roots=roots,
             schedule_id=schedule_id,
+            fingerprint=fingerprint,
         )
         if schedule_id is not None and not page.runs and cursor is None and before is None:
             await self._store.get_schedule(tenant, schedule_id)  # an unknown schedule is named, not an empty page

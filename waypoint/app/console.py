@@ -33,6 +33,8 @@ from waypoint.store.rows import (
     as_json,
 )
 from waypoint.store.trees import RunTree
+from waypoint.types import AgentInfo
+from waypoint.versions import SHORT, AgentVersion
 
 console = Console()
 err_console = Console(stderr=True)  # progress bars: stdout stays the table (or the JSON)
@@ -185,6 +187,8 @@ def run_table(run: RunRow) -> Table:
             table.add_row(key, status_text(value) if key == "status" else str(value))
     if run.output_json is not None:  # a typed answer (its agent's output_type), validated
         table.add_row("output_json", escape(json.dumps(run.output_json, indent=2, ensure_ascii=False)))
+    if run.agent_fingerprint:  # the agent version it started with (`waypoint agent-version FINGERPRINT`)
+        table.add_row("agent version", run.agent_fingerprint)
     if run.assistant_id:  # the Agent Protocol assistant it ran, and which version
         table.add_row("assistant", f"{run.assistant_id} (version {run.assistant_version})")
     if run.caller_run_id:
@@ -226,7 +230,7 @@ def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
     """One line per run. On a narrow terminal the task gives way, then the time: the id (people
     copy it), the agent and the status are never wrapped or cut (rich shrinks wrappable columns only)."""
     table = Table(title=f"Runs of tenant {tenant}", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("run id", "agent", "status", "steps"):
+    for col in ("run id", "agent", "version", "status", "steps"):
         table.add_column(col, no_wrap=True, justify="right" if col == "steps" else "left")
     table.add_column("created")
     table.add_column("task")
@@ -235,8 +239,40 @@ def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
         status = status_text(r.shown_status) + (f" #{r.waiting_position}" if r.waiting_position else "")
         if r.status == RunStatus.SCHEDULED and r.start_at is not None:
             status += f" (starts at {r.start_at.strftime('%m-%d %H:%M')})"
-        table.add_row(r.run_id, r.agent, status, str(r.steps), created, one_line(r.task))
+        version = r.agent_fingerprint[:SHORT] if r.agent_fingerprint else "-"
+        table.add_row(r.run_id, r.agent, version, status, str(r.steps), created, one_line(r.task))
     return table
+
+
+def agents_table(agents: Sequence[AgentInfo]) -> Table:
+    """One line per agent of the catalog: its model, tools and the version a fresh run starts with."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in ("agent", "version", "model"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("tools")
+    for a in agents:
+        version = a.fingerprint[:SHORT] if a.fingerprint else "-"
+        table.add_row(a.name, version, a.model, ", ".join(t.name for t in a.tools) or "-")
+    return table
+
+
+def agent_version_text(version: AgentVersion) -> str:
+    """An agent version: its fingerprint, agent, models, tools (with their descriptions), MCP tools
+    and instructions, as `waypoint agent-version` prints it."""
+    lines = [
+        f"agent version {version.fingerprint}",
+        f"agent         {version.agent}",
+        f"models        {', '.join(version.models)}",
+        f"first run     {version.created_at.isoformat(timespec='seconds') if version.created_at else '-'}",
+        "tools:",
+    ]
+    for t in version.tools:
+        function = t.get("function", {})
+        lines.append(f"  {function.get('name')}: {one_line(str(function.get('description') or ''))}")
+    if version.mcp_tools:
+        lines.append(f"MCP tools:     {', '.join(version.mcp_tools)}")
+    lines += ["instructions:", *(f"  {line}" for line in version.instructions.splitlines())]
+    return "\n".join(lines)
 
 
 def start_text(run: RunRow) -> str:

@@ -119,9 +119,15 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         return json.dumps(as_json(value), ensure_ascii=False)
 
     @server.tool(annotations=READ)
-    async def list_runs(ctx: Context, limit: int = 20, status: str | None = None) -> str:
-        """The tenant's runs, newest first (id, agent, task, status, steps, tokens, cost, times)."""
-        return await answer(ctx, lambda t: wp.runs(tenant_id=t, limit=limit, status=status))
+    async def list_runs(
+        ctx: Context, limit: int = 20, status: str | None = None, fingerprint: str | None = None
+    ) -> str:
+        """The tenant's runs, newest first (id, agent, task, status, steps, tokens, cost, times, and
+        `agent_fingerprint`, the agent version each started with); `fingerprint`: only the runs that
+        started with the version whose fingerprint starts with it (4 to 64 hex digits)."""
+        return await answer(
+            ctx, lambda t: wp.runs(tenant_id=t, limit=limit, status=status, fingerprint=fingerprint or None)
+        )
 
     @server.tool(annotations=READ)
     async def run_status(ctx: Context, run_id: str) -> str:

@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from waypoint.names import memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
 from waypoint.store.streams import DELTAS_CHANNEL
+from waypoint.versions import current_version
 from waypoint.workflows.agent_run import AgentRunWorkflow
 from waypoint.workflows.compaction import CompactionWorkflow
 from waypoint.workflows.memory import MemoryRequestWorkflow
@@ -90,7 +92,13 @@ class CatalogWorker(Worker):
 
     async def register(self) -> None:
         store, agents, settings = self._catalog
-        found = [a.info(callable_providers=callable_providers(settings, a), worker=worker_identity()) for a in agents]
+        found = [
+            replace(
+                a.info(callable_providers=callable_providers(settings, a), worker=worker_identity()),
+                fingerprint=current_version(a, agents).fingerprint,  # what a fresh run starts with (no MCP part)
+            )
+            for a in agents
+        ]
         await store.register_agents(self.task_queue, found)
 
     async def __aenter__(self) -> Worker:

@@ -25,7 +25,7 @@ class Catalog(StoreBase):
             return
         rows = [{**{k: v for k, v in asdict(a).items() if k != "updated_at"}, "task_queue": task_queue} for a in found]
         stmt = insert(agents).values(rows)
-        columns = ("description", "model", "providers", "tools", "settings", "worker")
+        columns = ("description", "model", "providers", "tools", "settings", "worker", "fingerprint")
         stmt = stmt.on_conflict_do_update(
             index_elements=["task_queue", "name"],
             set_={**{c: stmt.excluded[c] for c in columns}, "updated_at": func.now()},

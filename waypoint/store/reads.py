@@ -18,6 +18,7 @@ from waypoint.names import EventKind, LineageKind, RunSort
 from waypoint.store.base import StoreBase, of_tenant, run_filter
 from waypoint.store.rows import RunRow, StepLine
 from waypoint.store.schema import events, runs
+from waypoint.store.versions import prefix_filter
 from waypoint.types import RunPlan
 
 # The `run_steps` view (migrations 0004 and 0014): one row per recorded step.
@@ -126,6 +127,7 @@ class Reads(StoreBase):
         run_ids: Sequence[str] | None = None,
         roots: bool = False,
         schedule_id: str | None = None,
+        fingerprint: str | None = None,
     ) -> RunsPage:
         """A page of the tenant's runs in `sort` order (newest first by default), and the cursor
         of the next. Keyset pagination: `cursor` (or `before`, the decoded (sort value, run_id)
@@ -133,7 +135,8 @@ class Reads(StoreBase):
         reruns of one batch; `originals`: no reruns; `text`: only runs whose task contains it
         (any case); `run_ids`: only these runs (the viewer follows the live ones on its page);
         `roots`: no sub-agent runs (only the runs no call started); `schedule_id`: the runs one
-        schedule fired."""
+        schedule fired; `fingerprint`: the runs that started with an agent version whose
+        fingerprint starts with it."""
         key, descending = sort_key(sort)
         if cursor:
             before = decode_cursor(cursor, sort)
@@ -148,6 +151,8 @@ class Reads(StoreBase):
             query = query.where(runs.c.batch_id == batch_id)
         if schedule_id is not None:
             query = query.where(runs.c.schedule_id == schedule_id)
+        if fingerprint:
+            query = query.where(prefix_filter(runs.c.agent_fingerprint, fingerprint))
         if originals:
             query = query.where(or_(runs.c.lineage_kind.is_(None), runs.c.lineage_kind != LineageKind.RERUN))
         if roots:

@@ -18,6 +18,7 @@ from typing import Any
 
 from waypoint.names import STUCK, RunStatus
 from waypoint.types import Message, RunResult
+from waypoint.versions import AgentVersion
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class RunRow:
     # The Agent Protocol assistant it ran (a tenant's, or a catalog agent's name), and which version.
     assistant_id: str | None = None
     assistant_version: int | None = None
+    # The fingerprint of the agent version it started with (None: it started before versions existed).
+    agent_fingerprint: str | None = None
     # Never stored: its place in that key's line (1: next), when a read asked the limiter.
     waiting_position: int | None = None
     # Never stored: why its workflow task keeps failing, when a read asked Temporal (`Waypoint.with_stuck`).
@@ -540,6 +543,8 @@ def as_json(value: Any) -> Any:
             data["same"] = value.same
         if isinstance(value, RunComparison):
             data["diverged"] = value.diverged
+        if isinstance(value, AgentVersion):
+            data["fingerprint"] = value.fingerprint
         if isinstance(value, BatchReport):
             data.update(
                 runs=value.runs,

@@ -81,6 +81,8 @@ runs = Table(
     # version of it the run ran.
     Column("assistant_id", Text, nullable=True),
     Column("assistant_version", Integer, nullable=True),
+    # Migration 0018: the fingerprint of the agent version it started with (None: started before).
+    Column("agent_fingerprint", Text, nullable=True),
 )
 
 events = Table(
@@ -174,6 +176,7 @@ agents = Table(
     Column("tools", JSONB, nullable=False),  # [{name, description, parameters, requires_approval, ...}]
     Column("settings", JSONB, nullable=False),  # max_steps, budgets, context_tokens, memory, ...
     Column("worker", Text, nullable=False),  # host:pid of the worker that registered it last
+    Column("fingerprint", Text, nullable=True),  # the version a fresh run starts with (migration 0018)
     Column("registered_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
@@ -350,4 +353,19 @@ assistant_versions = Table(
     Column("description", Text, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("assistant_id", "version", name="assistant_versions_pkey"),
+)
+
+# Agent versions (migration 0018): what each fingerprint a tenant's runs started with stands for.
+agent_versions = Table(
+    "agent_versions",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("fingerprint", Text, nullable=False),
+    Column("agent", Text, nullable=False),
+    Column("instructions", Text, nullable=False),
+    Column("tool_schemas", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("models", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("mcp_tools", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "fingerprint", name="agent_versions_pkey"),
 )

@@ -23,8 +23,10 @@ from waypoint.store.hashing import hashed_json
 from waypoint.store.log import NewEvent, append_events, hash_chain
 from waypoint.store.outputs import OUTPUT_REF, output_ref
 from waypoint.store.schema import STATE_SCHEMA_VERSION, checkpoints, runs
+from waypoint.store.versions import insert_version
 from waypoint.transcript import event_messages
 from waypoint.types import ForkOrigin, Message, ParentRef, RunPlan, StepRecord
+from waypoint.versions import AgentVersion
 
 # Overlapping attempts of one step lose the race at most this many times before giving up.
 WRITE_CONFLICT_RETRIES = 5
@@ -51,6 +53,7 @@ class NewRun:
     schedule_id: str | None = None  # the schedule that fired it
     assistant_id: str | None = None  # the Agent Protocol assistant (and version) it runs
     assistant_version: int | None = None
+    version: AgentVersion | None = None  # the agent version it starts with (its fingerprint goes on the row)
 
 
 # record_step's two statements. Plain SQL with one text whatever the number of events, so the
@@ -201,6 +204,7 @@ class StepWriter(StoreBase):
                 webhook=new.webhook,
                 assistant_id=new.assistant_id,
                 assistant_version=new.assistant_version,
+                agent_fingerprint=new.version.fingerprint if new.version is not None else None,
             )
             started = insert(runs).values(**row)
             # A run that waited to start (scheduled, queued) has its row already: it becomes this run
@@ -218,6 +222,8 @@ class StepWriter(StoreBase):
             if created is None:  # a retry after the first attempt committed
                 await self._run(conn, new.tenant_id, new.run_id)  # and it is this tenant's
                 return plan
+            if new.version is not None:
+                await insert_version(conn, new.tenant_id, new.version)
             payload: dict[str, Any] = {
                 "agent": new.agent,
                 "instructions": new.instructions,

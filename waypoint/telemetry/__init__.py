@@ -14,6 +14,7 @@ from __future__ import annotations
 from waypoint.telemetry.core import (
     Metrics,
     Telemetry,
+    annotate,
     current,
     instrument_engine,
     mark_error,
@@ -33,6 +34,7 @@ from waypoint.telemetry.temporal import client_interceptors, temporal_runtime, w
 __all__ = [
     "Metrics",
     "Telemetry",
+    "annotate",
     "chat_span",
     "client_interceptors",
     "current",

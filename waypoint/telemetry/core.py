@@ -304,6 +304,13 @@ def span(
             raise
 
 
+def annotate(**waypoint_attributes: Any) -> None:
+    """Set `waypoint.<name>` attributes on the current span (an activity's attempt span), if recording."""
+    current_span = trace.get_current_span()
+    if current_span.is_recording():
+        current_span.set_attributes(_attributes(None, waypoint_attributes))
+
+
 def mark_error(target: Span, exc: BaseException) -> None:
     from waypoint.telemetry.redact import redact_text
 

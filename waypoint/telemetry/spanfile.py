@@ -168,6 +168,7 @@ KEY_ATTRIBUTES = (
     "waypoint.attempt",
     "gen_ai.request.model",
     "waypoint.failed_over_from",
+    "waypoint.agent.fingerprint",
     "gen_ai.usage.input_tokens",
     "gen_ai.usage.output_tokens",
     "gen_ai.response.finish_reasons",

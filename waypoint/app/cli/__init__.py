@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - older typer raises click's own
     from click import exceptions as usage  # type: ignore[no-redef]
 
 from waypoint.app.cli import (
+    agents,
     api,
     assistants,
     cron,
@@ -66,7 +67,8 @@ def _global(
         overrides["tenant"] = tenant
 
 
-for module in (stack, run, runs, rerun, messages, memory, schedule, cron, limits, api, mcp, webhooks, assistants):
+_MODULES = (stack, run, runs, agents, rerun, messages, memory, schedule, cron, limits, api, mcp, webhooks, assistants)
+for module in _MODULES:
     module.register(app)
 
 

@@ -29,19 +29,25 @@ async def runs(
     schedule: Annotated[
         str | None, typer.Option(help="Only the runs this schedule fired (`waypoint cron list`).")
     ] = None,
+    fingerprint: Annotated[
+        str | None,
+        typer.Option(help="Only the runs that started with this agent version (a prefix of its fingerprint)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List runs from Postgres."""
     from waypoint.app import console as out
 
     async with await connect() as wp:
-        rows = await wp.runs(limit=limit, status=status, batch_id=batch, roots=roots, schedule_id=schedule)
+        rows = await wp.runs(
+            limit=limit, status=status, batch_id=batch, roots=roots, schedule_id=schedule, fingerprint=fingerprint
+        )
     if as_json:
         out.print_json([{**out.as_json(r), "status": r.shown_status} for r in rows])
         return
     if rows:
         out.console.print(out.runs_table(rows, wp.tenant()))
-    elif status or batch or schedule:
+    elif status or batch or schedule or fingerprint:
         out.console.print("no run matches: `waypoint runs` lists them all")
     else:
         out.console.print('no runs yet: start one with `waypoint run "<task>"`')

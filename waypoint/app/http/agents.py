@@ -1,4 +1,5 @@
-"""The agents the workers serve (the catalog they register), under /v1/agents; the assistants (the
+"""The agents the workers serve (the catalog they register), under /v1/agents, and the versions
+runs started with, /v1/agent-versions/{fingerprint}; the assistants (the
 tenant's configured, versioned agents, and the catalog's), /v1/assistants (read-only here: the Agent
 Protocol's /assistants changes them); and the fleet limits they call their models under, /v1/limits."""
 
@@ -23,6 +24,15 @@ async def list_agents(api: Api, tenant: Tenant) -> dict[str, Any]:
 @router.get("/agents/{name}")
 async def get_agent(name: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     data: dict[str, Any] = as_json(await api.wp.agent(name))
+    return data
+
+
+@router.get("/agent-versions/{fingerprint}")
+async def get_agent_version(fingerprint: str, api: Api, tenant: Tenant) -> dict[str, Any]:
+    """An agent version a run of the tenant started with (`agent_fingerprint` of a run; a prefix of 4
+    or more hex digits will do): its instructions, tool schemas, models and MCP tool names. 404 for
+    any fingerprint none of the tenant's runs started with."""
+    data: dict[str, Any] = as_json(await api.wp.agent_version(fingerprint, tenant_id=tenant))
     return data
 
 

@@ -179,6 +179,10 @@ async def list_runs(
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page (same sort).")] = None,
     roots: Annotated[bool, Query(description="Leave sub-agent runs out (only runs no call started).")] = False,
     schedule_id: Annotated[str | None, Query(description="Only the runs this schedule fired.")] = None,
+    fingerprint: Annotated[
+        str | None,
+        Query(description="Only the runs that started with this agent version (4 to 64 hex digits of it)."),
+    ] = None,
 ) -> dict[str, Any]:
     """The tenant's runs, newest first unless `sort` says otherwise, a page at a time (keyset
     pagination)."""
@@ -195,6 +199,7 @@ async def list_runs(
         run_ids=run_id,
         roots=roots,
         schedule_id=schedule_id or None,
+        fingerprint=fingerprint or None,
     )
     return {"runs": [run_json(r) for r in page.runs], "next_cursor": page.next_cursor}
 

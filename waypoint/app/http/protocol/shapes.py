@@ -160,6 +160,8 @@ def run_json(run_id: str, thread_id: str | None, assistant_id: str, row: RunRow 
             "waypoint_status": row.status if row else "starting",
             "steps": row.steps if row else 0,
             "assistant_version": row.assistant_version if row else None,
+            # The agent version it started with (GET /v1/agent-versions/{fingerprint} shows it).
+            "agent_fingerprint": row.agent_fingerprint if row else None,
         },
         "multitask_strategy": "reject",
         "kwargs": {},

@@ -90,10 +90,12 @@ async def runs_page(
     sort: str = "",
     roots: str = "",
     cursor: str = "",
+    fingerprint: str = "",
 ) -> Response:
     filters = {
         "status": status,
         "agent": agent.strip(),
+        "fingerprint": fingerprint.strip(),
         "text": text.strip(),
         "since": since.strip(),
         "until": until.strip(),
@@ -111,6 +113,7 @@ async def runs_page(
         sort=filters["sort"],
         cursor=cursor or None,
         roots=bool(filters["roots"]),
+        fingerprint=filters["fingerprint"] or None,
     )
     nxt = None
     if page.next_cursor is not None:
