@@ -88,6 +88,55 @@ class Waterfall:
     steps: list[WaterfallStep]
 
 
+_BAR_FIELDS = ("label", "attempt", "input_tokens", "output_tokens", "error", "child_run_id", "open")
+_STEP_FIELDS = (
+    "step",
+    "start_ms",
+    "end_ms",
+    "in_flight",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cost_usd",
+    "cumulative_cost_usd",
+    "context_tokens",
+    "model_ms",
+    "attempts",
+    "compacted",
+)
+
+
+def waterfall_json(w: Waterfall) -> dict[str, Any]:
+    """`w` as JSON (the shape of GET /v1/runs/{id}/timeline): a bar's empty fields (None, 0, False,
+    "") but its lane are left out, so a 1,500-step run stays small; written out here because a generic
+    conversion of ~6,000 bars costs more than deriving them."""
+    steps = []
+    for st in w.steps:
+        data: dict[str, Any] = {name: getattr(st, name) for name in _STEP_FIELDS}
+        data["bars"] = [
+            {
+                "kind": b.kind.value,
+                "start_ms": b.start_ms,
+                "end_ms": b.end_ms,
+                "lane": b.lane,
+                **{name: v for name in _BAR_FIELDS if (v := getattr(b, name))},
+            }
+            for b in st.bars
+        ]
+        steps.append(data)
+    return {
+        "run_id": w.run_id,
+        "status": w.status,
+        "started_at": w.started_at.isoformat(),
+        "ended_at": w.ended_at.isoformat() if w.ended_at else None,
+        "duration_ms": w.duration_ms,
+        "context_budget": w.context_budget,
+        "compact_threshold": w.compact_threshold,
+        "steps": steps,
+    }
+
+
 class _Clock:
     def __init__(self, origin: datetime):
         self.origin = origin
