@@ -33,7 +33,7 @@ function frame(svg, steps, top, unit) {
   const x = (i) => PAD.left + (i / n) * w;
   const y = (v) => PAD.top + h - (Math.max(0, v) / max) * h;
   svg.appendChild(el("line", { class: "c-axis", x1: PAD.left, x2: PAD.left + w, y1: PAD.top + h, y2: PAD.top + h }));
-  svg.appendChild(el("text", { class: "c-label", x: PAD.left - 4, y: PAD.top + 8, "text-anchor": "end" }, `${short(max)}${unit}`));
+  if (top > 0) svg.appendChild(el("text", { class: "c-label", x: PAD.left - 4, y: PAD.top + 8, "text-anchor": "end" }, `${short(max)}${unit}`));
   svg.appendChild(el("text", { class: "c-label", x: PAD.left - 4, y: PAD.top + h, "text-anchor": "end" }, "0"));
   if (steps.length) {
     svg.appendChild(el("text", { class: "c-label", x: PAD.left, y: H - 4 }, `step ${steps[0].step}`));
