@@ -170,7 +170,9 @@ class ModelActivities:
             return None
         return max(context.pending)
 
-    async def record_failure(self, inp: CallModelInput, error: ModelError, attempt: int) -> None:
+    async def record_failure(
+        self, inp: CallModelInput, error: ModelError, attempt: int, *, latency_ms: int | None = None
+    ) -> None:
         payload = {
             "attempt": attempt,
             "model": inp.model,
@@ -180,6 +182,8 @@ class ModelActivities:
             "retry_in_seconds": error.retry_after.total_seconds() if error.retryable and error.retry_after else None,
             "status": error.status,
         }
+        if latency_ms is not None:
+            payload["latency_ms"] = latency_ms
         await self.store.record_model_failure(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
 
     async def tool_schemas(self, inp: CallModelInput) -> list[dict[str, Any]]:
@@ -273,6 +277,7 @@ class ModelActivities:
             else None
         )
         turn: ModelTurn | None = None
+        called = time.perf_counter()  # a failed attempt's event says how long it took (the waterfall's bar)
         try:
             async with heartbeating(inp.step), self._holding(lease):
                 with chat_span(
@@ -290,7 +295,7 @@ class ModelActivities:
                         )
                     chat.record(turn)
         except ModelError as error:
-            await self.record_failure(inp, error, attempt)
+            await self.record_failure(inp, error, attempt, latency_ms=round((time.perf_counter() - called) * 1000))
             if capacity is not None:
                 await capacity.outcome(capacity.key(inp, agent), error)
             error.details.setdefault("attempt", attempt)  # how many attempts a failover came after

@@ -1,6 +1,6 @@
 """The web viewer's pages, measured: server time (p50/p95) and bytes sent per page.
 
-    python benchmarks/viewer.py [--steps 1500] [--runs 120] [--calls 40]
+    python benchmarks/viewer.py [--steps 1500] [--runs 120] [--calls 40] [--loads 7] [--no-browser]
 
 Starts an embedded stack (Temporal, Postgres) in a temporary folder and `waypoint serve` as a
 child process, writes `--runs` runs and one run of `--steps` steps with the real store (the
@@ -11,7 +11,14 @@ then GETs each page `--calls` times (after two uncounted warm-ups):
   serves that order: it sorts the tenant's runs),
 - the run page of the long run (its whole timeline, rendered server-side in one query),
 - a step view in the middle of it (the request rebuilt from the checkpoint, the step's events),
-- the diff of two neighbouring steps.
+- the diff of two neighbouring steps,
+- the long run's waterfall data (GET /v1/runs/{id}/timeline, what the run page draws).
+
+Then, unless `--no-browser`, the run page of the long run in chromium (Playwright, Debian's
+`chromium`; nothing downloads), loaded `--loads` times in fresh tabs: first contentful paint,
+time to interactive (the waterfall and charts drawn: the page's `waterfall-drawn` mark), both
+from the navigation's start, the JS heap in use after it (CDP `Performance.getMetrics`), and
+how long a zoom takes to redraw. Target: p50 under 1 s to interactive.
 
 Server time is the time to the last byte as a client on the same machine sees it (loopback, so
 the network adds well under a millisecond). Target: p50 <= 150 ms for each page. Run it as a
@@ -41,6 +48,19 @@ from waypoint.names import RunStatus
 from waypoint.store import RunStore
 
 TARGET_P50_MS = 150.0
+TARGET_INTERACTIVE_MS = 1000.0
+
+# In the page: paint and the waterfall's mark, from the navigation's start; a zoom's redraw.
+PAINTED = """() => ({
+  fcp: performance.getEntriesByName("first-contentful-paint")[0]?.startTime ?? null,
+  drawn: performance.getEntriesByName("waterfall-drawn")[0]?.startTime ?? null,
+  rows: document.querySelectorAll(".wf-row").length,
+})"""
+ZOOM = """() => new Promise((done) => {
+  const t = performance.now();
+  document.querySelector("[data-zoom=in]").click();
+  requestAnimationFrame(() => requestAnimationFrame(() => done(performance.now() - t)));
+})"""
 
 
 async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -> None:
@@ -70,6 +90,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
         f"run page ({args.steps} steps)": f"/ui/runs/{long_run}",
         f"step view (step {middle})": f"/ui/runs/{long_run}/steps/{middle}",
         "diff of two steps": f"/ui/runs/{long_run}/diff?a={middle - 1}&b={middle}",
+        f"timeline API ({args.steps} steps)": f"/v1/runs/{long_run}/timeline",
     }
     results: dict[str, tuple[list[float], int]] = {}
     try:
@@ -96,6 +117,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
                         if i >= 2:
                             times.append(elapsed * 1000)
                     results[name] = (times, size)
+        loads = await in_browser(url, key, f"/ui/runs/{long_run}", args.loads) if args.browser else []
     finally:
         proc.terminate()
         proc.wait(15)
@@ -109,6 +131,72 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
         met = "met" if p50 <= TARGET_P50_MS else "MISSED"
         table.add_row(name, f"{p50:.1f}", f"{pct(times, 95):.1f}", f"{size:,}", f"<= {TARGET_P50_MS:g} ({met})")
     console.print(table)
+    if loads:
+        print_loads(loads, args.steps)
+
+
+async def in_browser(url: str, key: str, path: str, loads: int) -> list[dict[str, float]]:
+    """Each load of `path` in a fresh tab of one logged-in chromium context: paint, interactive, heap, zoom."""
+    import shutil
+
+    from playwright.async_api import async_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        console.print("no chromium binary: `apt-get install -y chromium`; the browser numbers are skipped")
+        return []
+    found = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        context = await browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
+        page = await context.new_page()
+        await page.goto("/ui/login")
+        await page.fill("#key", key)
+        await page.click("button[type=submit]")
+        await page.wait_for_url("**/ui")
+        await page.close()
+        with console.status(f"loading the run page {loads} times in chromium"):
+            for i in range(loads + 1):
+                page = await context.new_page()
+                cdp = await context.new_cdp_session(page)
+                await cdp.send("Performance.enable")
+                await page.goto(path)
+                await page.locator(".waterfall[data-ready='1']").wait_for(timeout=60_000)
+                marks = await page.evaluate(PAINTED)
+                metrics = {m["name"]: m["value"] for m in (await cdp.send("Performance.getMetrics"))["metrics"]}
+                zoom = await page.evaluate(ZOOM)
+                await page.close()
+                if i:  # the first load warms the server and the browser's cache
+                    found.append(
+                        {
+                            "fcp": marks["fcp"],
+                            "drawn": marks["drawn"],
+                            "rows": marks["rows"],
+                            "heap": metrics["JSHeapUsedSize"] / 2**20,
+                            "zoom": zoom,
+                        }
+                    )
+        await browser.close()
+    return found
+
+
+def print_loads(loads: list[dict[str, float]], steps: int) -> None:
+    table = Table(title=f"The run page of a {steps}-step run in chromium ({len(loads)} loads)", title_justify="left")
+    for col in ("measure", "p50", "max", "target"):
+        table.add_column(col, justify="left" if col == "measure" else "right")
+
+    def row(name: str, key: str, unit: str, target: str = "") -> None:
+        values = [v[key] for v in loads]
+        table.add_row(name, f"{statistics.median(values):.1f} {unit}", f"{max(values):.1f} {unit}", target)
+
+    interactive = statistics.median(v["drawn"] for v in loads)
+    met = "met" if interactive < TARGET_INTERACTIVE_MS else "MISSED"
+    row("first contentful paint", "fcp", "ms")
+    row("interactive (waterfall and charts drawn)", "drawn", "ms", f"< {TARGET_INTERACTIVE_MS:g} ms ({met})")
+    row("JS heap in use", "heap", "MB")
+    row("a zoom's redraw", "zoom", "ms")
+    row("waterfall rows in the DOM", "rows", "")
+    console.print(table)
 
 
 def main() -> None:
@@ -116,6 +204,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--runs", type=int, default=120)
     parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--loads", type=int, default=7, help="loads of the run page in chromium")
+    parser.add_argument("--no-browser", dest="browser", action="store_false", help="skip the chromium part")
     on_stack(bench, parser.parse_args())
 
 

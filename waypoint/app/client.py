@@ -107,6 +107,8 @@ from waypoint.types import (
     RunResult,
 )
 from waypoint.versions import AgentVersion
+from waypoint.waterfall import Waterfall
+from waypoint.waterfall import derive as derive_waterfall
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -1013,6 +1015,14 @@ class Waypoint:
             check_count("the limit", limit)
         check_count("after_step", after_step, low=0, high=10**9)
         return await self._store.timeline(self._scoped(tenant_id, run_id), run_id, after_step=after_step, limit=limit)
+
+    async def waterfall(self, run_id: str, *, tenant_id: str | None = None, after_step: int = 0) -> Waterfall:
+        """The run as a waterfall: its steps after `after_step`, each with bars for its model call
+        (failed attempts, retry waits), tool calls, approval and capacity waits, compactions and
+        sub-agent runs, and its tokens, cost and context; a live run's step in flight last."""
+        check_count("after_step", after_step, low=0, high=10**9)
+        source = await self._store.waterfall_source(self._scoped(tenant_id, run_id), run_id, after_step=after_step)
+        return derive_waterfall(source)
 
     async def state(self, run_id: str, step: int, *, tenant_id: str | None = None) -> StepState:
         """The state (working memory) at `step`, with the step's events."""

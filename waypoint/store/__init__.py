@@ -9,7 +9,8 @@ status transitions), a step's writes, the tool ledger, compactions, what a step 
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
 threads, scheduled agents, runs that wait to start, what live streams read, the shared limiter of model
 calls, the idempotency keys of starts, webhooks (signing secrets, delivery attempts), and Agent
-Protocol assistants (versioned), and the agent versions runs started with.
+Protocol assistants (versioned), the agent versions runs started with, and the rows a run's waterfall is
+drawn from.
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -36,6 +37,7 @@ from waypoint.store.threads import Threads
 from waypoint.store.travel import TimeTravel
 from waypoint.store.trees import Trees
 from waypoint.store.versions import VersionStore
+from waypoint.store.waterfall import WaterfallReads
 from waypoint.store.webhooks import Webhooks
 from waypoint.store.working import WorkingReads
 
@@ -62,6 +64,7 @@ class RunStore(
     ScheduleStore,
     AssistantStore,
     VersionStore,
+    WaterfallReads,
 ):
     """Every read and write of the Postgres mirror."""
 

@@ -38,8 +38,11 @@ document.addEventListener("submit", () => { leaving = true; });
 function follow() {
   const url = `/v1/runs/${encodeURIComponent(body.dataset.run)}/stream?after=${body.dataset.afterSeq}`;
   const source = new EventSource(url);
-  const onLog = () => { liveText.hidden = true; liveText.textContent = ""; appendRows(); };
+  // waterfall.js draws the same commits: it hears of each through `waypoint:log` on document.
+  const announce = (event) => document.dispatchEvent(new CustomEvent("waypoint:log", { detail: event.type }));
+  const onLog = (event) => { liveText.hidden = true; liveText.textContent = ""; appendRows(); announce(event); };
   for (const kind of ["model_response", "tool_result", "user_message", "decision"]) source.addEventListener(kind, onLog);
+  source.addEventListener("model_attempt_failed", announce);
   source.addEventListener("attempt_started", () => { liveText.textContent = ""; });
   source.addEventListener("model_delta", (event) => {
     const data = JSON.parse(event.data);
