@@ -107,6 +107,13 @@ class Integrity(StoreBase):
             verdicts.append(verdict)
         return replace(verdicts[0], below=verdicts[1:])
 
+    async def verify_run(self, tenant_id: str, run_id: str) -> Verdict:
+        """`verify` of the run alone, with its own sub-agent calls checked (not the runs below it)."""
+        verdict = await self.verify(tenant_id, run_id)
+        async with self.engine.connect() as conn:
+            verdict.problems += await _call_problems(conn, tenant_id, await self._run(conn, tenant_id, run_id))
+        return verdict
+
     async def checkpoint_steps(self, tenant_id: str, run_id: str) -> list[int]:
         """The steps that have a checkpoint, in order (contiguous in an intact run)."""
         async with self.engine.connect() as conn:
