@@ -3,16 +3,23 @@ each violation, injected behind the append-only triggers' back, is one line and 
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.helpers import Done, eventually, one_line_error, waypoint
+from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
+from waypoint.app.temporal import connect as connect_temporal
+from waypoint.app.worker import build_worker
 from waypoint.config import Settings
+from waypoint.errors import ConfigError
 from waypoint.store.hashing import event_hash
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
@@ -196,3 +203,26 @@ async def _status(wp: Waypoint, run_id: str, status: str) -> bool:
         return (await wp.run(run_id)).status == status
     except Exception:
         return False
+
+
+async def test_runs_written_through_the_payload_codec(
+    client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry
+):
+    """Activity inputs decode with the client's keys; without them, one error naming the setting."""
+    key = base64.b64encode(os.urandom(32)).decode()
+    enc_settings = settings.model_copy(update={"codec_keys": SecretStr(f"k1:{key}")})
+    enc_client = await connect_temporal(enc_settings)
+    async with build_worker(enc_client, engine, enc_settings, agents):
+        wp = Waypoint(enc_client, engine, enc_settings)
+        run_id = await finished_run(wp)
+    assert (await wp.verify_all("1h")).ok
+    await retention(
+        engine,
+        ("DELETE FROM events WHERE run_id = :r AND step = 3", {"r": run_id}),
+        ("DELETE FROM checkpoints WHERE run_id = :r AND step = 3", {"r": run_id}),
+    )
+    report = await wp.verify_all("1h")
+    missing = f"run {run_id}: step 3: its model call completed in Temporal, and no model_response event has it"
+    assert missing in [v.line() for v in report.violations]
+    with pytest.raises(ConfigError, match="WAYPOINT_CODEC_KEYS"):
+        await Waypoint(client, engine, settings).verify_all("1h")

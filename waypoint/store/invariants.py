@@ -9,6 +9,7 @@ temporalio.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -16,7 +17,9 @@ from sqlalchemy import select
 
 from waypoint.names import EventKind
 from waypoint.store.base import StoreBase, of_tenant, run_filter
-from waypoint.store.schema import checkpoints, events, runs, tool_effects
+from waypoint.store.integrity import ChainCheck, call_problems, checkpoints_of, events_of
+from waypoint.store.rows import RunRow
+from waypoint.store.schema import runs, tool_effects
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class MirrorFacts:
     # tool_result events by idempotency key (`run:step:index`): how many
     tool_results: Counter[str] = field(default_factory=Counter)
     ledger_keys: dict[str, int] = field(default_factory=dict)  # this run's ledger rows: key -> step
+    problems: list[str] = field(default_factory=list)  # what `verify` of the run alone finds
 
     @property
     def recorded_through(self) -> int:
@@ -65,36 +69,47 @@ class Invariants(StoreBase):
             status: str | None = await conn.scalar(select(runs.c.status).where(run_filter(tenant_id, run_id)))
         return status
 
-    async def mirror_facts(self, tenant_id: str, run_id: str) -> MirrorFacts | None:
-        """The run's facts (None when it is not the tenant's, or gone). One connection, three reads;
-        read after its Temporal history, so a step the history shows done and the mirror lacks is
-        either still being recorded (no checkpoint yet) or missing."""
+    async def mirror_facts(self, tenant_id: str, run_ids: Sequence[str]) -> dict[str, MirrorFacts]:
+        """The facts of each of the runs that is the tenant's (a run gone is left out), with `problems`:
+        what `verify` finds of it alone (chain, checkpoints, its own sub-agent calls). A few reads for
+        the whole batch, each streamed in run order; read after the runs' Temporal histories, so a
+        step a history shows done and the mirror lacks is either being recorded now (no checkpoint
+        yet) or missing."""
+        found: dict[str, MirrorFacts] = {}
         async with self.engine.connect() as conn:
-            status = await conn.scalar(select(runs.c.status).where(run_filter(tenant_id, run_id)))
-            if status is None:
-                return None
-            facts = MirrorFacts(status)
-            facts.checkpoint_steps = set(
-                await conn.scalars(select(checkpoints.c.step).where(checkpoints.c.run_id == run_id))
-            )
-            kinds = (EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT, EventKind.STEP_CANCELLED)
-            rows = await conn.execute(
-                select(
-                    events.c.kind,
-                    events.c.step,
-                    events.c.payload["idempotency_key"].astext.label("key"),
-                    events.c.payload["step"].astext.label("cancelled_step"),
-                ).where(events.c.run_id == run_id, events.c.kind.in_(kinds))
-            )
-            for e in rows:
+            rows = (await conn.execute(select(runs).where(of_tenant(tenant_id), runs.c.run_id.in_(run_ids)))).mappings()
+            heads = {r["run_id"]: RunRow.of(r) for r in rows}
+            ids = list(heads)
+            if not ids:
+                return found
+            checks = {i: ChainCheck(i, heads[i].fork_step) for i in ids}
+            found = {i: MirrorFacts(heads[i].status) for i in ids}
+            with_agents: list[str] = []
+            async for e in await conn.stream(events_of(*ids)):
+                facts, check = found[e.run_id], checks[e.run_id]
+                if not check.full:
+                    check.event(e)
                 if e.kind == EventKind.MODEL_RESPONSE:
                     facts.model_steps.add(e.step)
                 elif e.kind == EventKind.TOOL_RESULT:
-                    facts.tool_results[e.key or f"{run_id}:{e.step}:?"] += 1
-                elif e.cancelled_step is not None and e.cancelled_step.isdigit():
-                    facts.cancelled_steps.add(int(e.cancelled_step))
+                    facts.tool_results[e.payload.get("idempotency_key") or f"{e.run_id}:{e.step}:?"] += 1
+                elif e.kind == EventKind.STEP_CANCELLED and isinstance(e.payload.get("step"), int):
+                    facts.cancelled_steps.add(e.payload["step"])
+                elif e.kind == EventKind.RUN_STARTED and (e.payload.get("plan") or {}).get("agents"):
+                    with_agents.append(e.run_id)
+            async for c in await conn.stream(checkpoints_of(*ids)):
+                found[c.run_id].checkpoint_steps.add(c.step)
+                if not checks[c.run_id].full:
+                    checks[c.run_id].checkpoint(c)
             ledger = await conn.execute(
-                select(tool_effects.c.idempotency_key, tool_effects.c.step).where(tool_effects.c.run_id == run_id)
+                select(tool_effects.c.run_id, tool_effects.c.idempotency_key, tool_effects.c.step).where(
+                    tool_effects.c.run_id.in_(ids)
+                )
             )
-            facts.ledger_keys = {r.idempotency_key: r.step for r in ledger}
-        return facts
+            for r in ledger:
+                found[r.run_id].ledger_keys[r.idempotency_key] = r.step
+            for i in with_agents:  # only runs whose plan has sub-agents make such calls
+                checks[i].verdict.problems += await call_problems(conn, tenant_id, heads[i])
+        for i, facts in found.items():
+            facts.problems = checks[i].verdict.problems
+        return found
