@@ -113,6 +113,7 @@ from waypoint.waterfall import derive as derive_waterfall
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from waypoint.app.invariants import VerifyAllReport
     from waypoint.app.schedule import ScheduleInfo
     from waypoint.app.temporal import TemporalGateway
 
@@ -152,6 +153,9 @@ class Claim:
 
     run_id: str
     created: bool
+
+
+VERIFY_ALL_MAX = 100_000  # runs one `verify_all` call checks at most (`limit`)
 
 
 def _assistant_fields(assistant: tuple[str, int] | None) -> dict[str, Any]:
@@ -1112,6 +1116,35 @@ class Waypoint:
         """Recompute the run's hash chain and checkpoint hashes, and those of every sub-agent run below
         it (`Verdict.below`); check that each sub-agent answer in a caller's ledger is its child's."""
         return await self._store.verify_tree(self._scoped(tenant_id, run_id), run_id)
+
+    async def verify_all(
+        self,
+        since: datetime | str | None = None,
+        *,
+        limit: int | None = None,
+        tenant_id: str | None = None,
+        settle_seconds: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> VerifyAllReport:
+        """Check every run of the tenant created since `since` (a datetime, an age such as `2h`, or an
+        ISO time; every run without), oldest first, at most `limit`: its Postgres mirror against its
+        Temporal history (every completed model and tool activity has its event), its hash chain and
+        checkpoints, its status against its workflow's, and that no tool effect is recorded twice.
+        `progress(done, total)` is called as runs are checked. See `waypoint.app.invariants`."""
+        from waypoint.app.invariants import SETTLE_SECONDS, VerifyAll
+
+        tenant = self.tenant(tenant_id)
+        when = parse_when("since", since) if isinstance(since, str) else since
+        if limit is not None:
+            check_count("limit", limit, high=VERIFY_ALL_MAX)
+        check = VerifyAll(
+            self._store,
+            await self.temporal(),
+            tenant,
+            settle_seconds=SETTLE_SECONDS if settle_seconds is None else settle_seconds,
+            progress=progress,
+        )
+        return await check.run(when, limit)
 
     async def delete(self, run_id: str, *, tenant_id: str | None = None) -> None:
         """Remove a finished run and every trace of it: its episodes in long-term memory, its spans in

@@ -12,12 +12,12 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
@@ -36,7 +36,7 @@ from waypoint import retry, telemetry
 from waypoint.codec import data_converter, header_codec_behavior
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, Conflict, InvalidInput, NotFound, Unavailable, WaypointError
-from waypoint.names import Query, Workflow, memory_task_queue
+from waypoint.names import Activity, Query, Workflow, memory_task_queue
 from waypoint.types import MemoryAnswer, MemoryRequest, RunInput, RunProgress, RunResult
 
 
@@ -85,6 +85,29 @@ async def connect(settings: Settings, *, wait_seconds: float = 15.0) -> Client:
                 f"cannot reach Temporal at {settings.temporal_address} ({str(exc).splitlines()[0]}): "
                 "start it with `waypoint dev` or set WAYPOINT_TEMPORAL_ADDRESS"
             ) from None
+
+
+# How an execution's history ends, by its last event (none of these: it runs).
+_CLOSED = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "COMPLETED",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: "FAILED",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: "CANCELED",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: "TERMINATED",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: "TIMED_OUT",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: "CONTINUED_AS_NEW",
+}
+
+
+@dataclass
+class HistoryFacts:
+    """What a run's Temporal histories (every execution of its continue-as-new chain) say it did:
+    the steps whose model call completed and the (step, call index) of each tool call that completed,
+    as remote activities (a local activity's marker does not hold its input), and how it ended."""
+
+    status: str  # the newest execution's: RUNNING, COMPLETED, FAILED, CANCELED, TERMINATED or TIMED_OUT
+    executions: int = 0
+    model_steps: set[int] = field(default_factory=set)
+    tool_calls: set[tuple[int, int]] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -251,6 +274,64 @@ class TemporalGateway:
         if not outcomes:
             raise NotFound(f"Temporal has no history for run {run_id} (its retention may have passed)")
         return outcomes
+
+    async def history_facts(self, run_id: str) -> HistoryFacts | None:
+        """The completed model and tool activities of every execution of the run, newest execution
+        first, following each one's `continued_execution_run_id` back; None when Temporal has no such
+        workflow (never started, or its retention passed). Inputs decode through the client's
+        converter, so a run written through the payload codec reads with the same keys."""
+        facts: HistoryFacts | None = None
+        execution: str | None = None
+        try:
+            while True:
+                handle = self.client.get_workflow_handle(run_id, run_id=execution)
+                scheduled: dict[int, tuple[str, Any]] = {}
+                done: list[int] = []
+                first = last = None
+                async for event in handle.fetch_history_events():
+                    first = first or event
+                    last = event
+                    if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                        attrs = event.activity_task_scheduled_event_attributes
+                        if attrs.activity_type.name in (Activity.CALL_MODEL, Activity.RUN_TOOL):
+                            scheduled[event.event_id] = (attrs.activity_type.name, attrs.input.payloads)
+                    elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                        done.append(event.activity_task_completed_event_attributes.scheduled_event_id)
+                if first is None or last is None:
+                    break
+                if facts is None:
+                    facts = HistoryFacts(_CLOSED.get(last.event_type, "RUNNING"))
+                facts.executions += 1
+                with self.readable(run_id):
+                    for sid in done:
+                        if sid not in scheduled:
+                            continue
+                        name, payloads = scheduled[sid]
+                        arg = (await self.client.data_converter.decode(list(payloads)))[0]
+                        if name == Activity.CALL_MODEL:
+                            facts.model_steps.add(int(arg["step"]))
+                        else:
+                            facts.tool_calls.add((int(arg["step"]), int(arg["call_index"])))
+                execution = first.workflow_execution_started_event_attributes.continued_execution_run_id or None
+                if execution is None:
+                    break
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return facts
+            raise rpc_error(exc, f"read the history of run {run_id}") from None
+        return facts
+
+    async def workflow_status(self, run_id: str) -> tuple[str | None, list[str]]:
+        """The status of the run's newest execution (None when Temporal has no such workflow) and the
+        types of its activities in flight."""
+        try:
+            described = (await self.client.get_workflow_handle(run_id).describe()).raw_description
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None, []
+            raise rpc_error(exc, f"describe run {run_id}") from None
+        status = WorkflowExecutionStatus(described.workflow_execution_info.status).name
+        return status, [a.activity_type.name for a in described.pending_activities]
 
     async def memory(self, req: MemoryRequest) -> MemoryAnswer:
         """Ask the memory worker, which owns the episodic store."""

@@ -6,10 +6,11 @@
 
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
-listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
-threads, scheduled agents, runs that wait to start, what live streams read, the shared limiter of model
-calls, the idempotency keys of starts, webhooks (signing secrets, delivery attempts), and Agent
-Protocol assistants (versioned), the agent versions runs started with, and the rows a run's waterfall is
+listings, time travel, comparing two runs, integrity and retention, the mirror's invariants (what
+`verify --all` checks against Temporal), the agent catalog, the HTTP API's keys and threads,
+scheduled agents, runs that wait to start, what live streams read, the shared limiter of model calls,
+the idempotency keys of starts, webhooks (signing secrets, delivery attempts), Agent Protocol
+assistants (versioned), the agent versions runs started with, and the rows a run's waterfall is
 drawn from.
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
@@ -24,6 +25,7 @@ from waypoint.store.compactions import CompactionStore
 from waypoint.store.compare import Compare
 from waypoint.store.idempotency import Idempotency
 from waypoint.store.integrity import Integrity
+from waypoint.store.invariants import Invariants
 from waypoint.store.keys import ApiKeys
 from waypoint.store.ledger import Ledger
 from waypoint.store.limits import Limiter
@@ -52,6 +54,7 @@ class RunStore(
     Reads,
     TimeTravel,
     Integrity,
+    Invariants,
     Catalog,
     ApiKeys,
     Threads,

@@ -9,6 +9,7 @@ run below it, and checks that each answer a caller's ledger holds is its child's
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -24,7 +25,7 @@ from waypoint.store.tree_travel import agent_calls
 from waypoint.store.trees import subtree
 
 
-async def _call_problems(conn: AsyncConnection, tenant_id: str, run: RunRow) -> list[str]:
+async def call_problems(conn: AsyncConnection, tenant_id: str, run: RunRow) -> list[str]:
     """What does not hold of the run's sub-agent calls: each one its ledger says succeeded has a child
     run that completed, whose output is the ledger's answer."""
     problems = []
@@ -46,51 +47,77 @@ async def _call_problems(conn: AsyncConnection, tenant_id: str, run: RunRow) -> 
     return problems
 
 
+class ChainCheck:
+    """A run's events, one at a time in seq order, checked as a hash chain (and each referenced output
+    against the ledger's), then its checkpoints in step order: contiguous, each matching its hash.
+    Problems go to `verdict`; `full` once it holds ten (the rest is not worth reading)."""
+
+    def __init__(self, run_id: str, fork_step: int | None):
+        self.verdict = Verdict(run_id)
+        self.prev: str | None = None
+        self.expected_seq = 1
+        self.expected_step = fork_step or 0  # a fork's checkpoints start at its fork step
+
+    @property
+    def full(self) -> bool:
+        return len(self.verdict.problems) >= 10
+
+    def event(self, e: Any) -> None:
+        verdict = self.verdict
+        verdict.events += 1
+        if e.seq != self.expected_seq:
+            verdict.problems.append(f"event seq {self.expected_seq} is missing (next is {e.seq})")
+        self.expected_seq = e.seq + 1
+        if e.prev_hash != self.prev:
+            verdict.problems.append(f"event seq {e.seq}: prev_hash does not match the hash of the event before")
+        digest = event_hash(self.prev, run_id=verdict.run_id, seq=e.seq, step=e.step, kind=e.kind, payload=e.payload)
+        if digest != e.hash:
+            verdict.problems.append(f"event seq {e.seq} ({e.kind}, step {e.step}): content does not match its hash")
+        if (problem := mismatch(e.payload, e.ledger_output)) is not None:
+            verdict.problems.append(f"event seq {e.seq} ({e.kind}, step {e.step}): {problem}")
+        self.prev = e.hash
+
+    def checkpoint(self, c: Any) -> None:
+        verdict = self.verdict
+        verdict.checkpoints += 1
+        if c.step != self.expected_step:
+            verdict.problems.append(f"checkpoint of step {self.expected_step} is missing")
+        self.expected_step = c.step + 1
+        if state_hash(c.state) != c.state_hash:
+            verdict.problems.append(f"checkpoint of step {c.step}: state does not match its hash")
+
+
+def events_of(*run_ids: str) -> Any:
+    """The runs' events with their ledger outputs, by run and seq (what ChainCheck reads)."""
+    return (
+        select(events, LEDGER_OUTPUT)
+        .select_from(EVENTS_WITH_OUTPUTS)
+        .where(events.c.run_id.in_(run_ids))
+        .order_by(events.c.run_id, events.c.seq)
+    )
+
+
+def checkpoints_of(*run_ids: str) -> Any:
+    return (
+        select(checkpoints.c.run_id, checkpoints.c.step, checkpoints.c.state, checkpoints.c.state_hash)
+        .where(checkpoints.c.run_id.in_(run_ids))
+        .order_by(checkpoints.c.run_id, checkpoints.c.step)
+    )
+
+
 class Integrity(StoreBase):
     async def verify(self, tenant_id: str, run_id: str) -> Verdict:
         """Recompute the run's event chain and checkpoint hashes, streaming rows (no full load)."""
-        verdict = Verdict(run_id)
-        prev: str | None = None
-        expected_seq = 1
         async with self.engine.connect() as conn:
             run = await self._run(conn, tenant_id, run_id)
-            rows = await conn.stream(
-                select(events, LEDGER_OUTPUT)
-                .select_from(EVENTS_WITH_OUTPUTS)
-                .where(events.c.run_id == run_id)
-                .order_by(events.c.seq)
-            )
-            async for e in rows:
-                verdict.events += 1
-                if e.seq != expected_seq:
-                    verdict.problems.append(f"event seq {expected_seq} is missing (next is {e.seq})")
-                expected_seq = e.seq + 1
-                if e.prev_hash != prev:
-                    verdict.problems.append(f"event seq {e.seq}: prev_hash does not match the hash of the event before")
-                digest = event_hash(prev, run_id=run_id, seq=e.seq, step=e.step, kind=e.kind, payload=e.payload)
-                if digest != e.hash:
-                    verdict.problems.append(
-                        f"event seq {e.seq} ({e.kind}, step {e.step}): content does not match its hash"
-                    )
-                if (problem := mismatch(e.payload, e.ledger_output)) is not None:
-                    verdict.problems.append(f"event seq {e.seq} ({e.kind}, step {e.step}): {problem}")
-                prev = e.hash
-                if len(verdict.problems) >= 10:
-                    return verdict
-            cps = await conn.stream(
-                select(checkpoints.c.step, checkpoints.c.state, checkpoints.c.state_hash)
-                .where(checkpoints.c.run_id == run_id)
-                .order_by(checkpoints.c.step)
-            )
-            expected_step = run.fork_step or 0  # a fork's checkpoints start at its fork step
-            async for c in cps:
-                verdict.checkpoints += 1
-                if c.step != expected_step:
-                    verdict.problems.append(f"checkpoint of step {expected_step} is missing")
-                expected_step = c.step + 1
-                if state_hash(c.state) != c.state_hash:
-                    verdict.problems.append(f"checkpoint of step {c.step}: state does not match its hash")
-        return verdict
+            check = ChainCheck(run_id, run.fork_step)
+            async for e in await conn.stream(events_of(run_id)):
+                check.event(e)
+                if check.full:
+                    return check.verdict
+            async for c in await conn.stream(checkpoints_of(run_id)):
+                check.checkpoint(c)
+        return check.verdict
 
     async def verify_tree(self, tenant_id: str, run_id: str) -> Verdict:
         """`verify` of the run and of every run below it (in `below`, depth first in call order), each
@@ -103,7 +130,7 @@ class Integrity(StoreBase):
         for node in nodes:
             verdict = await self.verify(tenant_id, node.run.run_id)
             async with self.engine.connect() as conn:
-                verdict.problems += await _call_problems(conn, tenant_id, node.run)
+                verdict.problems += await call_problems(conn, tenant_id, node.run)
             verdicts.append(verdict)
         return replace(verdicts[0], below=verdicts[1:])
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -300,9 +301,66 @@ async def trace(run_id: RunArg, as_json: JsonOpt = False) -> None:
 
 
 @command
-async def verify(run_id: RunArg, as_json: JsonOpt = False) -> None:
+async def verify(
+    run_id: Annotated[str | None, typer.Argument(help="Run id (or --all).", show_default=False)] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Check every run of the tenant against Temporal (see below).")
+    ] = False,
+    since: Annotated[
+        str | None, typer.Option(help="With --all: only runs started since, an age (2h, 7d) or an ISO time.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Recompute the event hash chain and checkpoint hashes of a run and of every sub-agent run below
-    it, and check each sub-agent answer its caller's ledger holds; name the first broken link."""
+    it, and check each sub-agent answer its caller's ledger holds; name the first broken link.
+
+    With --all: every run of the tenant (started since --since) checked against its Temporal history:
+    each completed model and tool activity has its event, chains and checkpoints hold, its status
+    matches its workflow's, no tool effect is recorded twice. One line per violation
+    (`run <id>: <what>`), then a summary; exit 1 if there is any."""
+    from waypoint.app import console as out
+    from waypoint.app.invariants import report_json
+
+    if every and run_id is not None:
+        raise InvalidInput("give a run id or --all, not both")
+    if not every:
+        if run_id is None:
+            raise InvalidInput("give a run id, or --all to check every run")
+        if since is not None:
+            raise InvalidInput("--since goes with --all: `waypoint verify --all --since 2h`")
+        await _verify_one(run_id, as_json)
+        return
+    from waypoint.checks import parse_when
+
+    when = parse_when("--since", since) if since is not None else None  # bad input: before connecting
+    async with await connect(temporal=True) as wp:
+        report = await wp.verify_all(when, progress=_progress())
+    if as_json:
+        out.print_json(report_json(report))
+    else:
+        for violation in report.violations:
+            print(violation.line())
+        gone = f", {len(report.without_history)} finished without Temporal history" if report.without_history else ""
+        print(
+            f"{'ok' if report.ok else 'violations'}: {report.runs} runs checked, "
+            f"{len(report.violations)} violations{gone} ({report.seconds:.1f} s)"
+        )
+    sys.stdout.flush()
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _progress() -> Callable[[int, int], None]:
+    """Progress on stderr when there are many runs: every 100 runs, and at the end."""
+
+    def show(done: int, total: int) -> None:
+        if total >= 200 and (done % 100 == 0 or done == total):
+            print(f"checked {done} of {total} runs", file=sys.stderr, flush=True)
+
+    return show
+
+
+async def _verify_one(run_id: str, as_json: bool) -> None:
     from waypoint.app import console as out
 
     async with await connect() as wp:

@@ -426,6 +426,44 @@ async def verify(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     return data
 
 
+class MirrorViolation(BaseModel):
+    run_id: str
+    what: str = Field(description="What does not hold, e.g. `step 3: its model call completed in Temporal, ...`.")
+    line: str = Field(description="`run <id>: <what>`, as `waypoint verify --all` prints it.")
+
+
+class MirrorReport(BaseModel):
+    """What `GET /v1/verify` found (`waypoint verify --all`)."""
+
+    ok: bool = Field(description="No violation.")
+    since: datetime | None = Field(description="Runs created at or after this were checked (null: every run).")
+    runs: int = Field(description="How many runs were checked.")
+    violations: list[MirrorViolation] = Field(description="In run order (oldest first), then as found.")
+    without_history: list[str] = Field(
+        description="Finished runs whose workflow Temporal no longer has (retention): their mirror was checked "
+        "alone (chain, checkpoints, ledger), not against a history. Not violations."
+    )
+    truncated: bool = Field(description="More runs matched than `limit`: the oldest `runs` were checked.")
+    seconds: float
+
+
+@router.get("/verify", response_model=MirrorReport)
+async def verify_all(
+    api: Api,
+    tenant: Tenant,
+    since: Annotated[
+        str | None, Query(description="Runs created at or after: an age (`2h`, `7d`) or an ISO time; all without.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="At most this many runs, oldest first.")] = 1_000,
+) -> dict[str, Any]:
+    """Check every run of the tenant against Temporal (`waypoint verify --all`): each completed model and tool
+    activity of its history has its event, its hash chain and checkpoints hold, its status matches its
+    workflow's, and no tool effect is recorded twice."""
+    from waypoint.app.invariants import report_json
+
+    return report_json(await api.wp.verify_all(since or None, limit=limit, tenant_id=tenant))
+
+
 @router.delete("/runs/{run_id}", status_code=204)
 async def delete(run_id: str, api: Api, tenant: Tenant) -> Response:
     """Remove a finished run and everything it wrote (the retention path)."""
