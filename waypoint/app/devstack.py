@@ -20,7 +20,7 @@ from waypoint.app.client import Waypoint, database_url
 from waypoint.app.embedded import EmbeddedStack, StackInfo
 from waypoint.app.loop import run
 from waypoint.app.temporal import connect
-from waypoint.app.worker import load_agents, run_worker, stop_event
+from waypoint.app.worker import load_agents, run_worker, stop_event, versioning
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.errors import WaypointError
@@ -153,12 +153,18 @@ async def worker_main(settings: Settings) -> None:
     engine = engine_for(settings, database_url(settings))
     try:
         client = await connect(settings)
+        versioned = versioning(settings).get("deployment_config")
+        version = (
+            f"; deployment version {versioned.version.to_canonical_string()} ({settings.worker_versioning})"
+            if versioned
+            else ""
+        )
 
         def ready() -> None:
             # spawn_worker() waits for this line.
             print(
                 f"{READY_LINE}: polling {settings.task_queue} on {settings.temporal_address}; "
-                f"agents: {', '.join(agents.names())}",
+                f"agents: {', '.join(agents.names())}{version}",
                 flush=True,
             )
 

@@ -23,6 +23,7 @@ from waypoint.app.cli import (
     api,
     assistants,
     cron,
+    deploy,
     limits,
     mcp,
     memory,
@@ -66,7 +67,22 @@ def _global(
         overrides["tenant"] = tenant
 
 
-for module in (stack, run, runs, rerun, messages, memory, schedule, cron, limits, api, mcp, webhooks, assistants):
+for module in (
+    stack,
+    run,
+    runs,
+    rerun,
+    messages,
+    memory,
+    schedule,
+    cron,
+    limits,
+    api,
+    mcp,
+    webhooks,
+    assistants,
+    deploy,
+):
     module.register(app)
 
 
