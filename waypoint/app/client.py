@@ -1134,6 +1134,7 @@ class Waypoint:
         finished: int = FINISHED_DEFAULT,
         since: str | datetime | None = None,
         workflows: Mapping[str, Sequence[type]] | None = None,
+        full_sandbox: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> DeployCheck:
         """The deploy gate: replay the Temporal histories of every open execution of Waypoint's
@@ -1141,6 +1142,8 @@ class Waypoint:
         first; only those closed since `since`, an age such as `24h` or an ISO time), against the
         workflow code installed here (`workflows`: task queue -> workflow classes, default what this
         code's workers register). Run it with the code about to be deployed; every tenant's runs count.
+        `full_sandbox`: replay in the workers' own sandbox, Waypoint's modules imported afresh for each
+        history (about 7x slower; the default passes them through, see `TemporalGateway.replayer`).
         `progress(replayed, listed)` follows a long check."""
         check_count("finished", finished, low=0, high=FINISHED_MAX)
         when = parse_when("since", since) if isinstance(since, str) else since
@@ -1150,7 +1153,7 @@ class Waypoint:
             workflows = deployed_workflows(self.settings)
         classes = list(dict.fromkeys(cls for group in workflows.values() for cls in group))
         return await (await self.temporal()).check_deploy(
-            classes, list(workflows), finished=finished, since=when, progress=progress
+            classes, list(workflows), finished=finished, since=when, full_sandbox=full_sandbox, progress=progress
         )
 
     async def set_current_deployment(self, deployment: str, build_id: str | None = None) -> str | None:

@@ -149,16 +149,16 @@ async def _start_api(
 
 
 async def worker_main(settings: Settings) -> None:
+    versioned = versioning(settings).get("deployment_config")  # a bad version stops it before anything starts
+    version = (
+        f"; deployment version {versioned.version.to_canonical_string()} ({settings.worker_versioning})"
+        if versioned
+        else ""
+    )
     agents = load_agents(settings)
     engine = engine_for(settings, database_url(settings))
     try:
         client = await connect(settings)
-        versioned = versioning(settings).get("deployment_config")
-        version = (
-            f"; deployment version {versioned.version.to_canonical_string()} ({settings.worker_versioning})"
-            if versioned
-            else ""
-        )
 
         def ready() -> None:
             # spawn_worker() waits for this line.

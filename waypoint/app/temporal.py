@@ -265,16 +265,26 @@ class TemporalGateway:
         except RPCError as exc:
             raise rpc_error(exc, f"wait for run {run_id}") from None
 
-    def replayer(self, workflows: Sequence[type]) -> Replayer:
+    def replayer(self, workflows: Sequence[type], *, full_sandbox: bool = True) -> Replayer:
         """A replayer of `workflows` with the client's converter: histories written through the payload
-        codec replay through it."""
+        codec replay through it. `full_sandbox=False` passes Waypoint's own modules through the workflow
+        sandbox instead of importing them afresh for each history: about 23 ms a history instead of
+        about 165 ms on 2 cores. The command sequence is checked all the same; what it gives up is the
+        sandbox's refusal of restricted calls (a clock, IO) inside Waypoint's modules, which the
+        recorded-history replay tests and the workers themselves still apply."""
         from temporalio.worker import Replayer
+        from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+        # Passed through, the workflow modules are imported once, outside the sandbox, like their imports.
+        passthrough = SandboxRestrictions.default.with_passthrough_modules("waypoint")
         return Replayer(
             workflows=list(workflows),
             data_converter=self.client.data_converter,
             header_codec_behavior=self.client.config()["header_codec_behavior"],
             runtime=quiet_runtime(),
+            workflow_runner=SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default if full_sandbox else passthrough
+            ),
         )
 
     async def replay(self, run_id: str, workflows: Sequence[type]) -> list[tuple[str, str | None]]:
@@ -300,10 +310,12 @@ class TemporalGateway:
         *,
         finished: int,
         since: datetime | None = None,
+        full_sandbox: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> DeployCheck:
         """Replay the histories of the open executions of `workflows` on `task_queues` and of the last
-        `finished` closed ones (closed at or after `since`) against `workflows`. Histories are fetched
+        `finished` closed ones (closed at or after `since`) against `workflows` (`full_sandbox`: see
+        `replayer`). Histories are fetched
         FETCHES_AT_ONCE at a time and replayed as they arrive; `progress(replayed, listed)` is called
         after each replay."""
         began = time.monotonic()
@@ -350,7 +362,9 @@ class TemporalGateway:
         counts = {True: 0, False: 0}
         producer = asyncio.ensure_future(produce())
         try:
-            async with self.replayer(workflows).workflow_replay_iterator(histories()) as results:
+            async with self.replayer(workflows, full_sandbox=full_sandbox).workflow_replay_iterator(
+                histories()
+            ) as results:
                 async for result in results:
                     index = order.pop(id(result.history))
                     workflow_id, execution, workflow_type, running = listed[index]

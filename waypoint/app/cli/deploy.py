@@ -34,6 +34,14 @@ async def check_deploy(
     since: Annotated[
         str | None, typer.Option(help="Only finished runs closed since: an age (24h, 7d) or an ISO date or time.")
     ] = None,
+    full_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--full-sandbox",
+            help="Replay in the workers' own sandbox, Waypoint's modules imported afresh for each history "
+            "(about 7x slower; also refuses restricted calls in them).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Replay the histories of the open runs and the last finished ones against the workflow code installed
@@ -51,7 +59,7 @@ async def check_deploy(
             print(f"replayed {replayed:,} of {listed:,} histories listed so far ({now - began:.0f} s)", file=sys.stderr)
 
     async with await connect() as wp:
-        check = await wp.check_deploy(finished=finished, since=since, progress=progress)
+        check = await wp.check_deploy(finished=finished, since=since, full_sandbox=full_sandbox, progress=progress)
     if as_json:
         out.print_json({**out.as_json(check), "histories": check.histories, "ok": check.ok})
     elif check.ok:
