@@ -108,7 +108,16 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, tmp: Path) -> No
         f"{wall:.1f}",
     )
     console.print(table)
-    console.print(f"target (1,000 histories in under 60 s): {'met' if wall < 60 else 'not met'}")
+    # Start-up (imports, connecting) plus 1,000 histories at the rate measured: the target's number
+    # when fewer runs were made.
+    projected = (
+        wall if check["histories"] >= 1000 else (wall - check["seconds"]) + 1000 / check["histories"] * check["seconds"]
+    )
+    measured = "measured" if check["histories"] >= 1000 else "projected from this rate"
+    console.print(
+        f"target (1,000 histories in under 60 s): {projected:.0f} s {measured}: "
+        f"{'met' if projected < 60 else 'not met'}"
+    )
 
 
 def main() -> None:
