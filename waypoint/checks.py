@@ -552,3 +552,18 @@ def check_edited_input(tool: str, schema: dict[str, Any] | None, value: Any) -> 
                 f"the edited input of {tool} does not fit its arguments ({problems}): expected {json.dumps(schema)}"
             )
     return value
+
+
+def check_deployment_version(deployment: str, build_id: str) -> tuple[str, str]:
+    """A Worker Deployment name and build id as Temporal takes them: the name has no `.` (Temporal
+    writes a version as `<deployment>.<build id>`), neither is empty or has spaces."""
+    for what, value in (("the deployment name", deployment), ("the build id", build_id)):
+        check_name(what, value)
+        if not value or value != value.strip() or any(c.isspace() for c in value):
+            raise InvalidInput(f"{what} {value!r} must be non-empty text without spaces, e.g. waypoint or v42")
+    if "." in deployment:
+        raise InvalidInput(
+            f"the deployment name {deployment!r} has a '.': Temporal writes a version as <deployment>.<build id>, "
+            "so pick a name without dots (the build id may have them)"
+        )
+    return deployment, build_id

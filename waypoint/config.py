@@ -18,6 +18,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from waypoint.limits import Limits, load_limits
+from waypoint.names import VersioningMode
 
 
 class Settings(BaseSettings):
@@ -247,6 +248,21 @@ class Settings(BaseSettings):
         le=3600,
         description="On Ctrl-C or SIGTERM, activities in flight get this long to finish, then are cancelled; "
         "5 s later the worker stops whatever its runs are doing (Temporal retries their work later).",
+    )
+    # Worker Versioning (Temporal Worker Deployments); README "Deploying new versions".
+    worker_deployment: str | None = Field(
+        None,
+        description="Worker Deployment the worker joins (unset: an unversioned worker). Its runs go to it once "
+        "`waypoint deployment set-current` makes its version current.",
+    )
+    worker_build_id: str | None = Field(
+        None, description="Build id of the worker's deployment version (unset: a hash of Waypoint's code)."
+    )
+    worker_versioning: VersioningMode = Field(
+        VersioningMode.AUTO_UPGRADE,
+        description="auto-upgrade: an open run moves to the next current version at its next workflow task "
+        "(Waypoint guards workflow changes with patches; `waypoint check-deploy` proves they replay); "
+        "pinned: a run stays on the version it started on.",
     )
     db_pool_size: int = Field(5, ge=1, description="Postgres connections each process keeps open.")
     db_max_overflow: int = Field(10, ge=0, description="Extra Postgres connections a process may open under load.")

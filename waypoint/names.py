@@ -189,6 +189,16 @@ class Workflow(StrEnum):
     MEMORY_REQUEST = "MemoryRequestWorkflow"
 
 
+class VersioningMode(StrEnum):
+    """How a run started on a deployment version moves when another version becomes current."""
+
+    # The next workflow task of a run goes to the new current version: every command-sequence change
+    # in Waypoint's workflows is guarded by `workflow.patched`, and `waypoint check-deploy` proves it.
+    AUTO_UPGRADE = "auto-upgrade"
+    # A run stays on the version it started on: keep the old workers until their runs end.
+    PINNED = "pinned"
+
+
 class Update(StrEnum):
     """Updates an agent run takes (frozen)."""
 

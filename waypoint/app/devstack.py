@@ -20,7 +20,7 @@ from waypoint.app.client import Waypoint, database_url
 from waypoint.app.embedded import EmbeddedStack, StackInfo
 from waypoint.app.loop import run
 from waypoint.app.temporal import connect
-from waypoint.app.worker import load_agents, run_worker, stop_event
+from waypoint.app.worker import load_agents, run_worker, stop_event, versioning
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.errors import WaypointError
@@ -149,6 +149,12 @@ async def _start_api(
 
 
 async def worker_main(settings: Settings) -> None:
+    versioned = versioning(settings).get("deployment_config")  # a bad version stops it before anything starts
+    version = (
+        f"; deployment version {versioned.version.to_canonical_string()} ({settings.worker_versioning})"
+        if versioned
+        else ""
+    )
     agents = load_agents(settings)
     engine = engine_for(settings, database_url(settings))
     try:
@@ -158,7 +164,7 @@ async def worker_main(settings: Settings) -> None:
             # spawn_worker() waits for this line.
             print(
                 f"{READY_LINE}: polling {settings.task_queue} on {settings.temporal_address}; "
-                f"agents: {', '.join(agents.names())}",
+                f"agents: {', '.join(agents.names())}{version}",
                 flush=True,
             )
 

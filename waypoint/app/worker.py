@@ -20,7 +20,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from waypoint import telemetry
 from waypoint.activities.agents import AgentCallActivities
@@ -33,13 +34,14 @@ from waypoint.activities.starts import StartActivities
 from waypoint.activities.tools import ToolActivities
 from waypoint.activities.webhooks import WebhookActivities
 from waypoint.agents import Agent, AgentRegistry
+from waypoint.checks import check_deployment_version
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
-from waypoint.errors import ConfigError, StackError
+from waypoint.errors import ConfigError, InvalidInput, StackError
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, open_store
 from waypoint.models.spec import KEY_VARIABLES, Provider, has_extra
-from waypoint.names import memory_task_queue
+from waypoint.names import VersioningMode, memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
 from waypoint.store.streams import DELTAS_CHANNEL
@@ -50,7 +52,14 @@ from waypoint.workflows.memory import MemoryRequestWorkflow
 
 log = logging.getLogger(__name__)
 
-WORKFLOWS = [AgentRunWorkflow, CompactionWorkflow]
+# Every workflow a worker registers, by task queue: the deploy gate replays histories against these.
+WORKFLOWS: list[type] = [AgentRunWorkflow, CompactionWorkflow]  # the main task queue (runs, sub-agent runs, compaction)
+MEMORY_WORKFLOWS: list[type] = [MemoryRequestWorkflow]  # the memory task queue
+
+
+def deployed_workflows(settings: Settings) -> dict[str, list[type]]:
+    """The workflows this code registers, by the task queue its workers serve them on."""
+    return {settings.task_queue: WORKFLOWS, memory_task_queue(settings.task_queue): MEMORY_WORKFLOWS}
 
 
 @functools.cache
@@ -64,6 +73,30 @@ def build_id() -> str:
         for path in sorted(root.rglob("*.py")):
             digest.update(path.read_bytes())
     return f"waypoint-{digest.hexdigest()[:16]}"
+
+
+def versioning(settings: Settings) -> dict[str, Any]:
+    """The Worker options that version a worker: with `worker_deployment` set, it polls as the version
+    (deployment, build id) of that Worker Deployment, and Waypoint's workflows get the default
+    versioning behavior `worker_versioning`; else the plain build id (an unversioned worker)."""
+    if settings.worker_deployment is None:
+        if settings.worker_build_id is not None:
+            raise InvalidInput(
+                "a build id versions a worker of a deployment: set --deployment (WAYPOINT_WORKER_DEPLOYMENT)"
+            )
+        return {"build_id": build_id()}
+    name, build = check_deployment_version(settings.worker_deployment, settings.worker_build_id or build_id())
+    behavior = {
+        VersioningMode.AUTO_UPGRADE: VersioningBehavior.AUTO_UPGRADE,
+        VersioningMode.PINNED: VersioningBehavior.PINNED,
+    }[settings.worker_versioning]
+    return {
+        "deployment_config": WorkerDeploymentConfig(
+            version=WorkerDeploymentVersion(name, build),
+            use_worker_versioning=True,
+            default_versioning_behavior=behavior,
+        )
+    }
 
 
 def worker_identity() -> str:
@@ -212,7 +245,7 @@ def build_worker(
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
-        build_id=build_id(),
+        **versioning(settings),
         **limits,
     )
 
@@ -250,7 +283,7 @@ def build_memory_worker(
     return Worker(
         client,
         task_queue=memory_task_queue(task_queue or settings.task_queue),
-        workflows=[MemoryRequestWorkflow],
+        workflows=MEMORY_WORKFLOWS,
         # The model calls of runs with memory run here: as many slots as the main worker's.
         max_concurrent_activities=settings.worker_max_concurrent_activities,
         activities=[
@@ -263,7 +296,7 @@ def build_memory_worker(
         ],
         interceptors=telemetry.worker_interceptors(client, settings),
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
-        build_id=build_id(),
+        **versioning(settings),
     )
 
 

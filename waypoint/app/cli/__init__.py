@@ -24,6 +24,7 @@ from waypoint.app.cli import (
     api,
     assistants,
     cron,
+    deploy,
     limits,
     mcp,
     memory,
@@ -67,7 +68,23 @@ def _global(
         overrides["tenant"] = tenant
 
 
-_MODULES = (stack, run, runs, agents, rerun, messages, memory, schedule, cron, limits, api, mcp, webhooks, assistants)
+_MODULES = (
+    stack,
+    run,
+    runs,
+    agents,
+    rerun,
+    messages,
+    memory,
+    schedule,
+    cron,
+    limits,
+    api,
+    mcp,
+    webhooks,
+    assistants,
+    deploy,
+)
 for module in _MODULES:
     module.register(app)
 

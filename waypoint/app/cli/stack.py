@@ -70,11 +70,33 @@ def demo(
 
 
 @command
-async def worker() -> None:
+async def worker(
+    deployment: Annotated[
+        str | None,
+        typer.Option(help="Join this Worker Deployment as a version (WAYPOINT_WORKER_DEPLOYMENT; unset: unversioned)."),
+    ] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(help="Build id of that version (WAYPOINT_WORKER_BUILD_ID; default: a hash of Waypoint's code)."),
+    ] = None,
+    pinned: Annotated[
+        bool,
+        typer.Option(
+            "--pinned",
+            help="Runs stay on the version they started on (default: auto-upgrade, they move to the next current "
+            "version at their next workflow task).",
+        ),
+    ] = False,
+) -> None:
     """Run a worker against the configured Temporal and Postgres (as `python worker.py`)."""
     from waypoint.app.devstack import worker_main
+    from waypoint.names import VersioningMode
 
-    await worker_main(settings())
+    given = {"worker_deployment": deployment, "worker_build_id": build_id}
+    extra = {name: value for name, value in given.items() if value is not None}
+    if pinned:
+        extra["worker_versioning"] = VersioningMode.PINNED
+    await worker_main(settings(**extra))
 
 
 @command
