@@ -383,8 +383,9 @@ class Soak:
             return f"{BURST_SECONDS:g} s, Retry-After {RETRY_AFTER_429:g}"
         if kind == "API restart":
             streaming = len(self.being_followed - {f.run_id for f in self.followed})
+            began = time.monotonic()
             await self.procs.restart_api()
-            return f"{streaming} clients streaming"
+            return f"{streaming} clients streaming; serving again after {time.monotonic() - began:.1f} s"
         raise ValueError(kind)
 
     async def chaos(self, plan: list[tuple[float, str]]) -> None:
@@ -623,6 +624,10 @@ def report(soak: Soak, results: list[tuple[str, str, str]], numbers: dict, wall:
     violations = sum(1 for verdict, _, _ in results if verdict == "FAIL")
     table.add_row("violations", str(violations))
     console.print(table)
+    recovered = {id(fault): seconds for seconds, fault in numbers["recoveries"]}
+    for fault in soak.faults:
+        after = f"; next step {recovered[id(fault)]:.1f} s later" if id(fault) in recovered else ""
+        console.print(f"  {fault.offset:5.0f} s  {fault.kind}: {fault.detail}{after}", highlight=False)
     for verdict, name, detail in results:
         colour = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}[verdict]
         console.print(f"[{colour}]{verdict}[/{colour}] {name}: {detail}", highlight=False)
