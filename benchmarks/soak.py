@@ -149,6 +149,7 @@ class Fault:
     at: float  # wall clock (time.time()) when it began
     offset: float  # seconds after the soak started
     detail: str = ""
+    ended: float = 0.0  # wall clock when it was over (Postgres: up again)
 
 
 class Processes:
@@ -170,6 +171,15 @@ class Processes:
         # Each worker its own Qdrant shard: one process owns a shard.
         env = self.env(WAYPOINT_QDRANT_PATH=str(self.tmp / f"qdrant-{len(self.workers)}"))
         self.workers.append(await asyncio.to_thread(spawn_worker, env))
+
+    def tails(self, lines: int = 15) -> str:
+        """The last lines of each API server's log: what to look at when a check fails."""
+        found = []
+        for path in sorted(self.tmp.glob("api-*.log")):
+            text_ = path.read_text(errors="replace").strip().splitlines()[-lines:]
+            if text_:
+                found.append(f"--- {path.name}\n" + "\n".join(text_))
+        return "\n".join(found)
 
     async def kill_worker(self) -> int:
         victim = self.workers[-1]
@@ -200,16 +210,19 @@ class Processes:
                 await asyncio.sleep(0.2)
         raise RuntimeError("the API server did not answer /healthz within 60 s")
 
-    async def restart_api(self) -> None:
+    async def restart_api(self) -> str:
         assert self.api is not None
         old, self.api = self.api, None
+        began = time.monotonic()
         old.terminate()  # a deploy: uvicorn closes open streams after its grace period
         try:
             await asyncio.to_thread(old.wait, 30)
         except subprocess.TimeoutExpired:
             old.kill()
             await asyncio.to_thread(old.wait)
+        stopped = time.monotonic()
         await self.start_api()
+        return f"stopped in {stopped - began:.1f} s, serving again {time.monotonic() - stopped:.1f} s later"
 
     async def watch(self) -> None:
         """A worker or API server that exits by itself is a violation; it is replaced so the soak goes on."""
@@ -383,9 +396,7 @@ class Soak:
             return f"{BURST_SECONDS:g} s, Retry-After {RETRY_AFTER_429:g}"
         if kind == "API restart":
             streaming = len(self.being_followed - {f.run_id for f in self.followed})
-            began = time.monotonic()
-            await self.procs.restart_api()
-            return f"{streaming} clients streaming; serving again after {time.monotonic() - began:.1f} s"
+            return f"{streaming} clients streaming; " + await self.procs.restart_api()
         raise ValueError(kind)
 
     async def chaos(self, plan: list[tuple[float, str]]) -> None:
@@ -395,6 +406,7 @@ class Soak:
                 await asyncio.sleep(wait)
             fault = Fault(kind, time.time(), time.monotonic() - self.began)
             fault.detail = await self.inject(kind)
+            fault.ended = time.time()
             self.faults.append(fault)
 
     async def monitor(self, status: Any) -> None:
@@ -564,15 +576,17 @@ async def check(soak: Soak, tmp: Path, settings: Settings, since: datetime) -> t
     for fault in soak.faults:
         if fault.kind not in ("worker SIGKILL", "postgres restart"):
             continue
+        # A kill counts from the SIGKILL; a Postgres restart from the moment it is up again.
+        since_at = fault.ended if fault.kind == "postgres restart" else fault.at
         after = await query(
             engine,
             "SELECT extract(epoch FROM min(created_at)) AS at FROM checkpoints "
             "WHERE run_id = ANY(:ids) AND created_at > to_timestamp(:at)",
             ids=ids,
-            at=fault.at,
+            at=since_at,
         )
         if after and after[0].at is not None:
-            recoveries.append((float(after[0].at) - fault.at, fault))
+            recoveries.append((float(after[0].at) - since_at, fault))
     steps_total = sum(r.steps for r in rows.values())
     first = min(soak.started.values(), default=0.0)
     last = max(soak.ended.values(), default=first)
@@ -612,7 +626,7 @@ def report(soak: Soak, results: list[tuple[str, str, str]], numbers: dict, wall:
         ("tool executions repeated (effect kept once)", str(numbers["repeated"])),
         ("run starts retried (Postgres down)", str(numbers["start_retries"])),
         (
-            "longest recovery s (fault to next step)",
+            "longest recovery s (kill, or Postgres up, to next step)",
             f"{worst[0]:.1f} ({worst[1].kind} at {worst[1].offset:.0f} s)" if worst else "-",
         ),
         ("stream clients / runs followed", f"{numbers['clients']} / {numbers['followed']}"),
@@ -627,10 +641,14 @@ def report(soak: Soak, results: list[tuple[str, str, str]], numbers: dict, wall:
     recovered = {id(fault): seconds for seconds, fault in numbers["recoveries"]}
     for fault in soak.faults:
         after = f"; next step {recovered[id(fault)]:.1f} s later" if id(fault) in recovered else ""
+        if fault.kind == "postgres restart" and after:
+            after = after.replace("later", "after it was up")
         console.print(f"  {fault.offset:5.0f} s  {fault.kind}: {fault.detail}{after}", highlight=False)
     for verdict, name, detail in results:
         colour = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}[verdict]
         console.print(f"[{colour}]{verdict}[/{colour}] {name}: {detail}", highlight=False)
+    if violations and soak.procs.tails():
+        console.print(soak.procs.tails(), highlight=False, markup=False)
     print(f"violations: {violations}")  # plain print: scripts and the test grep it
     return 1 if violations else 0
 
