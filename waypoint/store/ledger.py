@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from waypoint.errors import NotFound
 from waypoint.names import idempotency_key
 from waypoint.store.base import StoreBase, of_tenant, run_filter
+from waypoint.store.db import is_outage
 from waypoint.store.schema import runs, tool_effects
 
 log = logging.getLogger("waypoint.store")
@@ -48,7 +49,7 @@ def transient(exc: BaseException) -> bool:
     """A dropped or refused database connection, as opposed to a bug or a constraint."""
     if isinstance(exc, OSError | OperationalError | InterfaceError):
         return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+    return isinstance(exc, DBAPIError) and (exc.connection_invalidated or is_outage(exc))
 
 
 async def patiently(op: Callable[[], Awaitable[T]], *, patience_seconds: float) -> T:

@@ -25,6 +25,11 @@ Capacity (waypoint/testing/capacity.py): with `capacity=Capacity(in_flight=4, pe
 latency=0.5)` a chat call beyond either limit gets OpenAI's 429 with `retry-after`, and every served
 call takes `latency` seconds; `served`, `refused` and `served_at` count them either way (a refused
 call is not in `seen`, and never reaches the script or the responder).
+
+Bursts: `burst(503, 5.0)` answers every chat call of the next five seconds with a 503 (or a 429
+with `retry-after`, with `retry_after=1`), as a provider's outage or rate-limit storm does, whatever
+the script says; `burst_answers` counts them by status. Like a refused call, a burst's answer is not
+in `seen` and never reaches the script or the responder.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import struct
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -204,6 +210,8 @@ class FakeOpenAI:
         # and its requests are kept apart from `seen`, so chat numbering is the same with or without it.
         self.embedding_dim = 32
         self.embedding_requests: list[Seen] = []
+        self.burst_answers: Counter[int] = Counter()
+        self._burst: tuple[float, Reply] | None = None  # (until, on the monotonic clock; the answer)
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -248,6 +256,23 @@ class FakeOpenAI:
         if not self.count_tokens:
             return turn
         return replace(turn, prompt_tokens=record.tokens, cached_tokens=openai_cached(record.prefix_tokens))
+
+    def burst(self, status: int, seconds: float, *, retry_after: float | None = None) -> None:
+        """Answer every chat call of the next `seconds` with HTTP `status` (503, 429...), with a
+        `retry-after` header when `retry_after` is set; a later burst replaces this one."""
+        kind = "rate_limit_error" if status == 429 else "server_error"
+        body = {"error": {"message": f"fake server: a burst of {status}s", "type": kind}}
+        headers = {"retry-after": f"{retry_after:g}"} if retry_after is not None else {}
+        with self._lock:
+            self._burst = (time.monotonic() + seconds, Reply(status, body, headers))
+
+    def _bursting(self) -> Reply | None:
+        with self._lock:
+            if self._burst is None or time.monotonic() >= self._burst[0]:
+                return None
+            reply = self._burst[1]
+            self.burst_answers[reply.status] += 1
+            return reply
 
     def answer(self, *items: Turn | Reply) -> None:
         with self._lock:
@@ -298,6 +323,10 @@ class FakeOpenAI:
                     self._send(Reply(200, embeddings_answer(body, fake.embedding_dim)))
                     return
                 chat = self.path.endswith("/chat/completions")
+                storm = fake._bursting() if chat else None
+                if storm is not None:
+                    self._send(storm)
+                    return
                 ticket, refusal = fake.gate.admit() if chat else (None, None)
                 if refusal is not None:
                     retry_after, why = refusal
