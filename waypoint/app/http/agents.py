@@ -10,9 +10,10 @@ from typing import Any
 from fastapi import APIRouter
 
 from waypoint.app.client import as_json
+from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 
-router = APIRouter(prefix="/v1", tags=["agents"])
+router = APIRouter(prefix="/v1", tags=["agents"], responses=errors.KEYED)
 
 
 @router.get("/agents")
@@ -21,13 +22,13 @@ async def list_agents(api: Api, tenant: Tenant) -> dict[str, Any]:
     return {"agents": as_json(await api.wp.agents())}
 
 
-@router.get("/agents/{name}")
+@router.get("/agents/{name}", responses=errors.documented(400, 404))
 async def get_agent(name: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     data: dict[str, Any] = as_json(await api.wp.agent(name))
     return data
 
 
-@router.get("/agent-versions/{fingerprint}")
+@router.get("/agent-versions/{fingerprint}", responses=errors.documented(400, 404))
 async def get_agent_version(fingerprint: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """An agent version a run of the tenant started with (`agent_fingerprint` of a run; a prefix of 4
     or more hex digits will do): its instructions, tool schemas, models and MCP tool names. 404 for
@@ -36,7 +37,7 @@ async def get_agent_version(fingerprint: str, api: Api, tenant: Tenant) -> dict[
     return data
 
 
-@router.get("/assistants", tags=["assistants"])
+@router.get("/assistants", tags=["assistants"], responses=errors.documented(400))
 async def list_assistants(
     api: Api, tenant: Tenant, graph_id: str | None = None, limit: int = 100, offset: int = 0
 ) -> dict[str, Any]:
@@ -45,14 +46,14 @@ async def list_assistants(
     return {"assistants": as_json(found)}
 
 
-@router.get("/assistants/{assistant_id}", tags=["assistants"])
+@router.get("/assistants/{assistant_id}", tags=["assistants"], responses=errors.documented(400, 404))
 async def get_assistant(assistant_id: str, api: Api, tenant: Tenant, version: int | None = None) -> dict[str, Any]:
     """The assistant at its current version (or `?version=`): graph, config, context, metadata."""
     data: dict[str, Any] = as_json(await api.wp.assistants.get(assistant_id, version=version, tenant_id=tenant))
     return data
 
 
-@router.get("/assistants/{assistant_id}/versions", tags=["assistants"])
+@router.get("/assistants/{assistant_id}/versions", tags=["assistants"], responses=errors.documented(400, 404))
 async def assistant_versions(assistant_id: str, api: Api, tenant: Tenant, limit: int = 100) -> dict[str, Any]:
     """Every version of the assistant, newest first."""
     return {"versions": as_json(await api.wp.assistants.versions(assistant_id, limit=limit, tenant_id=tenant))}

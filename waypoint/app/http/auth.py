@@ -95,6 +95,7 @@ async def caller_of(request: Request) -> Caller:
     api = api_state(request)
     caller = await _authenticate(request, api)
     api.limits.spend(caller.key_id)
+    request.state.tenant = caller.tenant  # for the error handler (errors.still_starting)
     return caller
 
 

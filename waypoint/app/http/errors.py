@@ -24,13 +24,16 @@ code and message come as that surface's HTML page.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from waypoint.errors import (
@@ -91,8 +94,66 @@ def status_of(exc: WaypointError) -> tuple[int, str]:
     return 400, "error"
 
 
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a route may add fields (a conflict's `run_id`, ...)
+
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error's JSON: `{"error": {"code": ..., "message": ...}}`."""
+
+    error: ErrorDetail
+
+
+# What each status means here: the OpenAPI description of a route's documented error answers.
+MEANING: dict[int, str] = {
+    400: "Invalid input (`invalid_input`, `config_error`, `bad_json`, `error`): the message names the fix.",
+    401: "No API key, or an unknown or revoked one (`unauthorized`).",
+    403: "A write without a key from another site's page (`cross_origin`).",
+    404: "Not found (`not_found`, `unknown_agent`): another tenant's is not found either.",
+    409: "Conflict with the current state (`conflict`): the message says what it is in.",
+    413: "The body is over WAYPOINT_API_MAX_BODY_BYTES (`body_too_large`), or a payload over its limit.",
+    422: "The request does not fit this endpoint (`invalid_body`, `mismatch`).",
+    429: "Over the key's rate limit (`rate_limited`, `too_many_streams`); `Retry-After` says when to retry.",
+    501: "Not supported (`not_supported`).",
+    503: "Temporal or Postgres is unreachable (`unavailable`): retry later.",
+}
+
+
+ERROR_JSON = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """A route's (or a router's) `responses=`: the error answers it can give, in the one JSON shape
+    (JSON whatever the route's own answer is: an error of an SSE route is JSON too).
+    `fitted_validation_errors` puts ErrorBody among the document's schemas."""
+    return {status: {"description": MEANING[status], "content": ERROR_JSON} for status in statuses}
+
+
+# The answers every authenticated route can give, whatever it does.
+KEYED = documented(401, 403, 413, 429, 503)
+
+
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(body(code, message), status_code=status, headers=headers)
+
+
+async def still_starting(request: Request) -> bool:
+    """Whether the request's run (its `run_id` path parameter) is so new that its worker has not
+    written it: the run is there (its start answered 201), so what it has not written yet is a 409
+    to retry, not a 404."""
+    from waypoint.app.http.state import api_state
+
+    run_id = request.path_params.get("run_id")
+    tenant = getattr(request.state, "tenant", None)
+    if not isinstance(run_id, str) or tenant is None:
+        return False
+    try:
+        return await api_state(request).wp.starting(run_id, tenant_id=tenant)
+    except WaypointError:
+        return False
 
 
 ErrorPage = Callable[[Request, int, str, str], Response]
@@ -118,6 +179,10 @@ def install(app: FastAPI, pages: Mapping[str, ErrorPage] | None = None) -> None:
 
     @app.exception_handler(WaypointError)
     async def waypoint_error(request: Request, exc: WaypointError) -> Response:
+        if isinstance(exc, NotFound) and await still_starting(request):
+            run_id = request.path_params["run_id"]
+            message = f"run {run_id!r} is starting: its worker has not written its first state yet; retry in a moment"
+            return answer(request, 409, "conflict", message, {"Retry-After": "1"})
         status, code = status_of(exc)
         return answer(request, status, code, str(exc))
 
@@ -145,8 +210,43 @@ def install(app: FastAPI, pages: Mapping[str, ErrorPage] | None = None) -> None:
             return answer(request, 405, "method_not_allowed", message)
         return answer(request, exc.status_code, "http_error", str(exc.detail))
 
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = fitted_validation_errors(
+                get_openapi(
+                    title=app.title,
+                    version=app.version,
+                    summary=app.summary,
+                    routes=app.routes,
+                )
+            )
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         message = f"internal error ({type(exc).__name__}): the server log has the details"
         return answer(request, 500, "internal", message)
+
+
+def fitted_validation_errors(spec: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI documents every 422 as its own `{"detail": [...]}`; `invalid_body` above answers the
+    one error shape instead, so the document says that."""
+    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    shape = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(shape.pop("$defs", {}))
+    schemas.setdefault("ErrorBody", shape)
+    theirs = {"$ref": "#/components/schemas/HTTPValidationError"}
+    for item in spec.get("paths", {}).values():
+        for operation in item.values():
+            answer = operation.get("responses", {}).get("422", {}) if isinstance(operation, dict) else {}
+            media = answer.get("content", {}).get("application/json", {})
+            if media.get("schema") == theirs:
+                answer["description"] = MEANING[422]
+                media["schema"] = {"$ref": "#/components/schemas/ErrorBody"}
+    for unused in ("HTTPValidationError", "ValidationError"):  # in this order: the first refers to the second
+        if f'"#/components/schemas/{unused}"' not in json.dumps(spec):
+            schemas.pop(unused, None)
+    return spec

@@ -7,12 +7,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from waypoint.app.client import as_json
+from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 
-router = APIRouter(prefix="/v1", tags=["memory"])
+router = APIRouter(prefix="/v1", tags=["memory"], responses=errors.KEYED)
 
 
-@router.get("/memory/search")
+@router.get("/memory/search", responses=errors.documented(400))
 async def search(
     api: Api,
     tenant: Tenant,
@@ -26,13 +27,13 @@ async def search(
     return {"memories": as_json(hits)}
 
 
-@router.get("/runs/{run_id}/memories")
+@router.get("/runs/{run_id}/memories", responses=errors.documented(400, 404, 409))
 async def show(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """Every episode a run left in long-term memory."""
     return {"run_id": run_id, "memories": as_json(await api.wp.memory_show(run_id, tenant_id=tenant))}
 
 
-@router.delete("/runs/{run_id}/memories")
+@router.delete("/runs/{run_id}/memories", responses=errors.documented(400, 404, 409))
 async def forget(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """Delete a run's episodes (the event log keeps the run)."""
     return {"run_id": run_id, "deleted": await api.wp.memory_forget(run_id, tenant_id=tenant)}

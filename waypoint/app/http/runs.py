@@ -13,10 +13,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse
 
 from waypoint.app.client import RunRow, as_json
+from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, OpenStream, Tenant
-from waypoint.app.http.streams import NativeFormat, run_items, sse_response
+from waypoint.app.http.streams import SSE_DOCUMENTED, NativeFormat, run_items, sse_response
 from waypoint.app.http.trees import TreeFormat, TreeStream, parse_tree_position
 from waypoint.checks import parse_step
 from waypoint.errors import InvalidInput, NotFound, WaypointError
@@ -24,7 +26,7 @@ from waypoint.names import FINISHED, STUCK, EventKind, RunSort, RunStatus
 from waypoint.store.trees import caller_json, child_json
 from waypoint.types import Budget
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1", tags=["runs"], responses=errors.KEYED)
 STARTING = "starting"  # the status shown for a run Temporal has and Postgres has not yet
 
 
@@ -134,7 +136,7 @@ def json_of(value: Any) -> dict[str, Any]:
     return data
 
 
-@router.post("/runs", status_code=201)
+@router.post("/runs", status_code=201, responses=errors.documented(400, 404, 409))
 async def start_run(
     body: StartRun, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
 ) -> dict[str, Any]:
@@ -162,7 +164,7 @@ async def start_run(
     return {"run_id": run_id, "trace_id": api.wp.started_trace(run_id)}
 
 
-@router.get("/runs")
+@router.get("/runs", responses=errors.documented(400, 404))
 async def list_runs(
     api: Api,
     tenant: Tenant,
@@ -204,7 +206,7 @@ async def list_runs(
     return {"runs": [run_json(r) for r in page.runs], "next_cursor": page.next_cursor}
 
 
-@router.get("/runs/{run_id}")
+@router.get("/runs/{run_id}", responses=errors.documented(400, 404, 409))
 async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The run's row and, while it runs, its live state from Temporal (step, pending approvals);
     `parent`, the call that started it if a sub-agent call did (run, step, call index), and
@@ -238,7 +240,7 @@ async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     return {**run_json(row), "live": as_json(live), "parent": caller_json(row), "children": children}
 
 
-@router.get("/runs/{run_id}/steps")
+@router.get("/runs/{run_id}/steps", responses=errors.documented(400, 404, 409))
 async def steps(
     run_id: str,
     api: Api,
@@ -252,20 +254,20 @@ async def steps(
     return {"run_id": run_id, "steps": as_json(lines), "next_after_step": nxt}
 
 
-@router.get("/runs/{run_id}/lineage")
+@router.get("/runs/{run_id}/lineage", responses=errors.documented(400, 404, 409))
 async def lineage(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The runs it was forked from (oldest first) and its own forks."""
     return {"run_id": run_id, "lineage": as_json(await api.wp.lineage(run_id, tenant_id=tenant))}
 
 
-@router.get("/runs/{run_id}/compare/{other}")
+@router.get("/runs/{run_id}/compare/{other}", responses=errors.documented(400, 404, 409))
 async def compare(run_id: str, other: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """This run and `other` step by step: tool calls, answers, tokens, cost, model time, outcome."""
     data: dict[str, Any] = as_json(await api.wp.compare(run_id, other, tenant_id=tenant))
     return data
 
 
-@router.get("/runs/{run_id}/steps/{step}/state")
+@router.get("/runs/{run_id}/steps/{step}/state", responses=errors.documented(400, 404, 409))
 async def state(run_id: str, step: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The state at a step: the working memory the next model call saw, and the step's events."""
     found = await api.wp.state(run_id, parse_step(step), tenant_id=tenant)
@@ -273,14 +275,14 @@ async def state(run_id: str, step: str, api: Api, tenant: Tenant) -> dict[str, A
     return data
 
 
-@router.get("/runs/{run_id}/diff")
+@router.get("/runs/{run_id}/diff", responses=errors.documented(400, 404, 409))
 async def diff(run_id: str, a: str, b: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """What changed between the states at steps a and b."""
     data: dict[str, Any] = as_json(await api.wp.diff(run_id, parse_step(a), parse_step(b), tenant_id=tenant))
     return data
 
 
-@router.get("/runs/{run_id}/events")
+@router.get("/runs/{run_id}/events", responses=errors.documented(400, 404, 409))
 async def events(
     run_id: str,
     api: Api,
@@ -298,7 +300,11 @@ async def events(
     return {"run_id": run_id, "events": as_json(rows), "next_after_seq": nxt}
 
 
-@router.get("/runs/{run_id}/export")
+class Ndjson(StreamingResponse):
+    media_type = "application/x-ndjson"
+
+
+@router.get("/runs/{run_id}/export", response_class=Ndjson, responses=errors.documented(400, 404, 409))
 async def export(run_id: str, api: Api, tenant: Tenant) -> StreamingResponse:
     """The full transcript, streamed as JSON lines: the run row, then every event in order."""
     lines = api.wp.export(run_id, tenant_id=tenant)
@@ -316,7 +322,11 @@ async def export(run_id: str, api: Api, tenant: Tenant) -> StreamingResponse:
     )
 
 
-@router.get("/runs/{run_id}/stream")
+@router.get(
+    "/runs/{run_id}/stream",
+    response_class=EventSourceResponse,
+    responses=SSE_DOCUMENTED | errors.documented(400, 404, 409),
+)
 async def stream(
     run_id: str,
     api: Api,
@@ -368,7 +378,7 @@ def resume_point(last_event_id: str | None, after: int | None) -> int:
 _EVENT_ID = re.compile("[0-9]{1,10}")  # a seq (INTEGER): ten digits at most
 
 
-@router.post("/runs/{run_id}/fork", status_code=201)
+@router.post("/runs/{run_id}/fork", status_code=201, responses=errors.documented(400, 404, 409))
 async def fork(
     run_id: str, body: Fork, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
 ) -> dict[str, Any]:
@@ -388,7 +398,7 @@ async def fork(
     return {"run_id": new_id, "parent_run_id": run_id, "fork_step": body.step}
 
 
-@router.post("/runs/{run_id}/rerun", status_code=201)
+@router.post("/runs/{run_id}/rerun", status_code=201, responses=errors.documented(400, 404, 409))
 async def rerun(
     run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
 ) -> dict[str, Any]:
@@ -411,14 +421,14 @@ async def rerun(
     return {"run_id": new_id, "parent_run_id": run_id, "from_step": body.from_step}
 
 
-@router.get("/runs/{run_id}/replay")
+@router.get("/runs/{run_id}/replay", responses=errors.documented(400, 404, 409))
 async def replay(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """Replay every Temporal execution of the run against the current workflow code."""
     outcomes = await api.wp.replay(run_id, tenant_id=tenant)
     return {"run_id": run_id, "ok": all(o.error is None for o in outcomes), "executions": as_json(outcomes)}
 
 
-@router.get("/runs/{run_id}/verify")
+@router.get("/runs/{run_id}/verify", responses=errors.documented(400, 404, 409))
 async def verify(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """Recompute the event hash chains and checkpoint hashes of the run and of every sub-agent run below
     it (`below`), and check each sub-agent answer in a caller's ledger; `ok` covers the whole tree."""
@@ -447,7 +457,7 @@ class MirrorReport(BaseModel):
     seconds: float
 
 
-@router.get("/verify", response_model=MirrorReport)
+@router.get("/verify", response_model=MirrorReport, responses=errors.documented(400))
 async def verify_all(
     api: Api,
     tenant: Tenant,
@@ -464,14 +474,14 @@ async def verify_all(
     return report_json(await api.wp.verify_all(since or None, limit=limit, tenant_id=tenant))
 
 
-@router.delete("/runs/{run_id}", status_code=204)
+@router.delete("/runs/{run_id}", status_code=204, responses=errors.documented(400, 404, 409))
 async def delete(run_id: str, api: Api, tenant: Tenant) -> Response:
     """Remove a finished run and everything it wrote (the retention path)."""
     await api.wp.delete(run_id, tenant_id=tenant)
     return Response(status_code=204)
 
 
-@router.get("/runs/{run_id}/trace")
+@router.get("/runs/{run_id}/trace", responses=errors.documented(400, 404, 409))
 async def trace(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The run's trace id, and a link when WAYPOINT_TRACE_UI_URL is set."""
     trace_id = await api.wp.trace_id(run_id, tenant_id=tenant)
@@ -483,7 +493,7 @@ async def trace(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     }
 
 
-@router.get("/runs/{run_id}/compactions")
+@router.get("/runs/{run_id}/compactions", responses=errors.documented(400, 404, 409))
 async def compactions(
     run_id: str, api: Api, tenant: Tenant, limit: Annotated[int, Query(ge=1, le=500)] = 20
 ) -> dict[str, Any]:
@@ -493,7 +503,7 @@ async def compactions(
     return {"run_id": run_id, "compactions": as_json(rows)}
 
 
-@router.post("/runs/{run_id}/compact")
+@router.post("/runs/{run_id}/compact", responses=errors.documented(400, 404, 409))
 async def compact(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """Compact the run now and wait for the pass."""
     data: dict[str, Any] = as_json(await api.wp.compact(run_id, tenant_id=tenant))
@@ -516,30 +526,30 @@ async def compact_all(api: Api, tenant: Tenant) -> dict[str, Any]:
 # --- messages to a running run ------------------------------------------------------------------
 
 
-@router.post("/runs/{run_id}/pause")
+@router.post("/runs/{run_id}/pause", responses=errors.documented(400, 404, 409))
 async def pause(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """Pause before the next step. Answers the run's live state; 409 with the reason if refused."""
     return json_of(await api.wp.pause(run_id, tenant_id=tenant))
 
 
-@router.post("/runs/{run_id}/resume")
+@router.post("/runs/{run_id}/resume", responses=errors.documented(400, 404, 409))
 async def resume(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     return json_of(await api.wp.resume(run_id, tenant_id=tenant))
 
 
-@router.post("/runs/{run_id}/cancel")
+@router.post("/runs/{run_id}/cancel", responses=errors.documented(400, 404, 409))
 async def cancel(run_id: str, api: Api, tenant: Tenant, body: Reason | None = None) -> dict[str, Any]:
     """End the run after its current step (status `cancelled`)."""
     return json_of(await api.wp.cancel(run_id, body.reason if body else None, tenant_id=tenant))
 
 
-@router.post("/runs/{run_id}/send")
+@router.post("/runs/{run_id}/send", responses=errors.documented(400, 404, 409))
 async def send(run_id: str, body: Text, api: Api, tenant: Tenant) -> dict[str, Any]:
     """A user message the run's next model call reads."""
     return json_of(await api.wp.send(run_id, body.text, tenant_id=tenant))
 
 
-@router.post("/runs/{run_id}/approve")
+@router.post("/runs/{run_id}/approve", responses=errors.documented(400, 404, 409))
 async def approve(run_id: str, api: Api, tenant: Tenant, body: Decide | None = None) -> dict[str, Any]:
     """Let a tool call that waits for approval run."""
     body = body or Decide.model_validate({})
@@ -549,7 +559,7 @@ async def approve(run_id: str, api: Api, tenant: Tenant, body: Decide | None = N
     return json_of(approved)
 
 
-@router.post("/runs/{run_id}/deny")
+@router.post("/runs/{run_id}/deny", responses=errors.documented(400, 404, 409))
 async def deny(run_id: str, api: Api, tenant: Tenant, body: Decide | None = None) -> dict[str, Any]:
     """Refuse a waiting tool call; the model reads the reason."""
     body = body or Decide.model_validate({})

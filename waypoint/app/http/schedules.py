@@ -15,6 +15,7 @@ from pydantic import Field
 
 from waypoint.app.client import as_json
 from waypoint.app.client_schedules import CATCHUP_DEFAULT_SECONDS
+from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.runs import Body
 from waypoint.checks import (
@@ -27,7 +28,7 @@ from waypoint.checks import (
 )
 from waypoint.names import ScheduleOverlap
 
-router = APIRouter(prefix="/v1", tags=["schedules"])
+router = APIRouter(prefix="/v1", tags=["schedules"], responses=errors.KEYED)
 
 
 class CreateSchedule(Body):
@@ -70,7 +71,7 @@ def schedule_json(row: Any) -> dict[str, Any]:
     return data
 
 
-@router.post("/schedules", status_code=201)
+@router.post("/schedules", status_code=201, responses=errors.documented(400, 404, 409))
 async def create_schedule(body: CreateSchedule, api: Api, tenant: Tenant, response: Response) -> dict[str, Any]:
     """Create a scheduled agent (exactly one of `every` or `cron`): Temporal starts a run of the
     agent at each fire time; each fired run is an ordinary run with `schedule_id` set."""
@@ -79,7 +80,7 @@ async def create_schedule(body: CreateSchedule, api: Api, tenant: Tenant, respon
     return schedule_json(row)
 
 
-@router.get("/schedules")
+@router.get("/schedules", responses=errors.documented(400))
 async def list_schedules(
     api: Api,
     tenant: Tenant,
@@ -93,31 +94,31 @@ async def list_schedules(
     return {"schedules": [schedule_json(r) for r in rows]}
 
 
-@router.get("/schedules/{schedule_id}")
+@router.get("/schedules/{schedule_id}", responses=errors.documented(400, 404))
 async def get_schedule(schedule_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     return schedule_json(await api.wp.schedules.get(schedule_id, tenant_id=tenant))
 
 
-@router.post("/schedules/{schedule_id}/pause")
+@router.post("/schedules/{schedule_id}/pause", responses=errors.documented(400, 404))
 async def pause_schedule(schedule_id: str, api: Api, tenant: Tenant, body: Note | None = None) -> dict[str, Any]:
     """Stop firing until resumed (a run already fired goes on)."""
     note = body.note if body else None
     return schedule_json(await api.wp.schedules.pause(schedule_id, note=note, tenant_id=tenant))
 
 
-@router.post("/schedules/{schedule_id}/resume")
+@router.post("/schedules/{schedule_id}/resume", responses=errors.documented(400, 404))
 async def resume_schedule(schedule_id: str, api: Api, tenant: Tenant, body: Note | None = None) -> dict[str, Any]:
     note = body.note if body else None
     return schedule_json(await api.wp.schedules.resume(schedule_id, note=note, tenant_id=tenant))
 
 
-@router.post("/schedules/{schedule_id}/trigger")
+@router.post("/schedules/{schedule_id}/trigger", responses=errors.documented(400, 404, 409))
 async def trigger_schedule(schedule_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """Fire now, under the schedule's overlap policy."""
     return schedule_json(await api.wp.schedules.trigger(schedule_id, tenant_id=tenant))
 
 
-@router.delete("/schedules/{schedule_id}", status_code=204)
+@router.delete("/schedules/{schedule_id}", status_code=204, responses=errors.documented(400, 404))
 async def delete_schedule(schedule_id: str, api: Api, tenant: Tenant) -> Response:
     """Delete the schedule (the runs it fired stay)."""
     await api.wp.schedules.delete(schedule_id, tenant_id=tenant)

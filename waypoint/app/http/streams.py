@@ -186,6 +186,27 @@ def overflow_event(last_id: int | str) -> ServerSentEvent:
     return ServerSentEvent(json.dumps(data), event="error")
 
 
+# One event of an SSE route's answer, for its OpenAPI document (`SSE_DOCUMENTED`).
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "description": "What it is: a log event's kind, model_delta, ..."},
+        "data": {"type": "string", "contentMediaType": "application/json", "description": "The event, as JSON."},
+        "id": {"type": "string", "description": "Where it is: resume after it with Last-Event-ID."},
+        "retry": {"type": "integer", "minimum": 0},
+    },
+    "required": ["data"],
+}
+SSE_DOCUMENTED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-sent events, until the stream ends.",
+        "content": {"text/event-stream": {"itemSchema": SSE_EVENT}},
+    }
+}
+"""A SSE route's `responses=`, with `response_class=EventSourceResponse` (whose media type is unset,
+so FastAPI adds no JSON answer of its own)."""
+
+
 class LiveStream(EventSourceResponse):
     """An SSE response holding its key's stream slot until it ends: finished, the client gone, or
     the server stopping."""

@@ -34,6 +34,7 @@ from fastapi import APIRouter
 from sse_starlette import ServerSentEvent
 
 from waypoint.app.client import RunRow
+from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.streams import NativeFormat, StreamItem, overflow_event, run_items
 from waypoint.errors import InvalidInput, NotFound
@@ -43,14 +44,14 @@ if TYPE_CHECKING:
     from waypoint.app.client import Waypoint
     from waypoint.app.http.hub import StreamHub
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1", tags=["runs"], responses=errors.KEYED)
 
 MERGED_ITEMS = 64  # items of all runs waiting for the client; past it each run's own queue takes them
 _POSITION = re.compile(r"[0-9]{1,10}(,[0-9]{1,10}(\.[0-9]{1,10})+:[0-9]{1,10})*")
 Pumped = tuple[str, StreamItem | BaseException | None]  # (run id, an item, its failure, or its end)
 
 
-@router.get("/runs/{run_id}/tree")
+@router.get("/runs/{run_id}/tree", responses=errors.documented(400, 404, 409))
 async def tree(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The run and the sub-agent runs below it (theirs too), depth first in call order: run id,
     agent, status, steps, tokens, cost, depth, caller (run, step, call index); then the totals."""

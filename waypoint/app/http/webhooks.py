@@ -6,10 +6,11 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.store.webhooks import delivery_summary
 
-router = APIRouter(prefix="/v1", tags=["webhooks"])
+router = APIRouter(prefix="/v1", tags=["webhooks"], responses=errors.KEYED)
 
 
 @router.get("/webhooks/secret")
@@ -24,7 +25,7 @@ async def rotate(api: Api, tenant: Tenant) -> dict[str, Any]:
     return (await api.wp.webhook_secret(rotate=True, tenant_id=tenant)).to_json()
 
 
-@router.get("/runs/{run_id}/webhook")
+@router.get("/runs/{run_id}/webhook", responses=errors.documented(400, 404, 409))
 async def attempts(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The run's webhook and every attempt to post it, oldest first."""
     row = await api.wp.run(run_id, tenant_id=tenant)

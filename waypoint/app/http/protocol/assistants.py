@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.protocol.shapes import assistant_json, graph, schemas
 from waypoint.app.http.state import ApiState
@@ -60,7 +61,7 @@ class Latest(BaseModel):
     version: int = Field(ge=1)
 
 
-@router.post("/assistants")
+@router.post("/assistants", responses=errors.KEYED | errors.documented(400, 404, 409))
 async def create(body: Create, api: Api, tenant: Tenant) -> dict[str, Any]:
     """A new assistant of graph (agent) `graph_id`, at version 1."""
     made = await api.wp.assistants.create(
@@ -119,7 +120,7 @@ async def patch(assistant_id: str, body: Patch, api: Api, tenant: Tenant) -> dic
     return assistant_json(updated)
 
 
-@router.delete("/assistants/{assistant_id}", status_code=204)
+@router.delete("/assistants/{assistant_id}", status_code=204, responses=errors.KEYED | errors.documented(400, 404))
 async def delete(assistant_id: str, api: Api, tenant: Tenant) -> Response:
     """Forget the assistant and its versions (its runs and threads stay)."""
     await api.wp.assistants.delete(assistant_id, tenant_id=tenant)
