@@ -8,8 +8,8 @@ One object, assembled from small parts, one module each: the log (append, hash c
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
 listings, time travel, comparing two runs, integrity and retention, the agent catalog, the HTTP API's keys and
 threads, scheduled agents, runs that wait to start, what live streams read, the shared limiter of model
-calls, the idempotency keys of starts, webhooks (signing secrets, delivery attempts), and Agent
-Protocol assistants (versioned).
+calls, the fleet's figures over a period, the idempotency keys of starts, webhooks (signing secrets,
+delivery attempts), and Agent Protocol assistants (versioned).
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -21,6 +21,7 @@ from waypoint.store.assistants import AssistantStore
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
 from waypoint.store.compare import Compare
+from waypoint.store.fleet import FleetReads
 from waypoint.store.idempotency import Idempotency
 from waypoint.store.integrity import Integrity
 from waypoint.store.keys import ApiKeys
@@ -56,6 +57,7 @@ class RunStore(
     Compare,
     Trees,
     Limiter,
+    FleetReads,
     Webhooks,
     Idempotency,
     ScheduleStore,
