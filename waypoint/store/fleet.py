@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, and_, case, cast, func, literal, select
+from sqlalchemy import Integer, and_, case, cast, func, literal, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.names import EventKind, RunStatus
@@ -102,6 +102,14 @@ class FleetReads(StoreBase):
                 slowest=await _top(conn, tenant_id, since, DURATION),
                 costliest=await _top(conn, tenant_id, since, runs.c.cost_usd),
             )
+
+    async def analyze_fleet_tables(self) -> None:
+        """Refresh the planner's statistics of `runs` and `events` now. After a bulk load (a restore,
+        a benchmark's seed) they describe the tables as they were before it until autovacuum's next
+        pass, and a join planned for a few rows over thousands (measured: 343 ms instead of 6.5 ms
+        for the steps a minute over 2,000 runs) is what the fleet page would get meanwhile."""
+        async with self.engine.begin() as conn:
+            await conn.execute(text("ANALYZE runs, events"))
 
 
 def _bin(column: Any, since: datetime, bucket: timedelta) -> Any:
