@@ -85,6 +85,7 @@ async def test_a_live_tree_shows_its_children_and_follows_one_that_ends(
     wp = Waypoint(client, engine, settings)
     async with build_worker(client, engine, settings, AgentRegistry([lead])):
         _, page = await logged_in(browser, contexts, api)
+        await page.set_viewport_size({"width": 1280, "height": 800})
         run_id = await wp.start_run("delegate", agent="fleet_lead")
         first, second = child_run_id(run_id, 1, 0), child_run_id(run_id, 2, 0)
 
@@ -112,6 +113,7 @@ async def test_a_live_tree_shows_its_children_and_follows_one_that_ends(
         assert await later.get_attribute("data-depth") == "1"
         assert await page.evaluate("window.notReloaded") is True  # followed in place, not reloaded
         assert await a11y.problems(page) == []
+        await page.evaluate("window.scrollTo(0, 0)")  # the a11y check's Tab walk scrolled it
         await shot(page, "tree-live")
         await wp.cancel(run_id, "seen enough")
         assert (await wp.result(run_id)).status == "cancelled"
@@ -156,6 +158,12 @@ async def test_fleet_page_counts_what_the_api_counts_and_only_the_tenants_own(
     assert cli["totals"] == api_stats["totals"] and cli["model_keys"][0]["key"] == api_stats["model_keys"][0]["key"]
     bad = await api.http.get("/v1/fleet", params={"period": "2y"})
     assert bad.status_code == 422
+    refused_cli = await waypoint(settings, "fleet", "--period", "2y")
+    assert refused_cli.code == 1 and refused_cli.err.strip() == (
+        "error: unknown period '2y': use one of 1h, 6h, 24h, 7d, 30d"
+    ), refused_cli.err
+    table = (await waypoint(settings, "fleet", "--period", "1h")).out
+    assert "Slowest runs" in table and "Cost per day and agent" in table
 
     _, page = await logged_in(browser, contexts, api)
     await page.set_viewport_size({"width": 1280, "height": 900})
@@ -175,6 +183,7 @@ async def test_fleet_page_counts_what_the_api_counts_and_only_the_tenants_own(
         assert await page.locator(f"#{table} a[href='/ui/runs/{metered}']").count() == 1
     assert await page.locator("#cost-table tr[data-agent=metered]").count() == 1
     assert await a11y.problems(page) == []
+    await page.evaluate("window.scrollTo(0, 0)")  # the a11y check's Tab walk scrolled it
     await shot(page, "fleet")
     await page.locator("summary:text-is('Model keys as a table')").click()
     assert await key_row.is_visible()  # the chart's numbers, behind its toggle

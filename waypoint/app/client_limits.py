@@ -80,6 +80,7 @@ class FleetRun:
     cost_usd: float
     seconds: float
     created_at: datetime | None
+    changed_at: datetime | None = None  # its status's last change: for a waiting run, when it began to wait
     waiting_key: str | None = None
     waiting_position: int | None = None
 
@@ -231,6 +232,7 @@ def _listed(row: RunRow) -> FleetRun:
         cost_usd=row.cost_usd,
         seconds=round(seconds, 1),
         created_at=row.created_at,
+        changed_at=row.updated_at,
         waiting_key=row.waiting_key,
         waiting_position=row.waiting_position,
     )

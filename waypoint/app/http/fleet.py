@@ -52,6 +52,7 @@ class FleetRun(BaseModel):
     cost_usd: float
     seconds: float = Field(description="From its start to its end (to its last change while live).")
     created_at: datetime | None
+    changed_at: datetime | None = Field(None, description="Its last change: for a waiting run, when it began to wait.")
     waiting_key: str | None = None
     waiting_position: int | None = None
 

@@ -16,12 +16,13 @@ from fastapi.responses import Response
 
 from waypoint.app.client_limits import FleetBucket, ModelKeyStats
 from waypoint.app.http.ui.render import Api, Tenant, own_form, render
+from waypoint.checks import duration_text
 from waypoint.names import FleetPeriod, RunStatus
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(own_form)])
 
 WIDTH, HEIGHT = 720, 160  # the plot area of a time chart (the SVG scales to its container)
-LEFT, BOTTOM = 44, 22  # room for the axis labels
+LEFT, BOTTOM, TOP = 44, 22, 10  # room for the axis labels
 STATUS_ORDER = [s.value for s in RunStatus]
 
 
@@ -50,6 +51,7 @@ class Chart:
     x_ticks: list[Tick]
     y_ticks: list[Tick]
     top: float  # the value at the top of the plot
+    grid: bool = True  # a line across at each y tick
 
 
 def nice_top(value: float) -> float:
@@ -71,15 +73,13 @@ def label_of(at: datetime, bucket_seconds: int) -> str:
     return at.strftime("%m-%d") if bucket_seconds >= 86_400 else at.strftime("%H:%M")
 
 
-def time_chart(
-    buckets: list[FleetBucket], bucket_seconds: int, stacks: list[list[tuple[str, float, str]]], unit: str
-) -> Chart:
+def time_chart(buckets: list[FleetBucket], bucket_seconds: int, stacks: list[list[tuple[str, float, str]]]) -> Chart:
     """Stacked bars over time: `stacks[i]` is bucket i's segments (css class, value, title)."""
     top = nice_top(max((sum(v for _, v, _ in s) for s in stacks), default=0))
     slot = WIDTH / max(1, len(buckets))
     bars: list[Bar] = []
     for i, segments in enumerate(stacks):
-        y = float(HEIGHT)
+        y = float(TOP + HEIGHT)
         for css, value, title in segments:
             if value <= 0:
                 continue
@@ -88,12 +88,12 @@ def time_chart(
             bars.append(Bar(LEFT + i * slot + slot * 0.1, y, slot * 0.8, height, css, title))
     every = max(1, len(buckets) // 6)
     x_ticks = [
-        Tick(LEFT + i * slot + slot / 2, HEIGHT + 15, label_of(b.at, bucket_seconds))
+        Tick(LEFT + i * slot + slot / 2, TOP + HEIGHT + 15, label_of(b.at, bucket_seconds))
         for i, b in enumerate(buckets)
         if i % every == 0
     ]
-    y_ticks = [Tick(LEFT - 6, HEIGHT - HEIGHT * f + 4, f"{top * f:g}") for f in (0, 0.5, 1)]
-    return Chart(LEFT + WIDTH, HEIGHT + BOTTOM, bars, x_ticks, y_ticks, top)
+    y_ticks = [Tick(LEFT - 6, TOP + HEIGHT - HEIGHT * f + 4, f"{top * f:g}") for f in (0, 0.5, 1)]
+    return Chart(LEFT + WIDTH, TOP + HEIGHT + BOTTOM, bars, x_ticks, y_ticks, top)
 
 
 def runs_chart(buckets: list[FleetBucket], bucket_seconds: int) -> Chart:
@@ -104,12 +104,12 @@ def runs_chart(buckets: list[FleetBucket], bucket_seconds: int) -> Chart:
         ]
         for b in buckets
     ]
-    return time_chart(buckets, bucket_seconds, stacks, "runs")
+    return time_chart(buckets, bucket_seconds, stacks)
 
 
 def steps_chart(buckets: list[FleetBucket], bucket_seconds: int) -> Chart:
     stacks = [[("steps", b.steps_per_minute, f"{b.steps_per_minute:g} steps a minute")] for b in buckets]
-    return time_chart(buckets, bucket_seconds, stacks, "steps a minute")
+    return time_chart(buckets, bucket_seconds, stacks)
 
 
 KEY_ROW = 26  # height of one model key's row in its chart
@@ -134,7 +134,7 @@ def keys_chart(keys: list[ModelKeyStats]) -> Chart:
                 bars.append(Bar(x, y, value * scale, KEY_ROW - 8, css, f"{k.key}: {value} {what}"))
                 x += value * scale
         y_ticks.append(Tick(KEY_LEFT - 8, y + KEY_ROW / 2, k.key if len(k.key) <= 34 else k.key[:33] + "…"))
-    return Chart(LEFT + WIDTH, max(1, len(keys)) * KEY_ROW + 4, bars, [], y_ticks, top)
+    return Chart(LEFT + WIDTH, max(1, len(keys)) * KEY_ROW + 4, bars, [], y_ticks, top, grid=False)
 
 
 @router.get("/fleet")
@@ -153,4 +153,5 @@ async def fleet_page(request: Request, api: Api, tenant: Tenant, period: str = F
         steps_chart=steps_chart(stats.buckets, stats.bucket_seconds),
         keys_chart=keys_chart(stats.model_keys),
         label=lambda at: label_of(at, stats.bucket_seconds),
+        bucket=duration_text(stats.bucket_seconds),
     )
