@@ -311,6 +311,7 @@ class ModelActivities:
             turn,
             cost_usd=cost_usd(turn.model, turn.usage, self.settings.prices),
             attempt=attempt,
+            spec=inp.model,
             request=replace(record, recalled_text=None, recalled_sha256=kept),
             remembered_through=remembered,
         )

@@ -44,6 +44,7 @@ READ_TOOLS = {
     "diff_steps",
     "search_memory",
     "fleet_limits",
+    "fleet",
     "list_schedules",
     "list_assistants",
 }
@@ -113,6 +114,12 @@ async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunSto
         assert theirs_assistant not in [a["assistant_id"] for a in assistants]
         listed = await waypoint(settings, "assistants", "list", "--json")
         assert listed.code == 0 and json.loads(listed.out) == assistants, listed.err
+
+        # the fleet: the tenant's runs only (the other tenant's run is not counted), a bad period refused
+        fleet = await call(client, "fleet", period="1h")
+        assert (fleet["tenant_id"], fleet["totals"]["runs"]) == (settings.tenant, 1)
+        assert [r["run_id"] for r in fleet["slowest"]] == [mine]
+        assert "unknown period '2y'" in await error_of(client, "fleet", period="2y")
 
 
 def readme_mcp_config() -> dict[str, Any]:

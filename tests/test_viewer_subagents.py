@@ -133,7 +133,7 @@ async def test_a_live_runs_tree_follows_its_sub_agent_without_a_reload(
         await page.goto(f"/ui/runs/{run_id}")
         await page.evaluate("window.notReloaded = true")
         steps = page.locator(f"#tree tr[data-run='{child}'] [data-col=steps]")
-        await steps.wait_for()  # the child's row, put in by the poll if the page came before the child
+        await steps.wait_for()  # the child's row, put in by tree.js if the page came before the child
         first = int(await steps.inner_text())
 
         async def grown() -> bool:

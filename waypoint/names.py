@@ -65,6 +65,16 @@ class RunSort(StrEnum):
     DURATION = "duration"  # longest first (to finished_at, or to updated_at while live)
 
 
+class FleetPeriod(StrEnum):
+    """The periods the fleet's figures cover (`waypoint fleet --period`, GET /v1/fleet?period=)."""
+
+    HOUR = "1h"
+    SIX_HOURS = "6h"
+    DAY = "24h"
+    WEEK = "7d"
+    MONTH = "30d"
+
+
 class EventKind(StrEnum):
     """Values of `events.kind`: what one entry of a run's append-only log records."""
 

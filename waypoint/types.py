@@ -120,6 +120,9 @@ class ModelTurn:
     provider_blocks: dict[str, list[dict[str, Any]]] | None = None
     # No answer: the call did not go out, it waits for capacity (the shared limiter's answer).
     wait: CapacityWait | None = None
+    # The model spec the call went to (provider:model), as the limiter keys it; `model` is the name the
+    # provider answered with. None in histories written before it was recorded.
+    spec: str | None = None
 
 
 @dataclass(frozen=True)

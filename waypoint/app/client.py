@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.app.client_assistants import Assistants
 from waypoint.app.client_keys import Keys
-from waypoint.app.client_limits import FleetLimits
+from waypoint.app.client_limits import FleetLimits, FleetStats
 from waypoint.app.client_schedules import Schedules
 from waypoint.app.client_threads import Threads
 from waypoint.app.deploy import FINISHED_DEFAULT, FINISHED_MAX, DeployCheck
@@ -1107,6 +1107,12 @@ class Waypoint:
     async def compare(self, run_a: str, run_b: str, *, tenant_id: str | None = None) -> RunComparison:
         """Two runs of the tenant step by step: tool calls, answers, tokens, cost, model time, outcome."""
         return await self._store.compare(self._scoped(tenant_id, run_a, run_b), run_a, run_b)
+
+    async def fleet_stats(self, period: str = "24h", *, tenant_id: str | None = None) -> FleetStats:
+        """The fleet over `period` (1h, 6h, 24h, 7d, 30d): runs by status over time, steps a minute, model
+        calls and 429s per model key, runs waiting, cost per day and agent, the slowest and costliest
+        runs (`wp.limits.stats`: model keys are the fleet's, every other figure the tenant's)."""
+        return await self.limits.stats(period, self.tenant(tenant_id))
 
     async def tree(self, run_id: str, *, tenant_id: str | None = None) -> RunTree:
         """The run and every sub-agent run below it, depth first in call order, with the tree's totals."""

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from waypoint.app.client_limits import FleetRun, FleetStats
 from waypoint.config import Settings
 from waypoint.names import STUCK, EventKind, LineageKind, RunStatus
 from waypoint.pricing import format_usd
@@ -327,6 +328,63 @@ def limits_tables(report: LimitsReport) -> list[Table]:
         columns("Now", ("key", "in flight", "waiting", "calls", "429s", "cooling until", "breaker open until"), live)
     )
     return tables
+
+
+def fleet_tables(stats: FleetStats) -> list[Table]:
+    """`waypoint fleet`: the period's totals and buckets, model keys, waits, costs, the slowest and
+    costliest runs (what the viewer's fleet page charts)."""
+    totals = stats.totals
+    statuses = ", ".join(f"{n} {s}" for s, n in stats.by_status.items()) or "none"
+    head = columns(
+        f"Fleet of tenant {stats.tenant_id}, last {stats.period}",
+        ("runs", "steps", "cost", "by status now", "waiting capacity", "waiting approval"),
+        [
+            (
+                str(totals["runs"]),
+                str(totals["steps"]),
+                format_usd(float(totals["cost_usd"])),
+                statuses,
+                str(stats.waiting.get(RunStatus.WAITING_CAPACITY, 0)),
+                str(stats.waiting.get(RunStatus.WAITING_APPROVAL, 0)),
+            )
+        ],
+        wrap="by status now",
+    )
+    buckets = [
+        (b.at.strftime("%m-%d %H:%M"), str(sum(b.runs.values())), str(b.steps), f"{b.steps_per_minute:g}")
+        for b in stats.buckets
+        if b.runs or b.steps
+    ]
+    keys = [
+        (k.key, str(k.calls), str(k.failed), str(k.throttled), str(k.own_calls), str(k.own_throttled), str(k.in_flight))
+        for k in stats.model_keys
+    ]
+    names = ("model key", "calls", "failed", "429s", "yours", "your 429s", "in flight now")
+    waits = [(r.run_id, r.status, r.agent, waiting_for(r)) for r in stats.waiting_runs]
+    costs = [
+        (c.day.strftime("%Y-%m-%d"), c.agent, str(c.runs), str(c.steps), format_usd(c.cost_usd)) for c in stats.costs
+    ]
+
+    def top(rows: Sequence[Any]) -> list[tuple[str, ...]]:
+        return [(r.run_id, r.agent, r.status, str(r.steps), f"{r.seconds:g} s", format_usd(r.cost_usd)) for r in rows]
+
+    run_names = ("run", "agent", "status", "steps", "duration", "cost")
+    return [
+        head,
+        columns("Runs started and steps a minute (busy buckets)", ("from", "runs", "steps", "steps/min"), buckets),
+        columns("Model calls per key (every tenant's; yours beside)", names, keys),
+        columns("Waiting now", ("run", "status", "agent", "for"), waits),
+        columns("Cost per day and agent", ("day (UTC)", "agent", "runs", "steps", "cost"), costs),
+        columns("Slowest runs", run_names, top(stats.slowest)),
+        columns("Most expensive runs", run_names, top(stats.costliest)),
+    ]
+
+
+def waiting_for(run: FleetRun) -> str:
+    """What a waiting run waits for: a human's approval, or capacity of its key (and its place in line)."""
+    if run.status == RunStatus.WAITING_APPROVAL:
+        return "approval"
+    return f"capacity of {run.waiting_key or '?'}" + (f", #{run.waiting_position}" if run.waiting_position else "")
 
 
 def keys_table(rows: Sequence[ApiKeyRow]) -> Table:

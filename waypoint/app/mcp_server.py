@@ -183,6 +183,13 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         return await answer(ctx, lambda tenant: wp.limits.report(tenant))
 
     @server.tool(annotations=READ)
+    async def fleet(ctx: Context, period: str = "24h") -> str:
+        """The fleet over a period (1h, 6h, 24h, 7d, 30d): runs by status over time, steps a minute, model
+        calls and 429s per model key (every tenant's, yours beside), runs waiting for capacity or
+        approval, cost per day and agent, the slowest and most expensive runs."""
+        return await answer(ctx, lambda tenant: wp.fleet_stats(period, tenant_id=tenant))
+
+    @server.tool(annotations=READ)
     async def list_schedules(ctx: Context, agent: str | None = None, limit: int = 50) -> str:
         """The tenant's scheduled agents: spec (every or cron), paused, next fire times, last runs."""
         return await answer(ctx, lambda t: wp.schedules.list(agent=agent, limit=limit, tenant_id=t))

@@ -9,9 +9,9 @@ status transitions), a step's writes, the tool ledger, compactions, what a step 
 listings, time travel, comparing two runs, integrity and retention, the mirror's invariants (what
 `verify --all` checks against Temporal), the agent catalog, the HTTP API's keys and threads,
 scheduled agents, runs that wait to start, what live streams read, the shared limiter of model calls,
-the idempotency keys of starts, webhooks (signing secrets, delivery attempts), Agent Protocol
-assistants (versioned), the agent versions runs started with, and the rows a run's waterfall is
-drawn from.
+the fleet's figures over a period, the idempotency keys of starts, webhooks (signing secrets,
+delivery attempts), Agent Protocol assistants (versioned), the agent versions runs started with, and
+the rows a run's waterfall is drawn from.
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -23,6 +23,7 @@ from waypoint.store.assistants import AssistantStore
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
 from waypoint.store.compare import Compare
+from waypoint.store.fleet import FleetReads
 from waypoint.store.idempotency import Idempotency
 from waypoint.store.integrity import Integrity
 from waypoint.store.invariants import Invariants
@@ -62,6 +63,7 @@ class RunStore(
     Compare,
     Trees,
     Limiter,
+    FleetReads,
     Webhooks,
     Idempotency,
     ScheduleStore,

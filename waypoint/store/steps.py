@@ -146,6 +146,8 @@ def step_events(record: StepRecord, ledger_outputs: dict[int, str]) -> tuple[lis
                 "cost_usd": turn.cost_usd,
                 "latency_ms": turn.latency_ms,
                 "attempt": turn.attempt,
+                # The spec it called (the fleet's figures count calls per model key by it).
+                **({"spec": turn.spec} if turn.spec else {}),
                 # What the call received, by reference: `show` rebuilds it from this.
                 **({"request": asdict(turn.request)} if turn.request is not None else {}),
                 # Blocks the provider needs back verbatim in later calls (event_messages carries them).

@@ -1,14 +1,20 @@
-"""`waypoint limits`: the fleet limits this machine reads, and what the shared limiter holds now."""
+"""`waypoint limits`: the fleet limits this machine reads, and what the shared limiter holds now;
+`waypoint fleet`: the fleet over a period (runs, steps, model calls and 429s per key, waits, costs)."""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 
 from waypoint.app.cli._common import JsonOpt, command, connect
 
+PeriodOpt = Annotated[str, typer.Option("--period", "-p", help="How far back: 1h, 6h, 24h, 7d or 30d.")]
+
 
 def register(app: typer.Typer) -> None:
     app.command(name="limits")(limits)
+    app.command(name="fleet")(fleet)
 
 
 @command
@@ -25,4 +31,20 @@ async def limits(as_json: JsonOpt = False) -> None:
     if report.source is None:
         out.console.print("no limits file: set WAYPOINT_LIMITS_FILE to limit model calls across the fleet")
     for table in out.limits_tables(report):
+        out.console.print(table)
+
+
+@command
+async def fleet(period: PeriodOpt = "24h", as_json: JsonOpt = False) -> None:
+    """Show the fleet over a period: runs by status, steps a minute, model calls and 429s per model key
+    (every tenant's, yours beside), runs waiting for capacity or approval, cost per day and agent, the
+    slowest and most expensive runs (the viewer's /ui/fleet charts the same)."""
+    from waypoint.app import console as out
+
+    async with await connect() as wp:
+        stats = await wp.fleet_stats(period)
+    if as_json:
+        out.print_json(stats)
+        return
+    for table in out.fleet_tables(stats):
         out.console.print(table)

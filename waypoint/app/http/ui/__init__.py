@@ -13,6 +13,8 @@
     GET  /ui/runs/{id}/diff?a=&b=    what changed between two steps
     GET  /ui/runs/{id}/memory?q=     the run's episodes; a search over the tenant's memory
     GET  /ui/runs/{id}/compactions   what each compaction pruned and kept
+    GET  /ui/fleet?period=24h        the fleet over a period: runs by status, steps a minute, model calls
+                                     and 429s per key, waits, cost per day and agent, slowest and costliest
     GET  /ui/schedules               the tenant's schedules: next fire times, last runs, pause/resume/fire
     GET  /ui/schedules/{id}          one schedule and the runs it fired
     POST /ui/schedules/{id}/{action} pause, resume, trigger
@@ -39,7 +41,7 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from waypoint.app.http.ui import actions, pages, schedules
+from waypoint.app.http.ui import actions, fleet, pages, schedules
 from waypoint.app.http.ui.render import HERE, LoginNeeded, error_page
 
 
@@ -49,6 +51,7 @@ def install(app: Any) -> None:
     app.include_router(pages.router)
     app.include_router(actions.router)
     app.include_router(schedules.router)
+    app.include_router(fleet.router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
 
     @app.exception_handler(LoginNeeded)

@@ -1,7 +1,7 @@
 // Follows a live run: /v1/runs/{id}/stream (server-sent events, the session cookie authenticates),
 // appends the server-rendered rows of new steps, shows the model's tokens as they stream in,
 // and reloads the page when the run's status changes (approvals, the end). Its table of
-// sub-agent runs is fetched again every two seconds (see refreshTree).
+// sub-agent runs follows the tree's own stream (tree.js).
 const body = document.getElementById("steps");
 const liveText = document.getElementById("live-text");
 
@@ -61,33 +61,4 @@ function follow() {
   });
 }
 
-// A sub-agent run starts, steps and ends inside one step of this run: nothing in this run's log
-// says so until the step ends. So while the run is live, its server-rendered tree table
-// (GET /ui/runs/{id}/tree) is fetched every two seconds, as the runs page polls its live runs,
-// and put in place when it changed (the focused link keeps the focus).
-const tree = document.getElementById("tree");
-const TREE_EVERY_MS = 2000;
-
-async function refreshTree() {
-  try {
-    const response = await fetch(`/ui/runs/${encodeURIComponent(tree.dataset.run)}/tree`);
-    if (response.ok) {
-      const template = document.createElement("template");
-      template.innerHTML = await response.text();
-      if (template.innerHTML.trim() !== tree.innerHTML.trim() && !leaving) {
-        const focused = tree.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
-        tree.replaceChildren(template.content);
-        tree.hidden = !tree.querySelector("table");
-        if (focused) tree.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
-      }
-    }
-  } catch (_) {
-    // the server restarting: the next poll tries again
-  }
-  if (!leaving) setTimeout(refreshTree, TREE_EVERY_MS);
-}
-
-if (body && body.dataset.live === "1") {
-  follow();
-  if (tree) setTimeout(refreshTree, TREE_EVERY_MS);
-}
+if (body && body.dataset.live === "1") follow();
