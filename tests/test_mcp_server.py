@@ -45,6 +45,8 @@ READ_TOOLS = {
     "search_memory",
     "fleet_limits",
     "fleet",
+    "run_timeline",
+    "verify_runs",
     "list_schedules",
     "list_assistants",
 }
@@ -114,6 +116,24 @@ async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunSto
         assert theirs_assistant not in [a["assistant_id"] for a in assistants]
         listed = await waypoint(settings, "assistants", "list", "--json")
         assert listed.code == 0 and json.loads(listed.out) == assistants, listed.err
+
+        # the waterfall's data and the mirror check, the tenant's own: what /v1 answers
+        timeline = await call(client, "run_timeline", run_id=mine)
+        # a seeded run is live (no end recorded): its step 3 is in flight
+        assert [(st["step"], st.get("in_flight", False)) for st in timeline["steps"]] == [
+            (1, False),
+            (2, False),
+            (3, True),
+        ]
+        assert any(bar["kind"] == "tool" for bar in timeline["steps"][0]["bars"])
+        assert f"no run {theirs!r} for tenant {settings.tenant!r}" in await error_of(
+            client, "run_timeline", run_id=theirs
+        )
+        verdict = await call(client, "verify_runs")
+        # the seeded run says it runs and Temporal has no workflow of it; the other tenant's is not checked
+        assert (verdict["ok"], verdict["runs"]) == (False, 1), verdict
+        assert {v["run_id"] for v in verdict["violations"]} == {mine}
+        assert "since" in await error_of(client, "verify_runs", since="yesterday-ish")
 
         # the fleet: the tenant's runs only (the other tenant's run is not counted), a bad period refused
         fleet = await call(client, "fleet", period="1h")

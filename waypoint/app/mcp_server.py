@@ -22,11 +22,13 @@ from mcp_types import ToolAnnotations
 from pydantic import ValidationError
 
 from waypoint.app.client import Waypoint
+from waypoint.app.invariants import report_json
 from waypoint.config import Settings
 from waypoint.errors import WaypointError
 from waypoint.names import FINISHED
 from waypoint.store.rows import as_json
 from waypoint.store.trees import tree_json
+from waypoint.waterfall import waterfall_json
 
 Transport = Literal["stdio", "http"]
 
@@ -157,6 +159,29 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
             return tree_json(await wp.tree(run_id, tenant_id=tenant))
 
         return await answer(ctx, tree)
+
+    @server.tool(annotations=READ)
+    async def run_timeline(ctx: Context, run_id: str, after_step: int = 0) -> str:
+        """The run's waterfall (as GET /v1/runs/{id}/timeline): per step its times (ms from the run's
+        start), tokens, cost, context size, model latency and attempts, and its bars: model attempts and
+        retry waits, tool calls, approval and capacity waits, compactions, sub-agent runs."""
+
+        async def timeline(tenant: str) -> dict[str, Any]:
+            return waterfall_json(await wp.waterfall(run_id, tenant_id=tenant, after_step=after_step))
+
+        return await answer(ctx, timeline)
+
+    @server.tool(annotations=READ)
+    async def verify_runs(ctx: Context, since: str | None = None, limit: int = 1000) -> str:
+        """Check the tenant's runs created since `since` (an age such as 2h, or an ISO time; all without),
+        oldest first, at most `limit`, against Temporal (as `waypoint verify --all`): every completed model
+        and tool activity has its event, hash chains and checkpoints hold, each status matches its
+        workflow's, no tool effect is recorded twice. `ok`, then one `violations` entry per problem."""
+
+        async def verify(tenant: str) -> dict[str, Any]:
+            return report_json(await wp.verify_all(since or None, limit=limit, tenant_id=tenant))
+
+        return await answer(ctx, verify)
 
     @server.tool(annotations=READ)
     async def step_state(ctx: Context, run_id: str, step: int) -> str:
