@@ -149,7 +149,9 @@ async def real_things(api: ApiServer) -> dict[str, str]:
     every = {"task": "add", "agent": "calculator", "every": 3600, "paused": True}
     schedule_id = (await http.post("/v1/schedules", json=every)).json()["schedule_id"]
     assistant_id = (await http.post("/assistants", json={"graph_id": "calculator"})).json()["assistant_id"]
+    fingerprint = (await http.get(f"/v1/runs/{run_id}")).json()["agent_fingerprint"]
     return {
+        "fingerprint": fingerprint,
         "run_id": run_id,
         "other": run_id,
         "step": "2",

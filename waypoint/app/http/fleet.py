@@ -17,10 +17,11 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from waypoint.app.client import as_json
+from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.names import FleetPeriod
 
-router = APIRouter(prefix="/v1", tags=["limits"])
+router = APIRouter(prefix="/v1", tags=["limits"], responses=errors.KEYED)
 
 
 class Bucket(BaseModel):
@@ -85,7 +86,7 @@ class Fleet(BaseModel):
     costliest: list[FleetRun]
 
 
-@router.get("/fleet", response_model=Fleet)
+@router.get("/fleet", response_model=Fleet, responses=errors.documented(400))
 async def fleet(
     api: Api,
     tenant: Tenant,

@@ -16,10 +16,11 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.waterfall import BarKind, waterfall_json
 
-router = APIRouter(prefix="/v1", tags=["runs"])
+router = APIRouter(prefix="/v1", tags=["runs"], responses=errors.KEYED)
 
 
 class TimelineBar(BaseModel):
@@ -68,7 +69,7 @@ class Timeline(BaseModel):
     steps: list[TimelineStep]
 
 
-@router.get("/runs/{run_id}/timeline", response_model=Timeline)
+@router.get("/runs/{run_id}/timeline", response_model=Timeline, responses=errors.documented(400, 404, 409))
 async def timeline(
     run_id: str,
     api: Api,
