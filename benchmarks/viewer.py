@@ -1,6 +1,7 @@
 """The web viewer's pages, measured: server time (p50/p95) and bytes sent per page.
 
     python benchmarks/viewer.py [--steps 1500] [--runs 120] [--calls 40] [--loads 7] [--no-browser]
+                                [--fleet-runs 10000]
 
 Starts an embedded stack (Temporal, Postgres) in a temporary folder and `waypoint serve` as a
 child process, writes `--runs` runs and one run of `--steps` steps with the real store (the
@@ -20,6 +21,9 @@ time to interactive (the waterfall and charts drawn: the page's `waterfall-drawn
 from the navigation's start, the JS heap in use after it (CDP `Performance.getMetrics`), and
 how long a zoom takes to redraw. Target: p50 under 1 s to interactive.
 
+Last, unless `--fleet-runs 0`, the fleet page (`_fleet_page.py`): `--fleet-runs` more runs of three
+steps written through the store, then /ui/fleet over 1h, 24h and 7d. Target: p50 under 300 ms.
+
 Server time is the time to the last byte as a client on the same machine sees it (loopback, so
 the network adds well under a millisecond). Target: p50 <= 150 ms for each page. Run it as a
 file (it imports `step_overhead.py` from this folder). Numbers move with the load of the
@@ -38,6 +42,7 @@ import time
 from pathlib import Path
 
 import httpx
+from _fleet_page import fleet_page, fleet_table
 from rich.table import Table
 from step_overhead import console, on_stack
 from stream import a_step, bench_settings, new_run, pct
@@ -133,6 +138,8 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
     console.print(table)
     if loads:
         print_loads(loads, args.steps)
+    if args.fleet_runs:
+        console.print(fleet_table(await fleet_page(stack, workdir, runs=args.fleet_runs, calls=args.calls)))
 
 
 async def in_browser(url: str, key: str, path: str, loads: int) -> list[dict[str, float]]:
@@ -206,6 +213,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--loads", type=int, default=7, help="loads of the run page in chromium")
     parser.add_argument("--no-browser", dest="browser", action="store_false", help="skip the chromium part")
+    parser.add_argument("--fleet-runs", type=int, default=10_000, help="runs behind the fleet page (0: skip it)")
     on_stack(bench, parser.parse_args())
 
 
