@@ -117,6 +117,30 @@ async def test_keep_alive_comments_while_nothing_happens(client, engine, setting
         await stop_api(server, task)
 
 
+async def test_stopping_the_server_ends_open_streams_cleanly(client, engine, settings, store, caplog):
+    """A stop with a client streaming a live run: the stream ends (the client reads to the end of
+    the body, not a body cut off when uvicorn's grace period runs out and cancels it), nothing logs
+    a traceback, and a server started after it in the same process streams again."""
+    for _ in range(2):
+        server = api_server(settings, host="127.0.0.1", port=0, auth=False, waypoint=Waypoint(client, engine, settings))
+        task = await start_api(server)
+        run_id = await start(store, settings)  # a run that never moves
+        stopped: asyncio.Task[None] | None = None
+        try:
+            async with httpx.AsyncClient(base_url=url_of(server), timeout=30) as http:
+                async with http.stream("GET", f"/v1/runs/{run_id}/stream") as response:
+                    lines = response.aiter_lines()
+                    assert (await anext(lines)).startswith(("id:", "event:", "data:", ":"))
+                    stopped = asyncio.create_task(stop_api(server, task))
+                    async for _ in lines:  # to the end of the body: one cut off by a cancel raises
+                        pass
+            await stopped
+        finally:
+            if stopped is None:
+                await stop_api(server, task)
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
+
+
 async def test_a_slow_client_is_cut_off_with_an_event_and_resumes(client, engine, settings, store):
     tight = settings.model_copy(update={"api_stream_buffer": 3})
     server = api_server(tight, host="127.0.0.1", port=0, auth=False, waypoint=Waypoint(client, engine, tight))

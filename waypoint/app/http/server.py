@@ -109,8 +109,18 @@ async def start_api(server: uvicorn.Server, sock: socket.socket | None = None) -
 
 
 async def stop_api(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+    """Stop the server: open live streams end cleanly first (each client gets the end of its stream
+    and resumes with Last-Event-ID elsewhere), then uvicorn closes. sse-starlette ends its streams
+    on its own flag, which it sets from uvicorn's signal handler, and ApiServer installs none: set it
+    for the stop, and clear it after, so a later server in this process streams again."""
+    from sse_starlette.sse import AppStatus
+
     server.should_exit = True
-    await task
+    AppStatus.should_exit = True
+    try:
+        await task
+    finally:
+        AppStatus.should_exit = False
 
 
 def url_of(server: uvicorn.Server) -> str:
