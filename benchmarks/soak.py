@@ -321,6 +321,7 @@ class Soak:
     faults: list[Fault] = field(default_factory=list)
     start_retries: int = 0
     began: float = 0.0
+    given_up: list[str] = field(default_factory=list)  # tool calls reported failed after their attempts
 
     async def one_run(self, number: int) -> None:
         task = task_for(self.plan.steps, number)
@@ -501,6 +502,22 @@ async def check(soak: Soak, tmp: Path, settings: Settings, since: datetime) -> t
         else Counter()
     )
     again = sum(c - 1 for c in executions.values())
+    # An effect with no ledger row is a duplicate risk, unless its run recorded that call as failed:
+    # a tool gets `max_attempts` attempts (3), and a call whose attempts all ended in faults (a kill,
+    # a missed heartbeat on a starved worker) is reported to the model as failed, though an attempt
+    # may have applied its effect before dying. That is the at-least-once contract, shown, not hidden.
+    outcomes = {
+        r.key: (r.outcome, r.output or "")
+        for r in await query(
+            engine,
+            "SELECT payload->>'idempotency_key' AS key, payload->>'outcome' AS outcome, payload->>'output' AS output "
+            "FROM events WHERE kind = 'tool_result' AND payload->>'idempotency_key' = ANY(:keys)",
+            keys=unledgered,
+        )
+    }
+    given_up = [k for k in unledgered if outcomes.get(k, ("", ""))[0] == "failed"]
+    unledgered = [k for k in unledgered if k not in given_up]
+    soak.given_up = [f"{k} ({executions[k]} execution(s)): {outcomes[k][1][:160]}" for k in given_up]
     results.append(
         (
             "FAIL" if twice or unledgered or missing else "PASS",
@@ -508,6 +525,7 @@ async def check(soak: Soak, tmp: Path, settings: Settings, since: datetime) -> t
             f"{len(effects)} effects for {len(ledger)} ledger rows; {again} tool executions repeated after a fault, "
             f"each found its effect applied"
             + (f"; applied twice: {twice[:3]}" if twice else "")
+            + (f"; {len(given_up)} call(s) reported failed after their attempts, effect applied" if given_up else "")
             + (f"; effects outside the ledger: {unledgered[:3]}" if unledgered else "")
             + (f"; ledger rows without an effect: {missing[:3]}" if missing else ""),
         )
@@ -624,6 +642,7 @@ def report(soak: Soak, results: list[tuple[str, str, str]], numbers: dict, wall:
         *((f"faults: {kind}", str(n)) for kind, n in sorted(kinds.items())),
         ("model answers of the bursts", ", ".join(f"{n} x {s}" for s, n in sorted(numbers["bursts"].items())) or "0"),
         ("tool executions repeated (effect kept once)", str(numbers["repeated"])),
+        ("tool calls failed after their attempts ran out", str(len(soak.given_up))),
         ("run starts retried (Postgres down)", str(numbers["start_retries"])),
         (
             "longest recovery s (kill, or Postgres up, to next step)",
@@ -647,6 +666,8 @@ def report(soak: Soak, results: list[tuple[str, str, str]], numbers: dict, wall:
     for verdict, name, detail in results:
         colour = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}[verdict]
         console.print(f"[{colour}]{verdict}[/{colour}] {name}: {detail}", highlight=False)
+    for line in soak.given_up:
+        console.print(f"  failed after its attempts: {line}", highlight=False, markup=False)
     if violations and soak.procs.tails():
         console.print(soak.procs.tails(), highlight=False, markup=False)
     print(f"violations: {violations}")  # plain print: scripts and the test grep it
