@@ -71,6 +71,8 @@ async def test_a_retried_model_call_and_parallel_tools_are_bars_and_the_charts_a
     assert sorted(api_kinds) == sorted(kinds)  # the page drew what the API says
 
     await page.click("#chart-data summary")
+    # The table is built when the toggle first opens: wait for its rows, not just the click.
+    await page.wait_for_function(f"document.querySelectorAll('#chart-data tbody tr').length >= {len(api_steps)}")
     cells = await page.locator("#chart-data tbody tr").evaluate_all(
         "(rows) => rows.map((r) => [...r.children].map((c) => c.textContent))"
     )
