@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
+from _viewer_common import signed_in, timed_gets
 from rich.table import Table
 from step_overhead import console, on_stack
 from stream import a_step, bench_settings, new_run, pct
@@ -80,27 +79,9 @@ async def fleet_page(
     results: dict[str, tuple[list[float], int]] = {}
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-            for _ in range(300):
-                with contextlib.suppress(httpx.TransportError):
-                    if (await http.get("/healthz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.1)
-            form = (await http.get("/ui/login")).text
-            token = form.split('name="csrf" value="', 1)[1].split('"', 1)[0]
-            login = await http.post("/ui/login", data={"key": key, "csrf": token}, follow_redirects=True)
-            assert login.status_code == 200, login.text
+            await signed_in(http, key)
             for period in PERIODS:
-                path = f"/ui/fleet?period={period}"
-                times: list[float] = []
-                size = 0
-                for i in range(calls + 2):
-                    t = time.monotonic()
-                    r = await http.get(path)
-                    elapsed = time.monotonic() - t
-                    assert r.status_code == 200, (path, r.status_code, r.text[:300])
-                    size = len(r.content)
-                    if i >= 2:
-                        times.append(elapsed * 1000)
+                times, size = await timed_gets(http, f"/ui/fleet?period={period}", calls)
                 results[f"fleet page, last {period} ({runs:,} runs)"] = (times, size)
     finally:
         proc.terminate()

@@ -33,16 +33,14 @@ machine; the exit code is 0 whether or not the targets are met.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 from _fleet_page import fleet_page, fleet_table
+from _viewer_common import signed_in, timed_gets
 from rich.table import Table
 from step_overhead import console, on_stack
 from stream import a_step, bench_settings, new_run, pct
@@ -100,28 +98,10 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
     results: dict[str, tuple[list[float], int]] = {}
     try:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-            for _ in range(200):
-                with contextlib.suppress(httpx.TransportError):
-                    if (await http.get("/healthz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.1)
-            form = (await http.get("/ui/login")).text  # the login form's CSRF token, as a browser posts it
-            token = form.split('name="csrf" value="', 1)[1].split('"', 1)[0]
-            login = await http.post("/ui/login", data={"key": key, "csrf": token}, follow_redirects=True)
-            assert login.status_code == 200, login.text
+            await signed_in(http, key)
             for name, path in pages.items():
                 with console.status(name):
-                    times: list[float] = []
-                    size = 0
-                    for i in range(args.calls + 2):
-                        t = time.monotonic()
-                        r = await http.get(path)
-                        elapsed = time.monotonic() - t
-                        assert r.status_code == 200, (path, r.status_code, r.text[:300])
-                        size = len(r.content)
-                        if i >= 2:
-                            times.append(elapsed * 1000)
-                    results[name] = (times, size)
+                    results[name] = await timed_gets(http, path, args.calls)
         loads = await in_browser(url, key, f"/ui/runs/{long_run}", args.loads) if args.browser else []
     finally:
         proc.terminate()
