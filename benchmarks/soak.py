@@ -12,7 +12,7 @@ named by the call's idempotency key, outside Waypoint, so every effect can be co
 Runs start until the time is up, keeping `--concurrency` in flight; then the ones in flight are
 given a bounded time to finish. Meanwhile:
 
-- the worker gets SIGKILL every minute (`--short`: every 35 s) and a new one starts at once;
+- the worker gets SIGKILL every minute (`--short`: every 30 s) and a new one starts at once;
 - Postgres is stopped (fast shutdown) once, kept down 3 s, and started again;
 - the model answers every call with 503 for 6 s, and with 429 (`Retry-After: 2`) for 6 s;
 - the API server is restarted (SIGTERM, then a new process on the same port);
@@ -24,7 +24,7 @@ completed (a run that failed is a violation, with its reason); no lost step (che
 contiguous, steps as expected); no duplicate effect (each effect once, under a key the ledger has,
 and no effect number of a run applied twice); `waypoint verify --all --since <start>` exits 0
 (SKIP where the CLI has no `--all`); every stream client got every event of its run exactly once
-(against the run's events in Postgres, by seq). `--short` is the CI size: about three minutes in
+(against the run's events in Postgres, by seq). `--short` is the CI size: about 1.5 minutes in
 all, fewer and shorter runs, the same faults and checks.
 
 Run it as a file: the agent module is imported from this folder, by the workers too.
@@ -84,7 +84,7 @@ class Plan:
 
 def plan_of(args: argparse.Namespace) -> Plan:
     if args.short:
-        return Plan(soak_s=105, drain_s=60, concurrency=12, steps=6, clients=4, kill_every=35)
+        return Plan(soak_s=75, drain_s=60, concurrency=12, steps=6, clients=4, kill_every=30)
     return Plan(args.minutes * 60, 300, args.concurrency, args.steps, args.clients, kill_every=60)
 
 
@@ -739,7 +739,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50, help="runs in flight at once")
     parser.add_argument("--steps", type=int, default=10, help="tool steps per run (plus the answer step)")
     parser.add_argument("--clients", type=int, default=8, help="stream clients following runs")
-    parser.add_argument("--short", action="store_true", help="the CI size: about 3 minutes, same faults and checks")
+    parser.add_argument("--short", action="store_true", help="the CI size: about 1.5 minutes, same faults and checks")
     args = parser.parse_args()
     if args.minutes <= 0 or min(args.concurrency, args.steps, args.clients) < 1:
         parser.error("--minutes must be above 0; --concurrency, --steps and --clients at least 1")

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_short_soak_passes_every_check() -> None:
     # Run as a shell would, from the repository's root: the script finds its own modules.

@@ -147,7 +147,9 @@ async def test_a_live_run_grows_as_its_steps_land(browser, contexts, api: ApiSer
     await later.wait_for()  # drawn from the stream's news, not a reload
     assert await page.evaluate("window.notReloaded") is True
     await page.locator("#chart-data summary").click()
-    assert await page.locator(f"#chart-data tbody tr[data-step='{drawn + 2}']").count() == 1
+    row = page.locator(f"#chart-data tbody tr[data-step='{drawn + 2}']")
+    await row.wait_for()  # the table fills on the details' toggle event, a task after the click
+    assert await row.count() == 1
     await api.http.post(f"/v1/runs/{run_id}/cancel", json={"reason": "seen enough"})
     await eventually(reached(api, run_id, "cancelled"), timeout=30)
 
