@@ -157,6 +157,7 @@ class CheckpointActivities:
                 assistant_id=inp.assistant_id,
                 assistant_version=inp.assistant_version,
                 version=version,
+                batch_id=inp.batch_id,
             )
             return await self.store.create_run(new)
 

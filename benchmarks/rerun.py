@@ -21,38 +21,19 @@ import time
 import uuid
 from pathlib import Path
 
+from _echo_agent import echo_agent
 from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client
 
-from waypoint.agents import Agent, AgentRegistry
+from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
 from waypoint.app.embedded import EmbeddedStack, free_port
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.models.scripted import ScriptedModel, ScriptedTurn
-from waypoint.tools import tool
 
 console = Console(width=150)
-
-
-@tool
-async def echo(text: str) -> str:
-    """Return the text unchanged."""
-    return text
-
-
-def agent(steps: int) -> Agent:
-    turns = [ScriptedTurn(tool_calls=[("echo", {"text": f"step {i}"})]) for i in range(1, steps + 1)]
-    return Agent(
-        name="bench-rerun",
-        instructions="Call echo until the script says you are done.",
-        model=ScriptedModel([*turns, ScriptedTurn(content="done")]),
-        tools=(echo,),
-        max_steps=steps + 1,
-        memory=False,
-    )
 
 
 def pct(values: list[float], q: float) -> float:
@@ -80,7 +61,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
             task_queue=f"bench-rerun-{uuid.uuid4().hex[:6]}",
             memory=False,
         )
-        async with build_worker(client, engine, settings, AgentRegistry([agent(args.steps)])):
+        async with build_worker(client, engine, settings, AgentRegistry([echo_agent("bench-rerun", args.steps)])):
             wp = Waypoint(client, engine, settings)
             await wp.result(await wp.start_run("warm up", agent="bench-rerun"))
             gate = asyncio.Semaphore(args.concurrency)

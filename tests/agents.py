@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
+from waypoint.evals.scorers import Score, scorer
 from waypoint.memory_tools import MEMORY_TOOLS
 from waypoint.types import Message
 from waypoint.working_memory import without_recalled
@@ -101,6 +102,31 @@ class _Unplannable(Agent):
 unplannable = _Unplannable(name="unplannable", instructions="Can never start.", model=ScriptedModel([]))
 
 TEST_AGENTS.append(unplannable)
+
+
+# --- scorers (waypoint.evals): module-level, so a worker of this module registers them ------------------
+
+
+@scorer
+def mentions_report(output) -> bool:
+    """The answer names the report it wrote."""
+    return "report" in (output or "").lower()
+
+
+@scorer(name="answer_length", threshold=0.5)
+async def short_answer(output, steps, case) -> Score:
+    """1 for an answer under 200 characters; it reads the steps and the case too."""
+    assert isinstance(steps, list) and case.task
+    return Score(1.0 if len(output or "") < 200 else 0.0, reason=f"{len(output or '')} characters")
+
+
+@scorer
+def exploding(output) -> bool:
+    """A scorer with a bug: it raises on every case."""
+    raise ValueError("the scorer broke on purpose")
+
+
+TEST_SCORERS = [mentions_report, short_answer, exploding]
 
 
 # --- durability -------------------------------------------------------------------------------------
@@ -616,3 +642,31 @@ asker = Agent(
     memory=False,
 )
 TEST_AGENTS += [payer, asker]
+
+# --- evaluations (tests/test_evals.py) ----------------------------------------------------------------
+
+PONDER_STARTED = "ponder-started"  # a folder of markers: "<run id>-<attempt>", one per attempt of ponder
+
+
+@tool(timeout=30)
+async def ponder(ctx: ToolContext, topic: str) -> str:
+    """Think about a topic for a while: 3 s on a first attempt (the crash test kills the worker
+    meanwhile), a moment on a retry."""
+    _marker(ctx.workspace / PONDER_STARTED, f"{ctx.run_id}-{ctx.attempt}")
+    await asyncio.sleep(3 if ctx.attempt == 1 else 0.1)
+    return f"pondered {topic}"
+
+
+ponderer = Agent(
+    name="ponderer",
+    instructions="Ponder the task, then say what you pondered.",
+    model=ScriptedModel(
+        [
+            lambda messages: ScriptedTurn(tool_calls=[("ponder", {"topic": _task(messages)})]),
+            lambda messages: ScriptedTurn(content=without_recalled(messages)[-1]["content"]),
+        ]
+    ),
+    tools=(ponder,),
+    memory=False,
+)
+TEST_AGENTS.append(ponderer)

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from tests.agents import TEST_AGENTS
+from tests.agents import TEST_AGENTS, TEST_SCORERS
 from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
@@ -37,6 +37,12 @@ from waypoint.store.db import async_url, create_engine, ensure_database, migrate
 from waypoint.testing.fake_openai import FakeOpenAI
 
 EXTERNAL_DATABASE = os.environ.get("WAYPOINT_TEST_DATABASE_URL")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked slow (minutes each) start first: xdist hands tests out in collection order, and
+    one that started near the end kept a worker busy for minutes after the other had run out."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept otherwise
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +149,7 @@ def settings(tmp_path: Path, stack: StackInfo, database_url: str, fake_openai: F
 
 @pytest.fixture
 def agents() -> AgentRegistry:
-    return AgentRegistry([demo_agent, *TEST_AGENTS])
+    return AgentRegistry([demo_agent, *TEST_AGENTS], scorers=TEST_SCORERS)
 
 
 @pytest.fixture

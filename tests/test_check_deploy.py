@@ -73,7 +73,12 @@ async def test_the_gate_passes_on_the_installed_code(client: Client, engine, set
     check = await wp.check_deploy()
     assert check.ok, check.broken
     assert (check.open, check.finished) == (1, 3)
-    assert check.workflow_types == ["AgentRunWorkflow", "CompactionWorkflow", "MemoryRequestWorkflow"]
+    assert check.workflow_types == [
+        "AgentRunWorkflow",
+        "CompactionWorkflow",
+        "ExperimentWorkflow",
+        "MemoryRequestWorkflow",
+    ]
     assert (await wp.check_deploy(finished=1)).finished == 1
     assert (await wp.check_deploy(finished=0, since="1h")).histories == 1
 

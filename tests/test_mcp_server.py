@@ -49,9 +49,13 @@ READ_TOOLS = {
     "verify_runs",
     "list_schedules",
     "list_assistants",
+    "list_datasets",
+    "list_experiments",
+    "experiment",
+    "compare_experiments",
 }
 WRITE_TOOLS = {"start_run", "send_message", "approve", "deny", "cancel_run", "fork_run"}
-WRITE_TOOLS |= {"create_schedule", "change_schedule"}
+WRITE_TOOLS |= {"create_schedule", "change_schedule", "start_experiment"}
 
 
 @asynccontextmanager

@@ -261,3 +261,37 @@ async def test_the_treasurer_runs_on_each_providers_fake_as_typed(
         await fake.communicate()
     assert (result.status, result.output) == ("completed", "120 EUR is 129.6 USD."), result
     assert (await wp.run(run_id)).model == model
+
+
+def evaluation_commands() -> list[str]:
+    """The Evaluations section's worked example: its first shell block, a command a line."""
+    section = README.split("## Evaluations", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.strip() for line in block.strip().splitlines()]
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(180)
+async def test_the_evaluations_example_runs_as_written(worker, settings: Settings):
+    """The worked example, each line typed into a shell against a running stack (the test's, as
+    `waypoint dev` would be): two demo runs, a dataset of them, an experiment whose gate passes."""
+    from tests.helpers import cli_env
+
+    lines = evaluation_commands()
+    assert [line.split()[:3] for line in lines[2:]] == [
+        ["waypoint", "dataset", "create"],
+        ["waypoint", "eval", "notes"],
+    ], lines
+    shell = shutil.which("bash") or "sh"
+    env = {**os.environ, **cli_env(settings), "COLUMNS": "200"}
+    outputs = []
+    for line in lines:
+        done = await asyncio.to_thread(
+            subprocess.run, [shell, "-c", line], env=env, capture_output=True, text=True, timeout=150
+        )
+        assert done.returncode == 0, (line, done.stdout, done.stderr)
+        outputs.append(done.stdout)
+    assert "version 1" in outputs[2] and "2 case" in outputs[2], outputs[2]
+    table = outputs[3]
+    assert "exact" in table and "trajectory" in table and "steps" in table, table
+    assert "exp-" in table, table

@@ -26,6 +26,7 @@ from waypoint.store import RunStore
 from waypoint.types import MemoryAnswer, MemoryRequest
 from waypoint.workflows.agent_run import AgentRunWorkflow
 from waypoint.workflows.compaction import CompactionWorkflow
+from waypoint.workflows.experiments import ExperimentWorkflow
 from waypoint.workflows.memory import MemoryRequestWorkflow
 
 RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
@@ -37,6 +38,7 @@ WORKFLOWS = {
     "remote-store": [AgentRunWorkflow],
     "compaction": [CompactionWorkflow],
     "memory": [MemoryRequestWorkflow],
+    "experiment": [ExperimentWorkflow],
 }
 
 
@@ -83,6 +85,8 @@ def test_histories_are_checked_in():
         "compaction/compaction_pass_before_remember.json",
         "memory/memory_request_json_answer.json",
         "memory/memory_request.json",
+        "experiment/experiment_judged.json",
+        "experiment/experiment_rescored.json",
     }
 
 
@@ -307,3 +311,25 @@ async def test_fresh_sub_agent_histories_replay(client: Client, engine, settings
     assert started == [child_run_id(run_id, 1, i) for i in range(3)]
     await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_subagents.json")
     await _fresh(client, child_run_id(run_id, 1, 1), [AgentRunWorkflow], "agent_run_subagent_child.json")
+
+
+@pytest.mark.postgres
+async def test_fresh_experiment_histories_replay(client: Client, engine, settings, worker, fake_openai):
+    """An experiment of two recorded demo runs (recorded tools) with a judge: two child runs, a
+    judge_case activity each, the local plan, case and score steps; and its rescoring, which starts
+    no run and reads the judge's verdicts back."""
+    from tests.evals_helpers import finished_experiment
+    from tests.test_evals import JUDGE, VERDICT
+
+    fake_openai.answer(VERDICT, VERDICT)
+    wp = Waypoint(client, engine, settings)
+    report = await finished_experiment(wp, scorers=[JUDGE, "exact"])
+    exp_id = report.experiment.experiment_id
+    assert [r.scores["judge"]["value"] for r in report.results] == [0.8, 0.8]
+    await client.get_workflow_handle(exp_id).result()  # its row is written before the workflow ends
+    await _fresh(client, exp_id, [ExperimentWorkflow], "experiment/experiment_judged.json")
+    again = await wp.evals.rescore(exp_id, scorers=[JUDGE])
+    assert [r.scores["judge"]["value"] for r in (await wp.evals.wait(again.experiment_id)).results] == [0.8, 0.8]
+    await client.get_workflow_handle(again.experiment_id).result()
+    await _fresh(client, again.experiment_id, [ExperimentWorkflow], "experiment/experiment_rescored.json")
+    assert len(fake_openai.seen) == 2

@@ -142,8 +142,9 @@ async def test_run_page_shows_a_step_appear_live(browser, contexts, api: ApiServ
 
 async def visit(page, url: str) -> None:
     """page.goto, again if it was cut short: a run page open in this tab reloads itself when the
-    run's status changes, and a reload landing on a navigation aborts it (net::ERR_ABORTED) or,
-    under load, leaves the navigation waiting for a load event that belongs to the reload."""
+    run's status changes, and a reload landing on a navigation aborts it (net::ERR_ABORTED, or
+    "interrupted by another navigation" to the same page) or, under load, leaves the navigation
+    waiting for a load event that belongs to the reload."""
     from playwright.async_api import Error as PlaywrightError
     from playwright.async_api import TimeoutError as PlaywrightTimeout
 
@@ -152,7 +153,12 @@ async def visit(page, url: str) -> None:
             await page.goto(url, wait_until="domcontentloaded", timeout=10_000)
             return
         except PlaywrightError as exc:
-            cut = isinstance(exc, PlaywrightTimeout) or "ERR_ABORTED" in str(exc)
+            said = str(exc)
+            cut = (
+                isinstance(exc, PlaywrightTimeout)
+                or "ERR_ABORTED" in said
+                or "interrupted by another navigation" in said
+            )
             if not cut or attempt == 2:
                 raise
 

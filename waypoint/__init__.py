@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "Agent": "waypoint.agents",
     "RetrySpec": "waypoint.types",
+    "Score": "waypoint.evals.scorers",
     "ScriptedModel": "waypoint.models.scripted",
     "ScriptedTurn": "waypoint.models.scripted",
     "Settings": "waypoint.config",
@@ -21,12 +22,14 @@ _EXPORTS = {
     "ToolError": "waypoint.errors",
     "Waypoint": "waypoint.app.client",
     "WaypointError": "waypoint.errors",
+    "scorer": "waypoint.evals.scorers",
     "tool": "waypoint.tools",
 }
 
 __all__ = [
     "Agent",
     "RetrySpec",
+    "Score",
     "ScriptedModel",
     "ScriptedTurn",
     "Settings",
@@ -35,6 +38,7 @@ __all__ = [
     "ToolError",
     "Waypoint",
     "WaypointError",
+    "scorer",
     "tool",
 ]
 
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
     from waypoint.app.client import Waypoint
     from waypoint.config import Settings
     from waypoint.errors import ToolError, WaypointError
+    from waypoint.evals.scorers import Score, scorer
     from waypoint.models.scripted import ScriptedModel, ScriptedTurn
     from waypoint.tools import Tool, ToolContext, tool
     from waypoint.types import RetrySpec

@@ -13,6 +13,7 @@ from typing import Any
 
 from waypoint.checks import check_budget
 from waypoint.errors import ConfigError, InvalidInput, UnknownAgent, UnknownTool
+from waypoint.evals.scorers import Scorer
 from waypoint.mcp.servers import MCPServer
 from waypoint.models.scripted import ScriptedModel
 from waypoint.models.spec import Provider, parse_model_spec
@@ -251,11 +252,21 @@ class Agent:
 
 
 class AgentRegistry:
-    def __init__(self, agents: Iterable[Agent] = ()):
+    """The agents a worker serves, and the `@scorer`s of the same modules (waypoint.evals)."""
+
+    def __init__(self, agents: Iterable[Agent] = (), *, scorers: Iterable[Scorer] = ()):
         self._agents: dict[str, Agent] = {}
+        self.scorers: dict[str, Scorer] = {}
         for agent in agents:
             self.add(agent)
+        for found in scorers:
+            self.add_scorer(found)
         self.check_tree()
+
+    def add_scorer(self, found: Scorer) -> None:
+        if self.scorers.get(found.name, found) is not found:
+            raise ConfigError(f"two scorers are named {found.name!r}: rename one with @scorer(name=...)")
+        self.scorers[found.name] = found
 
     def add(self, agent: Agent) -> None:
         """Register `agent` and the sub-agents it lists as agents (not by name)."""
@@ -314,5 +325,7 @@ class AgentRegistry:
             for value in vars(module).values():
                 if isinstance(value, Agent):
                     registry.add(value)
+                elif isinstance(value, Scorer):
+                    registry.add_scorer(value)
         registry.check_tree()
         return registry

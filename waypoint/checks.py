@@ -308,18 +308,24 @@ def check_instructions(text: str | None) -> str | None:
     return check_text("the instructions", text, high=INSTRUCTIONS_MAX)
 
 
+def read_text_file(path: str, fix: str) -> str:
+    """The UTF-8 text of a file a command names, or one InvalidInput saying what is wrong and `fix`
+    (what to pass instead)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(f"no file {path!r}: {fix}") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"{path!r} is a folder: {fix}") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{path!r} is not UTF-8 text: save it as UTF-8") from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path!r} ({exc.strerror}): {fix}") from None
+
+
 def read_instructions(path: str) -> str:
     """The text of an instructions file (`rerun --instructions FILE`), checked."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInput(f"no file {path!r}: pass --instructions the path of a text file") from None
-    except IsADirectoryError:
-        raise InvalidInput(f"{path!r} is a folder: pass --instructions the path of a text file") from None
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{path!r} is not UTF-8 text: save the instructions as UTF-8") from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {path!r} ({exc.strerror}): pass a file you can read") from None
+    text = read_text_file(path, "pass --instructions the path of a text file")
     if not text.strip():
         raise InvalidInput(f"{path!r} is empty: write the new instructions in it")
     checked = check_instructions(text)

@@ -10,6 +10,7 @@
       NotFound                 an unknown run, step or episode (another tenant's run is not found too)
         UnknownAgent
         UnknownTool
+        UnknownScorer          a scorer no worker has (not built in, no `@scorer` of that name)
       Conflict                 the request does not fit the run's state (a message to a finished run,
                                deleting a running run)
       StackError               an embedded component failed to start (names which, and the fix)
@@ -79,6 +80,10 @@ class UnknownAgent(NotFound):
 
 
 class UnknownTool(NotFound):
+    pass
+
+
+class UnknownScorer(NotFound):
     pass
 
 

@@ -183,6 +183,13 @@ class Activity(StrEnum):
     HOLD_RUN = "hold_run"
     JOIN_THREAD = "join_thread"
     AWAIT_RUN = "await_run"
+    # An experiment (workflows/experiments.py): its next cases, one case's run input, a judge's
+    # verdict on a case's run (a model call: a remote activity), a case's scores, the summary.
+    EXPERIMENT_PLAN = "experiment_plan"
+    EXPERIMENT_CASE = "experiment_case"
+    JUDGE_CASE = "judge_case"
+    SCORE_CASE = "score_case"
+    FINISH_EXPERIMENT = "finish_experiment"
 
 
 class WebhookEvent(StrEnum):
@@ -197,6 +204,7 @@ class Workflow(StrEnum):
     AGENT_RUN = "AgentRunWorkflow"
     COMPACTION = "CompactionWorkflow"
     MEMORY_REQUEST = "MemoryRequestWorkflow"
+    EXPERIMENT = "ExperimentWorkflow"
 
 
 class VersioningMode(StrEnum):
@@ -279,6 +287,52 @@ def memory_task_queue(task_queue: str) -> str:
 FINAL_ANSWER_TOOL = "final_answer"
 # The built-in tool an agent with `ask_human=True` calls to ask its human a question.
 ASK_HUMAN_TOOL = "ask_human"
+
+
+class ExperimentStatus(StrEnum):
+    """Values of `experiments.status`."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"  # every case ran and was scored or errored
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # the experiment itself could not go on (its workflow failed)
+
+
+class CaseStatus(StrEnum):
+    """How one case of an experiment ended (`experiment_results.status`)."""
+
+    SCORED = "scored"
+    # Not scored: a scorer raised, the judge could not be reached, the case's run could not start.
+    # The message says which; the experiment goes on.
+    ERRORED = "errored"
+
+
+class BuiltinScorer(StrEnum):
+    """The scorers every worker has (`waypoint eval --scorer NAME[:key=value,...]`)."""
+
+    EXACT = "exact"  # the answer equals the expected output
+    CONTAINS = "contains"  # the answer contains it (or `text=`)
+    REGEX = "regex"  # the answer matches `pattern=` (or the expected output as a pattern)
+    JSON_SCHEMA = "json_schema"  # the answer is JSON valid against `schema=` (or the case's metadata.schema)
+    TRAJECTORY = "trajectory"  # the tool calls match the expected ones (`mode=`)
+    NUMERIC = "numeric"  # the answer's number is within `tolerance=` of the expected one
+    COST = "cost"  # the run cost at most `max=` USD
+    STEPS = "steps"  # the run took at most `max=` steps
+    JUDGE = "judge"  # a model grades the answer by `rubric=` (a durable activity; the verdict is recorded)
+
+
+class TrajectoryMode(StrEnum):
+    """How `trajectory` compares a run's tool calls with the expected ones."""
+
+    IN_ORDER = "in_order"  # the same calls, in the same order
+    ANY_ORDER = "any_order"  # the same calls, in any order
+    SUBSET = "subset"  # every expected call is among them (others may be too)
+
+
+def experiment_run_id(experiment_id: str, index: int, repetition: int) -> str:
+    """The run id of case `index`'s `repetition`-th run in an experiment: derived, never drawn, so a
+    retried or replayed experiment can only ever name (and start) the same run."""
+    return f"{experiment_id}.{index}.{repetition}"
 
 
 def child_run_id(run_id: str, step: int, call_index: int) -> str:

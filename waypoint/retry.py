@@ -131,6 +131,17 @@ PASS_RETRY = RetryPolicy(
 )
 
 
+# An experiment's own steps (its plan, a case's input and scores, the summary) are short reads and
+# idempotent writes in Postgres: retried through an outage; an unexpected failure gives up after
+# EXPERIMENT_ATTEMPTS (`activities.boundary.gives_up`), the case is then left without a result.
+EXPERIMENT_ATTEMPTS = 3
+EXPERIMENT_RETRY = STORE_RETRY
+# A judge's verdict is a model call: retried on 429/5xx/timeouts like one (the error brings its
+# delay), JUDGE_ATTEMPTS in all; then the case is errored and the experiment goes on.
+JUDGE_ATTEMPTS = 5
+JUDGE_TIMEOUT = timedelta(seconds=180)
+
+
 def _recovering(max_interval: timedelta, max_attempts: int) -> RetryPolicy:
     """A policy whose own interval only paces retries after a lost worker (errors bring their delay)."""
     return RetryPolicy(
@@ -151,6 +162,9 @@ def failover_retry(spec: RetrySpec, failover_after: int) -> RetryPolicy:
     workflow moves the step to the next model (fewer when the agent's own spec allows fewer)."""
     attempts = min(failover_after, spec.max_attempts) if spec.max_attempts > 0 else failover_after
     return replace(model_retry(spec), maximum_attempts=attempts)
+
+
+JUDGE_SPEC = RetrySpec(max_attempts=JUDGE_ATTEMPTS, max_interval_seconds=30.0, timeout_seconds=120.0)
 
 
 def tool_retry(spec: ToolSpec) -> RetryPolicy:
@@ -277,3 +291,6 @@ def classify_model_failure(
     if unreachable:
         return ModelUnavailable(f"cannot reach the model endpoint {endpoint}: {message}", retry_after=backoff)
     return ModelUnavailable(f"model call to {endpoint} failed: {message}", retry_after=backoff)
+
+
+JUDGE_RETRY = model_retry(JUDGE_SPEC)

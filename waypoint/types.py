@@ -345,6 +345,9 @@ class RunInput:
     instructions: str | None = None
     assistant_id: str | None = None
     assistant_version: int | None = None
+    # Issue 31 (last, so older histories decode): the batch a run that is not a rerun belongs to
+    # (an experiment's case run: the experiment id), as a rerun's ForkOrigin.batch_id is.
+    batch_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -367,6 +370,7 @@ class StartRunInput:
     instructions: str | None = None
     assistant_id: str | None = None
     assistant_version: int | None = None
+    batch_id: str | None = None  # issue 31: as RunInput's
 
 
 @dataclass(frozen=True)

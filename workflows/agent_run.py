@@ -239,6 +239,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             instructions=inp.instructions,
             assistant_id=inp.assistant_id,
             assistant_version=inp.assistant_version,
+            batch_id=inp.batch_id,
         )
         try:
             # It may list the tools of the agent's MCP servers (starting stdio servers) first.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, overload
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.app.client_assistants import Assistants
+from waypoint.app.client_evals import Evals
 from waypoint.app.client_keys import Keys
 from waypoint.app.client_limits import FleetLimits, FleetStats
 from waypoint.app.client_schedules import Schedules
@@ -189,6 +190,7 @@ class Waypoint:
         self.limits = FleetLimits(self._store, settings)
         self.schedules = Schedules(self._store, self)
         self.assistants = Assistants(self._store, self, self._scoped)
+        self.evals = Evals(self._store, self)
         self._trace_ids: dict[str, str] = {}
         self._stuck_seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 

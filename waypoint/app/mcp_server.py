@@ -25,6 +25,7 @@ from waypoint.app.client import Waypoint
 from waypoint.app.invariants import report_json
 from waypoint.config import Settings
 from waypoint.errors import WaypointError
+from waypoint.evals.scorers import DEFAULT_SCORERS
 from waypoint.names import FINISHED
 from waypoint.store.rows import as_json
 from waypoint.store.trees import tree_json
@@ -37,11 +38,13 @@ INSTRUCTIONS = (
     "run_status (status and one line per step), run_tree (the sub-agent runs below a run and the "
     "tree's totals), step_state (what the model saw at a step and the step's events), diff_steps, "
     "search_memory (long-term memory), list_schedules (scheduled agents), list_assistants (the Agent "
-    "Protocol assistants runs start through)."
+    "Protocol assistants runs start through). Evaluations: list_datasets, list_experiments, experiment "
+    "(an experiment's scores and each case's result), compare_experiments."
 )
 WRITE_INSTRUCTIONS = (
     " Steer runs: start_run, send_message, approve, deny, cancel_run, fork_run. Schedule agents: "
-    "create_schedule, change_schedule (pause, resume, trigger, delete)."
+    "create_schedule, change_schedule (pause, resume, trigger, delete). Evaluate an agent on a dataset: "
+    "start_experiment, then experiment until its status is not running."
 )
 
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -225,10 +228,75 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         version 1), then the tenant's own, newest first (id, agent as graph_id, version, config, context)."""
         return await answer(ctx, lambda t: wp.assistants.search(graph_id=agent, limit=limit, tenant_id=t))
 
+    _eval_tools(server, wp, answer)
     if settings.mcp_write:
         _write_tools(server, wp, answer)
         _schedule_tools(server, wp, answer)
+        _experiment_tools(server, wp, answer)
     return server
+
+
+def _eval_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:
+    @server.tool(annotations=READ)
+    async def list_datasets(ctx: Context) -> str:
+        """The tenant's evaluation datasets: each name once, its newest version, its cases, its versions."""
+        return await answer(ctx, lambda t: wp.evals.datasets(tenant_id=t))
+
+    @server.tool(annotations=READ)
+    async def list_experiments(ctx: Context, dataset: str | None = None, limit: int = 20) -> str:
+        """The tenant's experiments, newest first (of one dataset with `dataset`): dataset and version,
+        agent, model, scorers, status, cases done of the total."""
+        return await answer(ctx, lambda t: wp.evals.experiments(dataset=dataset, limit=limit, tenant_id=t))
+
+    @server.tool(annotations=READ)
+    async def experiment(ctx: Context, experiment_id: str, summary_only: bool = False) -> str:
+        """An experiment's report, as far as it got: the experiment (status, cases done), its summary
+        (per scorer the mean, its 95% interval, the pass rate, n; cost, tokens and latency per case,
+        errored cases) and, unless summary_only, each case's result (run, status, scores, error)."""
+
+        async def report(tenant: str) -> dict[str, Any]:
+            found = await wp.evals.report(experiment_id, tenant_id=tenant)
+            shown = {"experiment": found.experiment, "summary": found.summary}
+            return shown if summary_only else {**shown, "results": found.results}
+
+        return await answer(ctx, report)
+
+    @server.tool(annotations=READ)
+    async def compare_experiments(ctx: Context, experiment_a: str, experiment_b: str) -> str:
+        """B against A on one dataset version: per scorer the means, the difference and its interval,
+        wins, losses, ties and whether it is significant (sign test, p < 0.05); then per case."""
+        return await answer(ctx, lambda t: wp.evals.compare(experiment_a, experiment_b, tenant_id=t))
+
+
+def _experiment_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:
+    @server.tool(annotations=WRITE)
+    async def start_experiment(
+        ctx: Context,
+        dataset: str,
+        agent: str,
+        model: str | None = None,
+        recorded_tools: bool = False,
+        scorers: list[str] | None = None,
+        repeat: int = 1,
+        concurrency: int = 4,
+    ) -> str:
+        """Run every case of a dataset (its newest version) as a durable run of `agent` (with `model` in
+        place of its own) and score each; answers at once with the experiment and its experiment_id
+        (`experiment` follows it). `recorded_tools`: answer each case's tool calls from its recorded run.
+        `scorers`: NAME or NAME:key=value,... texts (default exact and trajectory)."""
+        return await answer(
+            ctx,
+            lambda t: wp.evals.start_experiment(
+                dataset,
+                agent=agent,
+                model=model,
+                recorded_tools=recorded_tools,
+                repeat=repeat,
+                concurrency=concurrency,
+                scorers=scorers if scorers is not None else DEFAULT_SCORERS,
+                tenant_id=t,
+            ),
+        )
 
 
 def _schedule_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:

@@ -47,6 +47,7 @@ from waypoint.app.deploy import (
 from waypoint.codec import data_converter, header_codec_behavior
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, Conflict, InvalidInput, NotFound, Unavailable, WaypointError
+from waypoint.evals.types import ExperimentInput
 from waypoint.names import Activity, Query, Workflow, memory_task_queue
 from waypoint.types import MemoryAnswer, MemoryRequest, RunInput, RunProgress, RunResult
 
@@ -209,6 +210,37 @@ class TemporalGateway:
             raise Conflict(f"run {run_id} already exists: choose another run id, or leave it out") from None
         except RPCError as exc:
             raise rpc_error(exc, f"start run {run_id}") from None
+
+    async def start_experiment(self, inp: ExperimentInput, priority: int | None) -> None:
+        """Start an experiment's workflow (its id the experiment's): its runs are its children."""
+        try:
+            await self.client.start_workflow(
+                Workflow.EXPERIMENT,
+                inp,
+                id=inp.experiment_id,
+                task_queue=self.settings.task_queue,
+                memo={"tenant_id": inp.tenant_id},
+                task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                # Its runs inherit this: an experiment shares the fleet as a tenant's runs do.
+                priority=Priority(
+                    priority_key=priority or None,
+                    fairness_key=inp.tenant_id,
+                    fairness_weight=self.settings.limits.weight(inp.tenant_id),
+                ),
+            )
+        except WorkflowAlreadyStartedError:
+            raise Conflict(f"experiment {inp.experiment_id} already exists") from None
+        except RPCError as exc:
+            raise rpc_error(exc, f"start experiment {inp.experiment_id}") from None
+
+    async def cancel_experiment(self, experiment_id: str) -> None:
+        """Ask an experiment to stop: its runs in flight are cancelled, its row says `cancelled`."""
+        try:
+            await self.client.get_workflow_handle(experiment_id).cancel()
+        except RPCError as exc:
+            raise rpc_error(exc, f"cancel experiment {experiment_id}") from None
 
     async def memo_tenant(self, run_id: str) -> str | None:
         """The tenant Temporal holds for a run (its memo), or None if Temporal knows no such run."""

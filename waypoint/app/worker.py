@@ -28,6 +28,7 @@ from waypoint.activities.agents import AgentCallActivities
 from waypoint.activities.capacity import Capacity
 from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.activities.compaction import CompactionActivities
+from waypoint.activities.evals import EvalActivities
 from waypoint.activities.memory import MemoryActivities
 from waypoint.activities.model import ModelActivities
 from waypoint.activities.starts import StartActivities
@@ -48,12 +49,14 @@ from waypoint.store.streams import DELTAS_CHANNEL
 from waypoint.versions import current_version
 from waypoint.workflows.agent_run import AgentRunWorkflow
 from waypoint.workflows.compaction import CompactionWorkflow
+from waypoint.workflows.experiments import ExperimentWorkflow
 from waypoint.workflows.memory import MemoryRequestWorkflow
 
 log = logging.getLogger(__name__)
 
 # Every workflow a worker registers, by task queue: the deploy gate replays histories against these.
-WORKFLOWS: list[type] = [AgentRunWorkflow, CompactionWorkflow]  # the main task queue (runs, sub-agent runs, compaction)
+# The main task queue: runs (sub-agent and experiment runs among them), compaction, experiments.
+WORKFLOWS: list[type] = [AgentRunWorkflow, CompactionWorkflow, ExperimentWorkflow]
 MEMORY_WORKFLOWS: list[type] = [MemoryRequestWorkflow]  # the memory task queue
 
 
@@ -133,6 +136,8 @@ class CatalogWorker(Worker):
             for a in agents
         ]
         await store.register_agents(self.task_queue, found)
+        scorers = [(s.name, s.description) for s in agents.scorers.values()]
+        await store.register_scorers(self.task_queue, scorers, worker_identity())
 
     async def __aenter__(self) -> Worker:
         await self.register()
@@ -214,6 +219,7 @@ def build_worker(
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
     starts = StartActivities(store)
+    evals = EvalActivities(store, agents, settings, models.adapter)
     return CatalogWorker(
         client,
         store=store,
@@ -239,6 +245,11 @@ def build_worker(
             starts.hold_run,
             starts.join_thread,
             starts.await_run,
+            evals.experiment_plan,
+            evals.experiment_case,
+            evals.judge_case,
+            evals.score_case,
+            evals.finish_experiment,
         ],
         # Tracing (one trace per run), step metrics and run/step/trace ids in activity logs.
         interceptors=telemetry.worker_interceptors(client, settings),

@@ -11,7 +11,7 @@ listings, time travel, comparing two runs, integrity and retention, the mirror's
 scheduled agents, runs that wait to start, what live streams read, the shared limiter of model calls,
 the fleet's figures over a period, the idempotency keys of starts, webhooks (signing secrets,
 delivery attempts), Agent Protocol assistants (versioned), the agent versions runs started with, and
-the rows a run's waterfall is drawn from.
+the rows a run's waterfall is drawn from, and evaluations (datasets, experiments, their results).
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -23,6 +23,7 @@ from waypoint.store.assistants import AssistantStore
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
 from waypoint.store.compare import Compare
+from waypoint.store.evals import EvalStore
 from waypoint.store.fleet import FleetReads
 from waypoint.store.idempotency import Idempotency
 from waypoint.store.integrity import Integrity
@@ -60,6 +61,7 @@ class RunStore(
     ApiKeys,
     Threads,
     Streams,
+    EvalStore,
     Compare,
     Trees,
     Limiter,

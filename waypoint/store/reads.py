@@ -132,8 +132,9 @@ class Reads(StoreBase):
         """A page of the tenant's runs in `sort` order (newest first by default), and the cursor
         of the next. Keyset pagination: `cursor` (or `before`, the decoded (sort value, run_id)
         of the last run seen). `since`/`until`: created at or after / before; `batch_id`: the
-        reruns of one batch; `originals`: no reruns; `text`: only runs whose task contains it
-        (any case); `run_ids`: only these runs (the viewer follows the live ones on its page);
+        reruns of one batch; `originals`: no reruns, no run of a batch (an experiment's); `text`: only
+        runs whose task contains it (any case); `run_ids`: only these runs (the viewer follows the
+        live ones on its page);
         `roots`: no sub-agent runs (only the runs no call started); `schedule_id`: the runs one
         schedule fired; `fingerprint`: the runs that started with an agent version whose
         fingerprint starts with it."""
@@ -154,7 +155,10 @@ class Reads(StoreBase):
         if fingerprint:
             query = query.where(prefix_filter(runs.c.agent_fingerprint, fingerprint))
         if originals:
-            query = query.where(or_(runs.c.lineage_kind.is_(None), runs.c.lineage_kind != LineageKind.RERUN))
+            # Neither reruns nor an experiment's case runs (tagged with its batch): what a person ran.
+            query = query.where(
+                or_(runs.c.lineage_kind.is_(None), runs.c.lineage_kind != LineageKind.RERUN), runs.c.batch_id.is_(None)
+            )
         if roots:
             query = query.where(runs.c.caller_run_id.is_(None))
         if text:

@@ -15,6 +15,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Identity,
     Integer,
     MetaData,
@@ -368,4 +369,109 @@ agent_versions = Table(
     Column("mcp_tools", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("tenant_id", "fingerprint", name="agent_versions_pkey"),
+)
+
+# Evaluations (migration 0020): versioned datasets of cases, experiments over them, each case's
+# result, the judge's recorded verdicts, and the scorers the workers registered.
+datasets = Table(
+    "datasets",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("source", JSONB, nullable=False),  # {"kind": "runs", "select": ...} or {"kind": "file", "file": ...}
+    Column("cases", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "name", "version", name="datasets_pkey"),
+)
+
+dataset_cases = Table(
+    "dataset_cases",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("dataset", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("case_id", Text, nullable=False),
+    Column("task", Text, nullable=False),
+    Column("expected_output", JSONB, nullable=True),
+    Column("expected_tools", JSONB, nullable=True),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("source_run_id", Text, nullable=True),
+    PrimaryKeyConstraint("tenant_id", "dataset", "version", "idx", name="dataset_cases_pkey"),
+    ForeignKeyConstraint(
+        ["tenant_id", "dataset", "version"],
+        ["datasets.tenant_id", "datasets.name", "datasets.version"],
+        name="dataset_cases_dataset_fkey",
+        ondelete="CASCADE",
+    ),
+)
+
+experiments = Table(
+    "experiments",
+    metadata,
+    Column("experiment_id", Text, primary_key=True),  # = its Temporal workflow id
+    Column("tenant_id", Text, nullable=False),
+    Column("dataset", Text, nullable=False),
+    Column("dataset_version", Integer, nullable=False),
+    Column("agent", Text, nullable=False),
+    Column("model", Text, nullable=True),
+    Column("instructions", Text, nullable=True),
+    Column("recorded_tools", Boolean, nullable=False),
+    Column("repeat", Integer, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("scorers", JSONB, nullable=False),  # [{"name", "args", "label"}]
+    Column("rescored_from", Text, nullable=True),  # a rescoring: the experiment whose runs it scores
+    Column("priority", Integer, nullable=True),
+    Column("status", Text, nullable=False),  # an ExperimentStatus
+    Column("cases_total", Integer, nullable=False),  # runs of cases it makes: cases x repeat
+    Column("error", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+
+experiment_results = Table(
+    "experiment_results",
+    metadata,
+    Column("experiment_id", Text, ForeignKey("experiments.experiment_id", ondelete="CASCADE"), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("repetition", Integer, nullable=False),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", Text, nullable=True),
+    Column("status", Text, nullable=False),  # a CaseStatus
+    Column("run_status", Text, nullable=True),
+    Column("scores", JSONB, nullable=False, server_default=text("'{}'::jsonb")),  # label -> {value, passed, reason}
+    Column("error", Text, nullable=True),
+    Column("cost_usd", Numeric(14, 6), nullable=False, server_default="0"),
+    Column("tokens", BigInteger, nullable=False, server_default="0"),
+    Column("latency_ms", BigInteger, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("experiment_id", "idx", "repetition", name="experiment_results_pkey"),
+)
+
+eval_judgements = Table(
+    "eval_judgements",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", Text, ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+    Column("judge_key", Text, nullable=False),  # sha256 of the model, the rubric and what was graded
+    Column("model", Text, nullable=False),
+    Column("score", Float, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("output_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("cost_usd", Numeric(14, 6), nullable=False, server_default="0"),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "run_id", "judge_key", name="eval_judgements_pkey"),
+)
+
+scorers = Table(
+    "scorers",
+    metadata,
+    Column("task_queue", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("worker", Text, nullable=False, server_default=""),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("task_queue", "name", name="scorers_pkey"),
 )

@@ -54,6 +54,7 @@ class NewRun:
     assistant_id: str | None = None  # the Agent Protocol assistant (and version) it runs
     assistant_version: int | None = None
     version: AgentVersion | None = None  # the agent version it starts with (its fingerprint goes on the row)
+    batch_id: str | None = None  # the batch of a run that is not a rerun (an experiment's case run)
 
 
 # record_step's two statements. Plain SQL with one text whatever the number of events, so the
@@ -193,7 +194,7 @@ class StepWriter(StoreBase):
                 parent_run_id=fork.run_id if fork else None,
                 fork_step=fork.step if fork else None,
                 lineage_kind=fork.kind if fork else None,
-                batch_id=fork.batch_id if fork else None,
+                batch_id=fork.batch_id if fork and fork.batch_id else new.batch_id,
                 steps=plan.start_step,
                 remembered_step=plan.start_step,  # a fork's earlier steps are its parent's
                 trace_id=new.trace_id,

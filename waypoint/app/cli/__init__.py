@@ -1,5 +1,6 @@
 """The `waypoint` command line: one module per noun (the stack, starting runs, reading runs,
-messages to a run, memory, compaction, scheduled agents, the HTTP API), every command name as it always was.
+messages to a run, memory, compaction, scheduled agents, evaluations, the HTTP API), every command
+name as it always was.
 
 Bad input, usage errors included, prints one line starting with `error:` on stderr and exits 1.
 """
@@ -25,6 +26,7 @@ from waypoint.app.cli import (
     assistants,
     cron,
     deploy,
+    evals,
     limits,
     mcp,
     memory,
@@ -74,6 +76,7 @@ _MODULES = (
     runs,
     agents,
     rerun,
+    evals,
     messages,
     memory,
     schedule,

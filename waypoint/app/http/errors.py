@@ -140,20 +140,26 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     return JSONResponse(body(code, message), status_code=status, headers=headers)
 
 
-async def still_starting(request: Request) -> bool:
+async def still_starting(request: Request, missing: NotFound) -> bool:
     """Whether the request's run (its `run_id` path parameter) is so new that its worker has not
     written it: the run is there (its start answered 201), so what it has not written yet is a 409
-    to retry, not a 404."""
+    to retry, not a 404. So is a run whose row its worker wrote between the read that missed it
+    (`missing` says there is no such run) and this question: a retry finds it."""
     from waypoint.app.http.state import api_state
+    from waypoint.store.base import not_found
 
     run_id = request.path_params.get("run_id")
     tenant = getattr(request.state, "tenant", None)
     if not isinstance(run_id, str) or tenant is None:
         return False
     try:
-        return await api_state(request).wp.starting(run_id, tenant_id=tenant)
+        if await api_state(request).wp.starting(run_id, tenant_id=tenant):
+            return True
     except WaypointError:
         return False
+    # `starting` is False once the tenant's row exists: if the read missed the run itself (not a
+    # step of it, say), the row came since.
+    return str(missing) == str(not_found(tenant, run_id))
 
 
 ErrorPage = Callable[[Request, int, str, str], Response]
@@ -179,7 +185,7 @@ def install(app: FastAPI, pages: Mapping[str, ErrorPage] | None = None) -> None:
 
     @app.exception_handler(WaypointError)
     async def waypoint_error(request: Request, exc: WaypointError) -> Response:
-        if isinstance(exc, NotFound) and await still_starting(request):
+        if isinstance(exc, NotFound) and await still_starting(request, exc):
             run_id = request.path_params["run_id"]
             message = f"run {run_id!r} is starting: its worker has not written its first state yet; retry in a moment"
             return answer(request, 409, "conflict", message, {"Retry-After": "1"})
