@@ -28,7 +28,7 @@ from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import EmbeddedStack, StackInfo
-from waypoint.app.worker import build_memory_worker, build_worker, run_worker
+from waypoint.app.worker import StopDeadline, build_memory_worker, build_worker, run_worker, running
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
 from waypoint.memory import EpisodicStore, open_store
@@ -159,9 +159,10 @@ async def memory_worker(
     """A worker whose runs use episodic memory, and the memory worker that owns the (edge) store."""
     store = open_store(settings)
     try:
+        deadline = StopDeadline(settings)
         async with (
-            build_worker(client, engine, settings, agents, memory=True),
-            build_memory_worker(client, engine, settings, agents, store),
+            running(build_worker(client, engine, settings, agents, memory=True), deadline),
+            running(build_memory_worker(client, engine, settings, agents, store), deadline),
         ):
             yield Waypoint(client, engine, settings), store
     finally:
@@ -188,8 +189,10 @@ async def one_process_worker(
 async def worker(
     client: Client, engine: AsyncEngine, settings: Settings, agents: AgentRegistry
 ) -> AsyncIterator[Worker]:
-    w = build_worker(client, engine, settings, agents)
-    async with w:
+    """A worker of the test's task queue, stopped as `waypoint worker` stops one: bounded, so a stop
+    Temporal's worker cannot finish (seen once in CI, with a browser page still querying its run)
+    costs the test seconds, not its time limit; the task queue is the test's own."""
+    async with running(build_worker(client, engine, settings, agents), StopDeadline(settings)) as w:
         yield w
 
 

@@ -85,3 +85,25 @@ async def test_a_message_no_worker_takes_answers_within_the_bound(
     with pytest.raises(Unavailable, match=f"run {run_id} did not take pause within 1 s: .*stays queued"):
         await wp.pause(run_id)
     await client.get_workflow_handle(run_id).terminate("test over")
+
+
+async def test_the_live_state_of_a_run_no_worker_serves_answers_within_the_bound(
+    client: Client, engine, settings: Settings, agents, api, monkeypatch: pytest.MonkeyPatch
+):
+    """With its worker gone, Temporal holds a query about 30 s before it says no poller is seen:
+    the run's live state gives up after retry.ACTION_WAIT, and its GET and page answer from Postgres
+    (each read below would outlast its 15 s timeout without the bound)."""
+    monkeypatch.setattr(retry, "ACTION_WAIT", timedelta(seconds=1))
+    wp = Waypoint(client, engine, settings)
+    async with build_worker(client, engine, settings, agents):
+        run_id = await wp.start_run("clean up", agent="careful")
+        await eventually(lambda: wp.progress(run_id), what="the run waiting for approval")
+    with pytest.raises(Unavailable, match=f"run {run_id} answered no query within 1 s: is a worker polling"):
+        await wp.progress(run_id)
+    got = (await api.http.get(f"/v1/runs/{run_id}", timeout=15)).json()
+    assert (got["status"], got["live"]) == ("running", None)  # what Postgres holds
+    async with httpx.AsyncClient(base_url=api.url, timeout=15) as viewer:
+        assert (await sign_in(viewer, api.key)).status_code == 303
+        page = await viewer.get(f"/ui/runs/{run_id}")
+    assert page.status_code == 200 and run_id in page.text
+    await client.get_workflow_handle(run_id).terminate("test over")

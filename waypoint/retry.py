@@ -62,8 +62,9 @@ STORE_TIMEOUT = timedelta(seconds=5)
 START_TIMEOUT = timedelta(seconds=120)
 # A workflow task on a worker that died is handed to another after this (Temporal's default is 10 s).
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
-# How long a client waits for a run to take a message (pause, cancel, send...): a run that cannot
-# make progress answers with what is wrong instead of hanging.
+# How long a client waits for a run to take a message (pause, cancel, send...) or to answer a
+# query of its live state: a run that cannot make progress, or whose worker is gone, answers with
+# what is wrong instead of hanging.
 ACTION_WAIT = timedelta(seconds=10)
 # A tool the plan does not know (it cannot happen unless an agent changed mid-run) gets this.
 DEFAULT_TOOL_TIMEOUT_SECONDS = 60.0

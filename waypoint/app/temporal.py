@@ -252,12 +252,21 @@ class TemporalGateway:
         return tenant
 
     async def progress(self, run_id: str) -> RunProgress:
+        """The run's live state, which its worker answers. With no worker polling, Temporal holds a
+        query about half a minute before it says so: this waits retry.ACTION_WAIT at most, so a page
+        or a `show` answers from Postgres instead of hanging."""
+        wait = retry.ACTION_WAIT
         try:
             with self.readable(run_id):
                 progress: RunProgress = await self.client.get_workflow_handle(run_id).query(
-                    Query.PROGRESS, result_type=RunProgress
+                    Query.PROGRESS, result_type=RunProgress, rpc_timeout=wait
                 )
         except RPCError as exc:
+            if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                raise Unavailable(
+                    f"run {run_id} answered no query within {wait.total_seconds():g} s: "
+                    "is a worker polling its task queue? (`waypoint worker`)"
+                ) from None
             raise NotFound(f"run {run_id} is not reachable in Temporal: {exc.message}") from None
         return progress
 
