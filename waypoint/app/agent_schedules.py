@@ -30,11 +30,10 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
-from temporalio.common import Priority
 from temporalio.service import RPCError, RPCStatusCode
 
 from waypoint import retry
-from waypoint.app.temporal import rpc_error
+from waypoint.app.temporal import fair_share, rpc_error
 from waypoint.config import Settings
 from waypoint.errors import Conflict
 from waypoint.names import ScheduleOverlap, Workflow
@@ -81,11 +80,7 @@ def build(row: ScheduleRow, settings: Settings, *, paused: bool = False, note: s
             task_queue=settings.task_queue,
             memo={"tenant_id": row.tenant_id},
             task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
-            priority=Priority(
-                priority_key=inp.priority or None,
-                fairness_key=row.tenant_id,
-                fairness_weight=settings.limits.weight(row.tenant_id),
-            ),
+            priority=fair_share(settings, row.tenant_id, inp.priority),
         ),
         spec=ScheduleSpec(
             intervals=[ScheduleIntervalSpec(every=timedelta(seconds=spec["every"]))] if spec.get("every") else [],

@@ -89,6 +89,16 @@ def rpc_error(exc: RPCError, doing: str) -> WaypointError:
     return Unavailable(f"{message} (is Temporal at the configured address healthy?)")
 
 
+def fair_share(settings: Settings, tenant_id: str, priority: int | None) -> Priority:
+    """What a started workflow carries: busy workers take higher-priority tasks first, then share each
+    priority between tenants by weight. Temporal gives its activities and child workflows the same."""
+    return Priority(
+        priority_key=priority or None,
+        fairness_key=tenant_id,
+        fairness_weight=settings.limits.weight(tenant_id),
+    )
+
+
 def _listening(address: str) -> bool:
     host, _, port = address.rpartition(":")
     try:
@@ -184,52 +194,36 @@ class TemporalGateway:
 
         return any(isinstance(i, TracingInterceptor) for i in self.client.config().get("interceptors", []))
 
+    async def _start(self, workflow: str, arg: object, workflow_id: str, tenant_id: str, priority: int | None) -> None:
+        """Start one of Waypoint's own workflows: a run, or an experiment (whose runs are its children)."""
+        await self.client.start_workflow(
+            workflow,
+            arg,
+            id=workflow_id,
+            task_queue=self.settings.task_queue,
+            # Lets a message reach a run before its row exists, with the tenant still checked.
+            memo={"tenant_id": tenant_id},
+            task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
+            # An id names one workflow, ever: not a second one once the first closed (Temporal's
+            # default allows that), nor a second start while it runs.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            priority=fair_share(self.settings, tenant_id, priority),
+        )
+
     async def start_run(self, run_id: str, inp: RunInput) -> None:
         try:
-            await self.client.start_workflow(
-                Workflow.AGENT_RUN,
-                inp,
-                id=run_id,
-                task_queue=self.settings.task_queue,
-                # Lets a message reach a run before its row exists, with the tenant still checked.
-                memo={"tenant_id": inp.tenant_id},
-                task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
-                # A run id names one run, ever: not a second workflow once the first closed (Temporal's
-                # default allows that), nor a second start while it runs.
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                # Busy workers take higher-priority tasks first, then share each priority between
-                # tenants by weight. Temporal gives the run's activities and sub-agent runs the same.
-                priority=Priority(
-                    priority_key=inp.priority or None,
-                    fairness_key=inp.tenant_id,
-                    fairness_weight=self.settings.limits.weight(inp.tenant_id),
-                ),
-            )
+            await self._start(Workflow.AGENT_RUN, inp, run_id, inp.tenant_id, inp.priority)
         except WorkflowAlreadyStartedError:
             raise Conflict(f"run {run_id} already exists: choose another run id, or leave it out") from None
         except RPCError as exc:
             raise rpc_error(exc, f"start run {run_id}") from None
 
     async def start_experiment(self, inp: ExperimentInput, priority: int | None) -> None:
-        """Start an experiment's workflow (its id the experiment's): its runs are its children."""
+        """Start an experiment's workflow (its id the experiment's): its runs inherit its priority, so
+        an experiment shares the fleet as a tenant's runs do."""
         try:
-            await self.client.start_workflow(
-                Workflow.EXPERIMENT,
-                inp,
-                id=inp.experiment_id,
-                task_queue=self.settings.task_queue,
-                memo={"tenant_id": inp.tenant_id},
-                task_timeout=retry.WORKFLOW_TASK_TIMEOUT,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                # Its runs inherit this: an experiment shares the fleet as a tenant's runs do.
-                priority=Priority(
-                    priority_key=priority or None,
-                    fairness_key=inp.tenant_id,
-                    fairness_weight=self.settings.limits.weight(inp.tenant_id),
-                ),
-            )
+            await self._start(Workflow.EXPERIMENT, inp, inp.experiment_id, inp.tenant_id, priority)
         except WorkflowAlreadyStartedError:
             raise Conflict(f"experiment {inp.experiment_id} already exists") from None
         except RPCError as exc:
