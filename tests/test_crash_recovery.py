@@ -5,6 +5,7 @@ run whose eight sub-agent runs are all in a tool call when the worker dies."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import time
@@ -211,11 +212,17 @@ async def test_sigkill_during_a_streaming_call_to_each_provider(
     from waypoint.testing.fake_gemini import FakeGemini
     from waypoint.testing.fake_openai import Turn
 
+    answers = 0
+
     def respond(body: dict, n: int) -> Turn:
-        if n == 1:
+        # By what the request holds, not its number: under load the first call may be made twice.
+        nonlocal answers
+        text = json.dumps(body)
+        if not any(mark in text for mark in ("tool_result", "functionResponse", "function_response")):
             return Turn(tool_calls=[("add", {"a": 2, "b": 3})])
-        # The second request streams slowly (the worker dies in it); its retry answers at once.
-        return Turn(content="The answer is 5 after all.", chunk_delay=1.0 if n == 2 else 0.0)
+        answers += 1
+        # The first request with the tool's result streams slowly (the worker dies in it); a retry answers at once.
+        return Turn(content="The answer is 5 after all.", chunk_delay=1.0 if answers == 1 else 0.0)
 
     fake = (FakeAnthropic(respond) if provider == "anthropic" else FakeGemini(respond)).start()
     variables = (
