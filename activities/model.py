@@ -32,7 +32,7 @@ from typing import Any
 
 from temporalio import activity
 
-from waypoint import telemetry, working_memory
+from waypoint import retry, telemetry, working_memory
 from waypoint.activities.boundary import boundary, heartbeating
 from waypoint.activities.capacity import Capacity
 from waypoint.agents import AgentRegistry
@@ -59,6 +59,8 @@ log = logging.getLogger("waypoint.memory")
 
 # Temporal refuses payloads over 2 MB; stay well under it.
 MAX_TURN_BYTES = 1_000_000
+# The error type of an attempt that ended without a word (its worker died, or its heartbeat stopped).
+LOST_ATTEMPT = "AttemptLost"
 
 
 def call_record(context: ModelContext, assembled: working_memory.Assembled) -> CallRecord:
@@ -228,9 +230,54 @@ class ModelActivities:
             return contextlib.nullcontext()
         return self.deltas.attempt(inp.run_id, inp.step, attempt)
 
+    def warm(self) -> None:
+        """Import the SDK of every provider the agents name and make its client, at worker start.
+
+        The first call after a worker starts must not do it: an SDK import holds the event loop
+        for half a second on an idle machine and seconds on a loaded one, long enough for the
+        attempt to miss its heartbeat timeout and be made twice (billed twice by the provider).
+        A provider this worker cannot call (no key, no extra) is left for the call to name."""
+        warmed: set[Provider] = set()
+        for agent in self.agents:
+            if isinstance(agent.model, ScriptedModel):
+                continue
+            for spec in agent.models:
+                provider = parse_model_spec(spec).provider
+                if provider not in warmed:
+                    warmed.add(provider)
+                    with contextlib.suppress(ConfigError):
+                        self.adapter(agent.name, spec)
+
     @activity.defn(name=Activity.CALL_MODEL)
     @boundary
     async def call_model(self, inp: CallModelInput) -> ModelTurn:
+        # Heartbeats start with the attempt, not with the request: reading the context, recalling
+        # and waiting for capacity all count against the heartbeat timeout.
+        async with heartbeating(inp.step):
+            attempt = activity.info().attempt
+            if attempt > 1:
+                await self.note_lost_attempt(inp, attempt - 1)
+            return await self._call_model(inp)
+
+    async def note_lost_attempt(self, inp: CallModelInput, attempt: int) -> None:
+        """Log attempt `attempt` as `model_attempt_failed` if it ended without saying why: its worker
+        died or it missed its heartbeat timeout, so the provider may have answered it (and billed
+        it). One that failed in its own words logged itself already (`record_failure`)."""
+        payload = {
+            "attempt": attempt,
+            "model": inp.model,
+            "error": (
+                f"attempt {attempt} ended without an answer: its worker stopped, or it sent no heartbeat "
+                f"within {retry.HEARTBEAT_TIMEOUT.total_seconds():g} s"
+            ),
+            "type": LOST_ATTEMPT,
+            "retryable": True,
+            "retry_in_seconds": None,
+            "status": None,
+        }
+        await self.store.record_lost_model_attempt(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
+
+    async def _call_model(self, inp: CallModelInput) -> ModelTurn:
         if inp.memory and self.memory is None:
             raise MemoryElsewhere(
                 f"this worker does not hold episodic memory: step {inp.step}'s model call goes to the memory task queue"
@@ -279,7 +326,7 @@ class ModelActivities:
         turn: ModelTurn | None = None
         called = time.perf_counter()  # a failed attempt's event says how long it took (the waterfall's bar)
         try:
-            async with heartbeating(inp.step), self._holding(lease):
+            async with self._holding(lease):
                 with chat_span(
                     inp.model,
                     messages,

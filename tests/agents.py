@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import json
 import os
+import time
 from pathlib import Path
 
-from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
+from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, retry, tool
 from waypoint.evals.scorers import Score, scorer
 from waypoint.memory_tools import MEMORY_TOOLS
 from waypoint.types import Message
@@ -670,3 +671,25 @@ ponderer = Agent(
     memory=False,
 )
 TEST_AGENTS.append(ponderer)
+
+
+STALLED: set[str] = set()  # tasks whose first model call has held the worker's event loop
+
+
+def _stall_once(messages: list) -> ScriptedTurn:
+    """Hold the event loop (no await: nothing else of the worker runs, heartbeats included) for
+    longer than the heartbeat timeout, the first time a task is seen; answer at once after that."""
+    task = _task(messages)
+    if task not in STALLED:
+        STALLED.add(task)
+        time.sleep(retry.HEARTBEAT_TIMEOUT.total_seconds() * 2)
+    return ScriptedTurn(content=f"done: {task}")
+
+
+staller = Agent(
+    name="staller",
+    instructions="Answers, after holding the worker once.",
+    model=ScriptedModel([_stall_once]),
+    memory=False,
+)
+TEST_AGENTS.append(staller)

@@ -215,6 +215,7 @@ def build_worker(
         mcp=mcp,
         deltas=delta_publisher(store, settings),
     )
+    models.warm()  # the SDKs' imports now, not inside the first call's heartbeat timeout
     tools = ToolActivities(store, agents, settings, mcp=mcp)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
@@ -291,6 +292,7 @@ def build_memory_worker(
     memory = MemoryActivities(runs, store)
     tools = ToolActivities(runs, agents, settings, memory=store)
     models = ModelActivities(runs, agents, settings, memory=store, deltas=delta_publisher(runs, settings))
+    models.warm()
     return Worker(
         client,
         task_queue=memory_task_queue(task_queue or settings.task_queue),

@@ -172,6 +172,25 @@ class RunLog(StoreBase):
                 conn, run_id, [(step, EventKind.MODEL_ATTEMPT_FAILED, payload)], attempt=attempt, locked=True
             )
 
+    async def record_lost_model_attempt(
+        self, tenant_id: str, run_id: str, step: int, payload: dict[str, Any], *, attempt: int
+    ) -> None:
+        """A model attempt that ended without logging its own failure, as its `model_attempt_failed`
+        event; nothing if that attempt logged one (a retry of this write changes nothing either)."""
+        async with self.engine.begin() as conn:
+            await self._run(conn, tenant_id, run_id, lock=True)
+            logged = await conn.execute(
+                select(events.c.seq).where(
+                    events.c.run_id == run_id,
+                    events.c.step == step,
+                    events.c.kind == EventKind.MODEL_ATTEMPT_FAILED,
+                    events.c.attempt == attempt,
+                )
+            )
+            if logged.first() is None:
+                new: list[NewEvent] = [(step, EventKind.MODEL_ATTEMPT_FAILED, payload)]
+                await append_events(conn, run_id, new, attempt=attempt, locked=True)
+
     async def record_failover(self, record: FailoverRecord) -> None:
         """A step's move to the agent's next model, as a `model_failover` event; a retry of the same
         move (its step, its target) changes nothing."""
