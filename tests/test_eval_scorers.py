@@ -154,9 +154,19 @@ def test_reading_cases_names_the_line_and_the_fix():
 
 def test_the_interval_and_the_sign_test():
     interval = mean_interval([1.0, 0.0, 1.0, 1.0])
-    assert interval.mean == 0.75 and interval.n == 4
-    # sd 0.5, t(3) = 3.182: 0.75 +- 3.182 * 0.5 / 2
-    assert math.isclose(interval.low or 0, 0.75 - 0.7955, abs_tol=1e-3)
+    assert interval.mean == 0.75 and interval.n == 4 and interval.method == "wilson"
+    # Wilson's score interval of 3 in 4
+    assert math.isclose(interval.low or 0, 0.3006, abs_tol=1e-3) and math.isclose(
+        interval.high or 0, 0.9544, abs_tol=1e-3
+    )
+    # Two cases scored 1 and 0: Student's t gave [-5.853, 6.853]; a proportion's interval stays in [0, 1].
+    two = mean_interval([1.0, 0.0])
+    assert two.low is not None and two.high is not None and 0 <= two.low < 0.5 < two.high <= 1
+    assert mean_interval([1.0, 1.0]).high == 1.0 and mean_interval([0.0, 0.0]).low == 0.0
+    # Scores between 0 and 1: a seeded bootstrap, within the lowest and highest score, the same each time.
+    graded = mean_interval([0.2, 0.4, 0.9, 0.5])
+    assert graded.method == "bootstrap" and graded.low is not None and graded.high is not None
+    assert 0.2 <= graded.low < 0.5 < graded.high <= 0.9 and mean_interval([0.2, 0.4, 0.9, 0.5]) == graded
     assert mean_interval([0.5]).low is None and mean_interval([]).mean is None
     assert sign_test(0, 0) == 1.0
     assert math.isclose(sign_test(10, 0), 2 / 1024)

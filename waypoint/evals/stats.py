@@ -1,34 +1,37 @@
 """An experiment's numbers: per scorer the mean with a 95% confidence interval and the pass rate,
 and two experiments compared case by case.
 
-The interval is Student's t over the scored cases (a scorer's skipped cases count nowhere). Two
-experiments are compared on the cases both scored: each case's mean over its repetitions, a win
-where B's is higher, a loss where lower, a tie where equal. A difference is significant when the
-two-sided sign test over wins and losses gives p < 0.05 (exact binomial; ties left out), which
-assumes nothing about how scores are distributed; the mean difference's t interval is shown beside it.
+The interval fits what is measured, so it never leaves the range the scores can take: where every
+score is 0 or 1 (a pass/fail scorer) it is Wilson's score interval for a proportion; otherwise a
+percentile bootstrap of the mean (2,000 resamples, a fixed seed, so a report is the same each time
+it is made), which lies within the lowest and highest score seen. `Interval.method` names which. A
+scorer's skipped cases count nowhere. Two experiments are compared on the cases both scored: each
+case's mean over its repetitions, a win where B's is higher, a loss where lower, a tie where equal.
+A difference is significant when the two-sided sign test over wins and losses gives p < 0.05 (exact
+binomial; ties left out), which assumes nothing about how scores are distributed; the mean
+difference's bootstrap interval is shown beside it.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 SIGNIFICANCE = 0.05
 
-# Two-sided 95% critical values of Student's t by degrees of freedom (1-30); beyond, the normal's.
-_T95 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
+# The normal's two-sided 95% quantile, for Wilson's interval.
+Z95 = 1.959964
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20261204
 
 
-def t95(df: int) -> float:
-    if df < 1:
-        return math.inf
-    return _T95[df - 1] if df <= len(_T95) else 1.96
+class IntervalMethod(StrEnum):
+    WILSON = "wilson"
+    BOOTSTRAP = "bootstrap"
 
 
 @dataclass(frozen=True)
@@ -37,19 +40,50 @@ class Interval:
     low: float | None
     high: float | None
     n: int
+    method: IntervalMethod | None = None
+
+
+def wilson(successes: int, n: int) -> tuple[float, float]:
+    """Wilson's 95% score interval of a proportion: within [0, 1], sound for small n and for 0 or n."""
+    p = successes / n
+    z2 = Z95 * Z95
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bootstrap(values: Sequence[float]) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of the means of resamples of `values` (seeded)."""
+    rng = random.Random(BOOTSTRAP_SEED)
+    n = len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(BOOTSTRAP_RESAMPLES))
+    return means[int(0.025 * BOOTSTRAP_RESAMPLES)], means[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
 
 
 def mean_interval(values: Sequence[float]) -> Interval:
-    """The mean of `values` and its 95% t interval (none for fewer than two values)."""
+    """The mean of `values` and its 95% interval (none for fewer than two values): Wilson's for
+    values that are all 0 or 1, a bootstrap otherwise."""
     n = len(values)
     if n == 0:
         return Interval(None, None, None, 0)
     mean = sum(values) / n
     if n == 1:
         return Interval(mean, None, None, 1)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t95(n - 1) * sd / math.sqrt(n)
-    return Interval(mean, mean - half, mean + half, n)
+    if all(v in (0, 1) for v in values):
+        low, high = wilson(round(sum(values)), n)
+        return Interval(mean, low, high, n, IntervalMethod.WILSON)
+    low, high = bootstrap(values)
+    return Interval(mean, low, high, n, IntervalMethod.BOOTSTRAP)
+
+
+def difference_interval(differences: Sequence[float]) -> Interval:
+    """The mean of paired differences and its bootstrap 95% interval (within the lowest and highest
+    difference seen; none for fewer than two)."""
+    n = len(differences)
+    if n < 2:
+        return Interval(sum(differences) / n if n else None, None, None, n)
+    low, high = bootstrap(differences)
+    return Interval(sum(differences) / n, low, high, n, IntervalMethod.BOOTSTRAP)
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -81,6 +115,7 @@ class ScorerSummary:
     ci_high: float | None
     passed: int
     pass_rate: float | None
+    ci_method: IntervalMethod | None = None  # how the interval was made (see the module's docstring)
 
 
 @dataclass(frozen=True)
@@ -128,6 +163,7 @@ def summarize(labels: Sequence[str], results: Sequence[CaseScores]) -> Summary:
                 ci_high=interval.high,
                 passed=sum(passes),
                 pass_rate=sum(passes) / len(passes) if passes else None,
+                ci_method=interval.method,
             )
         )
     latencies = [float(r.latency_ms) for r in results if r.latency_ms is not None]
@@ -202,7 +238,7 @@ def compare(
         ]
         wins = sum(y > x for x, y in pairs)
         losses = sum(y < x for x, y in pairs)
-        differences = mean_interval([y - x for x, y in pairs])
+        differences = difference_interval([y - x for x, y in pairs])
         p = sign_test(wins, losses)
         deltas.append(
             ScorerDelta(
