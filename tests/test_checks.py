@@ -9,14 +9,19 @@ import pytest
 from waypoint.agents import Agent
 from waypoint.checks import (
     BUDGET_MAX,
+    CATCHUP_MAX_SECONDS,
+    CATCHUP_MIN_SECONDS,
     INT_MAX,
     TEXT_MAX,
     check_budget,
     check_json,
+    check_seconds,
     check_seq,
+    check_start_time,
     check_text,
     parse_step,
     parse_when,
+    spoken_duration,
 )
 from waypoint.errors import ConfigError, InvalidInput
 
@@ -50,3 +55,20 @@ def test_numbers_stay_within_their_column_or_timer():
         parse_when("since", "99999999999w")
     with pytest.raises(ConfigError, match="agent 'big': deadline seconds must be positive and at most"):
         Agent(name="big", instructions="Wait.", deadline_seconds=1e12)  # an agent's own budget: when it registers
+
+
+def test_lengths_of_time_in_error_texts_read_as_people_write_them():
+    assert spoken_duration(CATCHUP_MAX_SECONDS) == "1 year"  # was "3.16224e+07 seconds"
+    assert [spoken_duration(s) for s in (0.5, 1, 90, 3600, 86400 * 2, 10)] == [
+        "0.5 seconds",
+        "1 second",
+        "1.5 minutes",
+        "1 hour",
+        "2 days",
+        "10 seconds",
+    ]
+    with pytest.raises(InvalidInput) as caught:
+        check_seconds("the catch-up window", 10**9, CATCHUP_MIN_SECONDS, CATCHUP_MAX_SECONDS)
+    assert str(caught.value) == "the catch-up window must be from 10 seconds to 1 year, got 1000000000"
+    with pytest.raises(InvalidInput, match="the delay 2 years is more than a year"):
+        check_start_time(None, 2 * 365 * 86400)

@@ -248,7 +248,7 @@ def check_start_time(
         if isinstance(after_seconds, bool) or not math.isfinite(after_seconds) or after_seconds < 0:
             raise InvalidInput(f"the delay must be 0 or more seconds, not {after_seconds!r}")
         if after_seconds > DELAY_MAX_SECONDS:
-            raise InvalidInput(f"the delay {after_seconds:g} s is more than a year: use a schedule")
+            raise InvalidInput(f"the delay {spoken_duration(after_seconds)} is more than a year: use a schedule")
         return now.timestamp() + after_seconds if after_seconds > 0 else None
     if start_at is None:
         return None
@@ -357,6 +357,22 @@ def duration_text(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+_SPOKEN_UNITS = (("year", 365 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+
+
+def spoken_duration(seconds: float) -> str:
+    """Seconds as people say them, in the largest unit they fill, to a tenth at most:
+    31,622,400 -> `1 year`, 90 -> `1.5 minutes`, 0.5 -> `0.5 seconds` (never `3.16224e+07`)."""
+    if not math.isfinite(seconds):
+        return f"{seconds} seconds"
+    for unit, size in _SPOKEN_UNITS:
+        if abs(seconds) >= size or unit == "second":
+            value = round(seconds / size, 1)
+            text = f"{value:.1f}".removesuffix(".0")
+            return f"{text} {unit}" + ("" if text in ("1", "-1") else "s")
+    raise AssertionError("unreachable")
+
+
 def parse_until(name: str, text: str, *, now: datetime | None = None) -> datetime:
     """A moment ahead as a user typed it: a duration from now (`30d`) or an ISO date or time (UTC
     unless it names its offset)."""
@@ -439,7 +455,7 @@ def check_time_zone(tz: str) -> str:
 def check_seconds(name: str, value: float, low: float, high: float) -> float:
     """A length of time in seconds from `low` to `high`."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise InvalidInput(f"{name} must be from {low:g} to {high:g} seconds, got {value!r}")
+        raise InvalidInput(f"{name} must be from {spoken_duration(low)} to {spoken_duration(high)}, got {value!r}")
     return float(value)
 
 

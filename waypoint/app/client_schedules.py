@@ -39,6 +39,7 @@ from waypoint.checks import (
     check_text,
     check_time_zone,
     new_schedule_id,
+    spoken_duration,
 )
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.names import ScheduleOverlap
@@ -98,7 +99,9 @@ class Schedules:
         check_seconds("the catch-up window", catchup_seconds, CATCHUP_MIN_SECONDS, CATCHUP_MAX_SECONDS)
         check_seconds("the jitter", jitter_seconds, 0, JITTER_MAX_SECONDS)
         if every is not None and jitter_seconds >= every:
-            raise InvalidInput(f"the jitter ({jitter_seconds:g} s) must be shorter than every ({every:g} s)")
+            raise InvalidInput(
+                f"the jitter ({spoken_duration(jitter_seconds)}) must be shorter than every ({spoken_duration(every)})"
+            )
         if end_at is not None:
             if end_at.tzinfo is None:
                 end_at = end_at.replace(tzinfo=UTC)
