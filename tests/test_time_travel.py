@@ -45,6 +45,8 @@ async def test_fork_shares_the_past_and_diverges_after(client: Client, engine: A
 
     row = await wp.run(fork)
     assert (row.parent_run_id, row.fork_step) == (parent, 3)
+    # A fork with a message is that message's run (a thread's next turn): its task is its own input.
+    assert (row.task, (await wp.run(parent)).task) == ("blue", "the parent's task")
     async with engine.connect() as conn:  # the parent is untouched
         after = await conn.scalar(select(func.count()).select_from(checkpoints).where(checkpoints.c.run_id == parent))
     assert after == before == 7

@@ -393,7 +393,7 @@ class Waypoint:
         await self.check_start(parent.agent, model or parent.model)
         inp = RunInput(
             agent=parent.agent,
-            task=parent.task,
+            task=message if message is not None else parent.task,  # a thread's next turn is its own task
             tenant_id=tenant,
             model=model,
             fork=ForkOrigin(run_id=run_id, step=step, message=message, memory=MemoryView(memory)),
