@@ -201,7 +201,8 @@ async def _costs(conn: AsyncConnection, tenant_id: str, since: datetime) -> list
             day,
             runs.c.agent,
             func.count().label("runs"),
-            func.sum(runs.c.steps).label("steps"),
+            # A fork's row counts the steps it took over from its parent too; the fleet counts each step once.
+            func.sum(runs.c.steps - func.coalesce(runs.c.fork_step, 0)).label("steps"),
             func.sum(runs.c.cost_usd).label("cost_usd"),
         )
         .where(of_tenant(tenant_id), runs.c.created_at >= since)
