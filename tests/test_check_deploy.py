@@ -102,6 +102,8 @@ async def test_the_gate_catches_an_unpatched_change(client: Client, engine, sett
     assert line.startswith("error: finished run "), line
     assert any(f"run {run_id} (execution " in line for run_id in run_ids), line
     assert " would not replay at event " in line and "Nondeterminism" in line, line
+    # What changed and how to guard it, in words, before Temporal's own.
+    assert "this code no longer calls workflow.patched(" in line and "deprecate_patch" in line, line
     assert "(1 more: see --json)" in line, line
 
     as_json = await new_code(settings, code, "check-deploy", "--json")
@@ -114,6 +116,7 @@ async def test_the_gate_catches_an_unpatched_change(client: Client, engine, sett
         (event,) = [e for e in history.events if e.event_id == broken["event_id"]]
         assert event.HasField("marker_recorded_event_attributes"), event
     assert all("patch marker encountered for change" in b["error"] for b in report["broken"]), report["broken"]
+    assert all(b["advice"].startswith("this code no longer calls workflow.patched(") for b in report["broken"])
 
     # The same runs replay on the installed code: it is the change the gate caught.
     assert (await wp.check_deploy()).ok

@@ -35,13 +35,18 @@ class BrokenReplay:
     open: bool
     event_id: int | None
     error: str
+    # What changed and how to guard it, in one sentence (`error` keeps Temporal's own words).
+    advice: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "advice", replay_advice(self.error, self.event_id))
 
     def line(self) -> str:
         at = f" at event {self.event_id}" if self.event_id is not None else ""
         state = "open" if self.open else "finished"
         return (
             f"{state} run {self.workflow_id} (execution {self.execution}, {self.workflow_type}) would not "
-            f"replay{at}: {self.error}"
+            f"replay{at}: {self.advice} (Temporal: {self.error})"
         )
 
 
@@ -79,6 +84,25 @@ _EVENT_ID = re.compile(r"HistoryEvent\(id:\s*(\d+)|event[ _]id[:= ]\s*(\d+)", re
 _PATCH = re.compile(r"marker encountered for change ([\w.:-]+)")
 # The SDK wraps core's failure in its Rust debug form: `Failure { message: "...", source: ...`.
 _INNER = re.compile(r'message: "((?:[^"\\]|\\.)*)"')
+
+
+def replay_advice(error: str, event_id: int | None) -> str:
+    """One sentence of what changed between the code that ran a history and this code, and the guard."""
+    patch = _PATCH.search(error)
+    if patch:
+        name = patch.group(1)
+        return (
+            f"this code no longer calls workflow.patched({name!r}) where the run recorded it: keep that branch "
+            f"(or workflow.deprecate_patch({name!r})) until no run that took it is open"
+        )
+    at = f" at event {event_id}" if event_id is not None else ""
+    if "nondetermin" in error.lower():
+        return (
+            f"this code issues other commands{at} than the run recorded (an activity, timer or child added, "
+            'removed or reordered): put the new behaviour behind `if workflow.patched("a-new-name"):` so runs '
+            "in flight keep the old branch"
+        )
+    return f"this code failed while replaying the run{at}: run `waypoint replay RUN` on it to see where"
 
 
 def replay_error(text: str) -> str:
