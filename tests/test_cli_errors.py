@@ -132,6 +132,14 @@ async def test_a_worker_with_a_bad_limits_file_does_not_start(settings: Settings
         done = await waypoint(settings, "worker", env=cli_env(settings) | {"WAYPOINT_LIMITS_FILE": str(path)})
         line = one_line_error(done)
         assert message in line and str(path) in line, (text, line)
+        # `waypoint limits FILE --check` refuses what the worker refuses, in the same words.
+        assert one_line_error(await waypoint(settings, "limits", str(path), "--check")) == line
+    # Showing a file checks it too; a file the worker takes passes the check.
+    assert one_line_error(await waypoint(settings, "limits", str(path))) == line
+    fine = tmp_path / "fine.toml"
+    fine.write_text(f'[models."openai:gpt-4o"]\nin_flight = 2\n\n[tenants.{settings.tenant}]\nweight = 2\n')
+    done = await waypoint(settings, "limits", str(fine), "--check")
+    assert (done.code, done.out.strip()) == (0, f"ok: {fine}: a worker would accept it"), done.err
 
 
 async def test_a_start_time_in_the_past_is_one_line_and_starts_nothing(settings: Settings, client: Client, engine):

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from waypoint.checks import check_choice, check_tenant
 from waypoint.config import Settings
-from waypoint.limits import TENANT_KEY_PREFIX, tenant_key
+from waypoint.limits import TENANT_KEY_PREFIX, Limits, tenant_key
 from waypoint.names import FleetPeriod, RunStatus
 from waypoint.store import RunStore
 from waypoint.store.fleet import DayCost, FleetFigures
@@ -110,12 +110,13 @@ class FleetLimits:
         self._store = store
         self._settings = settings
 
-    async def report(self, tenant_id: str | None = None) -> LimitsReport:
+    async def report(self, tenant_id: str | None = None, *, limits: Limits | None = None) -> LimitsReport:
         """What is declared and what the limiter holds now, as `tenant_id` (default: the configured
         tenant) may see it. Model keys are the fleet's (a provider's limit is shared by every tenant)
-        and name no run; of the tenants, only its own entry and line are shown."""
+        and name no run; of the tenants, only its own entry and line are shown. `limits`: a file's
+        limits to show in place of the settings'."""
         tenant = self._settings.tenant if tenant_id is None else check_tenant(tenant_id)
-        limits = self._settings.limits
+        limits = self._settings.limits if limits is None else limits
         own = tenant_key(tenant)
         return LimitsReport(
             source=limits.source,
@@ -124,6 +125,15 @@ class FleetLimits:
             breaker=limits.breaker.model_dump(),
             keys=[k for k in await self._store.key_health() if not k.key.startswith(TENANT_KEY_PREFIX) or k.key == own],
         )
+
+    async def check(self, limits: Limits | None = None) -> Limits:
+        """Check a limits file as a worker does before it starts (the file's own rules, then that each
+        [tenants.NAME] is a tenant an API key has, or this machine's): the limits, or a ConfigError
+        naming the entry. `limits`: the settings' file by default."""
+        limits = self._settings.limits if limits is None else limits
+        if limits.tenants:
+            limits.check_tenants(await self._store.key_tenants() | {self._settings.tenant})
+        return limits
 
     async def stats(self, period: str = FleetPeriod.DAY, tenant_id: str | None = None) -> FleetStats:
         """The fleet over `period` (1h, 6h, 24h, 7d or 30d): see `FleetStats`."""

@@ -35,6 +35,7 @@ from waypoint.activities.starts import StartActivities
 from waypoint.activities.tools import ToolActivities
 from waypoint.activities.webhooks import WebhookActivities
 from waypoint.agents import Agent, AgentRegistry
+from waypoint.app.client_limits import FleetLimits
 from waypoint.checks import check_deployment_version
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
@@ -359,8 +360,7 @@ async def run_worker(
     the settings' `worker_max_*` apply."""
     await check_schema(engine)
     agents = agents or load_agents(settings)
-    if settings.limits.tenants:
-        settings.limits.check_tenants(await RunStore(engine).key_tenants() | {settings.tenant})
+    await FleetLimits(RunStore(engine), settings).check()  # as `waypoint limits --check` does
     deadline = StopDeadline(settings)
     async with contextlib.AsyncExitStack() as stack:
         store: EpisodicStore | None = None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,14 +18,33 @@ def register(app: typer.Typer) -> None:
     app.command(name="fleet")(fleet)
 
 
-@command
-async def limits(as_json: JsonOpt = False) -> None:
-    """Show the limits file (WAYPOINT_LIMITS_FILE) and, per model key, the calls in flight and waiting,
-    the calls and 429s counted, a cooldown a 429 set and the circuit breaker."""
-    from waypoint.app import console as out
+FileArg = Annotated[
+    Path | None,
+    typer.Argument(help="A limits file to check or show in place of WAYPOINT_LIMITS_FILE.", show_default=False),
+]
+CheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--check", help="Only check the file as a worker does before it starts; exit 1 if it would refuse it."
+    ),
+]
 
+
+@command
+async def limits(file: FileArg = None, check: CheckOpt = False, as_json: JsonOpt = False) -> None:
+    """Show the limits file (WAYPOINT_LIMITS_FILE, or FILE) and, per model key, the calls in flight and
+    waiting, the calls and 429s counted, a cooldown a 429 set and the circuit breaker. The file is
+    checked as a worker checks it before it starts: one a worker would refuse is an error here too."""
+    from waypoint.app import console as out
+    from waypoint.limits import load_limits
+
+    chosen = load_limits(file) if file is not None else None
     async with await connect() as wp:
-        report = await wp.limits.report()
+        found = await wp.limits.check(chosen)
+        if check:
+            print(f"ok: {found.source or 'no limits file'}: a worker would accept it")
+            return
+        report = await wp.limits.report(limits=chosen)
     if as_json:
         out.print_json(report)
         return
