@@ -176,6 +176,23 @@ async def test_cron_on_the_command_line(client: Client, engine: AsyncEngine, set
     assert desc.schedule.policy.overlap == ScheduleOverlapPolicy.CANCEL_OTHER
     assert desc.schedule.policy.catchup_window == timedelta(minutes=10)
 
+    # paused: it fires at no time, and `show` says so as `list` does
+    assert made["next_runs"] == []
+    shown_paused = await waypoint(settings, "cron", "show", sid)
+    assert re.search(r"next\s+-", shown_paused.out), shown_paused.out
+
+    # update: what is given changes, the rest stays (paused stays paused); a contradiction is one line
+    done = await waypoint(settings, "cron", "update", sid, "--every", "2h", "--task", "add 4 and 5", "--json")
+    assert done.code == 0, done.err
+    changed = json.loads(done.out)
+    assert (changed["task"], changed["spec"]["every"], changed["spec"].get("cron")) == ("add 4 and 5", 7200, None)
+    assert (
+        changed["paused"] is True and changed["spec"]["catchup"] == 600 and changed["spec"]["overlap"] == "cancel_other"
+    )
+    assert (await client.get_schedule_handle(sid).describe()).schedule.spec.intervals[0].every == timedelta(hours=2)
+    both = await waypoint(settings, "cron", "update", sid, "--model", "openai:x", "--clear", "model")
+    assert "--model and --clear model contradict each other" in one_line_error(both)
+
     # a paused schedule still fires when triggered
     assert (await waypoint(settings, "cron", "trigger", sid)).code == 0
     wp = Waypoint(client, engine, settings)
@@ -186,7 +203,7 @@ async def test_cron_on_the_command_line(client: Client, engine: AsyncEngine, set
         waypoint(settings, "cron", "list"),
     )
     assert [(r["run_id"], r["schedule_id"]) for r in json.loads(listed.out)] == [(fired[0].run_id, sid)]
-    assert sid in table.out and "cron 0 9 * * mon-fri (Europe/Paris)" in table.out, table.out
+    assert sid in table.out and "every 2h" in table.out, table.out
     assert f"{fired[0].run_id} completed" in table.out, table.out
     # `waypoint status` shows the schedule that fired a run
     with out.console.capture() as shown:

@@ -192,7 +192,8 @@ class Schedules:
         except NotFound:
             row = replace(row, paused=True, note="Temporal has no such Schedule: delete this one and create it again")
         else:
-            row = replace(row, paused=live.paused, note=live.note, next_runs=live.next_runs)
+            # Temporal lists the times a paused Schedule would fire at; it fires at none of them.
+            row = replace(row, paused=live.paused, note=live.note, next_runs=[] if live.paused else live.next_runs)
         recent = await self._store.scheduled_runs(row.tenant_id, [row.schedule_id], per=RECENT_RUNS)
         return replace(row, recent=recent[row.schedule_id])
 

@@ -1,4 +1,4 @@
-"""Scheduled agents: `waypoint cron create|list|show|pause|resume|trigger|delete` (Temporal
+"""Scheduled agents: `waypoint cron create|list|show|update|pause|resume|trigger|delete` (Temporal
 Schedules that start runs; `waypoint runs --schedule ID` lists the runs one fired)."""
 
 from __future__ import annotations
@@ -119,6 +119,75 @@ async def cron_show(schedule_id: ScheduleArg, as_json: JsonOpt = False) -> None:
     """One schedule: its spec, next fire times and the last runs it fired."""
     async with await connect() as wp:
         _print(await wp.schedules.get(schedule_id), as_json)
+
+
+CLEARABLE = ("until", "model", "max-steps", "priority", "webhook")
+
+
+@cron_app.command(name="update")
+@command
+async def cron_update(
+    schedule_id: ScheduleArg,
+    task: Annotated[str | None, typer.Option(help="What each run should do.")] = None,
+    every: Annotated[str | None, typer.Option(help="Fire every this long (replaces a cron): 30s, 10m, 1h.")] = None,
+    cron: Annotated[str | None, typer.Option(help="Fire on a cron expression (replaces an interval).")] = None,
+    tz: Annotated[str | None, typer.Option(help="Time zone of the cron expression (an IANA name).")] = None,
+    overlap: Annotated[
+        str | None, typer.Option(help="skip, buffer_one, allow_all or cancel_other (see `cron create`).")
+    ] = None,
+    catchup: Annotated[
+        str | None, typer.Option(help="After an outage, missed fires within this long still fire.")
+    ] = None,
+    jitter: Annotated[str | None, typer.Option(help="Delay each fire by a random time up to this long.")] = None,
+    until: Annotated[str | None, typer.Option(help="No fire after this: a duration from now or an ISO date.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model spec of each run.")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Step budget of each run.")] = None,
+    priority: Annotated[int | None, typer.Option(help="Priority of each run: 1 (first) to 5 (last).")] = None,
+    webhook: Annotated[str | None, typer.Option(help="Post each run's end to this URL.")] = None,
+    clear: Annotated[
+        list[str] | None,
+        typer.Option(help=f"Clear a setting (repeatable): {', '.join(CLEARABLE)}.", show_default=False),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change a schedule: what you give changes, the rest stays (paused stays paused)."""
+    from waypoint.app import console as out
+    from waypoint.app.cli._common import fail
+    from waypoint.checks import parse_duration, parse_until
+
+    cleared = set(clear or [])
+    unknown = sorted(cleared - set(CLEARABLE))
+    if unknown:
+        raise fail(f"--clear takes {', '.join(CLEARABLE)}, not {', '.join(unknown)}")
+    given = {"until": until, "model": model, "max-steps": max_steps, "priority": priority, "webhook": webhook}
+    both = sorted(name for name in cleared if given[name] is not None)
+    if both:
+        raise fail(f"--{both[0]} and --clear {both[0]} contradict each other: give one")
+    changes: dict[str, object] = {}
+    for name, field, value in (
+        ("until", "end_at", parse_until("--until", until) if until is not None else None),
+        ("model", "model", model),
+        ("max-steps", "max_steps", max_steps),
+        ("priority", "priority", priority),
+        ("webhook", "webhook", webhook),
+    ):
+        if name in cleared:
+            changes[field] = None
+        elif value is not None:
+            changes[field] = value
+    async with await connect() as wp:
+        row = await wp.schedules.update(
+            schedule_id,
+            task=task,
+            every=parse_duration("--every", every) if every is not None else None,
+            cron=cron,
+            tz=tz,
+            overlap=overlap,
+            catchup_seconds=parse_duration("--catchup", catchup) if catchup is not None else None,
+            jitter_seconds=parse_duration("--jitter", jitter) if jitter is not None else None,
+            **changes,  # type: ignore[arg-type]
+        )
+    _print(row, as_json, f"{schedule_id} updated: fires {out.schedule_spec_text(row.spec)}")
 
 
 @cron_app.command(name="pause")
