@@ -225,6 +225,9 @@ async def test_the_agents_key_variable_is_used_and_never_recorded(
     run_id = await wp.start_run("1 + 2", agent="claude_team")
     assert (await wp.result(run_id)).output == "3"
     assert [sent_key(s.headers) for s in fake_anthropic.seen] == [TEAM_KEY, TEAM_KEY]
+    # The SDK in use carries the key as a bearer token, as the adapter's docstring says.
+    assert fake_anthropic.seen[0].headers["authorization"] == f"Bearer {TEAM_KEY}"
+    assert "x-api-key" not in fake_anthropic.seen[0].headers
 
     fake_anthropic.answer(ClaudeTurn(content="never"))
     refused = await wp.result(await wp.start_run("hi", agent="claude"))  # ANTHROPIC_API_KEY: the wrong key

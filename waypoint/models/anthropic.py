@@ -9,8 +9,9 @@ malformed or a dropped connection. An `error` event inside a 200 stream (Anthrop
 `overloaded_error` that way) counts as the status its error type stands for.
 
 The key comes from the agent's `provider_key_env`, else ANTHROPIC_API_KEY; the SDK reads
-ANTHROPIC_BASE_URL (`python -m waypoint.testing.fake_anthropic` prints one). The key goes into
-the `x-api-key` header only: never into an event, a log line or a span (the SDK's own spans are off).
+ANTHROPIC_BASE_URL (`python -m waypoint.testing.fake_anthropic` prints one). The SDK in use (2.x)
+sends the key as `Authorization: Bearer <key>` (older releases used `x-api-key`); it goes there
+only: never into an event, a log line or a span (the SDK's own spans are off).
 
 Waypoint's messages are in the chat-completions shape; `anthropic_request` turns them into
 Anthropic's: the leading system messages become the `system` parameter, later ones (pinned
