@@ -37,8 +37,77 @@ from waypoint.store.trees import RunTree
 from waypoint.types import AgentInfo
 from waypoint.versions import SHORT, AgentVersion
 
-console = Console()
-err_console = Console(stderr=True)  # progress bars: stdout stays the table (or the JSON)
+
+def fit(renderable: Any, target: Console) -> Any:
+    """`renderable` as it fits `target`'s width without cutting a cell: a table whose columns cannot
+    all fit whole (rich would cut ids, names and numbers with an ellipsis, and headers to `tok…`) is
+    shown one record per block instead, each cell whole under its header. A group is fitted part by
+    part; anything else is left as it is."""
+    if isinstance(renderable, Group):
+        return Group(*(fit(part, target) for part in renderable.renderables))
+    if not isinstance(renderable, Table) or not renderable.show_header:
+        return renderable
+    if narrowest(renderable) <= target.width:
+        return renderable
+    return records(renderable)
+
+
+def narrowest(table: Table) -> int:
+    """The fewest columns `table` takes without cutting a cell: a column that may not wrap is as wide
+    as its widest cell, one that may wrap as its longest word; a cell made to be cut (a task on one
+    line, `one_line`) counts one column."""
+
+    def plain(cell: Any) -> Text | None:
+        if isinstance(cell, Text):
+            return cell
+        return Text.from_markup(cell) if isinstance(cell, str) else None
+
+    total = table._extra_width  # rich's own: the box's edges and dividers
+    for index, column in enumerate(table.columns):
+        widest = 1
+        for cell in (column.header, *column.cells):
+            text = plain(cell)
+            if text is None or (text.no_wrap and text.overflow == "ellipsis"):
+                continue
+            if column.no_wrap or text.no_wrap:
+                widest = max(widest, text.cell_len)
+            else:
+                widest = max(widest, *(len(word) for word in text.plain.split() or [""]))
+        total += widest + table._get_padding_width(index)
+    return total
+
+
+def records(table: Table) -> Group:
+    """The rows of `table` as blocks of `header  value` lines (values fold, never cut), then its footers."""
+    headers = [str(c.header) for c in table.columns]
+    cells = [list(c.cells) for c in table.columns]
+    blocks: list[Any] = []
+    if table.title:
+        blocks.append(Text(str(table.title), style="bold"))
+    rows = [[column[i] for column in cells] for i in range(table.row_count)]
+    if table.show_footer:
+        rows.append([c.footer for c in table.columns])
+    for row in rows:
+        block = Table.grid(padding=(0, 2))
+        block.add_column(style="bold", no_wrap=True)
+        block.add_column(overflow="fold")
+        for header, value in zip(headers, row, strict=True):
+            if header or value:
+                block.add_row(header or "", value if value is not None else "")
+        blocks.extend([block, Text("")])
+    return Group(*blocks)
+
+
+class FittingConsole(Console):
+    """A console whose tables never cut what they hold (see `fit`): ids, agents, statuses and
+    numbers stay whole at 80 columns, as the README promises."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(fit(o, self) for o in objects), **kwargs)
+
+
+console = FittingConsole()
+err_console = FittingConsole(stderr=True)  # progress bars: stdout stays the table (or the JSON)
 # Status is never told by colour alone: the word is always printed too.
 STATUS_STYLE: dict[str, str] = {
     RunStatus.RUNNING: "cyan",
