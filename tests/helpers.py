@@ -1,30 +1,43 @@
 """What many tests share: waiting for a condition, the CLI as a user runs it, runs built with the
-real store, replaying histories, rows of a run."""
+real store, rows of a run, replaying histories, the HTTP API, Temporal payloads, server-sent events."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from google.protobuf.message import Message
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import WorkflowHistory
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from waypoint.config import Settings
 from waypoint.store import RunStore
+from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
+from waypoint.store.schema import events
 from waypoint.store.steps import NewRun
+from waypoint.transcript import event_messages
 from waypoint.types import ModelTurn, RunPlan, StepRecord, ToolCall, ToolResult
+from waypoint.working_memory import assemble
+
+if TYPE_CHECKING:
+    from tests.conftest import ApiServer
 
 T = TypeVar("T")
 HISTORIES = Path(__file__).parent / "histories"
+# WAYPOINT_RECORD_HISTORIES=1: the replay tests save the histories of the runs they make (tests/histories).
+# Read at import: the clean_environ fixture clears WAYPOINT_* variables before each test.
+RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
 
 
 async def eventually(
@@ -112,9 +125,50 @@ async def make_run(store: RunStore, settings: Settings, steps: list[Step], *, mo
     return run_id
 
 
+BIG = "row " + " ".join(f"value-{i}" for i in range(3000))  # ~ 6,000 tokens
+
+
+def tool_heavy(n_steps: int = 8) -> list[Step]:
+    """Steps compaction has work in: a repeated output, a superseded one, an oversize one, a pinned decision."""
+    steps = [
+        step(1, [("search", {"q": "vault"}, "Vault 7 is in building B. The access code of vault 7 is 4821.")]),
+        step(2, [("fetch", {"url": "http://x/list"}, "page one")], content="Looking at the list."),
+        step(3, [("fetch", {"url": "http://x/list"}, "page one, updated")]),  # supersedes step 2's output
+        step(4, [("search", {"q": "other"}, "Vault 7 is in building B. The access code of vault 7 is 4821.")]),
+        step(5, [("dump", {}, BIG)]),  # oversize
+        step(6, [("pin_decision", {"text": "We use vault 7, not vault 9: vault 9 is flooded."}, "pinned")]),
+    ]
+    for n in range(7, n_steps + 1):
+        steps.append(step(n, [("search", {"q": f"q{n}"}, f"result {n}: nothing new")]))
+    return steps
+
+
 async def rows(engine: AsyncEngine, table: Any, run_id: str, order: Any) -> list[Any]:
     async with engine.connect() as conn:
         return list((await conn.execute(select(table).where(table.c.run_id == run_id).order_by(order))).mappings())
+
+
+async def range_messages(engine: AsyncEngine, run_id: str, first: int, last: int) -> list[dict]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            select(events.c.kind, events.c.payload, LEDGER_OUTPUT)
+            .select_from(EVENTS_WITH_OUTPUTS)
+            .where(events.c.run_id == run_id, events.c.seq.between(first, last))
+            .order_by(events.c.seq)
+        )
+        return [m for r in rows for m in event_messages(r.kind, resolved(r.payload, r.ledger_output))]
+
+
+async def next_call_view(store: RunStore, settings: Settings, run_id: str) -> list[dict]:
+    """The working memory the run's next model call reads, built as `call_model` builds it."""
+    run = await store.get_run(settings.tenant, run_id)
+    return assemble(await store.working_parts(settings.tenant, run_id, run.steps + 1), 16_000).messages
+
+
+async def run_events(engine: AsyncEngine, run_id: str, kind: str) -> list[dict]:
+    async with engine.connect() as conn:
+        query = select(events.c.step, events.c.payload).where(events.c.run_id == run_id, events.c.kind == kind)
+        return [{"step": r.step, **r.payload} for r in await conn.execute(query.order_by(events.c.seq))]
 
 
 # --- replay ----------------------------------------------------------------------------------------
@@ -140,6 +194,54 @@ async def replays(path: Path, workflows: list[type]) -> None:
     history = WorkflowHistory.from_json(recorded_id(path), path.read_text())
     result = await Replayer(workflows=workflows).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+async def _fresh(client: Client, workflow_id: str, workflows: list[type], record_as: str | None) -> None:
+    """The history of a run just made replays against `workflows`; with RECORD, it is saved as `record_as`."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    await Replayer(workflows=workflows).replay_workflow(history)
+    if RECORD and record_as:
+        (HISTORIES / record_as).parent.mkdir(exist_ok=True)
+        (HISTORIES / record_as).write_text(history.to_json())
+
+
+# --- the HTTP API --------------------------------------------------------------------------------
+
+
+async def finished(api: ApiServer, run_id: str, timeout: float = 60) -> dict:
+    async def probe() -> dict | None:
+        r = await api.http.get(f"/v1/runs/{run_id}")
+        live = ("starting", "running", "paused", "waiting_approval")
+        return r.json() if r.status_code == 200 and r.json()["status"] not in live else None
+
+    return await eventually(probe, timeout=timeout, what=f"run {run_id} to finish")
+
+
+def human(text: str) -> dict[str, Any]:
+    """A run's input of one user message, as LangGraph and Agent Protocol clients send it."""
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+# --- Temporal payloads ---------------------------------------------------------------------------
+
+
+def payloads_in(message: Message) -> Iterator[Payload]:
+    """Every Payload anywhere inside a protobuf message (history events nest them in many shapes)."""
+    if isinstance(message, Payload):
+        yield message
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            items = value.values()
+        elif field.is_repeated:
+            items = value
+        else:
+            items = [value]
+        for item in items:
+            if isinstance(item, Message):
+                yield from payloads_in(item)
 
 
 # --- server-sent events --------------------------------------------------------------------------

@@ -13,9 +13,11 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
+from tests.browser import sign_in
 from tests.conftest import ApiServer
 from tests.helpers import eventually, one_line_error, waypoint
-from tests.test_crash_recovery import kill
+from tests.mcp_client import call, over_stdio
+from tests.processes import kill
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
@@ -157,9 +159,6 @@ async def test_every_surface_shows_and_filters_by_the_fingerprint(api: ApiServer
     """HTTP (/v1/runs?fingerprint=, the run's JSON, /v1/agent-versions/{fp}), the viewer (runs list
     filter, run page), MCP's list_runs and the CLI (`runs --fingerprint`, `status`, `agent-version`)
     all find the run of one version and not the other's; another tenant gets 404 for the version."""
-    from tests.test_mcp_server import call, over_stdio
-    from tests.test_viewer import sign_in
-
     one, fp_one = await versioned_run(store, settings.tenant, f"Add, version one {uuid.uuid4().hex}.")
     two, fp_two = await versioned_run(store, settings.tenant, f"Add, version two {uuid.uuid4().hex}.")
     http = api.http

@@ -10,10 +10,10 @@ import json
 import httpx
 import pytest
 
+from tests.browser import form_token, sign_in
 from tests.conftest import ApiServer
 from tests.helpers import eventually, one_line_error, waypoint
-from tests.test_mcp_server import call, over_stdio
-from tests.test_viewer import form_token, sign_in
+from tests.mcp_client import call, over_stdio
 from waypoint.app.client import Waypoint
 
 pytestmark = pytest.mark.postgres

@@ -20,8 +20,8 @@ from urllib.parse import urlencode
 import pytest
 
 from tests.agents import EFFECTS, delete_file
+from tests.browser import CHROMIUM, STEP_MS
 from tests.conftest import ApiServer
-from tests.test_viewer import CHROMIUM, STEP_MS, browser, contexts  # noqa: F401 (fixtures)
 from waypoint.agents import Agent, AgentRegistry
 from waypoint.config import Settings
 from waypoint.testing.fake_openai import FakeOpenAI, Turn

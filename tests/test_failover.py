@@ -5,8 +5,7 @@ Postgres, in `waypoint show` and the viewer's step page; a model the worker cann
 
 from __future__ import annotations
 
-import os
-import time
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ from temporalio.worker import Replayer
 
 from tests.agents import add
 from tests.conftest import ApiServer
-from tests.helpers import HISTORIES, eventually, waypoint
+from tests.helpers import HISTORIES, RECORD, eventually, waypoint
 from waypoint import Agent, telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
@@ -27,6 +26,7 @@ from waypoint.app.http.ui import session
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
 from waypoint.errors import ConfigError
+from waypoint.store import RunStore
 from waypoint.store.schema import events, model_key_health
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 from waypoint.types import RetrySpec
@@ -34,8 +34,6 @@ from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.postgres
 
-# Read at import: the fixtures clear WAYPOINT_* variables (as tests/test_replay.py reads it too).
-RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
 FAST = RetrySpec(max_attempts=3, initial_interval_seconds=0.05, max_interval_seconds=1)
 
 # Two models on the same fake server: `down-model` answers 503 forever, `fake-model` works.
@@ -245,27 +243,42 @@ async def test_an_open_breaker_fails_over_at_once_and_a_recovered_model_takes_th
 ) -> None:
     """`flaky-model` answers 503 once. Run A fails over after its one attempt, which opens the key's
     breaker (failures = 1); run B, started then, moves to `fake-model` without calling `flaky-model`
-    at all; once the breaker's 2 s are over, both runs' next calls go back to `flaky-model`."""
+    at all; once the breaker's time is over, both runs' next calls go back to `flaky-model`.
+    `fake-model` holds its answers until Postgres's clock says the breaker's time is over, so each
+    run's steps happen in that order however busy the machine: only B's start must come within the
+    breaker's 15 s."""
     limits = tmp_path / "limits.toml"
-    limits.write_text("[breaker]\nfailures = 1\nopen_seconds = 2\n")
-    settings = settings.model_copy(update={"limits_file": limits})
+    limits.write_text("[breaker]\nfailures = 1\nopen_seconds = 15\n")
+    # A held answer outlasts the usual 10 s: the model call waits for it.
+    settings = settings.model_copy(update={"limits_file": limits, "model_timeout_seconds": 120})
     failed: list[str] = []
+    over = threading.Event()  # the breaker's time is over: fake-model answers
 
     def respond(body: dict[str, Any], n: int) -> Turn | Reply:
         if body.get("model") == "flaky-model" and not failed:
             failed.append(body["model"])
             return Reply(503, {"error": {"message": "overloaded", "type": "server_error"}})
+        if body.get("model") == "fake-model":
+            over.wait(90)
         done = sum(1 for m in body["messages"] if m.get("role") == "tool")
-        time.sleep(0.4)  # steps take long enough for the breaker to close during the run
-        return Turn(tool_calls=[("add", {"a": done, "b": 1})]) if done < 8 else Turn(content="done")
+        return Turn(tool_calls=[("add", {"a": done, "b": 1})]) if done < 3 else Turn(content="done")
+
+    async def breaker_over() -> bool:
+        return await RunStore(engine).recovered(["openai:flaky-model"], settings.limits.breaker) is not None
 
     fake_openai.responder = respond
     wp = Waypoint(client, engine, settings)
-    async with build_worker(client, engine, settings, agents):
-        first = await wp.start_run("add", agent="failover-back")
-        await eventually(lambda: _has_failover(engine, first), what="run A's failover")
-        second = await wp.start_run("add", agent="failover-back")
-        results = [await wp.result(r) for r in (first, second)]
+    try:
+        async with build_worker(client, engine, settings, agents):
+            first = await wp.start_run("add", agent="failover-back")
+            await eventually(lambda: _has_failover(engine, first), what="run A's failover")
+            second = await wp.start_run("add", agent="failover-back")
+            await eventually(lambda: _has_failover(engine, second), what="run B's failover")
+            await eventually(breaker_over, timeout=60, what="the breaker's time running out")
+            over.set()
+            results = [await wp.result(r) for r in (first, second)]
+    finally:
+        over.set()  # a failed test leaves no held answer behind
     assert [r.status for r in results] == ["completed", "completed"]
     moves = [
         [(m["from"], m["to"], m["after_attempts"], m["error_type"]) for m in await logged(engine, r, "model_failover")]

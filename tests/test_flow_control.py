@@ -17,8 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.helpers import HISTORIES, eventually
-from tests.test_replay import RECORD
+from tests.helpers import HISTORIES, RECORD, eventually
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
 from waypoint.config import Settings

@@ -10,13 +10,9 @@ from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError
 
 from tests.conftest import ApiServer
-from tests.helpers import eventually
+from tests.helpers import eventually, human
 
 pytestmark = pytest.mark.postgres
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 async def test_a_thread_with_langgraph_sdk(api: ApiServer, worker):

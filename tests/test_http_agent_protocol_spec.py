@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, Phase
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 
 from tests.conftest import ApiServer
+from tests.helpers import human
 
 pytestmark = pytest.mark.postgres
 
@@ -122,10 +123,6 @@ def fits(path: str, method: str, response: Any) -> Any:
     """The answer's JSON, after checking it against the spec's schema for the operation and status."""
     schemathesis.openapi.from_dict(relaxed())[path][method.upper()].validate_response(response)
     return response.json() if response.content else None
-
-
-def human(text: str) -> dict[str, Any]:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 async def test_a_conversation_through_the_spec_names(api: ApiServer, worker):

@@ -10,9 +10,9 @@ import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import BadRequestError, ConflictError, NotFoundError
 
+from tests.browser import sign_in
 from tests.conftest import ApiServer
-from tests.helpers import cli_env, waypoint
-from tests.test_viewer import sign_in
+from tests.helpers import cli_env, human, waypoint
 from waypoint.app.client import Waypoint
 from waypoint.errors import Conflict, NotFound
 
@@ -22,10 +22,6 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 def wp(client, engine, settings) -> Waypoint:
     return Waypoint(client, engine, settings)
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 async def _ran(api: ApiServer, lg, assistant_id: str) -> tuple[dict, dict]:

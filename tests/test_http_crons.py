@@ -13,16 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleOverlapPolicy, ScheduleRange
 
 from tests.conftest import ApiServer
-from tests.helpers import eventually
+from tests.helpers import eventually, human
 from waypoint.app.client import Waypoint
 from waypoint.names import RunStatus
 from waypoint.types import RunInput
 
 pytestmark = pytest.mark.postgres
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 async def action_input(client: Client, cron_id: str) -> RunInput:

@@ -14,15 +14,11 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import ConflictError
 
 from tests.conftest import ApiServer
-from tests.helpers import eventually
+from tests.helpers import eventually, human
 from waypoint.app.client import Waypoint
 from waypoint.app.http.ui import session
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 async def row(api: ApiServer, run_id: str) -> dict[str, Any]:

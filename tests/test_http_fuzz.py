@@ -40,8 +40,7 @@ from schemathesis.checks import (
 )
 
 from tests.conftest import ApiServer
-from tests.helpers import eventually
-from tests.test_http_api import finished
+from tests.helpers import eventually, finished
 
 pytestmark = pytest.mark.postgres
 

@@ -11,13 +11,9 @@ from langgraph_sdk.errors import APIStatusError, ConflictError
 from langgraph_sdk.schema import Command
 
 from tests.conftest import ApiServer
-from tests.helpers import eventually
+from tests.helpers import eventually, human
 
 pytestmark = pytest.mark.postgres
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 async def _interrupted(lg, tid: str) -> bool:

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from tests.conftest import ApiServer
 from tests.helpers import Sse, sse_events, start, step
-from tests.test_crash_recovery import kill, wait_for, worker_env
+from tests.processes import kill, wait_for, worker_env
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
 from waypoint.app.http.server import api_server, start_api, stop_api, url_of

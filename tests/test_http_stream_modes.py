@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from tests.agents import TEST_AGENTS
 from tests.conftest import ApiServer
-from tests.helpers import eventually
+from tests.helpers import eventually, human
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
@@ -77,10 +77,6 @@ async def served(
 def add_then_answer(model: FakeOpenAI) -> None:
     """The next run of `remote`: it calls add(2, 3), then answers ANSWER, both streamed token by token."""
     model.answer(Turn(tool_calls=[("add", {"a": 2, "b": 3})], chunk_delay=0.01), Turn(content=ANSWER, chunk_delay=0.01))
-
-
-def human(text: str) -> dict[str, Any]:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 def of(parts: list[dict[str, Any]], kind: str) -> list[Any]:
@@ -229,13 +225,31 @@ async def read_thread(lg, thread_id: str, into: list, **kwargs) -> None:
         into.append(part)
 
 
-async def test_a_thread_stream_follows_its_runs_and_resumes_across_them(served: ApiServer, model: FakeOpenAI):
+async def test_a_thread_stream_follows_its_runs_and_resumes_across_them(
+    served: ApiServer, model: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+):
+    from waypoint.app.http.protocol.follow import ThreadFollower
+
+    # The server runs in this event loop: a stream has joined once its follower knows where it starts.
+    placed: list[tuple[tuple[str, int] | None, int]] = []
+    place = ThreadFollower.start
+
+    async def start(self: ThreadFollower, resume: tuple[str, int | None] | None) -> tuple[tuple[str, int] | None, int]:
+        where = await place(self, resume)
+        placed.append(where)
+        return where
+
+    async def joined_streams(n: int) -> bool:
+        return len(placed) >= n
+
+    monkeypatch.setattr(ThreadFollower, "start", start)
     lg = get_client(url=served.url, api_key=served.key)
     tid = (await lg.threads.create())["thread_id"]
     joined: list = []
-    reader = asyncio.create_task(read_thread(lg, tid, joined))  # joined while the thread is idle
+    reader = asyncio.create_task(read_thread(lg, tid, joined))
     try:
-        await asyncio.sleep(0.3)
+        await eventually(lambda: joined_streams(1), timeout=60, what="the stream joining")
+        assert placed[0][0] is None  # joined while the thread is idle: it waits for the next run
         add_then_answer(model)
         first = (await lg.runs.create(tid, "remote", input=human("add 2 and 3")))["run_id"]
 
@@ -277,12 +291,22 @@ async def test_a_thread_stream_follows_its_runs_and_resumes_across_them(served: 
     assert opened == [second]  # the resumed run does not open again
     assert [p.data for p in resumed if p.event == "values"][-1]["messages"][-1]["content"] == "Again: five."
 
-    # after the last run's done, a resumed stream waits for the next run: nothing more of these
+    # after the last run's done, a resumed stream waits for the next run: nothing more of these, which
+    # would come before the next run's parts
     later: list = []
     reader = asyncio.create_task(read_thread(lg, tid, later, last_event_id=f"{second}:done", stream_mode="lifecycle"))
-    await asyncio.sleep(0.5)
-    reader.cancel()
-    assert later == []
+    try:
+        await eventually(lambda: joined_streams(3), timeout=60, what="the resumed stream joining")
+        model.answer(Turn(content="Third."))
+        third = (await lg.runs.create(tid, "remote", input=human("once more")))["run_id"]
+
+        async def third_done() -> bool:
+            return any(p.event == "run_done" for p in later)
+
+        await eventually(third_done, timeout=60, what="the third run's run_done")
+    finally:
+        reader.cancel()
+    assert [(p.event, p.data["run_id"]) for p in later] == [("metadata", third), ("run_done", third)]
 
 
 async def test_unknown_stream_modes_and_positions_are_refused(served: ApiServer):

@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from tests.conftest import ApiServer
 from tests.helpers import Sse, sse_events
-from tests.test_mcp_server import call, over_stdio
+from tests.mcp_client import call, over_stdio
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.http.trees import parse_tree_position

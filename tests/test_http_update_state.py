@@ -8,12 +8,9 @@ from langgraph_sdk import get_client
 from langgraph_sdk.errors import APIStatusError, ConflictError, NotFoundError
 
 from tests.conftest import ApiServer
+from tests.helpers import human
 
 pytestmark = pytest.mark.postgres
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 async def test_update_state_adds_a_checkpoint_the_next_run_goes_on_from(api: ApiServer, worker):

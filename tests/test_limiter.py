@@ -4,18 +4,21 @@ Each test uses keys of its own (a uuid in the model name), so they share the ses
 
 from __future__ import annotations
 
-import asyncio
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 
+from tests.helpers import eventually
 from waypoint.errors import ConfigError
 from waypoint.limits import BreakerLimit, Limits, ModelLimit, TenantLimit, load_limits
 from waypoint.names import WaitReason
 from waypoint.store import RunStore
 from waypoint.store.limits import CapacityAsk, Lease
+from waypoint.store.schema import capacity_leases
 from waypoint.types import CapacityWait
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
@@ -58,22 +61,42 @@ async def test_calls_in_flight_wait_in_line_and_a_release_names_who_fits_now(sto
 
 
 async def test_a_slot_whose_worker_stopped_renewing_comes_back(store: RunStore) -> None:
+    """Leases long enough that a busy machine's slow round trip never outlasts one by chance; the
+    clock that decides when one has run out is Postgres's, asked, not slept on."""
     key = model()
     lim = limits(key, in_flight=1)
-    held = await store.acquire(ask(key, "dead"), lim, 1.0)
+    held = await store.acquire(ask(key, "dead"), lim, LEASE)
     assert isinstance(held, Lease)
-    assert isinstance(await store.acquire(ask(key, "next"), lim, 1.0), CapacityWait)
-    await asyncio.sleep(1.2)  # its worker died: nobody renews the lease
-    assert isinstance(await store.acquire(ask(key, "next"), lim, 1.0), Lease)
-    # A renewed lease stays.
+    assert isinstance(await store.acquire(ask(key, "next"), lim, LEASE), CapacityWait)
+    await store.renew(held, 1.0)  # its last renewal; then its worker died: nobody renews the lease
+    last = await _expiry(store, held)
+    await eventually(lambda: _past(store, last), what="the lease running out")
+    assert isinstance(await store.acquire(ask(key, "next"), lim, LEASE), Lease)
+    # A renewed lease stays past the expiry it was granted with.
     key2 = model()
     lim2 = limits(key2, in_flight=1)
     kept = await store.acquire(ask(key2, "alive"), lim2, 1.0)
     assert isinstance(kept, Lease)
-    for _ in range(3):
-        await asyncio.sleep(0.5)
-        await store.renew(kept, 1.0)
+    granted = await _expiry(store, kept)
+    await store.renew(kept, LEASE)
+    await eventually(lambda: _past(store, granted), what="the expiry the lease was granted with passing")
     assert isinstance(await store.acquire(ask(key2, "other"), lim2, 1.0), CapacityWait)
+
+
+async def _expiry(store: RunStore, lease: Lease) -> datetime:
+    async with store.engine.connect() as conn:
+        found: datetime = await conn.scalar(
+            select(capacity_leases.c.expires_at).where(
+                capacity_leases.c.key == lease.key, capacity_leases.c.lease_id == lease.lease_id
+            )
+        )
+    return found
+
+
+async def _past(store: RunStore, moment: datetime) -> bool:
+    """Postgres's clock, which the limiter reads, has passed `moment`."""
+    async with store.engine.connect() as conn:
+        return bool(await conn.scalar(select(func.clock_timestamp() > moment)))
 
 
 async def test_requests_and_tokens_a_minute(store: RunStore) -> None:
@@ -214,8 +237,13 @@ async def test_a_call_standing_by_is_told_by_notification_not_signalled(store: R
         second = await store.acquire(ask(key, "s3"), lim, LEASE, standby_seconds=30)
         assert (first.position, second.position) == (1, 2)  # type: ignore[union-attr]
         assert await store.release(held, lim, 5) == ["s3"]  # s2 stands by (in line for the slot): not signalled
-        await asyncio.sleep(0.3)
-        assert heard == [f"{key} s2:1"]
+        # A notification sent after the release comes after every one the release sent (Postgres
+        # delivers them in commit order): once it is heard, nothing else of the release is to come.
+        marker = f"{model()} nobody"  # shaped as the limiter's own, of a key nobody uses
+        async with store.engine.begin() as conn:
+            await conn.execute(select(func.pg_notify(CAPACITY_CHANNEL, marker)))
+        await eventually(lambda: _heard(heard, marker), what="the marker notification")
+        assert heard == [f"{key} s2:1", marker]
     finally:
         await listener.close()
 
@@ -229,3 +257,7 @@ def test_settings_read_their_own_limits_file(tmp_path: Path) -> None:
     assert not plain.limits.enabled
     copied = plain.model_copy(update={"limits_file": path})  # a copy with a file reads it, not the first's
     assert copied.limits.enabled and copied.limits.models["openai:x"].in_flight == 2
+
+
+async def _heard(heard: list[str], payload: str) -> bool:
+    return payload in heard

@@ -14,9 +14,9 @@ import httpx
 import pytest
 from temporalio.client import Client
 
+from tests.browser import sign_in
 from tests.conftest import ApiServer
 from tests.helpers import eventually, waypoint
-from tests.test_viewer import sign_in
 from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound

@@ -5,7 +5,6 @@ again by the next worker instead of being started again."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from temporalio.client import Client
 
 from tests.helpers import eventually
 from tests.mcp_agents import alive, lines, serving_http
+from tests.processes import kill
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
 from waypoint.config import Settings
@@ -44,11 +44,6 @@ def worker_env(settings: Settings, folder: Path, url: str = "") -> dict[str, str
     return settings.child_environment(
         WAYPOINT_AGENTS="tests.mcp_agents", WAYPOINT_MEMORY="false", MCP_TEST_DIR=str(folder), MCP_TEST_HTTP_URL=url
     )
-
-
-def kill(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
 
 
 async def ledger_row(engine: AsyncEngine, key: str):

@@ -10,7 +10,7 @@ from temporalio.client import Client
 
 from tests.evals_helpers import demo_runs, finished_experiment
 from tests.helpers import eventually
-from tests.test_mcp_server import READ_TOOLS, WRITE_TOOLS, call, error_of, over_stdio
+from tests.mcp_client import READ_TOOLS, WRITE_TOOLS, call, error_of, over_stdio
 from waypoint.app.client import Waypoint
 from waypoint.config import Settings
 

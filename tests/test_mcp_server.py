@@ -13,8 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.helpers import cli_env, eventually, make_run, step, waypoint
+from tests.mcp_client import READ_TOOLS, WRITE_TOOLS, call, error_of, over_stdio
 from tests.ports import reserve_port
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
@@ -35,47 +35,6 @@ from waypoint.memory import Episode
 from waypoint.store import RunStore
 
 pytestmark = pytest.mark.postgres
-
-READ_TOOLS = {
-    "list_runs",
-    "run_status",
-    "run_tree",
-    "step_state",
-    "diff_steps",
-    "search_memory",
-    "fleet_limits",
-    "fleet",
-    "run_timeline",
-    "verify_runs",
-    "list_schedules",
-    "list_assistants",
-    "list_datasets",
-    "list_experiments",
-    "experiment",
-    "compare_experiments",
-}
-WRITE_TOOLS = {"start_run", "send_message", "approve", "deny", "cancel_run", "fork_run"}
-WRITE_TOOLS |= {"create_schedule", "change_schedule", "start_experiment"}
-
-
-@asynccontextmanager
-async def over_stdio(settings: Settings, **env: str) -> AsyncIterator[Client]:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "waypoint", "mcp"], env=cli_env(settings, **env))
-    async with Client(params) as client:
-        yield client
-
-
-async def call(client: Client, tool: str, **arguments: Any) -> Any:
-    result = await client.call_tool(tool, arguments)
-    text = result.content[0].text  # type: ignore[union-attr]
-    assert not result.is_error, text
-    return json.loads(text)
-
-
-async def error_of(client: Client, tool: str, **arguments: Any) -> str:
-    result = await client.call_tool(tool, arguments)
-    assert result.is_error
-    return result.content[0].text  # type: ignore[union-attr]
 
 
 async def two_tenants(store: RunStore, settings: Settings) -> tuple[str, str]:

@@ -7,7 +7,6 @@ breaks a run in flight fails here. To re-record after an intended, versioned cha
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 
@@ -17,8 +16,7 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from tests.changed_workflow import ChangedAgentRunWorkflow
-from tests.helpers import HISTORIES, recorded_histories, replays
-from tests.test_compaction_store import tool_heavy
+from tests.helpers import HISTORIES, _fresh, recorded_histories, replays, tool_heavy
 from waypoint.app.client import Waypoint
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import MemoryOp, Workflow, memory_task_queue
@@ -29,7 +27,6 @@ from waypoint.workflows.compaction import CompactionWorkflow
 from waypoint.workflows.experiments import ExperimentWorkflow
 from waypoint.workflows.memory import MemoryRequestWorkflow
 
-RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
 # Recorded by earlier versions too: "remote-store" holds runs whose Postgres writes were remote
 # activities and whose memory had an activity of its own (before the local-store and
 # memory-in-call-model patches); the newest shape is at the top.
@@ -95,14 +92,6 @@ async def test_replay_catches_a_nondeterministic_change():
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     with pytest.raises(NondeterminismError):
         await Replayer(workflows=[ChangedAgentRunWorkflow]).replay_workflow(history)
-
-
-async def _fresh(client: Client, workflow_id: str, workflows: list[type], record_as: str | None) -> None:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    await Replayer(workflows=workflows).replay_workflow(history)
-    if RECORD and record_as:
-        (HISTORIES / record_as).parent.mkdir(exist_ok=True)
-        (HISTORIES / record_as).write_text(history.to_json())
 
 
 @pytest.mark.postgres
@@ -216,7 +205,7 @@ async def test_fresh_compaction_pass_replays(client: Client, store: RunStore, se
 async def test_fresh_webhook_run_history_replays(client: Client, engine, settings, worker):
     """A run with a webhook posts it after finish_run (patch webhook-1): a receiver that refuses
     once, then takes it, so the activity's retry is part of the run."""
-    from tests.test_webhooks import receiving
+    from tests.webhook_receiver import receiving
 
     with receiving([503, 200]) as receiver:
         wp = Waypoint(client, engine, settings)
@@ -250,8 +239,7 @@ async def test_fresh_failed_start_history_replays(client: Client, settings, work
 async def test_fresh_cancelled_in_flight_history_replays(client: Client, engine, settings, worker, fake_openai):
     """A cancel that stops a model call waiting for its next attempt (a patched branch: runs from
     before waited for the step to end)."""
-    from tests.helpers import eventually
-    from tests.test_durability import run_events
+    from tests.helpers import eventually, run_events
     from waypoint.testing.fake_openai import Reply
 
     fake_openai.responder = lambda body, n: Reply(503, {"error": {"message": "down"}}, {"retry-after": "30"})
@@ -318,8 +306,7 @@ async def test_fresh_experiment_histories_replay(client: Client, engine, setting
     """An experiment of two recorded demo runs (recorded tools) with a judge: two child runs, a
     judge_case activity each, the local plan, case and score steps; and its rescoring, which starts
     no run and reads the judge's verdicts back."""
-    from tests.evals_helpers import finished_experiment
-    from tests.test_evals import JUDGE, VERDICT
+    from tests.evals_helpers import JUDGE, VERDICT, finished_experiment
 
     fake_openai.answer(VERDICT, VERDICT)
     wp = Waypoint(client, engine, settings)

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from tests.browser import sign_in
 from tests.helpers import eventually, one_line_error, waypoint
 from tests.mcp_agents import stdio_server
 from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
@@ -300,8 +301,6 @@ async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
     assert empty.status_code == 400 and "empty" in empty.json()["error"]["message"]
 
     # the viewer names reruns as reruns, on both sides
-    from tests.test_viewer import sign_in
-
     async with httpx.AsyncClient(base_url=api.url) as browser:
         assert (await sign_in(browser, api.key)).status_code == 303
         page = (await browser.get(f"/ui/runs/{original}")).text

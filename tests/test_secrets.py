@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from tests.test_codec import payloads_in
+from tests.helpers import payloads_in
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint

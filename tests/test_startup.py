@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.ports import reserve_port
-from tests.test_dev_stack import cli, env_for, stack_pids, start_dev, stop_dev
-from tests.test_dev_stack import dev_processes as dev_processes  # the fixture: a test's dev stacks stop with it
+from tests.processes import cli, env_for, stack_pids, start_dev, stop_dev
 from waypoint.app.devstack import api_socket
 
 

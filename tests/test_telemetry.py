@@ -7,25 +7,21 @@ import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.worker import Replayer
 from typer.testing import CliRunner
 
+from tests.telemetry_helpers import dump, finished, script, traced_run
 from waypoint import telemetry
-from waypoint.agents import AgentRegistry
 from waypoint.app.cli import app
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
-from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.telemetry.spanfile import span_dict, span_tree, walk
-from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
+from waypoint.testing.fake_openai import FakeOpenAI
 from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.postgres
@@ -33,50 +29,11 @@ pytestmark = pytest.mark.postgres
 SECRET = "sk-test-PLANTED123456789"
 
 
-def dump(spans: list[dict[str, Any]], *, skip_db: bool = True) -> str:
-    """The span tree as indented names (Postgres statements left out: their count is not the point)."""
-    lines = []
-    for depth, node in walk(span_tree(spans)):
-        if skip_db and "db.system" in node.span["attributes"] or "db.system.name" in node.span["attributes"]:
-            continue
-        lines.append("  " * depth + node.span["name"])
-    return "\n".join(lines)
-
-
-async def traced_run(
-    stack: StackInfo, engine: AsyncEngine, settings: Settings, agents: AgentRegistry, task: str, *, memory: bool = False
-) -> tuple[str, str]:
-    """`memory`: a memory worker serves this task queue too (the memory_worker fixture), so this
-    worker must plan runs with memory as well, whichever of the two takes the run."""
-    client = await Client.connect(stack.temporal_address, interceptors=telemetry.client_interceptors(settings))
-    async with build_worker(client, engine, settings, agents, memory=memory):
-        wp = Waypoint(client, engine, settings)
-        run_id = await wp.start_run(task, agent="traced")
-        result = await wp.result(run_id)
-    assert result.status == "completed", result.error
-    trace_id = await wp.trace_id(run_id)
-    assert trace_id
-    return run_id, trace_id
-
-
-def script(fake_openai: FakeOpenAI) -> None:
-    fake_openai.answer(
-        Reply(status=503, body={"error": {"message": "overloaded"}}),
-        Turn(tool_calls=[("add", {"a": 2, "b": 3}), ("note", {"text": "five"})], prompt_tokens=40, completion_tokens=9),
-        Turn(content="The answer is 5."),
-    )
-
-
 @pytest.fixture
 def exporter(settings: Settings) -> Iterator[InMemorySpanExporter]:
     spans = InMemorySpanExporter()
     telemetry.setup(settings, exporter=spans)
     yield spans
-
-
-def finished(exporter: InMemorySpanExporter) -> list[dict[str, Any]]:
-    telemetry.current().force_flush()
-    return [span_dict(s) for s in exporter.get_finished_spans()]
 
 
 async def test_one_run_is_one_trace(

@@ -18,9 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from tests.helpers import make_run, research_run, waypoint
-from tests.test_compaction_store import tool_heavy
-from tests.test_telemetry import dump, finished, script, traced_run
+from tests.helpers import make_run, research_run, tool_heavy, waypoint
+from tests.telemetry_helpers import by, dump, finished, points, script, traced_run
 from waypoint import telemetry
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
@@ -52,22 +51,6 @@ def observed(settings: Settings) -> Iterator[tuple[InMemorySpanExporter, InMemor
 async def memory_traced(observed, memory_worker):
     """The memory_worker fixture's workers, built on the in-memory telemetry."""
     return observed, memory_worker
-
-
-def points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
-    """Every data point by metric name (cumulative: one collection holds the whole test's)."""
-    telemetry.current().force_flush()
-    data = reader.get_metrics_data()
-    found: dict[str, list[Any]] = {}
-    for resource in data.resource_metrics if data else []:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                found.setdefault(metric.name, []).extend(metric.data.data_points)
-    return found
-
-
-def by(points: list[Any], *keys: str) -> dict[tuple[Any, ...], Any]:
-    return {tuple(p.attributes.get(k) for k in keys): p.value for p in points}
 
 
 async def test_a_run_records_its_metrics(

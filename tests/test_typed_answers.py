@@ -15,8 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.conftest import ApiServer
-from tests.helpers import eventually, waypoint
-from tests.test_replay import _fresh
+from tests.helpers import _fresh, eventually, waypoint
 from waypoint import Agent, ScriptedModel, ScriptedTurn
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint

@@ -4,91 +4,18 @@ binary these tests skip and say how to install one."""
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests import a11y
+from tests.browser import form_token, logged_in, needs_browser, reached, shot, sign_in, start, visit
 from tests.conftest import ApiServer
 from tests.helpers import eventually
 from waypoint.app.http.ui import session
 
 pytestmark = pytest.mark.postgres
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_browser = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium binary: `apt-get install -y chromium` (.ci/run does it)"
-)
-STEP_MS = 15_000  # the longest a page waits for something to appear
-# WAYPOINT_VIEWER_SCREENSHOTS=docs: the first test saves the README's screenshots there.
-SHOTS = os.environ.get("WAYPOINT_VIEWER_SCREENSHOTS")
-
-
-async def shot(page, name: str) -> None:
-    if SHOTS:
-        await page.screenshot(path=str(Path(SHOTS) / f"viewer-{name}.png"), full_page=False)
-
-
-@pytest.fixture(scope="session")
-async def browser() -> AsyncIterator[object]:
-    if CHROMIUM is None:
-        pytest.skip("no chromium binary: `apt-get install -y chromium` (.ci/run does it)")
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as p:
-        b = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        await b.close()
-
-
-@pytest.fixture
-async def contexts(browser, api: ApiServer) -> AsyncIterator[list]:
-    """The test's browser contexts, closed before the server stops (an open live stream would keep
-    uvicorn's graceful shutdown waiting), even when the test fails."""
-    opened: list = []
-    yield opened
-    for context in opened:
-        await context.close()
-
-
-async def logged_in(browser, contexts: list, api: ApiServer, key: str | None = None) -> tuple:
-    """A fresh browser context logged in through the login form with an API key."""
-    context = await browser.new_context(base_url=api.url)
-    contexts.append(context)
-    page = await context.new_page()
-    page.set_default_timeout(STEP_MS)
-    await page.goto("/ui")
-    assert "/ui/login" in page.url  # no session: the login page
-    await page.fill("#key", key or api.key)
-    await page.click("button[type=submit]:has-text('Log in')")
-    await page.wait_for_url("**/ui")
-    return context, page
-
-
-async def start(api: ApiServer, task: str, agent: str) -> str:
-    r = await api.http.post("/v1/runs", json={"task": task, "agent": agent})
-    assert r.status_code == 201, r.text
-    run_id: str = r.json()["run_id"]
-    return run_id
-
-
-async def status_of(api: ApiServer, run_id: str) -> str | None:
-    r = await api.http.get(f"/v1/runs/{run_id}")
-    return r.json()["status"] if r.status_code == 200 else None
-
-
-def reached(api: ApiServer, run_id: str, *wanted: str):
-    async def probe() -> str | None:
-        status = await status_of(api, run_id)
-        return status if status in wanted else None
-
-    return probe
 
 
 @needs_browser
@@ -138,29 +65,6 @@ async def test_run_page_shows_a_step_appear_live(browser, contexts, api: ApiServ
     await page.wait_for_url("**notice=*")
     assert "cancel asked" in await page.locator(".notice").inner_text()
     assert await eventually(reached(api, run_id, "cancelled"), timeout=30) == "cancelled"
-
-
-async def visit(page, url: str) -> None:
-    """page.goto, again if it was cut short: a run page open in this tab reloads itself when the
-    run's status changes, and a reload landing on a navigation aborts it (net::ERR_ABORTED, or
-    "interrupted by another navigation" to the same page) or, under load, leaves the navigation
-    waiting for a load event that belongs to the reload."""
-    from playwright.async_api import Error as PlaywrightError
-    from playwright.async_api import TimeoutError as PlaywrightTimeout
-
-    for attempt in range(3):
-        try:
-            await page.goto(url, wait_until="domcontentloaded", timeout=10_000)
-            return
-        except PlaywrightError as exc:
-            said = str(exc)
-            cut = (
-                isinstance(exc, PlaywrightTimeout)
-                or "ERR_ABORTED" in said
-                or "interrupted by another navigation" in said
-            )
-            if not cut or attempt == 2:
-                raise
 
 
 @needs_browser
@@ -344,19 +248,6 @@ async def test_step_view_shows_recalled_memories_with_their_source(browser, cont
     await table.locator(f"a[href^='/ui/runs/{first}/steps/']").first.click()
     await page.wait_for_url(f"**/ui/runs/{first}/steps/*")
     assert first in await page.locator("h1").inner_text()
-
-
-def form_token(html: str) -> str:
-    """The CSRF token the page's forms carry."""
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found, "the page has no form with a CSRF token"
-    return found[1]
-
-
-async def sign_in(http: httpx.AsyncClient, key: str) -> httpx.Response:
-    """Log in as the login form does: its token, the key."""
-    token = form_token((await http.get("/ui/login")).text)
-    return await http.post("/ui/login", data={"key": key, "csrf": token}, follow_redirects=False)
 
 
 async def test_session_cookies_are_signed_and_only_read(api: ApiServer):

@@ -13,10 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests import a11y
+from tests.browser import logged_in, needs_browser, shot, sign_in
 from tests.conftest import ApiServer
 from tests.evals_helpers import finished_experiment
 from tests.helpers import eventually
-from tests.test_viewer import browser, contexts, logged_in, needs_browser, shot, sign_in  # noqa: F401
 from waypoint.app.client import Waypoint
 
 pytestmark = pytest.mark.postgres

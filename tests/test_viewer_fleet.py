@@ -14,9 +14,9 @@ from temporalio.client import Client
 
 from tests import a11y
 from tests.agents import add, listener
+from tests.browser import logged_in, needs_browser, shot
 from tests.conftest import ApiServer
 from tests.helpers import eventually, waypoint
-from tests.test_viewer import browser, contexts, logged_in, needs_browser, shot  # noqa: F401 (fixtures)
 from waypoint.agents import Agent, AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
@@ -32,21 +32,27 @@ pytestmark = pytest.mark.postgres
 KEY = "openai:fake-model"  # the `metered` test agent's model
 
 
-async def _slow_add(messages: list) -> ScriptedTurn:
-    await asyncio.sleep(1.5)  # long enough for the page to see the child running first
-    return ScriptedTurn(tool_calls=[("add", {"a": 1, "b": 2})])
+# The first child's answer waits until the test has seen its page show the child running (the
+# worker runs in the test's event loop): the page then has an end to follow, however long it took to load.
+PAGE_SAW_THE_CHILD = asyncio.Event()
 
 
-async def _slow_done(messages: list) -> ScriptedTurn:
-    await asyncio.sleep(1.5)
+async def _done_once_seen(messages: list) -> ScriptedTurn:
+    await PAGE_SAW_THE_CHILD.wait()
     return ScriptedTurn(content="the sum is 3")
 
 
 quick_child = Agent(
     name="quick_child",
-    description="Adds, a little slowly.",
+    description="Adds, then answers once told to.",
     instructions="Add numbers.",
-    model=ScriptedModel([_slow_add, _slow_add, _slow_done]),
+    model=ScriptedModel(
+        [
+            ScriptedTurn(tool_calls=[("add", {"a": 1, "b": 2})]),
+            ScriptedTurn(tool_calls=[("add", {"a": 1, "b": 2})]),
+            _done_once_seen,
+        ]
+    ),
     tools=(add,),
 )
 # Calls quick_child, then a listener that runs until the lead is cancelled: the lead stays live
@@ -83,6 +89,7 @@ async def test_a_live_tree_shows_its_children_and_follows_one_that_ends(
     settings: Settings,
 ):
     wp = Waypoint(client, engine, settings)
+    PAGE_SAW_THE_CHILD.clear()
     async with build_worker(client, engine, settings, AgentRegistry([lead])):
         _, page = await logged_in(browser, contexts, api)
         await page.set_viewport_size({"width": 1280, "height": 800})
@@ -93,18 +100,20 @@ async def test_a_live_tree_shows_its_children_and_follows_one_that_ends(
             row = await _row_of(wp, first)
             return row is not None and row.status == "running"
 
-        await eventually(first_running, timeout=30, what="the first child running")
+        await eventually(first_running, timeout=60, what="the first child running")
         await page.goto(f"/ui/runs/{run_id}")
         await page.evaluate("window.notReloaded = true")
         row = page.locator(f"#tree tr[data-run='{first}']")
         await row.wait_for()
         assert await row.locator(f"a[href='/ui/runs/{first}']").inner_text() == first
         assert "quick_child" in await row.inner_text()
+        assert "running" in await row.locator("[data-col=status]").inner_text()
+        PAGE_SAW_THE_CHILD.set()
 
         async def shown_completed() -> bool:
             return "completed" in await row.locator("[data-col=status]").inner_text()
 
-        await eventually(shown_completed, timeout=30, what="the child's end on its caller's page")
+        await eventually(shown_completed, timeout=60, what="the child's end on its caller's page")
         done = await wp.run(first)
         assert int(await row.locator("[data-col=steps]").inner_text()) == done.steps == 3
         assert await row.locator("[data-col=cost]").inner_text() == f"{done.cost_usd:.4f}"

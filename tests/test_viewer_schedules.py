@@ -11,9 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests import a11y
+from tests.browser import form_token, logged_in, needs_browser, shot, sign_in
 from tests.conftest import ApiServer
 from tests.helpers import eventually
-from tests.test_viewer import browser, contexts, form_token, logged_in, needs_browser, shot, sign_in  # noqa: F401
 from waypoint.app.client import Waypoint
 from waypoint.names import RunStatus
 

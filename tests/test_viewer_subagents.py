@@ -10,9 +10,9 @@ from temporalio.client import Client
 
 from tests import a11y
 from tests.agents import listener
+from tests.browser import logged_in, needs_browser, shot
 from tests.conftest import ApiServer
 from tests.helpers import eventually, research_run
-from tests.test_viewer import browser, contexts, logged_in, needs_browser, shot  # noqa: F401 (fixtures)
 from waypoint.agents import Agent, AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker

@@ -8,13 +8,12 @@ from __future__ import annotations
 import pytest
 
 from tests import a11y
+from tests.browser import logged_in, needs_browser, reached, start, visit
 from tests.conftest import ApiServer
 from tests.helpers import eventually
-from tests.test_viewer import browser, contexts, logged_in, needs_browser, reached, start, visit
 from waypoint.testing.fake_openai import Reply, Turn
 
 pytestmark = pytest.mark.postgres
-__all__ = ["browser", "contexts"]  # fixtures shared with test_viewer.py
 
 
 async def timeline(api: ApiServer, run_id: str, **params: int) -> dict:

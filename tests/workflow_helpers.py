@@ -1,0 +1,46 @@
+"""What the time-skipping workflow tests share (with tests/workflow_doubles.py): a run's plan,
+waiting for a run's status, and the message a run failed with. The time-skipping environment
+itself is the `ts` fixture in tests/conftest.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+
+from tests.workflow_doubles import spec
+from waypoint.names import Query
+from waypoint.types import RunPlan, RunProgress
+
+
+def plan(**kw: Any) -> RunPlan:
+    return RunPlan(**{"model": "double", "max_steps": 20, "tools": [spec()], **kw})
+
+
+async def progress(handle: WorkflowHandle[Any, Any]) -> RunProgress:
+    found: RunProgress = await handle.query(Query.PROGRESS, result_type=RunProgress)
+    return found
+
+
+async def until_status(handle: WorkflowHandle[Any, Any], status: str, timeout: float = 20) -> RunProgress:
+    async def probe() -> RunProgress | None:
+        now = await progress(handle)
+        return now if now.status == status else None
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (found := await probe()) is None:
+        assert loop.time() < deadline, f"the run never became {status}: {await progress(handle)}"
+        await asyncio.sleep(0.05)
+    return found
+
+
+async def failure(handle: WorkflowHandle[Any, Any]) -> str:
+    with pytest.raises(WorkflowFailureError) as caught:
+        await handle.result()
+    cause = caught.value.cause
+    assert isinstance(cause, ApplicationError)
+    return cause.message
