@@ -52,7 +52,7 @@ from waypoint.types import (
     PostWebhookInput,
     WebhookDeliveryInput,
 )
-from waypoint.webhooks import signed_headers
+from waypoint.webhooks import shown_url, signed_headers
 
 log = logging.getLogger("waypoint.webhooks")
 
@@ -87,10 +87,7 @@ def finished_body(row: RunRow, delivery_id: str) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def shown(url: str) -> str:
-    """The URL as a log line shows it: without its query, which may carry a token."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+shown = shown_url  # a URL in a log line or a span: without its query, which may carry a token
 
 
 def headers_for(secret: str, body: bytes, delivery_id: str, event: str) -> dict[str, str]:
