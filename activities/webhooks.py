@@ -241,7 +241,7 @@ class WebhookActivities:
             outcome = "the retry window ends before another attempt"
         else:
             outcome = f"next attempt in {wait.total_seconds():g} s"
-        self._trace(delivery, n, code, outcome)
+        self._trace(delivery, n, code, outcome, failure)
         log.log(
             logging.INFO if failure is None else logging.WARNING,
             "post_webhook: delivery=%s run=%s attempt=%s url=%s status=%s ms=%s (%s)%s",
@@ -267,14 +267,23 @@ class WebhookActivities:
         return code
 
     @staticmethod
-    def _trace(delivery: WebhookDelivery, n: int, code: int | None, outcome: str) -> None:
-        """The attempt's span says which delivery, which run, how the receiver answered (never the URL's query)."""
+    def _trace(
+        delivery: WebhookDelivery,
+        n: int,
+        code: int | None,
+        outcome: str,
+        failure: WebhookFailed | WebhookRefused | None,
+    ) -> None:
+        """The attempt's span says which delivery, which run, how the receiver answered (never the URL's
+        query); a failed attempt is a failed span (Temporal leaves a benign failure's span unmarked)."""
         span = trace.get_current_span()
         if span.is_recording():
             span.set_attributes(
                 {"http.request.method": "POST", "url.full": shown(delivery.url)}
                 | ({"http.response.status_code": code} if code is not None else {})
             )
+            if failure is not None:
+                telemetry.mark_error(span, failure)
         telemetry.annotate(
             run_id=delivery.run_id,
             **{

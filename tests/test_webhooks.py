@@ -31,6 +31,7 @@ from tests.helpers import eventually, one_line_error, start, waypoint
 from tests.ports import reserve_port
 from waypoint.activities.webhooks import WebhookActivities
 from waypoint.app.client import Waypoint
+from waypoint.app.embedded import StackInfo
 from waypoint.checks import check_webhook
 from waypoint.config import Settings
 from waypoint.errors import Conflict, InvalidInput
@@ -553,3 +554,52 @@ async def test_the_dead_letter_list_over_http_the_viewer_and_mcp(
     await eventually(lambda: _delivered_one(wp, third), what="the MCP redelivery")
     assert receiver.answered == [400, 200, 200, 200]
     assert {r.headers["Waypoint-Delivery"] for r in receiver.got} == {did, first["delivery_id"], second, third}
+
+
+@pytest.mark.postgres
+async def test_a_deliverys_attempts_are_spans_of_the_runs_trace(
+    stack: StackInfo, engine, settings: Settings, agents, fake_openai: FakeOpenAI, receiver: Receiver
+):
+    """The delivery's workflow starts in the run's trace; each attempt's span names the delivery, the
+    attempt, the receiver's status and what comes next (the URL without its query)."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from waypoint import telemetry
+    from waypoint.app.worker import build_worker
+    from waypoint.telemetry.spanfile import span_dict
+
+    exporter = InMemorySpanExporter()
+    telemetry.setup(settings, exporter=exporter)
+    receiver.statuses = [503, 200]
+    fake_openai.responder = lambda body, n: Turn(content="made it")
+    traced = await Client.connect(stack.temporal_address, interceptors=telemetry.client_interceptors(settings))
+    async with build_worker(traced, engine, settings, agents):
+        wp = Waypoint(traced, engine, settings)
+        run_id = await wp.start_run("hi", agent="remote", webhook=receiver.url)
+        await wp.result(run_id)
+        delivery = await the_delivery(wp, run_id, "the delivery", is_delivered)
+    trace_id = await wp.trace_id(run_id)
+    telemetry.current().force_flush()
+    spans = [span_dict(s) for s in exporter.get_finished_spans()]
+    posts = sorted(
+        (s for s in spans if s["name"] == "RunActivity:post_webhook"),
+        key=lambda s: s["attributes"]["waypoint.webhook.attempt"],
+    )
+    assert {s["trace_id"] for s in posts} == {trace_id}  # the run's own trace
+    assert [
+        (
+            a["waypoint.webhook.delivery_id"],
+            a["waypoint.webhook.attempt"],
+            a["http.response.status_code"],
+            a["waypoint.webhook.outcome"],
+            a["waypoint.run_id"],
+        )
+        for a in (s["attributes"] for s in posts)
+    ] == [
+        (delivery.delivery_id, 1, 503, "next attempt in 1 s", run_id),
+        (delivery.delivery_id, 2, 200, "delivered", run_id),
+    ]
+    assert [s["status"] for s in posts] == ["ERROR", "UNSET"]
+    assert {s["attributes"]["url.full"] for s in posts} == {receiver.url.split("?")[0]}
+    assert "t0k" not in json.dumps(spans)  # the URL's query (a token) reaches no span
+    assert any(s["name"] == "RunWorkflow:WebhookDeliveryWorkflow" and s["trace_id"] == trace_id for s in spans)
