@@ -17,7 +17,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import ParentClosePolicy
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -29,7 +28,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.ports import reserve_port
-from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, loop_tool, ok, spec, tools
+from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, delivery_of, loop_tool, ok, spec, tools
 from waypoint import retry
 from waypoint.app.embedded import temporal_binary
 from waypoint.compaction_types import CompactionInput, CompactionReport
@@ -67,7 +66,6 @@ from waypoint.workflows.compaction import CompactionWorkflow
 from waypoint.workflows.memory import MemoryRequestWorkflow
 
 pytestmark = pytest.mark.timeout(60)
-PARENT_CLOSE_POLICY_ABANDON = ParentClosePolicy.PARENT_CLOSE_POLICY_ABANDON
 
 
 @pytest.fixture(scope="session")
@@ -1021,18 +1019,6 @@ def with_webhook(**kw: Any) -> RunInput:
     return RunInput(agent="double", task="test", tenant_id="t", webhook=HOOK, **kw)
 
 
-async def delivery_of(ts: WorkflowEnvironment, run: WorkflowHandle[Any, Any]) -> WorkflowHandle[Any, str]:
-    """The delivery workflow the run started: a child it abandons, so the delivery outlives the run."""
-    found = []
-    async for event in run.fetch_history_events():
-        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
-            found.append(event.start_child_workflow_execution_initiated_event_attributes)
-    (started,) = found
-    assert started.workflow_type.name == "WebhookDeliveryWorkflow"
-    assert started.parent_close_policy == PARENT_CLOSE_POLICY_ABANDON
-    return ts.client.get_workflow_handle(started.workflow_id, result_type=str)
-
-
 async def test_a_webhook_is_delivered_by_a_workflow_of_its_own_after_the_run_ends(ts: WorkflowEnvironment) -> None:
     """Two retryable failures, then delivered: three attempts of one delivery (its workflow's id), all
     after finish_run; the run's workflow had ended before the delivery did."""
@@ -1040,7 +1026,7 @@ async def test_a_webhook_is_delivered_by_a_workflow_of_its_own_after_the_run_end
     async with bench(ts.client, doubles) as b:
         handle = await b.start(with_webhook())
         result: RunResult = await handle.result()
-        delivery = await delivery_of(ts, handle)
+        delivery = await delivery_of(ts.client, handle)
         assert await delivery.result() == "delivered"
     assert (result.status, result.output) == (RunStatus.COMPLETED, "the answer")
     (opened,) = doubles.opened
@@ -1077,7 +1063,7 @@ async def test_a_refused_webhook_goes_on_the_dead_letter_list_at_once(ts: Workfl
     async with bench(ts.client, doubles) as b:
         handle = await b.start(with_webhook())
         result: RunResult = await handle.result()
-        assert await (await delivery_of(ts, handle)).result() == "failed"
+        assert await (await delivery_of(ts.client, handle)).result() == "failed"
     assert (result.status, result.output, result.steps) == (RunStatus.COMPLETED, "the answer", 2)
     assert [p.attempt for p in doubles.posts] == [1]
     (closed,) = doubles.closed
@@ -1098,7 +1084,7 @@ async def test_a_receiver_that_stays_down_is_retried_over_the_whole_window_then_
         handle = await b.start(with_webhook())
         assert (await handle.result()).status == RunStatus.COMPLETED
         run = await handle.describe()
-        delivery = await delivery_of(ts, handle)
+        delivery = await delivery_of(ts.client, handle)
         assert await delivery.result() == "failed"
     posts, (closed,) = doubles.posts, doubles.closed
     assert [p.attempt for p in posts] == list(range(1, len(posts) + 1))
@@ -1124,7 +1110,7 @@ async def test_a_failed_run_posts_its_webhook_before_it_fails(ts: WorkflowEnviro
     async with bench(ts.client, doubles) as b:
         handle = await b.start(with_webhook())
         message = await failure(handle)
-        assert await (await delivery_of(ts, handle)).result() == "delivered"
+        assert await (await delivery_of(ts.client, handle)).result() == "delivered"
     assert "HTTP 400 from the model: bad request" in message  # the run's own failure, not the webhook's
     assert [f.status for f in doubles.finished] == [RunStatus.FAILED]
     assert len(doubles.opened) == 1 and doubles.webhook_finished_before == [1]
@@ -1135,7 +1121,7 @@ async def test_a_run_that_cannot_start_posts_its_webhook(ts: WorkflowEnvironment
     async with bench(ts.client, doubles) as b:
         handle = await b.start(with_webhook())
         assert await failure(handle) == f"run {handle.id} could not start: unknown agent 'nobody'"
-        assert await (await delivery_of(ts, handle)).result() == "delivered"
+        assert await (await delivery_of(ts.client, handle)).result() == "delivered"
     (finish,) = doubles.finished
     assert finish.start is not None and finish.start.webhook == HOOK  # its failed row records the webhook
     assert [o.run_id for o in doubles.opened] == [handle.id]
@@ -1150,5 +1136,5 @@ async def test_a_cancelled_run_posts_its_webhook(ts: WorkflowEnvironment) -> Non
         assert doubles.tool_gate is not None
         doubles.tool_gate.set()
         result: RunResult = await handle.result()
-        assert await (await delivery_of(ts, handle)).result() == "delivered"
+        assert await (await delivery_of(ts.client, handle)).result() == "delivered"
     assert result.status == RunStatus.CANCELLED and len(doubles.opened) == 1

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from temporalio import activity
+from temporalio.api.enums.v1 import ParentClosePolicy
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
@@ -426,6 +427,18 @@ class Bench:
         )
 
 
+async def delivery_of(client: Client, run: WorkflowHandle[Any, Any]) -> WorkflowHandle[Any, str]:
+    """The webhook delivery workflow the run started: a child it abandons, so it outlives the run."""
+    found = []
+    async for event in run.fetch_history_events():
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            found.append(event.start_child_workflow_execution_initiated_event_attributes)
+    (started,) = found
+    assert started.workflow_type.name == "WebhookDeliveryWorkflow"
+    assert started.parent_close_policy == ParentClosePolicy.PARENT_CLOSE_POLICY_ABANDON
+    return client.get_workflow_handle(started.workflow_id, result_type=str)
+
+
 @asynccontextmanager
 async def bench(client: Client, doubles: Doubles, *, memory: bool = False) -> AsyncIterator[Bench]:
     task_queue = f"ts-{uuid.uuid4().hex[:8]}"
@@ -465,6 +478,7 @@ __all__ = [
     "Posted",
     "bench",
     "Bench",
+    "delivery_of",
     "call",
     "answer",
     "tools",
