@@ -29,6 +29,7 @@ from temporalio.testing import ActivityEnvironment
 from tests.conftest import ApiServer
 from tests.helpers import eventually, one_line_error, start, waypoint
 from tests.ports import reserve_port
+from tests.test_db_hardening import worker_role  # noqa: F401 (a fixture: the README's worker role)
 from waypoint.activities.webhooks import WebhookActivities
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
@@ -603,3 +604,31 @@ async def test_a_deliverys_attempts_are_spans_of_the_runs_trace(
     assert {s["attributes"]["url.full"] for s in posts} == {receiver.url.split("?")[0]}
     assert "t0k" not in json.dumps(spans)  # the URL's query (a token) reaches no span
     assert any(s["name"] == "RunWorkflow:WebhookDeliveryWorkflow" and s["trace_id"] == trace_id for s in spans)
+
+
+@pytest.mark.postgres
+async def test_a_worker_with_the_readmes_role_delivers_and_dead_letters(
+    client: Client,
+    engine,
+    settings: Settings,
+    agents,
+    worker_role: str,  # noqa: F811
+    receiver: Receiver,
+):
+    """The README's worker role may write deliveries (INSERT, UPDATE) as well as attempts."""
+    from waypoint.app.worker import build_worker
+    from waypoint.store.db import create_engine
+
+    receiver.statuses = [503, 200, 400]
+    restricted = create_engine(worker_role)
+    try:
+        async with build_worker(client, restricted, settings, agents):
+            wp = Waypoint(client, engine, settings)
+            ok = await wp.start_run("add", agent="calculator", webhook=receiver.url)
+            await wp.result(ok)
+            assert (await the_delivery(wp, ok, "the delivery", is_delivered)).attempts == 2
+            refused = await wp.start_run("add", agent="calculator", webhook=receiver.url)
+            await wp.result(refused)
+            assert (await the_delivery(wp, refused, "the dead letter", is_failed)).last_status_code == 400
+    finally:
+        await restricted.dispose()
