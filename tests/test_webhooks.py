@@ -30,6 +30,7 @@ from tests.conftest import ApiServer
 from tests.helpers import eventually, one_line_error, start, waypoint
 from tests.ports import reserve_port
 from tests.test_db_hardening import worker_role  # noqa: F401 (a fixture: the README's worker role)
+from tests.test_viewer import browser, contexts, logged_in, needs_browser  # noqa: F401
 from waypoint.activities.webhooks import WebhookActivities
 from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
@@ -632,3 +633,42 @@ async def test_a_worker_with_the_readmes_role_delivers_and_dead_letters(
             assert (await the_delivery(wp, refused, "the dead letter", is_failed)).last_status_code == 400
     finally:
         await restricted.dispose()
+
+
+@needs_browser
+@pytest.mark.postgres
+@pytest.mark.timeout(120)  # a browser, a stack and a worker under CI load; a hang still fails
+async def test_the_webhooks_pages_pass_the_basic_accessibility_check(
+    browser,  # noqa: F811
+    contexts,  # noqa: F811
+    api: ApiServer,
+    client: Client,
+    engine,
+    worker,
+    receiver: Receiver,
+):
+    """The list (filtered to the dead-letter list) and one delivery's page, in a real browser; the
+    Redeliver button is a plain form post that sends the delivery again."""
+    from tests import a11y
+
+    receiver.statuses = [400, 200]
+    wp = Waypoint(client, engine, api.settings)
+    run_id = await wp.start_run("add", agent="calculator", webhook=receiver.url)
+    await wp.result(run_id)
+    dead = await the_delivery(wp, run_id, "the refused delivery", is_failed)
+    _, page = await logged_in(browser, contexts, api)
+    await page.goto("/ui/webhooks?failed=true")
+    assert dead.delivery_id in await page.locator("table.webhooks").inner_text()
+    assert await a11y.problems(page) == []
+    await page.click(f"button[aria-label='Redeliver {dead.delivery_id}']")  # no script: a plain form post
+    await page.wait_for_url("**/ui/webhooks?failed=true&notice=*")
+    assert "redelivering" in await page.locator(".notice").inner_text()
+
+    async def redelivered() -> list[WebhookDelivery]:
+        found = await wp.webhooks.list(run_id=run_id)
+        return [d for d in found if d.redelivery_of == dead.delivery_id and d.status == "delivered"]
+
+    await eventually(redelivered, what="the redelivery delivered")
+    await page.goto(f"/ui/webhooks/{dead.delivery_id}")
+    assert "the webhook answered HTTP 400" in await page.locator("table.attempts").inner_text()
+    assert await a11y.problems(page) == []
