@@ -678,27 +678,26 @@ def _last(status_code: int | None, error: str | None) -> str:
 
 
 def deliveries_table(rows: Sequence[WebhookDelivery], tenant: str, *, failed: bool = False) -> Table:
-    """One line per delivery: id (never cut), run, status, attempts, the last answer, next attempt or end."""
-    lines = []
+    """One line per delivery: id, run, status, attempts (never cut), next attempt or end, URL, the last
+    answer (cut to what room is left; `webhooks show` has it whole)."""
+    which = "Failed webhook deliveries (the dead-letter list)" if failed else "Webhook deliveries"
+    table = Table(title=f"{which} of tenant {tenant}", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("delivery", "run", "status", "attempts"):  # never cut: people copy the ids
+        table.add_column(name, no_wrap=True)
+    for name in ("next / ended", "url", "last answer"):  # these give way on a narrow terminal
+        table.add_column(name)
     for d in rows:
         when = _when(d.next_attempt_at) if d.status == DeliveryStatus.PENDING else _when(d.ended_at)
-        again = f" (again of {d.redelivery_of})" if d.redelivery_of else ""
-        lines.append(
-            (
-                d.delivery_id + again,
-                d.run_id,
-                status_text(d.status),
-                str(d.attempts),
-                escape(_last(d.last_status_code, d.last_error)),
-                when,
-                escape(shown_url(d.url)),
-            )
+        table.add_row(
+            d.delivery_id,
+            d.run_id,
+            status_text(d.status),
+            str(d.attempts),
+            when,
+            one_line(shown_url(d.url)),
+            one_line(_last(d.last_status_code, d.last_error)),
         )
-    title = (
-        f"{'Failed webhook deliveries (the dead-letter list)' if failed else 'Webhook deliveries'} of tenant {tenant}"
-    )
-    names = ("delivery", "run", "status", "attempts", "last answer", "next / ended", "url")
-    return columns(title, names, lines, wrap=("last answer", "url"))
+    return table
 
 
 def delivery_table(d: WebhookDelivery, attempts: Sequence[WebhookAttempt]) -> Group:
