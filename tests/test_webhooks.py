@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
@@ -36,9 +37,10 @@ from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
 from waypoint.checks import check_webhook
 from waypoint.config import Settings
-from waypoint.errors import Conflict, InvalidInput
+from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.store import RunStore
 from waypoint.store.rows import WebhookDelivery
+from waypoint.store.schema import webhook_attempts
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 from waypoint.types import DeliverWebhookInput, PostWebhookInput
 from waypoint.webhooks import WebhookSignatureError, signed_headers, verify
@@ -260,6 +262,13 @@ async def test_a_receiver_that_answers_400_is_not_asked_again(
     assert (delivery.last_error or "").startswith("the webhook answered HTTP 400")
     assert [d.delivery_id for d in await wp.webhooks.list(failed=True)] == [delivery.delivery_id]
     assert (await wp.run(run_id)).status == "completed"
+    await wp.delete(run_id)  # the retention path takes its deliveries (their bodies hold its output) and attempts
+    assert await wp.webhooks.list() == []
+    with pytest.raises(NotFound):
+        await wp.webhooks.get(delivery.delivery_id)
+    async with engine.connect() as conn:
+        left = await conn.scalar(select(func.count()).where(webhook_attempts.c.run_id == run_id))
+    assert left == 0
 
 
 @pytest.mark.postgres
