@@ -1,11 +1,17 @@
-"""`deliver_webhook`: one signed POST of a finished run's final state to the run's webhook.
+"""Webhook activities: a delivery's row, one signed POST per attempt, the dead-letter mark.
 
-Each attempt reads the finished row, signs the body with the tenant's secret (made on first use),
-checks where the URL's host resolves now (a name may have moved to a link-local or metadata address
-since the run started), posts once, and logs the attempt in `webhook_attempts` and as one line.
-A 2xx delivers; no answer, a timeout, 408, 429 or a 5xx retries by `retry.WEBHOOK_RETRY`; any other
-answer (a 4xx, a redirect, which is never followed) and a refused address do not. The workflow
-catches the final failure: a webhook never changes how its run ended.
+A run's end is delivered by WebhookDeliveryWorkflow (workflows/webhooks.py), a workflow of its own:
+`open_webhook_delivery` makes the delivery's row from the finished run (its URL and the body every
+attempt posts, byte for byte) and starts its retry window; each `post_webhook` attempt signs the body
+with the tenant's secret (made on first use), checks where the URL's host resolves now (a name may
+have moved to a link-local or metadata address since the run started), posts once, and records the
+attempt (its `webhook_attempts` row, and the delivery's row moved on) and one log line. A 2xx
+delivers; no answer, a timeout, 408, 429 or a 5xx retries by `retry.WEBHOOK_DELIVERY_RETRY` until
+the window ends; any other answer (a 4xx, a redirect, which is never followed) and a refused address
+do not. `close_webhook_delivery` puts a delivery given up on the dead-letter list.
+
+`deliver_webhook` is the same POST for runs from before patch webhook-2, whose own workflow posts
+(`retry.WEBHOOK_RETRY`). Secrets and URL queries (which may carry a token) never reach a log line.
 """
 
 from __future__ import annotations
@@ -16,28 +22,43 @@ import json
 import logging
 import socket
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from opentelemetry import trace
 from temporalio import activity
 
+from waypoint import telemetry
 from waypoint.activities.boundary import application_error, attempt, boundary
 from waypoint.checks import check_webhook, refused_address
 from waypoint.config import Settings
-from waypoint.errors import InvalidInput, WaypointError, WebhookFailed, WebhookRefused
-from waypoint.names import Activity, WebhookEvent
-from waypoint.retry import WEBHOOK_ATTEMPTS, WEBHOOK_TIMEOUT_SECONDS, retry_after_header
+from waypoint.errors import InvalidInput, NotFound, WebhookFailed, WebhookRefused
+from waypoint.names import Activity, DeliveryStatus, WebhookEvent
+from waypoint.retry import (
+    WEBHOOK_ATTEMPTS,
+    WEBHOOK_MAX_INTERVAL,
+    WEBHOOK_TIMEOUT_SECONDS,
+    retry_after_header,
+    webhook_backoff,
+)
 from waypoint.store import RunStore
-from waypoint.store.rows import RunRow
-from waypoint.types import DeliverWebhookInput
-from waypoint.webhooks import signed_headers
+from waypoint.store.rows import RunRow, WebhookDelivery
+from waypoint.types import (
+    CloseDeliveryInput,
+    DeliverWebhookInput,
+    DeliveryPlan,
+    PostWebhookInput,
+    WebhookDeliveryInput,
+)
+from waypoint.webhooks import shown_url, signed_headers
 
 log = logging.getLogger("waypoint.webhooks")
 
 USER_AGENT = "Waypoint-Webhooks/1"
-# A Retry-After longer than this is cut to it: the policy's own longest wait.
+# A Retry-After longer than this is cut to it: the policy's own longest wait (WEBHOOK_RETRY's, for
+# runs from before deliveries; a delivery's is WEBHOOK_MAX_INTERVAL).
 LONGEST_RETRY_AFTER = timedelta(seconds=60)
 # How much of a refusing receiver's answer the attempt's error quotes.
 QUOTE_CHARS = 200
@@ -66,16 +87,22 @@ def finished_body(row: RunRow, delivery_id: str) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def shown(url: str) -> str:
-    """The URL as a log line shows it: without its query, which may carry a token."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+shown = shown_url  # a URL in a log line or a span: without its query, which may carry a token
+
+
+def headers_for(secret: str, body: bytes, delivery_id: str, event: str) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        **signed_headers(secret, body, delivery_id=delivery_id, event=event),
+    }
 
 
 class WebhookActivities:
     def __init__(self, store: RunStore, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None):
         self.store = store
         self.allow_private = settings.webhook_allow_private
+        self.window_seconds = settings.webhook_retry_window_seconds
         self.transport = transport
 
     async def resolve(self, host: str, port: int) -> list[str]:
@@ -111,8 +138,11 @@ class WebhookActivities:
                     "(set WAYPOINT_WEBHOOK_ALLOW_PRIVATE=true on the worker to allow it)"
                 )
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> int:
-        """POST once; the status of a 2xx answer, else the failure (retryable or not)."""
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], longest_wait: timedelta = LONGEST_RETRY_AFTER
+    ) -> int:
+        """POST once; the status of a 2xx answer, else the failure (retryable or not; a Retry-After
+        is honoured up to `longest_wait`)."""
         try:
             async with httpx.AsyncClient(
                 timeout=WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False, trust_env=False, transport=self.transport
@@ -130,11 +160,154 @@ class WebhookActivities:
         details = {"status": code}
         if code in (408, 429) or code >= 500:
             wait = retry_after_header(response.headers)
-            delay = min(wait, LONGEST_RETRY_AFTER) if wait is not None else None
+            delay = min(wait, longest_wait) if wait is not None else None
             raise WebhookFailed(text, retry_after=delay, details=details)
         if 300 <= code < 400:
             text += " (a redirect: webhooks do not follow redirects, give the final URL)"
         raise WebhookRefused(text, details=details)
+
+    async def attempt_post(
+        self, url: str, body: bytes, headers: dict[str, str], longest_wait: timedelta = LONGEST_RETRY_AFTER
+    ) -> tuple[int | None, WebhookFailed | WebhookRefused | None, int]:
+        """One attempt: (the receiver's status code or None, the failure or None, milliseconds taken)."""
+        started = time.monotonic()
+        code: int | None = None
+        failure: WebhookFailed | WebhookRefused | None = None
+        try:
+            await self.check_host(url)
+            code = await self.post(url, body, headers, longest_wait)
+        except (WebhookFailed, WebhookRefused) as exc:
+            failure = exc
+            status = exc.details.get("status")
+            code = status if isinstance(status, int) else None
+        return code, failure, int((time.monotonic() - started) * 1000)
+
+    # --- deliveries (WebhookDeliveryWorkflow) -------------------------------------------------------
+
+    @activity.defn(name=Activity.OPEN_WEBHOOK)
+    @boundary
+    async def open_webhook_delivery(self, inp: WebhookDeliveryInput) -> DeliveryPlan:
+        """The delivery's row (made from the finished run unless it exists: a redelivery's is made by
+        the client) with its retry window started: its status and the seconds left of the window."""
+        try:
+            status, left = await self.store.open_delivery(inp.tenant_id, inp.delivery_id, self.window_seconds)
+        except NotFound:
+            row = await self.store.get_run(inp.tenant_id, inp.run_id)
+            if not row.webhook:
+                raise WebhookRefused(f"run {inp.run_id} has no webhook: nothing to deliver") from None
+            await self.store.create_delivery(
+                inp.tenant_id,
+                delivery_id=inp.delivery_id,
+                run_id=inp.run_id,
+                event=inp.event,
+                url=row.webhook,
+                body=finished_body(row, inp.delivery_id).decode(),
+            )
+            status, left = await self.store.open_delivery(inp.tenant_id, inp.delivery_id, self.window_seconds)
+        return DeliveryPlan(status=status, window_seconds=max(left, 0.0))
+
+    @activity.defn(name=Activity.POST_WEBHOOK)
+    @boundary
+    async def post_webhook(self, inp: PostWebhookInput) -> int:
+        """Post the delivery's body once, signed now; the receiver's status code when delivered."""
+        n = attempt()
+        delivery, text = await self.store.delivery_body(inp.tenant_id, inp.delivery_id)
+        if delivery.status == DeliveryStatus.DELIVERED:  # an attempt that delivered, then lost its worker
+            return delivery.last_status_code or 200
+        secret = await self.store.webhook_secret(inp.tenant_id)
+        body = text.encode()
+        headers = headers_for(secret.secret, body, delivery.delivery_id, delivery.event)
+        code, failure, duration_ms = await self.attempt_post(delivery.url, body, headers, WEBHOOK_MAX_INTERVAL)
+        wait = (failure.retry_after or webhook_backoff(n)) if failure is not None and failure.retryable else None
+        due = datetime.now(UTC) + wait if wait is not None else None
+        if due is not None and delivery.window_ends_at is not None and due > delivery.window_ends_at:
+            due = None  # Temporal starts no attempt past the window's end: this one was the last
+        await self.store.record_delivery_attempt(
+            inp.tenant_id,
+            inp.delivery_id,
+            attempt=n,
+            status_code=code,
+            error=str(failure) if failure else None,
+            duration_ms=duration_ms,
+            delivered=failure is None,
+            final=failure is not None and not failure.retryable,
+            next_attempt_at=due,
+        )
+        if failure is None:
+            outcome = "delivered"
+        elif wait is None:
+            outcome = "not retried"
+        elif due is None:
+            outcome = "the retry window ends before another attempt"
+        else:
+            outcome = f"next attempt in {wait.total_seconds():g} s"
+        self._trace(delivery, n, code, outcome, failure)
+        log.log(
+            logging.INFO if failure is None else logging.WARNING,
+            "post_webhook: delivery=%s run=%s attempt=%s url=%s status=%s ms=%s (%s)%s",
+            delivery.delivery_id,
+            delivery.run_id,
+            n,
+            shown(delivery.url),
+            code,
+            duration_ms,
+            outcome,
+            f": {failure}" if failure else "",
+            extra={
+                "waypoint_run_id": delivery.run_id,
+                "waypoint_attempt": n,
+                "waypoint_webhook_delivery": delivery.delivery_id,
+                "waypoint_webhook_status": code,
+                "waypoint_webhook_delivered": failure is None,
+            },
+        )
+        if failure is not None:
+            raise application_error(failure)  # logged above: not through the boundary's line again
+        assert code is not None
+        return code
+
+    @staticmethod
+    def _trace(
+        delivery: WebhookDelivery,
+        n: int,
+        code: int | None,
+        outcome: str,
+        failure: WebhookFailed | WebhookRefused | None,
+    ) -> None:
+        """The attempt's span says which delivery, which run, how the receiver answered (never the URL's
+        query); a failed attempt is a failed span (Temporal leaves a benign failure's span unmarked)."""
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(
+                {"http.request.method": "POST", "url.full": shown(delivery.url)}
+                | ({"http.response.status_code": code} if code is not None else {})
+            )
+            if failure is not None:
+                telemetry.mark_error(span, failure)
+        telemetry.annotate(
+            run_id=delivery.run_id,
+            **{
+                "webhook.delivery_id": delivery.delivery_id,
+                "webhook.event": delivery.event,
+                "webhook.attempt": n,
+                "webhook.outcome": outcome,
+                "webhook.redelivery_of": delivery.redelivery_of,
+            },
+        )
+
+    @activity.defn(name=Activity.CLOSE_WEBHOOK)
+    @boundary
+    async def close_webhook_delivery(self, inp: CloseDeliveryInput) -> None:
+        """Put a delivery given up on the dead-letter list (a late attempt that delivered stays delivered)."""
+        await self.store.close_delivery(inp.tenant_id, inp.delivery_id, inp.reason)
+        log.warning(
+            "webhook delivery %s given up, on the dead-letter list: %s",
+            inp.delivery_id,
+            inp.reason,
+            extra={"waypoint_webhook_delivery": inp.delivery_id},
+        )
+
+    # --- runs from before patch webhook-2 ----------------------------------------------------------
 
     @activity.defn(name=Activity.DELIVER_WEBHOOK)
     @boundary
@@ -144,22 +317,8 @@ class WebhookActivities:
         row = await self.store.get_run(inp.tenant_id, inp.run_id)
         secret = await self.store.webhook_secret(inp.tenant_id)
         body = finished_body(row, inp.delivery_id)
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": USER_AGENT,
-            **signed_headers(secret.secret, body, delivery_id=inp.delivery_id, event=WebhookEvent.RUN_FINISHED),
-        }
-        started = time.monotonic()
-        code: int | None = None
-        failure: WaypointError | None = None
-        try:
-            await self.check_host(inp.url)
-            code = await self.post(inp.url, body, headers)
-        except (WebhookFailed, WebhookRefused) as exc:
-            failure = exc
-            status = exc.details.get("status")
-            code = status if isinstance(status, int) else None
-        duration_ms = int((time.monotonic() - started) * 1000)
+        headers = headers_for(secret.secret, body, inp.delivery_id, WebhookEvent.RUN_FINISHED)
+        code, failure, duration_ms = await self.attempt_post(inp.url, body, headers)
         await self.store.record_webhook_attempt(
             inp.tenant_id,
             inp.run_id,
@@ -196,4 +355,4 @@ class WebhookActivities:
         return code
 
 
-__all__ = ["WebhookActivities", "finished_body"]
+__all__ = ["WebhookActivities", "finished_body", "headers_for"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import uuid
@@ -282,3 +283,35 @@ async def ts() -> AsyncIterator[WorkflowEnvironment]:
     )
     yield env
     await env.shutdown()
+
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def role_sql() -> str:
+    """The README's worker-role SQL (a ```postgresql block, so the SQL-examples test leaves it alone)."""
+    section = README.split("## Database roles", 1)[1]
+    return re.search(r"```postgresql\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+
+
+@pytest.fixture
+async def worker_role(database_url: str, engine: AsyncEngine) -> Iterator[str]:
+    """A login role made by the README's SQL on the test database; its URL. Dropped afterwards."""
+    role, password = f"wp_worker_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    database = async_url(database_url).database
+    sql = (
+        role_sql()
+        .replace("waypoint_worker", role)
+        .replace("'change-me'", f"'{password}'")
+        .replace("DATABASE waypoint", f'DATABASE "{database}"')
+    )
+    admin = create_async_engine(async_url(database_url), isolation_level="AUTOCOMMIT")
+    async with admin.connect() as conn:
+        for statement in (s.strip() for s in sql.split(";")):
+            if statement and not statement.startswith("--"):
+                await conn.execute(text(statement))
+    yield async_url(database_url).set(username=role, password=password).render_as_string(hide_password=False)
+    async with admin.connect() as conn:
+        await conn.execute(text(f'DROP OWNED BY "{role}"'))
+        await conn.execute(text(f'DROP ROLE "{role}"'))
+    await admin.dispose()

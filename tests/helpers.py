@@ -22,6 +22,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from waypoint.config import Settings
+from waypoint.names import Workflow
 from waypoint.store import RunStore
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.schema import events
@@ -184,8 +185,11 @@ def recorded_id(path: Path) -> str:
     and are compared on replay: then the id it ran under."""
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     for event in history.events:
-        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
-            return event.start_child_workflow_execution_initiated_event_attributes.workflow_id.rsplit(".", 2)[0]
+        started = event.start_child_workflow_execution_initiated_event_attributes
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes") and (
+            started.workflow_type.name == Workflow.AGENT_RUN  # not a webhook delivery, whose id is its own
+        ):
+            return started.workflow_id.rsplit(".", 2)[0]
     return path.stem
 
 

@@ -31,9 +31,10 @@ READ_TOOLS = {
     "list_experiments",
     "experiment",
     "compare_experiments",
+    "list_webhook_deliveries",
 }
 WRITE_TOOLS = {"start_run", "send_message", "approve", "deny", "cancel_run", "fork_run"}
-WRITE_TOOLS |= {"create_schedule", "change_schedule", "start_experiment"}
+WRITE_TOOLS |= {"create_schedule", "change_schedule", "start_experiment", "redeliver_webhook"}
 
 
 @asynccontextmanager

@@ -78,6 +78,7 @@ async def test_the_gate_passes_on_the_installed_code(client: Client, engine, set
         "CompactionWorkflow",
         "ExperimentWorkflow",
         "MemoryRequestWorkflow",
+        "WebhookDeliveryWorkflow",
     ]
     assert (await wp.check_deploy(finished=1)).finished == 1
     assert (await wp.check_deploy(finished=0, since="1h")).histories == 1

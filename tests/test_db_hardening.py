@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.agents import add
@@ -24,19 +22,11 @@ from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
-from waypoint.store.db import async_url, create_engine, engine_for, ensure_database, migrate
+from waypoint.store.db import create_engine, engine_for, ensure_database, migrate
 from waypoint.store.schema import checkpoints, events, tool_effects
 from waypoint.working_memory import without_recalled
 
 pytestmark = pytest.mark.postgres
-
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-
-
-def role_sql() -> str:
-    """The README's worker-role SQL (a ```postgresql block, so the SQL-examples test leaves it alone)."""
-    section = README.split("## Database roles", 1)[1]
-    return re.search(r"```postgresql\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
 
 
 async def test_settings_size_the_pool_and_bound_every_statement(database_url: str):
@@ -56,29 +46,6 @@ async def test_settings_size_the_pool_and_bound_every_statement(database_url: st
             assert await conn.scalar(text("SHOW statement_timeout")) == "0"
     finally:
         await unbounded.dispose()
-
-
-@pytest.fixture
-async def worker_role(database_url: str, engine: AsyncEngine) -> Iterator[str]:
-    """A login role made by the README's SQL on the test database; its URL. Dropped afterwards."""
-    role, password = f"wp_worker_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    database = async_url(database_url).database
-    sql = (
-        role_sql()
-        .replace("waypoint_worker", role)
-        .replace("'change-me'", f"'{password}'")
-        .replace("DATABASE waypoint", f'DATABASE "{database}"')
-    )
-    admin = create_async_engine(async_url(database_url), isolation_level="AUTOCOMMIT")
-    async with admin.connect() as conn:
-        for statement in (s.strip() for s in sql.split(";")):
-            if statement and not statement.startswith("--"):
-                await conn.execute(text(statement))
-    yield async_url(database_url).set(username=role, password=password).render_as_string(hide_password=False)
-    async with admin.connect() as conn:
-        await conn.execute(text(f'DROP OWNED BY "{role}"'))
-        await conn.execute(text(f'DROP ROLE "{role}"'))
-    await admin.dispose()
 
 
 async def test_the_worker_role_appends_but_cannot_rewrite_the_log(

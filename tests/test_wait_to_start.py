@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from tests.helpers import HISTORIES, RECORD
-from tests.workflow_doubles import Doubles, answer, answer_at, bench, loop_tool
+from tests.workflow_doubles import Doubles, answer, answer_at, bench, delivery_of, loop_tool
 from tests.workflow_helpers import failure, plan, until_status
 from waypoint.names import MemoryView, RunStatus, Update
 from waypoint.types import CallModelInput, ForkOrigin, ModelTurn, RunInput, RunProgress, RunResult
@@ -183,7 +183,8 @@ async def test_a_run_whose_thread_is_gone_fails_to_start_with_the_reason(ts: Wor
 
 
 async def test_a_run_cancelled_while_scheduled_posts_its_webhook(ts: WorkflowEnvironment) -> None:
-    """Patch webhook-1: a run that ends before it starts has ended all the same; its row records the webhook."""
+    """Patches webhook-1 and -2: a run that ends before it starts has ended all the same; its row
+    records the webhook, and its delivery is a workflow of its own."""
     doubles = Doubles(plan=plan(), turns=answer_at(1))
     hook = "https://hooks.example/waypoint"
     async with bench(ts.client, doubles) as b:
@@ -194,7 +195,9 @@ async def test_a_run_cancelled_while_scheduled_posts_its_webhook(ts: WorkflowEnv
         await until_status(handle, RunStatus.SCHEDULED)
         await handle.execute_update(Update.CANCEL, "not needed", result_type=RunProgress)
         result: RunResult = await handle.result()
+        delivery = await delivery_of(ts.client, handle)
+        assert await delivery.result() == "delivered"
     assert result.status == RunStatus.CANCELLED and doubles.started == []
     assert [h.webhook for h in doubles.held] == [hook]
-    assert [(w.run_id, w.url) for w in doubles.webhooks] == [(handle.id, hook)]
+    assert [(o.run_id, o.delivery_id) for o in doubles.opened] == [(handle.id, delivery.id)]
     assert doubles.webhook_finished_before == [1]

@@ -27,7 +27,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.experiment_doubles import CASE_WORK, ExperimentDoubles
-from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, loop_tool, ok, spec, tools
+from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, delivery_of, loop_tool, ok, spec, tools
 from tests.workflow_helpers import failure, plan, progress, until_status
 from waypoint import retry
 from waypoint.compaction_types import CompactionInput, CompactionReport
@@ -965,7 +965,7 @@ async def test_the_last_model_waits_out_its_breaker(ts: WorkflowEnvironment) -> 
     assert doubles.status_names == [RunStatus.WAITING_CAPACITY, RunStatus.RUNNING]
 
 
-# --- webhooks (patch webhook-1) ----------------------------------------------------------------
+# --- webhooks (patches webhook-1, webhook-2) ------------------------------------------------------
 
 HOOK = "https://hooks.example/waypoint"
 
@@ -974,49 +974,101 @@ def with_webhook(**kw: Any) -> RunInput:
     return RunInput(agent="double", task="test", tenant_id="t", webhook=HOOK, **kw)
 
 
-async def test_a_webhook_is_posted_once_after_the_run_finishes(ts: WorkflowEnvironment) -> None:
-    """Two retryable failures, then delivered: three attempts of one delivery (one id), all after finish_run."""
+async def test_a_webhook_is_delivered_by_a_workflow_of_its_own_after_the_run_ends(ts: WorkflowEnvironment) -> None:
+    """Two retryable failures, then delivered: three attempts of one delivery (its workflow's id), all
+    after finish_run; the run's workflow had ended before the delivery did."""
     doubles = Doubles(plan=plan(), turns=answer_at(2, "the answer"), webhook_failures=2)
     async with bench(ts.client, doubles) as b:
         handle = await b.start(with_webhook())
         result: RunResult = await handle.result()
+        delivery = await delivery_of(ts.client, handle)
+        assert await delivery.result() == "delivered"
     assert (result.status, result.output) == (RunStatus.COMPLETED, "the answer")
-    assert [(w.run_id, w.tenant_id, w.url) for w in doubles.webhooks] == [(handle.id, "t", HOOK)] * 3
-    assert len({w.delivery_id for w in doubles.webhooks}) == 1
-    assert doubles.webhook_finished_before == [1, 1, 1]
+    (opened,) = doubles.opened
+    assert (opened.delivery_id, opened.tenant_id, opened.run_id, opened.event) == (
+        delivery.id,
+        "t",
+        handle.id,
+        "run.finished",
+    )
+    assert opened.delivery_id.startswith("whd_") and doubles.webhook_finished_before == [1]
+    assert [(p.delivery_id, p.attempt) for p in doubles.posts] == [(delivery.id, 1), (delivery.id, 2), (delivery.id, 3)]
+    assert doubles.closed == []
+    run_end, delivery_end = (await handle.describe()).close_time, (await delivery.describe()).close_time
+    assert run_end is not None and delivery_end is not None and run_end <= doubles.posts[-1].at <= delivery_end
 
 
 async def test_a_run_without_a_webhook_posts_nothing(ts: WorkflowEnvironment) -> None:
     doubles = Doubles(plan=plan(), turns=answer_at(1))
     async with bench(ts.client, doubles) as b:
-        result: RunResult = await (await b.start()).result()
-    assert result.status == RunStatus.COMPLETED and doubles.webhooks == []
+        handle = await b.start()
+        result: RunResult = await handle.result()
+        children = [
+            e
+            async for e in handle.fetch_history_events()
+            if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+        ]
+    assert result.status == RunStatus.COMPLETED and doubles.opened == [] and children == []
 
 
-@pytest.mark.parametrize("refused", [True, False], ids=["refused", "attempts-spent"])
-async def test_a_webhook_that_fails_leaves_the_run_as_it_ended(ts: WorkflowEnvironment, refused: bool) -> None:
-    """A 4xx is not retried; a receiver that keeps failing gets WEBHOOK_ATTEMPTS attempts (a
-    minute of virtual backoff). Either way the run's result is what finish_run returned."""
-    doubles = Doubles(plan=plan(), turns=answer_at(2, "the answer"), webhook_refused=refused, webhook_failures=99)
+async def test_a_refused_webhook_goes_on_the_dead_letter_list_at_once(ts: WorkflowEnvironment) -> None:
+    """A 4xx is not retried: one attempt, then the delivery is given up; the run's result is what
+    finish_run returned."""
+    doubles = Doubles(plan=plan(), turns=answer_at(2, "the answer"), webhook_refused=True)
     async with bench(ts.client, doubles) as b:
         handle = await b.start(with_webhook())
         result: RunResult = await handle.result()
+        assert await (await delivery_of(ts.client, handle)).result() == "failed"
     assert (result.status, result.output, result.steps) == (RunStatus.COMPLETED, "the answer", 2)
-    assert len(doubles.webhooks) == (1 if refused else retry.WEBHOOK_ATTEMPTS)
-    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+    assert [p.attempt for p in doubles.posts] == [1]
+    (closed,) = doubles.closed
+    assert closed.reason == "the webhook answered HTTP 400"
+
+
+@pytest.mark.timeout(300)  # about a second of wall time per attempt: the dev server's timers tick in seconds
+async def test_a_receiver_that_stays_down_is_retried_over_the_whole_window_then_dead_lettered(
+    ts: WorkflowEnvironment,
+) -> None:
+    """The default window (24 h of virtual time): attempts 1, 2, 4 ... s apart, capped at an hour,
+    until no attempt fits in the window; then the delivery is given up, on the dead-letter list. The
+    run's workflow ended within a minute of virtual time; the delivery's lasted the day."""
+    doubles = Doubles(plan=plan(), turns=answer_at(1, "the answer"), webhook_failures=10**6)
+    window = timedelta(seconds=doubles.webhook_window)
+    assert window >= timedelta(hours=24)  # the default: as long as the senders people know retry
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start(with_webhook())
+        assert (await handle.result()).status == RunStatus.COMPLETED
+        run = await handle.describe()
+        delivery = await delivery_of(ts.client, handle)
+        assert await delivery.result() == "failed"
+    posts, (closed,) = doubles.posts, doubles.closed
+    assert [p.attempt for p in posts] == list(range(1, len(posts) + 1))
+    first, last = posts[0].at, posts[-1].at
+    for earlier, later in zip(posts, posts[1:], strict=False):
+        wait = retry.webhook_backoff(earlier.attempt)
+        # the dev server fires timers on a one-second tick: a wait is its backoff plus up to a few seconds
+        assert wait <= later.at - earlier.at <= wait + timedelta(seconds=5), (earlier, later)
+    assert retry.webhook_backoff(len(posts)) == retry.WEBHOOK_MAX_INTERVAL  # the cap was reached
+    assert last <= first + window < last + retry.webhook_backoff(len(posts))  # no attempt fitted after the last
+    assert len(posts) >= 30  # 12 doublings up to the hour, then about 22 hourly attempts
+    assert "its retry window ended" in (closed.reason or "") and "HTTP 503" in (closed.reason or "")
+    assert last <= closed.at <= first + window + timedelta(minutes=1)
+    assert run.close_time is not None and run.start_time is not None
+    assert run.close_time - run.start_time < timedelta(minutes=1) and run.close_time <= posts[1].at
 
 
 async def test_a_failed_run_posts_its_webhook_before_it_fails(ts: WorkflowEnvironment) -> None:
     def refuse(inp: CallModelInput) -> ModelTurn:
         raise ApplicationError("HTTP 400 from the model: bad request", type="ModelRequestRejected", non_retryable=True)
 
-    doubles = Doubles(plan=plan(), turns=refuse, webhook_refused=True)
+    doubles = Doubles(plan=plan(), turns=refuse)
     async with bench(ts.client, doubles) as b:
         handle = await b.start(with_webhook())
         message = await failure(handle)
+        assert await (await delivery_of(ts.client, handle)).result() == "delivered"
     assert "HTTP 400 from the model: bad request" in message  # the run's own failure, not the webhook's
     assert [f.status for f in doubles.finished] == [RunStatus.FAILED]
-    assert len(doubles.webhooks) == 1 and doubles.webhook_finished_before == [1]
+    assert len(doubles.opened) == 1 and doubles.webhook_finished_before == [1]
 
 
 async def test_a_run_that_cannot_start_posts_its_webhook(ts: WorkflowEnvironment) -> None:
@@ -1024,9 +1076,10 @@ async def test_a_run_that_cannot_start_posts_its_webhook(ts: WorkflowEnvironment
     async with bench(ts.client, doubles) as b:
         handle = await b.start(with_webhook())
         assert await failure(handle) == f"run {handle.id} could not start: unknown agent 'nobody'"
+        assert await (await delivery_of(ts.client, handle)).result() == "delivered"
     (finish,) = doubles.finished
     assert finish.start is not None and finish.start.webhook == HOOK  # its failed row records the webhook
-    assert [w.run_id for w in doubles.webhooks] == [handle.id]
+    assert [o.run_id for o in doubles.opened] == [handle.id]
 
 
 async def test_a_cancelled_run_posts_its_webhook(ts: WorkflowEnvironment) -> None:
@@ -1038,4 +1091,5 @@ async def test_a_cancelled_run_posts_its_webhook(ts: WorkflowEnvironment) -> Non
         assert doubles.tool_gate is not None
         doubles.tool_gate.set()
         result: RunResult = await handle.result()
-    assert result.status == RunStatus.CANCELLED and len(doubles.webhooks) == 1
+        assert await (await delivery_of(ts.client, handle)).result() == "delivered"
+    assert result.status == RunStatus.CANCELLED and len(doubles.opened) == 1

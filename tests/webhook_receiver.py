@@ -38,8 +38,8 @@ class Receiver:
 
 
 @contextlib.contextmanager
-def receiving(statuses: list[int]) -> Iterator[Receiver]:
-    """A Receiver serving in a thread until the block ends."""
+def receiving(statuses: list[int], port: int = 0) -> Iterator[Receiver]:
+    """A Receiver serving in a thread until the block ends (on `port`: one that was closed until now)."""
     found = Receiver(statuses=statuses)
 
     class Handler(BaseHTTPRequestHandler):
@@ -55,7 +55,7 @@ def receiving(statuses: list[int]) -> Iterator[Receiver]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     found.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/waypoint?token=t0k"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -21,10 +21,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime
 from typing import Any
 
 from temporalio import activity
+from temporalio.api.enums.v1 import ParentClosePolicy
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
@@ -36,13 +37,16 @@ from waypoint.compaction_types import (
     RunRef,
     SelectRunsInput,
 )
+from waypoint.config import Settings
 from waypoint.names import Activity, RunStatus, ToolOutcome, memory_task_queue
 from waypoint.types import (
     AgentCallInput,
     AgentCallResult,
     AwaitRunInput,
     CallModelInput,
+    CloseDeliveryInput,
     DeliverWebhookInput,
+    DeliveryPlan,
     FailoverRecord,
     FinishRunInput,
     ForkPoint,
@@ -53,6 +57,7 @@ from waypoint.types import (
     MemoryStepInput,
     MemoryStepResult,
     ModelTurn,
+    PostWebhookInput,
     RunInput,
     RunPlan,
     RunResult,
@@ -64,10 +69,12 @@ from waypoint.types import (
     ToolResult,
     ToolSpec,
     Usage,
+    WebhookDeliveryInput,
 )
 from waypoint.workflows.agent_run import AgentRunWorkflow
 from waypoint.workflows.compaction import CompactionWorkflow
 from waypoint.workflows.memory import MemoryRequestWorkflow
+from waypoint.workflows.webhooks import WebhookDeliveryWorkflow
 
 
 def call(name: str, arguments: str = "{}", id: str | None = None) -> ToolCall:
@@ -90,6 +97,16 @@ def loop_tool(name: str = "work", **kw: Any) -> Callable[[CallModelInput], Model
 def answer_at(step: int, text: str = "done", name: str = "work") -> Callable[[CallModelInput], ModelTurn]:
     """A model that calls `name` until `step`, where it answers `text`."""
     return lambda inp: answer(text) if inp.step >= step else tools(call(name, id=f"c{inp.step}"))
+
+
+@dataclass(frozen=True)
+class Posted:
+    """A post_webhook attempt (or a close_webhook_delivery call) as the doubles saw it."""
+
+    delivery_id: str
+    attempt: int
+    at: datetime  # when Temporal scheduled it: virtual time in the time-skipping environment
+    reason: str | None = None
 
 
 @dataclass
@@ -125,12 +142,22 @@ class Doubles:
     agent_calls: list[AgentCallInput] = field(default_factory=list)
     ledger: dict[str, ToolResult] = field(default_factory=dict)
     failovers: list[FailoverRecord] = field(default_factory=list)  # what record_failover logged, once each
-    # Webhooks: every deliver_webhook attempt, in order (with how many runs had finished by then);
-    # `webhook_failures` attempts fail first (retryable), `webhook_refused` fails each non-retryably.
-    webhooks: list[DeliverWebhookInput] = field(default_factory=list)
+    # Webhooks: every delivery opened (with how many runs had finished by then), every post_webhook
+    # attempt (with its attempt number and when, in the server's virtual time, it was scheduled), every
+    # delivery given up; `webhook_failures` attempts fail first (retryable, paced by the delivery's own
+    # retry policy), `webhook_refused` fails each non-retryably; `webhook_window` is the window
+    # open_webhook_delivery answers (the setting's default). `webhooks` are the attempts of runs from
+    # before patch webhook-2 (deliver_webhook), which only replays of old histories take.
+    opened: list[WebhookDeliveryInput] = field(default_factory=list)
     webhook_finished_before: list[int] = field(default_factory=list)
+    posts: list[Posted] = field(default_factory=list)
+    closed: list[Posted] = field(default_factory=list)
     webhook_failures: int = 0
     webhook_refused: bool = False
+    webhook_window: float = field(
+        default_factory=lambda: float(Settings.model_fields["webhook_retry_window_seconds"].default)
+    )
+    webhooks: list[DeliverWebhookInput] = field(default_factory=list)
     # Runs that wait to start: what hold_run wrote (each call), each thread's runs in order (a
     # thread not here is gone), and the runs await_run waited for.
     held: list[HoldRunInput] = field(default_factory=list)
@@ -218,14 +245,28 @@ class Doubles:
     @activity.defn(name=Activity.DELIVER_WEBHOOK)
     async def deliver_webhook(self, inp: DeliverWebhookInput) -> int:
         self.webhooks.append(inp)
+        return 200
+
+    @activity.defn(name=Activity.OPEN_WEBHOOK)
+    async def open_webhook_delivery(self, inp: WebhookDeliveryInput) -> DeliveryPlan:
+        self.opened.append(inp)
         self.webhook_finished_before.append(len(self.finished))
+        return DeliveryPlan(status="pending", window_seconds=self.webhook_window)
+
+    @activity.defn(name=Activity.POST_WEBHOOK)
+    async def post_webhook(self, inp: PostWebhookInput) -> int:
+        info = activity.info()
+        self.posts.append(Posted(inp.delivery_id, info.attempt, info.current_attempt_scheduled_time))
         if self.webhook_refused:
             raise ApplicationError("the webhook answered HTTP 400", type="WebhookRefused", non_retryable=True)
-        if len(self.webhooks) <= self.webhook_failures:
-            # a short delay of its own: the attempts, not the policy's backoff, are what tests count
-            delay = timedelta(milliseconds=10)
-            raise ApplicationError("the webhook answered HTTP 503", type="WebhookFailed", next_retry_delay=delay)
+        if len(self.posts) <= self.webhook_failures:
+            raise ApplicationError("the webhook answered HTTP 503", type="WebhookFailed")
         return 200
+
+    @activity.defn(name=Activity.CLOSE_WEBHOOK)
+    async def close_webhook_delivery(self, inp: CloseDeliveryInput) -> None:
+        info = activity.info()
+        self.closed.append(Posted(inp.delivery_id, info.attempt, info.current_attempt_scheduled_time, inp.reason))
 
     @activity.defn(name=Activity.HOLD_RUN)
     async def hold_run(self, inp: HoldRunInput) -> None:
@@ -336,6 +377,9 @@ class Doubles:
             self.set_run_status,
             self.finish_run,
             self.deliver_webhook,
+            self.open_webhook_delivery,
+            self.post_webhook,
+            self.close_webhook_delivery,
             self.agent_result,
             self.memory_step,
             self.compact_run,
@@ -383,6 +427,18 @@ class Bench:
         )
 
 
+async def delivery_of(client: Client, run: WorkflowHandle[Any, Any]) -> WorkflowHandle[Any, str]:
+    """The webhook delivery workflow the run started: a child it abandons, so it outlives the run."""
+    found = []
+    async for event in run.fetch_history_events():
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            found.append(event.start_child_workflow_execution_initiated_event_attributes)
+    (started,) = found
+    assert started.workflow_type.name == "WebhookDeliveryWorkflow"
+    assert started.parent_close_policy == ParentClosePolicy.PARENT_CLOSE_POLICY_ABANDON
+    return client.get_workflow_handle(started.workflow_id, result_type=str)
+
+
 @asynccontextmanager
 async def bench(client: Client, doubles: Doubles, *, memory: bool = False) -> AsyncIterator[Bench]:
     task_queue = f"ts-{uuid.uuid4().hex[:8]}"
@@ -392,7 +448,7 @@ async def bench(client: Client, doubles: Doubles, *, memory: bool = False) -> As
         Worker(
             client,
             task_queue=queue,
-            workflows=[AgentRunWorkflow, CompactionWorkflow, MemoryRequestWorkflow],
+            workflows=[AgentRunWorkflow, CompactionWorkflow, MemoryRequestWorkflow, WebhookDeliveryWorkflow],
             activities=doubles.activities(),
         )
         for queue in ([task_queue, memory_task_queue(task_queue)] if memory else [task_queue])
@@ -416,4 +472,18 @@ def spec(name: str = "work", **kw: Any) -> ToolSpec:
     return ToolSpec(name=name, timeout_seconds=kw.pop("timeout_seconds", 30), **kw)
 
 
-__all__ = ["RunStatus", "Doubles", "bench", "Bench", "call", "answer", "tools", "loop_tool", "answer_at", "ok", "spec"]
+__all__ = [
+    "RunStatus",
+    "Doubles",
+    "Posted",
+    "bench",
+    "Bench",
+    "delivery_of",
+    "call",
+    "answer",
+    "tools",
+    "loop_tool",
+    "answer_at",
+    "ok",
+    "spec",
+]

@@ -220,6 +220,13 @@ class Settings(BaseSettings):
         description="Webhooks may post to link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, "
         "169.254.169.254, metadata.google.internal...). Loopback and private networks are always allowed.",
     )
+    webhook_retry_window_seconds: float = Field(
+        86_400,
+        ge=1,
+        le=30 * 86_400,
+        description="How long a webhook delivery is retried (backoff 1 s doubling, at most an hour apart) before "
+        "it goes on the dead-letter list (`waypoint webhooks list --failed`). Read by the worker.",
+    )
     idempotency_retention_seconds: float = Field(
         86_400,
         gt=0,

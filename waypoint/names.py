@@ -177,7 +177,12 @@ class Activity(StrEnum):
     REMEMBER_MISSING = "remember_missing"
     AGENT_RESULT = "agent_result"
     RECORD_FAILOVER = "record_failover"
-    DELIVER_WEBHOOK = "deliver_webhook"
+    DELIVER_WEBHOOK = "deliver_webhook"  # runs from before webhook-2: the run's workflow posted itself
+    # A webhook delivery (workflows/webhooks.py): its row (made from the run's final state), one
+    # signed POST per attempt, and the dead-letter mark once its retry window has run out.
+    OPEN_WEBHOOK = "open_webhook_delivery"
+    POST_WEBHOOK = "post_webhook"
+    CLOSE_WEBHOOK = "close_webhook_delivery"
     # A run that waits before it starts (delayed, enqueued, joining a thread): its row at once,
     # its place on a thread, and the wait for the run before it (workflows/starts.py).
     HOLD_RUN = "hold_run"
@@ -198,6 +203,14 @@ class WebhookEvent(StrEnum):
     RUN_FINISHED = "run.finished"  # the run ended (any final status): its final state
 
 
+class DeliveryStatus(StrEnum):
+    """Where a webhook delivery stands: retried until delivered, or failed (the dead-letter list)."""
+
+    PENDING = "pending"  # not delivered yet: the next attempt comes while its retry window lasts
+    DELIVERED = "delivered"  # a 2xx answer
+    FAILED = "failed"  # its window ran out, or the receiver refused it (a 4xx): `webhooks redeliver` sends it again
+
+
 class Workflow(StrEnum):
     """Workflow type names (frozen)."""
 
@@ -205,6 +218,7 @@ class Workflow(StrEnum):
     COMPACTION = "CompactionWorkflow"
     MEMORY_REQUEST = "MemoryRequestWorkflow"
     EXPERIMENT = "ExperimentWorkflow"
+    WEBHOOK_DELIVERY = "WebhookDeliveryWorkflow"
 
 
 class VersioningMode(StrEnum):

@@ -15,9 +15,13 @@ Imported by workflow code, so it may use only temporalio and the standard librar
   tried START_ATTEMPTS times, anything else (an outage, an MCP server that hangs) at most
   START_RETRY's attempts; then the run ends `failed` with the reason.
 - Memory and inline compaction: a few attempts, then the run goes on without them.
-- Webhooks: a POST with no answer, a timeout, HTTP 429 or 5xx is retried with exponential backoff,
-  WEBHOOK_ATTEMPTS in all (about half a minute of waiting); another 4xx, a redirect or a refused
-  address is not. Whatever happens, the run's own outcome stays as it was.
+- Webhooks: each delivery is a workflow of its own (workflows/webhooks.py), so the run's workflow
+  ends at once. A POST with no answer, a timeout, HTTP 429 or 5xx is retried with exponential
+  backoff (1, 2, 4 s ... capped at WEBHOOK_MAX_INTERVAL) until the retry window ends (setting
+  `webhook_retry_window_seconds`, default 24 h: the activity's schedule-to-close timeout); another
+  4xx, a redirect or a refused address is not. Then the delivery is on the dead-letter list.
+  Whatever happens, the run's own outcome stays as it was. (Runs from before patch webhook-2
+  posted from their own workflow: WEBHOOK_ATTEMPTS attempts, about half a minute.)
 - Never retried: the error types in NON_RETRYABLE (`waypoint.errors`), whatever the activity.
 - Failover (an agent with several models): a model call that still fails after `failover_after`
   attempts with an error in FAILOVER_ERRORS (what a retry may heal, or a model this worker cannot
@@ -122,6 +126,26 @@ WEBHOOK_RETRY = RetryPolicy(
     maximum_attempts=WEBHOOK_ATTEMPTS,
     non_retryable_error_types=NON_RETRYABLE,
 )
+
+# A webhook delivery (workflows/webhooks.py): attempts 1, 2, 4, 8 ... s apart, at most an hour apart,
+# for as long as the delivery's retry window lasts (its schedule-to-close timeout): no attempt cap.
+WEBHOOK_MAX_INTERVAL = timedelta(hours=1)
+WEBHOOK_DELIVERY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=WEBHOOK_MAX_INTERVAL,
+    maximum_attempts=0,
+    non_retryable_error_types=NON_RETRYABLE,
+)
+
+
+def webhook_backoff(attempt: int) -> timedelta:
+    """How long WEBHOOK_DELIVERY_RETRY waits after failed attempt `attempt` (from 1) before the next."""
+    policy = WEBHOOK_DELIVERY_RETRY
+    assert policy.maximum_interval is not None
+    seconds = policy.initial_interval.total_seconds() * policy.backoff_coefficient ** min(attempt - 1, 64)
+    return min(timedelta(seconds=seconds), policy.maximum_interval)
+
 
 # A compaction pass is retried by the next scheduled one: a few attempts per activity are enough.
 PASS_RETRY = RetryPolicy(

@@ -562,6 +562,44 @@ class DeliverWebhookInput:
 
 
 @dataclass(frozen=True)
+class WebhookDeliveryInput:
+    """Input of WebhookDeliveryWorkflow: one event to one URL, retried until delivered or its window
+    ends. The delivery's row holds the URL and the body (a run's started delivery makes it from the
+    run's final row; a redelivery's is made by the client): neither rides in Temporal's history."""
+
+    delivery_id: str  # also the workflow's id: one workflow per delivery, ever
+    tenant_id: str
+    run_id: str
+    event: str = "run.finished"
+
+
+@dataclass(frozen=True)
+class DeliveryPlan:
+    """What `open_webhook_delivery` answers: the delivery's status (a delivery that is not pending
+    has nothing left to post) and the seconds left of its retry window."""
+
+    status: str
+    window_seconds: float
+
+
+@dataclass(frozen=True)
+class PostWebhookInput:
+    """Input of `post_webhook`: one signed POST of the delivery's body (every attempt reads its row)."""
+
+    delivery_id: str
+    tenant_id: str
+
+
+@dataclass(frozen=True)
+class CloseDeliveryInput:
+    """Input of `close_webhook_delivery`: the delivery was given up (`reason`): it goes on the dead-letter list."""
+
+    delivery_id: str
+    tenant_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class HoldRunInput:
     """A run that waits before it starts (workflows/starts.py): its row, written at once with status
     `scheduled` (until `start_at`, epoch seconds) or `queued` (after `after_run`, or on a thread)."""

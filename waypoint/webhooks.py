@@ -29,6 +29,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 TIMESTAMP_HEADER = "Waypoint-Timestamp"
 SIGNATURE_HEADER = "Waypoint-Signature"
@@ -60,6 +61,12 @@ def signed_headers(
         DELIVERY_HEADER: delivery_id,
         EVENT_HEADER: event,
     }
+
+
+def shown_url(url: str) -> str:
+    """A webhook URL as logs, tables and pages show it: without its query, which may carry a token."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
 def verify(
@@ -107,6 +114,7 @@ __all__ = [
     "TIMESTAMP_HEADER",
     "WebhookSignatureError",
     "signature",
+    "shown_url",
     "signed_headers",
     "verify",
 ]

@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from waypoint import retry
     from waypoint.compaction_types import CompactionSummary, CompactRunInput, summary_episode
     from waypoint.errors import MemoryElsewhere, failure_message
-    from waypoint.names import FINAL_ANSWER_TOOL, Activity, RunStatus, ToolOutcome, Workflow
+    from waypoint.names import FINAL_ANSWER_TOOL, Activity, RunStatus, ToolOutcome, WebhookEvent, Workflow
     from waypoint.pricing import format_usd
     from waypoint.types import (
         Budget,
@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         ToolResult,
         ToolSpec,
         TypedAnswer,
+        WebhookDeliveryInput,
     )
 
 DEFAULT_TOOL = ToolSpec(name="", timeout_seconds=retry.DEFAULT_TOOL_TIMEOUT_SECONDS)
@@ -261,9 +262,14 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
 
     async def _deliver_webhook(self, inp: RunInput) -> None:
         """Post the finished run to its webhook, if it has one (after FINISH_RUN: the body is the
-        final row). The activity retries what may heal; its final failure is logged and dropped, so
-        the run's status and its workflow's result stay as FINISH_RUN made them."""
+        final row). A delivery is a workflow of its own (workflows/webhooks.py) that outlives the
+        run's: this one ends once it has started, however long the receiver is down. Runs from before
+        patch webhook-2 posted here, retried for half a minute; a final failure was logged and
+        dropped, so the run's status and its workflow's result stay as FINISH_RUN made them."""
         if not inp.webhook or not workflow.patched("webhook-1"):
+            return
+        if workflow.patched("webhook-2"):
+            await self._start_delivery(inp)
             return
         delivery = DeliverWebhookInput(
             run_id=self._run_id, tenant_id=inp.tenant_id, url=inp.webhook, delivery_id=f"whd_{workflow.uuid4().hex}"
@@ -280,6 +286,21 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             workflow.logger.warning("run %s: webhook not delivered: %s", self._run_id, failure_message(exc))
         except asyncio.CancelledError:  # the workflow was cancelled while it posted: the run has ended all the same
             workflow.logger.warning("run %s: webhook delivery cancelled", self._run_id)
+
+    async def _start_delivery(self, inp: RunInput) -> None:
+        """Start the run's webhook delivery, abandoned to live on when this workflow ends; its id
+        (drawn here, so a replay draws the same) is the delivery's and its workflow's."""
+        delivery_id = f"whd_{workflow.uuid4().hex}"
+        try:
+            await workflow.start_child_workflow(
+                Workflow.WEBHOOK_DELIVERY,
+                WebhookDeliveryInput(delivery_id, inp.tenant_id, self._run_id, WebhookEvent.RUN_FINISHED),
+                id=delivery_id,
+                task_queue=workflow.info().task_queue,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            )
+        except asyncio.CancelledError:  # the workflow was cancelled while it started: the run has ended all the same
+            workflow.logger.warning("run %s: webhook delivery cancelled before it started", self._run_id)
 
     async def _finish_unstarted(self, inp: RunInput) -> RunResult:
         """End a run that waited to start and never did: cancelled while it waited, or it could not

@@ -32,6 +32,7 @@ from waypoint.app.client_keys import Keys
 from waypoint.app.client_limits import FleetLimits, FleetStats
 from waypoint.app.client_schedules import Schedules
 from waypoint.app.client_threads import Threads
+from waypoint.app.client_webhooks import Webhooks
 from waypoint.app.deploy import FINISHED_DEFAULT, FINISHED_MAX, DeployCheck
 from waypoint.checks import (
     NAME_MAX,
@@ -91,11 +92,13 @@ from waypoint.store.rows import (
     ThreadRow,
     Verdict,
     WebhookAttempt,
+    WebhookDelivery,
     WebhookSecret,
     as_json,
 )
 from waypoint.store.streams import DELTAS_CHANNEL, EVENTS_CHANNEL
 from waypoint.store.trees import RunTree, tree_totals
+from waypoint.store.webhooks import delivery_summary
 from waypoint.types import (
     AgentInfo,
     Budget,
@@ -191,6 +194,7 @@ class Waypoint:
         self.schedules = Schedules(self._store, self)
         self.assistants = Assistants(self._store, self, self._scoped)
         self.evals = Evals(self._store, self)
+        self.webhooks = Webhooks(self._store, self)
         self._trace_ids: dict[str, str] = {}
         self._stuck_seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 
@@ -318,8 +322,17 @@ class Waypoint:
         return await self._store.webhook_secret(self.tenant(tenant_id), rotate=rotate)
 
     async def webhook_attempts(self, run_id: str, *, tenant_id: str | None = None) -> list[WebhookAttempt]:
-        """Every attempt to post the run to its webhook, oldest first (empty: none yet, or no webhook)."""
+        """Every attempt to post the run to its webhook, oldest first (empty: none yet, or no webhook);
+        its deliveries (and redeliveries) are `wp.webhooks.list(run_id=...)`."""
         return await self._store.webhook_attempts(self._scoped(tenant_id, run_id), run_id)
+
+    async def webhook_summary(self, run_id: str, *, tenant_id: str | None = None) -> str:
+        """One line on how the run's webhook fared: its newest delivery (delivered, pending and when
+        next, or failed), or for runs from before deliveries its attempts."""
+        tenant = self._scoped(tenant_id, run_id)
+        deliveries = await self._store.webhook_deliveries(tenant, run_id=run_id, limit=1)
+        attempts = [] if deliveries else await self._store.webhook_attempts(tenant, run_id)
+        return delivery_summary(attempts, deliveries)
 
     async def agents(self) -> list[AgentInfo]:
         """The agents the workers of this deployment's task queue serve (the catalog they register)."""
@@ -1332,5 +1345,6 @@ __all__ = [
     "ScheduleRow",
     "StepState",
     "ThreadRow",
+    "WebhookDelivery",
     "as_json",
 ]

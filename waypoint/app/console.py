@@ -15,7 +15,7 @@ from rich.text import Text
 
 from waypoint.app.client_limits import FleetRun, FleetStats
 from waypoint.config import Settings
-from waypoint.names import STUCK, EventKind, LineageKind, RunStatus
+from waypoint.names import STUCK, DeliveryStatus, EventKind, LineageKind, RunStatus
 from waypoint.pricing import format_usd
 from waypoint.store.rows import (
     AgentCall,
@@ -31,11 +31,14 @@ from waypoint.store.rows import (
     ScheduleRow,
     StepLine,
     StepSide,
+    WebhookAttempt,
+    WebhookDelivery,
     as_json,
 )
 from waypoint.store.trees import RunTree
 from waypoint.types import AgentInfo
 from waypoint.versions import SHORT, AgentVersion
+from waypoint.webhooks import shown_url
 
 
 def fit(renderable: Any, target: Console) -> Any:
@@ -118,6 +121,8 @@ STATUS_STYLE: dict[str, str] = {
     RunStatus.SCHEDULED: "blue",
     RunStatus.QUEUED: "blue",
     STUCK: "bold red",
+    DeliveryStatus.DELIVERED: "green",
+    DeliveryStatus.PENDING: "yellow",
 }
 
 
@@ -731,3 +736,59 @@ def assistant_table(a: AssistantRow) -> Table:
     if a.builtin:
         table.add_row("kind", "an agent of the catalog (read-only: create an assistant of it to configure it)")
     return table
+
+
+def _when(at: Any) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S") if at else "-"
+
+
+def _last(status_code: int | None, error: str | None) -> str:
+    return error or (f"HTTP {status_code}" if status_code is not None else "-")
+
+
+def deliveries_table(rows: Sequence[WebhookDelivery], tenant: str, *, failed: bool = False) -> Table:
+    """One line per delivery: id, run, status, attempts (never cut), next attempt or end, URL, the last
+    answer (cut to what room is left; `webhooks show` has it whole)."""
+    which = "Failed webhook deliveries (the dead-letter list)" if failed else "Webhook deliveries"
+    table = Table(title=f"{which} of tenant {tenant}", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("delivery", "run", "status", "attempts"):  # never cut: people copy the ids
+        table.add_column(name, no_wrap=True)
+    for name in ("next / ended", "url", "last answer"):  # these give way on a narrow terminal
+        table.add_column(name)
+    for d in rows:
+        when = _when(d.next_attempt_at) if d.status == DeliveryStatus.PENDING else _when(d.ended_at)
+        table.add_row(
+            d.delivery_id,
+            d.run_id,
+            status_text(d.status),
+            str(d.attempts),
+            when,
+            one_line(shown_url(d.url)),
+            one_line(_last(d.last_status_code, d.last_error)),
+        )
+    return table
+
+
+def delivery_table(d: WebhookDelivery, attempts: Sequence[WebhookAttempt]) -> Group:
+    """A delivery (where it stands, its window) and each of its attempts."""
+    from waypoint.store.webhooks import delivery_line
+
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("delivery_id", d.delivery_id)
+    table.add_row("run", d.run_id)
+    table.add_row("event", d.event)
+    table.add_row("url", escape(shown_url(d.url)))
+    table.add_row("status", f"{status_text(d.status)}: {escape(delivery_line(d))}")
+    if d.redelivery_of:
+        table.add_row("redelivery of", d.redelivery_of)
+    table.add_row("created_at", _when(d.created_at))
+    table.add_row("window ends", _when(d.window_ends_at))
+    if d.status == DeliveryStatus.FAILED:
+        table.add_row("send it again", f"waypoint webhooks redeliver {d.delivery_id}")
+    lines = [
+        (str(a.attempt), _when(a.at), str(a.status_code or "-"), f"{a.duration_ms} ms", escape(a.error or "delivered"))
+        for a in attempts
+    ]
+    return Group(table, columns("Attempts", ("attempt", "at", "HTTP", "took", "outcome"), lines, wrap="outcome"))

@@ -38,13 +38,15 @@ INSTRUCTIONS = (
     "run_status (status and one line per step), run_tree (the sub-agent runs below a run and the "
     "tree's totals), step_state (what the model saw at a step and the step's events), diff_steps, "
     "search_memory (long-term memory), list_schedules (scheduled agents), list_assistants (the Agent "
-    "Protocol assistants runs start through). Evaluations: list_datasets, list_experiments, experiment "
+    "Protocol assistants runs start through), list_webhook_deliveries (webhook deliveries; failed=true: "
+    "the dead-letter list). Evaluations: list_datasets, list_experiments, experiment "
     "(an experiment's scores and each case's result), compare_experiments."
 )
 WRITE_INSTRUCTIONS = (
     " Steer runs: start_run, send_message, approve, deny, cancel_run, fork_run. Schedule agents: "
     "create_schedule, change_schedule (pause, resume, trigger, delete). Evaluate an agent on a dataset: "
-    "start_experiment, then experiment until its status is not running."
+    "start_experiment, then experiment until its status is not running. Send a delivered or failed webhook "
+    "delivery again: redeliver_webhook."
 )
 
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -228,12 +230,30 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         version 1), then the tenant's own, newest first (id, agent as graph_id, version, config, context)."""
         return await answer(ctx, lambda t: wp.assistants.search(graph_id=agent, limit=limit, tenant_id=t))
 
+    @server.tool(annotations=READ)
+    async def list_webhook_deliveries(
+        ctx: Context, failed: bool = False, run_id: str | None = None, limit: int = 50
+    ) -> str:
+        """The tenant's webhook deliveries, newest first: status (pending, delivered, failed), attempts,
+        the last answer, when the next attempt is due. `failed`: only the dead-letter list (given up
+        after the retry window, or refused); `run_id`: only that run's."""
+        return await answer(ctx, lambda t: wp.webhooks.list(failed=failed, run_id=run_id, limit=limit, tenant_id=t))
+
     _eval_tools(server, wp, answer)
     if settings.mcp_write:
         _write_tools(server, wp, answer)
         _schedule_tools(server, wp, answer)
         _experiment_tools(server, wp, answer)
+        _webhook_tools(server, wp, answer)
     return server
+
+
+def _webhook_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:
+    @server.tool(annotations=WRITE)
+    async def redeliver_webhook(ctx: Context, delivery_id: str) -> str:
+        """Send a delivered or failed webhook delivery again: a new delivery of the same body to the same
+        URL, retried as any. Answers the new delivery (its delivery_id, redelivery_of)."""
+        return await answer(ctx, lambda t: wp.webhooks.redeliver(delivery_id, tenant_id=t))
 
 
 def _eval_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitable[str]]) -> None:

@@ -49,7 +49,7 @@ from waypoint.config import Settings
 from waypoint.errors import ConfigError, Conflict, InvalidInput, NotFound, Unavailable, WaypointError
 from waypoint.evals.types import ExperimentInput
 from waypoint.names import Activity, Query, Workflow, memory_task_queue
-from waypoint.types import MemoryAnswer, MemoryRequest, RunInput, RunProgress, RunResult
+from waypoint.types import MemoryAnswer, MemoryRequest, RunInput, RunProgress, RunResult, WebhookDeliveryInput
 
 if TYPE_CHECKING:
     from temporalio.runtime import Runtime
@@ -228,6 +228,15 @@ class TemporalGateway:
             raise Conflict(f"experiment {inp.experiment_id} already exists") from None
         except RPCError as exc:
             raise rpc_error(exc, f"start experiment {inp.experiment_id}") from None
+
+    async def start_delivery(self, inp: WebhookDeliveryInput) -> None:
+        """Start a webhook delivery's workflow (a redelivery: a run's own starts from its workflow)."""
+        try:
+            await self._start(Workflow.WEBHOOK_DELIVERY, inp, inp.delivery_id, inp.tenant_id, None)
+        except WorkflowAlreadyStartedError:
+            raise Conflict(f"webhook delivery {inp.delivery_id} already exists") from None
+        except RPCError as exc:
+            raise rpc_error(exc, f"start webhook delivery {inp.delivery_id}") from None
 
     async def cancel_experiment(self, experiment_id: str) -> None:
         """Ask an experiment to stop: its runs in flight are cancelled, its row says `cancelled`."""

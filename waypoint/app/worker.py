@@ -52,12 +52,14 @@ from waypoint.workflows.agent_run import AgentRunWorkflow
 from waypoint.workflows.compaction import CompactionWorkflow
 from waypoint.workflows.experiments import ExperimentWorkflow
 from waypoint.workflows.memory import MemoryRequestWorkflow
+from waypoint.workflows.webhooks import WebhookDeliveryWorkflow
 
 log = logging.getLogger(__name__)
 
 # Every workflow a worker registers, by task queue: the deploy gate replays histories against these.
-# The main task queue: runs (sub-agent and experiment runs among them), compaction, experiments.
-WORKFLOWS: list[type] = [AgentRunWorkflow, CompactionWorkflow, ExperimentWorkflow]
+# The main task queue: runs (sub-agent and experiment runs among them), compaction, experiments,
+# webhook deliveries.
+WORKFLOWS: list[type] = [AgentRunWorkflow, CompactionWorkflow, ExperimentWorkflow, WebhookDeliveryWorkflow]
 MEMORY_WORKFLOWS: list[type] = [MemoryRequestWorkflow]  # the memory task queue
 
 
@@ -222,6 +224,7 @@ def build_worker(
     compaction = CompactionActivities(store, settings)
     starts = StartActivities(store)
     evals = EvalActivities(store, agents, settings, models.adapter)
+    webhooks = WebhookActivities(store, settings)
     return CatalogWorker(
         client,
         store=store,
@@ -243,7 +246,10 @@ def build_worker(
             AgentCallActivities(store).agent_result,
             compaction.select_runs,
             compaction.compact_run,
-            WebhookActivities(store, settings).deliver_webhook,
+            webhooks.deliver_webhook,
+            webhooks.open_webhook_delivery,
+            webhooks.post_webhook,
+            webhooks.close_webhook_delivery,
             starts.hold_run,
             starts.join_thread,
             starts.await_run,

@@ -9,7 +9,7 @@ status transitions), a step's writes, the tool ledger, compactions, what a step 
 listings, time travel, comparing two runs, integrity and retention, the mirror's invariants (what
 `verify --all` checks against Temporal), the agent catalog, the HTTP API's keys and threads,
 scheduled agents, runs that wait to start, what live streams read, the shared limiter of model calls,
-the fleet's figures over a period, the idempotency keys of starts, webhooks (signing secrets,
+the fleet's figures over a period, the idempotency keys of starts, webhooks (signing secrets, deliveries,
 delivery attempts), Agent Protocol assistants (versioned), the agent versions runs started with, and
 the rows a run's waterfall is drawn from, and evaluations (datasets, experiments, their results).
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.

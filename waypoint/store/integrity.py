@@ -20,7 +20,16 @@ from waypoint.store.base import StoreBase
 from waypoint.store.hashing import event_hash, state_hash
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, mismatch
 from waypoint.store.rows import RunRow, Verdict
-from waypoint.store.schema import checkpoints, compactions, events, recalled_texts, runs, tool_effects
+from waypoint.store.schema import (
+    checkpoints,
+    compactions,
+    events,
+    recalled_texts,
+    runs,
+    tool_effects,
+    webhook_attempts,
+    webhook_deliveries,
+)
 from waypoint.store.tree_travel import agent_calls
 from waypoint.store.trees import subtree
 
@@ -161,10 +170,13 @@ class Integrity(StoreBase):
 
     async def delete_run(self, tenant_id: str, run_id: str) -> None:
         """The retention path's last step: remove a finished run's rows (its events, checkpoints,
-        ledger, recalled texts, compactions and row), in one transaction."""
+        ledger, recalled texts, compactions, webhook deliveries (whose bodies hold its final state)
+        and attempts, and row), in one transaction."""
         async with self.engine.begin() as conn:
             await self._check_deletable(conn, tenant_id, run_id, lock=True)
             await conn.execute(text("SET LOCAL waypoint.retention = 'on'"))
-            for table in (tool_effects, recalled_texts, checkpoints, events, compactions):
+            for table in (tool_effects, recalled_texts, checkpoints, events, compactions, webhook_attempts):
                 await conn.execute(delete(table).where(table.c.run_id == run_id))
+            scoped = (webhook_deliveries.c.run_id == run_id) & (webhook_deliveries.c.tenant_id == tenant_id)
+            await conn.execute(delete(webhook_deliveries).where(scoped))
             await conn.execute(delete(runs).where(runs.c.run_id == run_id))

@@ -579,6 +579,7 @@ class WebhookAttempt:
     error: str | None = None  # why it was not delivered
     duration_ms: int = 0
     delivered: bool = False
+    delivery_id: str | None = None  # the delivery it was an attempt of (none for runs from before 0021)
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> WebhookAttempt:
@@ -586,6 +587,31 @@ class WebhookAttempt:
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "at": self.at.isoformat()}
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One webhook delivery (`webhook_deliveries`): an event to a URL, retried until delivered or
+    its window ends; `failed` ones are the dead-letter list (`DeliveryStatus`)."""
+
+    delivery_id: str
+    run_id: str
+    event: str
+    url: str
+    status: str
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+    last_status_code: int | None = None  # the last attempt's HTTP status; None when it got no answer
+    last_error: str | None = None  # why the last attempt did not deliver (or why it was given up)
+    next_attempt_at: datetime | None = None  # while pending: when the next attempt is due
+    window_ends_at: datetime | None = None  # no attempt after this (set once its workflow opened it)
+    redelivery_of: str | None = None  # the delivery this one sends again
+    ended_at: datetime | None = None  # when it was delivered or given up
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> WebhookDelivery:
+        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
 
 
 @dataclass(frozen=True)

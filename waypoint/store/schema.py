@@ -311,6 +311,31 @@ webhook_attempts = Table(
     Column("error", Text, nullable=True),
     Column("duration_ms", Integer, nullable=False, server_default="0"),
     Column("delivered", Boolean, nullable=False, server_default=text("false")),
+    Column("delivery_id", Text, nullable=True),  # the delivery it was an attempt of (none before 0021)
+)
+
+# Every webhook delivery (migration 0021): one event to one URL, retried by its own workflow until
+# delivered or its window ends; `failed` ones are the dead-letter list. `body` is what every attempt
+# posts, byte for byte; `window_ends_at` is set by the worker when the delivery opens.
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("delivery_id", Text, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("event", Text, nullable=False),
+    Column("url", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default="pending"),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("last_status_code", Integer, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=True),
+    Column("window_ends_at", DateTime(timezone=True), nullable=True),
+    Column("redelivery_of", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
 )
 
 # A start's idempotency key: every repeat within the retention window answers the same run.

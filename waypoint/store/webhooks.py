@@ -1,5 +1,6 @@
-"""Webhooks: each tenant's signing secret (made on first use, rotated on request) and every
-delivery attempt, tenant-scoped.
+"""Webhooks: each tenant's signing secret (made on first use, rotated on request), every delivery
+(one event to one URL, retried by its own workflow until delivered or its retry window ends; the
+failed ones are the dead-letter list) and every attempt, tenant-scoped.
 
 A secret is `whsec_` plus 32 random bytes (URL-safe base64). Unlike an API key it is stored as
 it is: the worker needs it to sign, and the tenant may show it again to configure a receiver.
@@ -8,15 +9,28 @@ it is: the worker needs it to sign, and the tenant may show it again to configur
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import DateTime, case, delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
 
+from waypoint.errors import NotFound
+from waypoint.names import DeliveryStatus
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import WebhookAttempt, WebhookSecret
-from waypoint.store.schema import webhook_attempts, webhook_secrets
+from waypoint.store.rows import WebhookAttempt, WebhookDelivery, WebhookSecret
+from waypoint.store.schema import webhook_attempts, webhook_deliveries, webhook_secrets
 
 SECRET_PREFIX = "whsec_"
+DELIVERY_PREFIX = "whd_"
+DELIVERIES_MAX = 1000  # deliveries one listing returns at most
+_DELIVERY_COLUMNS = [webhook_deliveries.c[name] for name in WebhookDelivery.__dataclass_fields__]
+_PENDING, _DELIVERED, _FAILED = (literal(str(s)) for s in DeliveryStatus)
+
+
+def delivery_not_found(delivery_id: str) -> NotFound:
+    return NotFound(f"no webhook delivery {delivery_id!r}: list them with `waypoint webhooks list`")
 
 
 def new_secret() -> str:
@@ -73,6 +87,186 @@ class Webhooks(StoreBase):
                 )
             )
 
+    # --- deliveries ------------------------------------------------------------------------------
+
+    async def create_delivery(
+        self,
+        tenant_id: str,
+        *,
+        delivery_id: str,
+        run_id: str,
+        event: str,
+        url: str,
+        body: str,
+        redelivery_of: str | None = None,
+    ) -> WebhookDelivery:
+        """The delivery's row, made pending unless it exists (a retried activity makes it once)."""
+        statement = (
+            insert(webhook_deliveries)
+            .values(
+                delivery_id=delivery_id,
+                tenant_id=tenant_id,
+                run_id=run_id,
+                event=event,
+                url=url,
+                body=body,
+                redelivery_of=redelivery_of,
+            )
+            .on_conflict_do_nothing(index_elements=["delivery_id"])
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(statement)
+        return await self.webhook_delivery(tenant_id, delivery_id)
+
+    async def open_delivery(self, tenant_id: str, delivery_id: str, window_seconds: float) -> tuple[str, float]:
+        """Start the delivery's retry window now, unless it started already: (its status, the
+        seconds left of its window); NotFound if there is no such row."""
+        ends = func.coalesce(webhook_deliveries.c.window_ends_at, func.now() + timedelta(seconds=window_seconds))
+        statement = (
+            update(webhook_deliveries)
+            .where(webhook_deliveries.c.tenant_id == tenant_id, webhook_deliveries.c.delivery_id == delivery_id)
+            .values(window_ends_at=ends)
+            .returning(
+                webhook_deliveries.c.status,
+                func.extract("epoch", webhook_deliveries.c.window_ends_at - func.now()).label("left"),
+            )
+        )
+        async with self.engine.begin() as conn:
+            row = (await conn.execute(statement)).first()
+        if row is None:
+            raise delivery_not_found(delivery_id)
+        return str(row.status), float(row.left)
+
+    async def webhook_delivery(self, tenant_id: str, delivery_id: str) -> WebhookDelivery:
+        """One delivery of the tenant's; NotFound for one it does not have."""
+        return (await self.delivery_body(tenant_id, delivery_id))[0]
+
+    async def delivery_body(self, tenant_id: str, delivery_id: str) -> tuple[WebhookDelivery, str]:
+        """A delivery and the body every attempt of it posts."""
+        query = select(*_DELIVERY_COLUMNS, webhook_deliveries.c.body).where(
+            webhook_deliveries.c.tenant_id == tenant_id, webhook_deliveries.c.delivery_id == delivery_id
+        )
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(query)).mappings().first()
+        if row is None:
+            raise delivery_not_found(delivery_id)
+        return WebhookDelivery.of(row), str(row["body"])
+
+    async def webhook_deliveries(
+        self, tenant_id: str, *, failed: bool = False, run_id: str | None = None, limit: int = 50
+    ) -> list[WebhookDelivery]:
+        """The tenant's deliveries, newest first: every one, or only the failed ones (the dead-letter
+        list), or a run's."""
+        conditions = [webhook_deliveries.c.tenant_id == tenant_id]
+        if failed:
+            conditions.append(webhook_deliveries.c.status == _FAILED)
+        if run_id is not None:
+            conditions.append(webhook_deliveries.c.run_id == run_id)
+        query = (
+            select(*_DELIVERY_COLUMNS)
+            .where(*conditions)
+            .order_by(webhook_deliveries.c.created_at.desc(), webhook_deliveries.c.delivery_id.desc())
+            .limit(min(limit, DELIVERIES_MAX))
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [WebhookDelivery.of(r) for r in rows]
+
+    async def record_delivery_attempt(
+        self,
+        tenant_id: str,
+        delivery_id: str,
+        *,
+        attempt: int,
+        status_code: int | None,
+        error: str | None,
+        duration_ms: int,
+        delivered: bool,
+        final: bool,
+        next_attempt_at: datetime | None,
+    ) -> None:
+        """One attempt of a delivery, in one transaction: its `webhook_attempts` row, and the delivery's
+        row moved on (delivered; failed when `final`, a refusal no retry heals; else still pending,
+        due again at `next_attempt_at`). A late attempt that delivers wins over a give-up."""
+        d = webhook_deliveries.c
+        status: Any = d.status
+        if delivered:
+            status = _DELIVERED
+        elif final:
+            status = case((d.status == _PENDING, _FAILED), else_=d.status)
+        ends = delivered or final
+        moving = update(webhook_deliveries).where(d.tenant_id == tenant_id, d.delivery_id == delivery_id)
+        moving = moving.values(
+            status=status,
+            attempts=func.greatest(d.attempts, attempt),
+            last_status_code=status_code,
+            last_error=error,
+            next_attempt_at=None
+            if ends or next_attempt_at is None
+            else case((d.status == _PENDING, literal(next_attempt_at, DateTime(timezone=True))), else_=None),
+            updated_at=func.now(),
+            ended_at=func.coalesce(d.ended_at, func.now()) if ends else d.ended_at,
+        ).returning(d.run_id, d.url)
+        async with self.engine.begin() as conn:
+            row = (await conn.execute(moving)).first()
+            if row is None:
+                raise delivery_not_found(delivery_id)
+            await conn.execute(
+                webhook_attempts.insert().values(
+                    run_id=row.run_id,
+                    tenant_id=tenant_id,
+                    delivery_id=delivery_id,
+                    attempt=attempt,
+                    url=row.url,
+                    status_code=status_code,
+                    error=error,
+                    duration_ms=duration_ms,
+                    delivered=delivered,
+                )
+            )
+
+    async def close_delivery(self, tenant_id: str, delivery_id: str, reason: str) -> None:
+        """Give a pending delivery up (its window ended, or it was refused): it goes on the dead-letter
+        list, with `reason` as its error unless an attempt left one."""
+        d = webhook_deliveries.c
+        statement = (
+            update(webhook_deliveries)
+            .where(d.tenant_id == tenant_id, d.delivery_id == delivery_id, d.status == _PENDING)
+            .values(
+                status=_FAILED,
+                next_attempt_at=None,
+                last_error=func.coalesce(d.last_error, reason),
+                updated_at=func.now(),
+                ended_at=func.now(),
+            )
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(statement)
+
+    async def forget_delivery(self, tenant_id: str, delivery_id: str) -> None:
+        """Remove a delivery no workflow took up (its start failed), so no pending row waits forever."""
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                delete(webhook_deliveries).where(
+                    webhook_deliveries.c.tenant_id == tenant_id,
+                    webhook_deliveries.c.delivery_id == delivery_id,
+                    webhook_deliveries.c.attempts == 0,
+                )
+            )
+
+    async def delivery_attempts(self, tenant_id: str, delivery_id: str) -> list[WebhookAttempt]:
+        """A delivery's attempts, oldest first; NotFound for a delivery the tenant does not have."""
+        await self.webhook_delivery(tenant_id, delivery_id)
+        columns = [webhook_attempts.c[name] for name in WebhookAttempt.__dataclass_fields__]
+        query = (
+            select(*columns)
+            .where(webhook_attempts.c.tenant_id == tenant_id, webhook_attempts.c.delivery_id == delivery_id)
+            .order_by(webhook_attempts.c.id)
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [WebhookAttempt.of(r) for r in rows]
+
     async def webhook_attempts(self, tenant_id: str, run_id: str) -> list[WebhookAttempt]:
         """The run's delivery attempts, oldest first; NotFound for a run the tenant does not have."""
         columns = [webhook_attempts.c[name] for name in WebhookAttempt.__dataclass_fields__]
@@ -87,15 +281,42 @@ class Webhooks(StoreBase):
         return [WebhookAttempt.of(r) for r in rows]
 
 
-def delivery_summary(attempts: list[WebhookAttempt]) -> str:
-    """One line on how a run's webhook fared: "delivered after 3 attempts (HTTP 200)"."""
+def _attempts(n: int) -> str:
+    return f"{n} attempt{'s' if n != 1 else ''}"
+
+
+def delivery_summary(attempts: list[WebhookAttempt], deliveries: Sequence[WebhookDelivery] = ()) -> str:
+    """One line on how a run's webhook fared: "delivered after 3 attempts (HTTP 200)". With the run's
+    deliveries (newest first), the newest one's line; else (runs from before deliveries) the attempts'."""
+    if deliveries:
+        return delivery_line(deliveries[0])
     if not attempts:
         return "not posted yet"
     last = attempts[-1]
-    count = f"{len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"
     if any(a.delivered for a in attempts):
-        return f"delivered after {count} (HTTP {last.status_code})"
-    return f"not delivered after {count}; last: {last.error}"
+        return f"delivered after {_attempts(len(attempts))} (HTTP {last.status_code})"
+    return f"not delivered after {_attempts(len(attempts))}; last: {last.error}"
 
 
-__all__ = ["SECRET_PREFIX", "Webhooks", "delivery_summary", "new_secret"]
+def delivery_line(d: WebhookDelivery) -> str:
+    """One line on where a delivery stands: delivered, pending (when its next attempt is due) or failed."""
+    if d.status == DeliveryStatus.DELIVERED:
+        return f"delivered after {_attempts(d.attempts)} (HTTP {d.last_status_code})"
+    last = f"; last: {d.last_error}" if d.last_error else ""
+    if d.status == DeliveryStatus.FAILED:
+        return f"failed after {_attempts(d.attempts)}, on the dead-letter list{last}"
+    if d.attempts == 0:
+        return "pending: not posted yet"
+    due = f", next attempt at {d.next_attempt_at:%Y-%m-%d %H:%M:%S} UTC" if d.next_attempt_at else ""
+    return f"pending after {_attempts(d.attempts)}{due}{last}"
+
+
+__all__ = [
+    "DELIVERY_PREFIX",
+    "SECRET_PREFIX",
+    "Webhooks",
+    "delivery_line",
+    "delivery_not_found",
+    "delivery_summary",
+    "new_secret",
+]

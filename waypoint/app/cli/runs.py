@@ -77,6 +77,8 @@ async def status(
         lines = await wp.timeline(run_id)
         family = await wp.tree(run_id)
         hooks = await wp.webhook_attempts(run_id) if row.webhook else []
+        deliveries = await wp.webhooks.list(run_id=run_id) if row.webhook else []
+        hook_line = await wp.webhook_summary(run_id) if row.webhook else None
         live = None
         if row.status not in FINISHED and not row.stuck:  # a stuck run answers no query
             try:
@@ -96,14 +98,13 @@ async def status(
                 "live": live,
                 "children": below,
                 "webhook_attempts": attempts,
+                "webhook_deliveries": deliveries,
             }
         )
         return
     out.console.print(out.run_table(row))
-    if row.webhook:
-        from waypoint.store.webhooks import delivery_summary
-
-        out.console.print(f"webhook: {delivery_summary(hooks)}", markup=False, highlight=False)
+    if hook_line:
+        out.console.print(f"webhook: {hook_line}", markup=False, highlight=False)
     if lines:
         out.console.print(out.timeline_table(lines))
     if len(family.nodes) > 1:

@@ -18,6 +18,9 @@
     GET  /ui/schedules               the tenant's schedules: next fire times, last runs, pause/resume/fire
     GET  /ui/schedules/{id}          one schedule and the runs it fired
     POST /ui/schedules/{id}/{action} pause, resume, trigger
+    GET  /ui/webhooks?failed=&run_id=  webhook deliveries: pending (next attempt), delivered, failed (the
+                                     dead-letter list); GET /ui/webhooks/{id}: one and its attempts
+    POST /ui/webhooks/{id}/redeliver send a delivered or failed delivery again
     GET  /ui/experiments             the tenant's experiments: dataset@version, agent, status, per-scorer means
     GET  /ui/experiments/{id}        its summary table and every case's result, linked to the case's run
     GET  /ui/experiments/{a}/compare/{b}   B against A per scorer (wins, losses, significance) and per case
@@ -44,7 +47,7 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from waypoint.app.http.ui import actions, experiments, fleet, pages, schedules
+from waypoint.app.http.ui import actions, experiments, fleet, pages, schedules, webhooks
 from waypoint.app.http.ui.render import HERE, LoginNeeded, error_page
 
 
@@ -54,6 +57,7 @@ def install(app: Any) -> None:
     app.include_router(pages.router)
     app.include_router(actions.router)
     app.include_router(schedules.router)
+    app.include_router(webhooks.router)
     app.include_router(experiments.router)
     app.include_router(fleet.router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")

@@ -24,7 +24,6 @@ from waypoint.app.http.ui.render import (
 )
 from waypoint.errors import InvalidInput, NotFound, WaypointError
 from waypoint.names import FINISHED, EventKind, RunSort, RunStatus
-from waypoint.store.webhooks import delivery_summary
 from waypoint.working_memory import recalled_texts
 
 PAGE_SIZE = 50
@@ -153,7 +152,7 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
         last_step = lines[-1].step if lines else 0
         tail = await wp.events(run_id, since_step=last_step, limit=5000, tenant_id=tenant)
         after_seq = max((e.seq for e in tail), default=0)  # the stream sends what lands after the page
-    webhook = delivery_summary(await wp.webhook_attempts(run_id, tenant_id=tenant)) if row.webhook else None
+    webhook = await wp.webhook_summary(run_id, tenant_id=tenant) if row.webhook else None
     settings = api.settings
     trace_url = settings.trace_ui_url.format(trace_id=row.trace_id) if settings.trace_ui_url and row.trace_id else None
     temporal_url = (

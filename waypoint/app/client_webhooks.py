@@ -1,0 +1,102 @@
+"""`wp.webhooks`: webhook deliveries, tenant-scoped, for every surface (CLI `waypoint webhooks`,
+HTTP `/v1/webhooks/deliveries`, the viewer's Webhooks page, MCP).
+
+    pending = await wp.webhooks.list()                  # newest first
+    dead = await wp.webhooks.list(failed=True)          # the dead-letter list
+    again = await wp.webhooks.redeliver(dead[0].delivery_id)
+
+A delivery is one event (a run's end) to one URL, retried by a workflow of its own until delivered
+or its retry window ends (`webhook_retry_window_seconds`, default 24 h); then it is `failed`, on the
+dead-letter list. A redelivery is a new delivery of the same body, with its own id (in the body's
+`delivery_id` and the `Waypoint-Delivery` header) and `redelivery_of` naming the one it sends again.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import uuid
+from typing import TYPE_CHECKING
+
+from waypoint.checks import check_count, check_name
+from waypoint.errors import Conflict
+from waypoint.names import DeliveryStatus
+from waypoint.store import RunStore
+from waypoint.store.rows import WebhookAttempt, WebhookDelivery
+from waypoint.store.webhooks import DELIVERIES_MAX, DELIVERY_PREFIX
+from waypoint.types import WebhookDeliveryInput
+
+if TYPE_CHECKING:
+    from waypoint.app.client import Waypoint
+
+
+def new_delivery_id() -> str:
+    return f"{DELIVERY_PREFIX}{uuid.uuid4().hex}"
+
+
+def redelivered_body(body: str, delivery_id: str, original: str) -> str:
+    """The body a redelivery posts: the original's, with its own delivery id and the original's named."""
+    data = json.loads(body)
+    if isinstance(data, dict):
+        data["delivery_id"] = delivery_id
+        data["redelivery_of"] = original
+    return json.dumps(data, separators=(",", ":"))
+
+
+class Webhooks:
+    def __init__(self, store: RunStore, wp: Waypoint):
+        self._store = store
+        self._wp = wp
+
+    def _tenant(self, tenant_id: str | None, delivery_id: str | None = None) -> str:
+        check_name("the delivery id", delivery_id)
+        return self._wp.tenant(tenant_id)
+
+    async def list(
+        self, *, failed: bool = False, run_id: str | None = None, limit: int = 50, tenant_id: str | None = None
+    ) -> builtins.list[WebhookDelivery]:
+        """The tenant's deliveries, newest first: all of them, or (`failed`) the dead-letter list, or a run's."""
+        check_count("limit", limit, high=DELIVERIES_MAX)
+        check_name("the run id", run_id)
+        return await self._store.webhook_deliveries(self._tenant(tenant_id), failed=failed, run_id=run_id, limit=limit)
+
+    async def get(self, delivery_id: str, *, tenant_id: str | None = None) -> WebhookDelivery:
+        """One delivery; NotFound for one the tenant does not have."""
+        return await self._store.webhook_delivery(self._tenant(tenant_id, delivery_id), delivery_id)
+
+    async def attempts(self, delivery_id: str, *, tenant_id: str | None = None) -> builtins.list[WebhookAttempt]:
+        """A delivery's attempts, oldest first."""
+        return await self._store.delivery_attempts(self._tenant(tenant_id, delivery_id), delivery_id)
+
+    async def redeliver(self, delivery_id: str, *, tenant_id: str | None = None) -> WebhookDelivery:
+        """Send a delivered or failed delivery again: a new delivery (a workflow of its own, retried as
+        any) of the same body to the same URL. Conflict while the delivery is still pending."""
+        tenant = self._tenant(tenant_id, delivery_id)
+        original, body = await self._store.delivery_body(tenant, delivery_id)
+        if original.status == DeliveryStatus.PENDING:
+            at = original.next_attempt_at
+            due = f" (next attempt at {at:%Y-%m-%d %H:%M:%S} UTC)" if at else ""
+            raise Conflict(
+                f"webhook delivery {delivery_id} is still being retried{due}: redeliver it once it is delivered "
+                "or failed (`waypoint webhooks list --failed`)"
+            )
+        again = new_delivery_id()
+        row = await self._store.create_delivery(
+            tenant,
+            delivery_id=again,
+            run_id=original.run_id,
+            event=original.event,
+            url=original.url,
+            body=redelivered_body(body, again, delivery_id),
+            redelivery_of=delivery_id,
+        )
+        try:
+            gateway = await self._wp.temporal()
+            await gateway.start_delivery(WebhookDeliveryInput(again, tenant, original.run_id, original.event))
+        except BaseException:
+            await self._store.forget_delivery(tenant, again)  # no workflow took it up: no row waits forever
+            raise
+        return row
+
+
+__all__ = ["Webhooks", "new_delivery_id", "redelivered_body"]
