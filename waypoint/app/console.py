@@ -264,8 +264,9 @@ def runs_table(rows: Sequence[RunRow], tenant: str, width: int | None = None) ->
             status += f" (starts at {r.start_at.strftime('%m-%d %H:%M')})"
         version = r.agent_fingerprint[:SHORT] if r.agent_fingerprint else "-"
         lines.append((r, [r.run_id, r.agent, version, status, str(r.steps), model_cell(r)]))
-    # A column takes its text, a space of padding each side and one between columns; the edges one each.
-    need = sum(max(len(head), *(len(cells[i]) for _, cells in lines)) + 3 for i, head in enumerate(heads)) + 1
+    # A column takes its text, a space of padding each side and one between columns, the edges one
+    # each; the time and the task, however narrow, a character and their spaces each.
+    need = sum(max(len(head), *(len(cells[i]) for _, cells in lines)) + 3 for i, head in enumerate(heads)) + 1 + 8
     if need > (width or console.width):
         heads = heads[:-1]
     table = Table(title=f"Runs of tenant {tenant}", title_justify="left", box=box.SIMPLE_HEAD)
