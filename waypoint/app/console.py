@@ -256,7 +256,7 @@ def runs_table(rows: Sequence[RunRow], tenant: str, width: int | None = None) ->
     The model (the one each run calls now) is shown whole when the terminal (`width`, else the
     console's) has room for it beside those, else left out (`waypoint status` shows it): a model
     cut to `op…` says nothing."""
-    heads = ("run id", "agent", "version", "status", "steps", "model")
+    heads: tuple[str, ...] = ("run id", "agent", "version", "status", "steps", "model")
     lines = []
     for r in rows:
         status = r.shown_status + (f" #{r.waiting_position}" if r.waiting_position else "")
