@@ -28,6 +28,7 @@ from waypoint.mcp import MCPHub
 from waypoint.names import Activity, RunStatus
 from waypoint.retry import START_ATTEMPTS
 from waypoint.store import RunStore
+from waypoint.store.rows import RunRow
 from waypoint.store.steps import NewRun
 from waypoint.types import (
     FailoverRecord,
@@ -48,6 +49,12 @@ def first_set(a: float | None, b: float | None) -> Any:
 
 def smallest(a: float | None, b: float | None) -> Any:
     return min((v for v in (a, b) if v), default=None)
+
+
+def annotate_models(row: RunRow) -> None:
+    """The run-level model attributes on this attempt's span: `waypoint.run.model`, the model the run
+    calls now, and `waypoint.run.models`, every model it has been on (the chat spans name each call's)."""
+    telemetry.annotate(**{"run.model": row.current_model, "run.models": list(row.models_used)})
 
 
 class CheckpointActivities:
@@ -139,7 +146,9 @@ class CheckpointActivities:
                 models=[plan.model, *plan.fallback_models],
                 mcp_tools=mcp_names,
             )
-            telemetry.annotate(**{"agent.fingerprint": version.fingerprint})
+            telemetry.annotate(
+                **{"agent.fingerprint": version.fingerprint, "run.model": plan.model, "run.models": [plan.model]}
+            )
             new = NewRun(
                 run_id=inp.run_id,
                 tenant_id=inp.tenant_id,
@@ -181,8 +190,9 @@ class CheckpointActivities:
     @activity.defn(name=Activity.RECORD_FAILOVER)
     @boundary
     async def record_failover(self, record: FailoverRecord) -> None:
-        """Log a step's move to the agent's next model as a `model_failover` event (once, whatever the retries)."""
-        await self.store.record_failover(record)
+        """Log a step's move to the agent's next model as a `model_failover` event (once, whatever the
+        retries), with the run's row; the attempt's span says where the run is now."""
+        annotate_models(await self.store.record_failover(record))
 
     @activity.defn(name=Activity.SET_STATUS)
     @boundary
@@ -222,6 +232,7 @@ class CheckpointActivities:
                 interrupted=inp.interrupted,
                 output_json=json.loads(inp.output) if inp.output_is_json and inp.output is not None else None,
             )
+        annotate_models(row)
         result = row.result()
         if row.caller_run_id is None:
             # A typed answer's parsed copy stays in Postgres (the client reads it there): history

@@ -5,11 +5,17 @@ Postgres, in `waypoint show` and the viewer's step page; a model the worker cann
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from mcp import Client as McpClient
+from mcp import StdioServerParameters
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -18,7 +24,7 @@ from temporalio.worker import Replayer
 
 from tests.agents import add
 from tests.conftest import ApiServer
-from tests.helpers import HISTORIES, RECORD, eventually, waypoint
+from tests.helpers import HISTORIES, RECORD, cli_env, eventually, start, waypoint
 from waypoint import Agent, telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
@@ -29,7 +35,7 @@ from waypoint.errors import ConfigError
 from waypoint.store import RunStore
 from waypoint.store.schema import events, model_key_health
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
-from waypoint.types import RetrySpec
+from waypoint.types import FailoverRecord, RetrySpec
 from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.postgres
@@ -288,9 +294,113 @@ async def test_an_open_breaker_fails_over_at_once_and_a_recovered_model_takes_th
     assert moves[0] == [(flaky, fake, 1, "ModelUnavailable"), (fake, flaky, 0, "recovered")], moves
     assert moves[1] == [(flaky, fake, 0, "breaker"), (fake, flaky, 0, "recovered")], moves
     assert failed == ["flaky-model"]  # one 503 in all: run B never called the model while its breaker was open
-    for run_id in (first, second):  # the run ends on the model it came back to
+    for run_id in (first, second):  # the run ends on the model it came back to, and its row says so
         assert (await logged(engine, run_id, "model_response"))[-1]["model"] == "flaky-model"
+        row = await wp.run(run_id)
+        assert (row.model, row.current_model, row.models_used) == (flaky, flaky, [flaky, fake])
 
 
 async def _has_failover(engine: AsyncEngine, run_id: str) -> bool:
     return bool(await logged(engine, run_id, "model_failover"))
+
+
+FAILED_OVER = "openai:fake-model (failed over from openai:down-model)"
+USED = ["openai:down-model", "openai:fake-model"]
+
+
+async def test_after_a_failover_every_surface_shows_the_model_the_run_is_on_and_the_models_it_used(
+    client: Client,
+    engine: AsyncEngine,
+    settings: Settings,
+    spans: InMemorySpanExporter,
+    worker,
+    fake_openai: FakeOpenAI,
+    api: ApiServer,
+) -> None:
+    provider_down_for("down-model", fake_openai)
+    # The CLI as a user runs it: `--follow` says when the run moves, and its last table where it is.
+    followed = await waypoint(settings, "run", "add 2 and 3", "--agent", "failover-two", "--follow")
+    assert followed.code == 0, followed.err
+    run_id = followed.out.split("started ", 1)[1].split()[0]
+    assert "model openai:down-model -> openai:fake-model  models used: openai:down-model, openai:fake-model" in (
+        followed.out
+    ), followed.out
+    assert followed.out.index("-> openai:fake-model") < followed.out.index("step   1")  # as it happened
+    assert FAILED_OVER in followed.out, followed.out
+
+    # The Python client's row: `model` is still the one it started on (a rerun starts there again).
+    row = await Waypoint(client, engine, settings).run(run_id)
+    assert (row.model, row.current_model, row.models_used) == ("openai:down-model", "openai:fake-model", USED)
+
+    shown = await waypoint(settings, "status", run_id)
+    assert shown.code == 0, shown.err
+    assert FAILED_OVER in shown.out and re.search(r"models used +openai:down-model, openai:fake-model", shown.out)
+    as_json = json.loads((await waypoint(settings, "status", run_id, "--json")).out)
+    assert (as_json["model"], as_json["current_model"], as_json["models_used"]) == (USED[0], USED[1], USED)
+    listed = await waypoint(settings, "runs")  # 200 columns: the model is whole, starred as failed over
+    line = next(ln for ln in listed.out.splitlines() if run_id in ln)
+    assert "openai:fake-model*" in line and "down-model" not in line, listed.out
+    # 80 columns have no room for it beside the id, agent and status, which stay whole: it is left out.
+    narrow = await waypoint(settings, "runs", env=cli_env(settings) | {"COLUMNS": "80"})
+    line = next(ln for ln in narrow.out.splitlines() if run_id in ln)
+    assert "failover-two" in line and "completed" in line and len(line.rstrip()) <= 80, narrow.out
+    assert " model " not in narrow.out and "openai" not in narrow.out, narrow.out
+    rows = json.loads((await waypoint(settings, "runs", "--json")).out)
+    assert [(r["current_model"], r["models_used"]) for r in rows if r["run_id"] == run_id] == [(USED[1], USED)]
+
+    # HTTP: the run, the list, and the Agent Protocol's run.
+    got = (await api.http.get(f"/v1/runs/{run_id}")).json()
+    assert (got["model"], got["current_model"], got["models_used"]) == (USED[0], USED[1], USED)
+    page = (await api.http.get("/v1/runs", params={"run_id": run_id})).json()
+    assert [(r["current_model"], r["models_used"]) for r in page["runs"]] == [(USED[1], USED)]
+    protocol = (await api.http.get(f"/runs/{run_id}")).json()
+    assert (protocol["metadata"]["model"], protocol["metadata"]["models_used"]) == (USED[1], USED)
+
+    # The viewer's run page and runs list.
+    key = await Waypoint(client, engine, settings).keys.valid(api.key)
+    assert key is not None
+    api.http.cookies.set(session.COOKIE, session.issue(session.secret_of(settings.ui_secret), key.id))
+    html = (await api.http.get(f"/ui/runs/{run_id}")).text
+    assert '<span id="run-model-now">openai:fake-model</span>' in html
+    assert "(failed over from openai:down-model, the model it started on)" in html
+    assert "<li>openai:down-model</li><li>openai:fake-model</li>" in html
+    runs_page = (await api.http.get("/ui")).text
+    cell = runs_page.split(f'data-run="{run_id}"', 1)[1].split('data-col="model"', 1)[1].split("</td>", 1)[0]
+    assert "openai:fake-model" in cell and "failed over (2 models)" in cell and "down-model, openai:fake" in cell
+
+    # MCP, over stdio as an assistant runs it.
+    params = StdioServerParameters(command=sys.executable, args=["-m", "waypoint", "mcp"], env=cli_env(settings))
+    async with McpClient(params) as mcp:
+        status = await mcp.call_tool("run_status", {"run_id": run_id})
+        run = json.loads(status.content[0].text)["run"]  # type: ignore[union-attr]
+        listed_runs = json.loads((await mcp.call_tool("list_runs", {})).content[0].text)  # type: ignore[union-attr]
+    assert (run["model"], run["current_model"], run["models_used"]) == (USED[0], USED[1], USED)
+    assert [(r["current_model"], r["models_used"]) for r in listed_runs if r["run_id"] == run_id] == [(USED[1], USED)]
+
+    # The trace: the failover's and the end's attempt spans say where the run is and where it has been.
+    telemetry.current().force_flush()
+    attempts = {
+        s.name: s.attributes or {}
+        for s in spans.get_finished_spans()
+        if s.name.startswith("RunActivity:") and (s.attributes or {}).get("waypoint.run_id") == run_id
+    }
+    assert attempts["RunActivity:start_run"]["waypoint.run.model"] == USED[0]
+    for name in ("RunActivity:record_failover", "RunActivity:finish_run"):
+        assert attempts[name]["waypoint.run.model"] == USED[1], name
+        assert list(attempts[name]["waypoint.run.models"]) == USED, name
+
+
+async def test_a_failover_moves_the_run_row_once_in_the_events_transaction(store: RunStore, settings: Settings) -> None:
+    """The row moves with the `model_failover` event: a retry of the same move changes neither, a
+    move back to a model it was on keeps each model once, in order of first use."""
+    run_id = await start(store, settings, model="openai:a")
+    assert (await store.get_run(settings.tenant, run_id)).models_used == ["openai:a"]
+    away = FailoverRecord(run_id, settings.tenant, 1, "openai:a", "openai:b", 2, "HTTP 503", "ModelUnavailable")
+    moved = await store.record_failover(away)
+    again = await store.record_failover(away)  # the activity retried after its commit
+    back = await store.record_failover(replace(away, step=3, from_model="openai:b", to_model="openai:a"))
+    assert (moved.current_model, moved.models_used) == ("openai:b", ["openai:a", "openai:b"])
+    assert again == moved
+    assert (back.model, back.current_model, back.models_used) == ("openai:a", "openai:a", ["openai:a", "openai:b"])
+    logged = [e for e in await store.events(settings.tenant, run_id) if e.kind == "model_failover"]
+    assert [(e.step, e.payload["to"]) for e in logged] == [(1, "openai:b"), (3, "openai:a")]

@@ -106,3 +106,53 @@ async def test_0018_gives_runs_from_before_no_fingerprint_and_indexes_the_filter
     assert "text_pattern_ops" in index and "tenant_id" in index
     assert keys == "PRIMARY KEY (tenant_id, fingerprint)"
     assert gone is None
+
+
+async def test_0022_gives_runs_that_failed_over_before_it_their_models_from_their_events(fresh_database: str):
+    """A run that failed over (and back) before 0022 gets the model it was on last and the models it
+    was on, in order of first use, from its `model_failover` events; a run that never did keeps both
+    null (it reads as on its `model`); the downgrade drops both columns."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from waypoint.store.db import _alembic_config, create_engine
+
+    engine = create_engine(fresh_database)
+
+    async def alembic(step, revision: str) -> None:
+        async with engine.connect() as conn:
+            await conn.run_sync(lambda c: step(_alembic_config(c), revision))
+            await conn.commit()
+
+    run = (
+        "INSERT INTO runs (run_id, tenant_id, agent, task, model, status, max_steps) "
+        "VALUES (:id, 't', 'a', 'x', :m, 'completed', 3)"
+    )
+    move = (
+        "INSERT INTO events (run_id, seq, step, kind, payload, hash) "
+        "VALUES ('run-moved', :seq, :seq, 'model_failover', CAST(:payload AS jsonb), :hash)"
+    )
+    await alembic(command.downgrade, "0021")
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(run), [{"id": "run-moved", "m": "openai:a"}, {"id": "run-stayed", "m": "openai:a"}])
+            for seq, (frm, to) in enumerate(
+                (("openai:a", "openai:b"), ("openai:b", "openai:c"), ("openai:c", "openai:a")), 1
+            ):
+                payload = f'{{"from": "{frm}", "to": "{to}"}}'
+                await conn.execute(text(move), {"seq": seq, "payload": payload, "hash": f"h{seq}"})
+    finally:
+        await alembic(command.upgrade, "head")
+    async with engine.connect() as conn:
+        found = {
+            r.run_id: (r.current_model, r.models_used)
+            for r in await conn.execute(text("SELECT run_id, current_model, models_used FROM runs"))
+        }
+    await alembic(command.downgrade, "0021")
+    async with engine.connect() as conn:
+        columns = set(
+            await conn.scalars(text("SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"))
+        )
+    await engine.dispose()
+    assert found == {"run-moved": ("openai:a", ["openai:a", "openai:b", "openai:c"]), "run-stayed": (None, None)}
+    assert not {"current_model", "models_used"} & columns

@@ -250,6 +250,25 @@ RUN_FIELDS = (
 )
 
 
+def model_text(run: RunRow) -> str:
+    """The model the run calls now, and after a failover the one it started on."""
+    if run.current_model == run.model:
+        return escape(run.current_model)
+    return escape(run.current_model) + f" [dim](failed over from {escape(run.model)})[/dim]"
+
+
+def model_cell(run: RunRow) -> str:
+    """The runs table's model: the one it calls now, `*` after it when it failed over (`waypoint
+    status` lists every model it has been on)."""
+    return run.current_model + ("*" if run.failed_over else "")
+
+
+def model_switch_text(before: str, run: RunRow) -> str:
+    """`--follow`'s line when the run moves to another model (a failover, or back to one that recovered)."""
+    used = escape(", ".join(run.models_used))
+    return f"[yellow]model[/yellow] {escape(before)} -> {escape(run.current_model)}  [dim]models used: {used}[/dim]"
+
+
 def run_table(run: RunRow) -> Table:
     table = Table(show_header=False, box=None)
     table.add_column(style="bold")
@@ -258,8 +277,12 @@ def run_table(run: RunRow) -> Table:
         value = getattr(run, key)
         if key == "status":
             value = run.shown_status
+        if key == "model":
+            value = model_text(run)
         if value is not None:
             table.add_row(key, status_text(value) if key == "status" else str(value))
+        if key == "model" and run.failed_over:
+            table.add_row("models used", escape(", ".join(run.models_used)))
     if run.output_json is not None:  # a typed answer (its agent's output_type), validated
         table.add_row("output_json", escape(json.dumps(run.output_json, indent=2, ensure_ascii=False)))
     if run.agent_fingerprint:  # the agent version it started with (`waypoint agent-version FINGERPRINT`)
@@ -301,21 +324,34 @@ def tree_table(tree: RunTree) -> Table:
     return table
 
 
-def runs_table(rows: Sequence[RunRow], tenant: str) -> Table:
+def runs_table(rows: Sequence[RunRow], tenant: str, width: int | None = None) -> Table:
     """One line per run. On a narrow terminal the task gives way, then the time: the id (people
-    copy it), the agent and the status are never wrapped or cut (rich shrinks wrappable columns only)."""
-    table = Table(title=f"Runs of tenant {tenant}", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("run id", "agent", "version", "status", "steps"):
-        table.add_column(col, no_wrap=True, justify="right" if col == "steps" else "left")
-    table.add_column("created")
-    table.add_column("task")
+    copy it), the agent and the status are never wrapped or cut (rich shrinks wrappable columns only).
+    The model (the one each run calls now) is shown whole when the terminal (`width`, else the
+    console's) has room for it beside those, else left out (`waypoint status` shows it): a model
+    cut to `op…` says nothing."""
+    heads: tuple[str, ...] = ("run id", "agent", "version", "status", "steps", "model")
+    lines = []
     for r in rows:
-        created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
-        status = status_text(r.shown_status) + (f" #{r.waiting_position}" if r.waiting_position else "")
+        status = r.shown_status + (f" #{r.waiting_position}" if r.waiting_position else "")
         if r.status == RunStatus.SCHEDULED and r.start_at is not None:
             status += f" (starts at {r.start_at.strftime('%m-%d %H:%M')})"
         version = r.agent_fingerprint[:SHORT] if r.agent_fingerprint else "-"
-        table.add_row(r.run_id, r.agent, version, status, str(r.steps), created, one_line(r.task))
+        lines.append((r, [r.run_id, r.agent, version, status, str(r.steps), model_cell(r)]))
+    # A column takes its text, a space of padding each side and one between columns, the edges one
+    # each; the time and the task, however narrow, a character and their spaces each.
+    need = sum(max(len(head), *(len(cells[i]) for _, cells in lines)) + 3 for i, head in enumerate(heads)) + 1 + 8
+    if need > (width or console.width):
+        heads = heads[:-1]
+    table = Table(title=f"Runs of tenant {tenant}", title_justify="left", box=box.SIMPLE_HEAD)
+    for head in heads:
+        table.add_column(head, no_wrap=True, justify="right" if head == "steps" else "left")
+    table.add_column("created")
+    table.add_column("task")
+    for r, cells in lines:
+        cells[3] = status_text(cells[3])
+        created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
+        table.add_row(*cells[: len(heads)], created, one_line(r.task))
     return table
 
 

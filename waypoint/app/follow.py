@@ -64,11 +64,21 @@ async def log_grew(wp: Waypoint, run_id: str) -> AsyncIterator[asyncio.Event]:
             await listener.close()
 
 
+def say_model(before: str, run: RunRow, as_json_lines: bool) -> None:
+    """A line when the run moves to another model (a failover, or back to one that recovered): with
+    `--json`, `{"model": ..., "from": ..., "models_used": [...]}`, told from a step's line by its keys."""
+    if as_json_lines:
+        print(json.dumps({"model": run.current_model, "from": before, "models_used": run.models_used}), flush=True)
+    else:
+        out.console.print(out.model_switch_text(before, run))
+
+
 async def _follow(wp: Waypoint, run_id: str, as_json_lines: bool, poll_seconds: float) -> RunRow:
     shown = 0
     gateway = await wp.temporal()
     quiet_since = asked_at = time.monotonic()
     said: set[str] = set()
+    on_model: str | None = None  # the model last shown: the one it started on, until a failover moves it
     async with log_grew(wp, run_id) as moved:
         with out.console.status(f"waiting for a worker to start {run_id}...") as spinner:
             while True:
@@ -80,6 +90,10 @@ async def _follow(wp: Waypoint, run_id: str, as_json_lines: bool, poll_seconds: 
                     if ended is not None:
                         raise WaypointError(ended) from None
                     run = None
+                if run is not None and on_model != run.current_model:
+                    if on_model is not None or run.current_model != run.model:
+                        say_model(on_model or run.model, run, as_json_lines)
+                    on_model = run.current_model
                 for line in await wp.timeline(run_id, after_step=shown) if run is not None else []:
                     if as_json_lines:
                         print(json.dumps(as_json(line)), flush=True)

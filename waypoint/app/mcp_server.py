@@ -129,8 +129,9 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
     async def list_runs(
         ctx: Context, limit: int = 20, status: str | None = None, fingerprint: str | None = None
     ) -> str:
-        """The tenant's runs, newest first (id, agent, task, status, steps, tokens, cost, times, and
-        `agent_fingerprint`, the agent version each started with); `fingerprint`: only the runs that
+        """The tenant's runs, newest first (id, agent, task, status, steps, tokens, cost, times,
+        `agent_fingerprint`, the agent version each started with, and `current_model`, the model each
+        calls now, with `models_used`, every model it has been on); `fingerprint`: only the runs that
         started with the version whose fingerprint starts with it (4 to 64 hex digits)."""
         return await answer(
             ctx, lambda t: wp.runs(tenant_id=t, limit=limit, status=status, fingerprint=fingerprint or None)
@@ -138,8 +139,9 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
 
     @server.tool(annotations=READ)
     async def run_status(ctx: Context, run_id: str) -> str:
-        """One run: its row, one line per step (action, tools, tokens, time), and while it runs its
-        live state (current step, pending approvals)."""
+        """One run: its row (`model` is the one it started on; after a failover `current_model` is the
+        one it calls now and `models_used` every one it has been on, in order), one line per step
+        (action, tools, tokens, time), and while it runs its live state (current step, pending approvals)."""
 
         async def status(tenant: str) -> dict[str, Any]:
             row = await wp.run(run_id, tenant_id=tenant)

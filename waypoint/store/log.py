@@ -191,9 +191,10 @@ class RunLog(StoreBase):
                 new: list[NewEvent] = [(step, EventKind.MODEL_ATTEMPT_FAILED, payload)]
                 await append_events(conn, run_id, new, attempt=attempt, locked=True)
 
-    async def record_failover(self, record: FailoverRecord) -> None:
-        """A step's move to the agent's next model, as a `model_failover` event; a retry of the same
-        move (its step, its target) changes nothing."""
+    async def record_failover(self, record: FailoverRecord) -> RunRow:
+        """A step's move to the agent's next model, as a `model_failover` event, and the run's row
+        moved with it (`current_model`, `models_used`); a retry of the same move (its step, its target)
+        changes nothing. Returns the row."""
         payload: dict[str, Any] = {
             "from": record.from_model,
             "to": record.to_model,
@@ -202,7 +203,7 @@ class RunLog(StoreBase):
             "error_type": record.error_type,
         }
         async with self.engine.begin() as conn:
-            await self._run(conn, record.tenant_id, record.run_id, lock=True)
+            run = await self._run(conn, record.tenant_id, record.run_id, lock=True)
             logged = await conn.execute(
                 select(events.c.seq).where(
                     events.c.run_id == record.run_id,
@@ -211,9 +212,17 @@ class RunLog(StoreBase):
                     events.c.payload["to"].astext == record.to_model,
                 )
             )
-            if logged.first() is None:
-                new: list[NewEvent] = [(record.step, EventKind.MODEL_FAILOVER, payload)]
-                await append_events(conn, record.run_id, new, locked=True)
+            if logged.first() is not None:
+                return run
+            new: list[NewEvent] = [(record.step, EventKind.MODEL_FAILOVER, payload)]
+            await append_events(conn, record.run_id, new, locked=True)
+            used = run.models_used if record.to_model in run.models_used else [*run.models_used, record.to_model]
+            await conn.execute(
+                update(runs)
+                .where(runs.c.run_id == record.run_id)
+                .values(current_model=record.to_model, models_used=used, updated_at=func.now())
+            )
+            return await self._run(conn, record.tenant_id, record.run_id)
 
 
 async def transition_status(

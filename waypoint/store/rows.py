@@ -66,10 +66,26 @@ class RunRow:
     assistant_version: int | None = None
     # The fingerprint of the agent version it started with (None: it started before versions existed).
     agent_fingerprint: str | None = None
+    # The model it calls now (`model` is the one it started on: they differ after a failover), and
+    # every model it has been on, in order of first use; a row that never failed over stores neither.
+    current_model: str = ""  # stored null before a failover: the row reads `model`
+    models_used: list[str] = field(default_factory=list)
     # Never stored: its place in that key's line (1: next), when a read asked the limiter.
     waiting_position: int | None = None
     # Never stored: why its workflow task keeps failing, when a read asked Temporal (`Waypoint.with_stuck`).
     stuck: str | None = None
+
+    def __post_init__(self) -> None:
+        # Never failed over: on the model it started on, the only one it used.
+        if not self.current_model:
+            object.__setattr__(self, "current_model", self.model)
+        if not self.models_used:
+            object.__setattr__(self, "models_used", [self.model] if self.model else [])
+
+    @property
+    def failed_over(self) -> bool:
+        """Whether it has been on another model than the one it started on."""
+        return len(self.models_used) > 1
 
     @property
     def shown_status(self) -> str:

@@ -84,6 +84,10 @@ runs = Table(
     Column("assistant_version", Integer, nullable=True),
     # Migration 0018: the fingerprint of the agent version it started with (None: started before).
     Column("agent_fingerprint", Text, nullable=True),
+    # Migration 0021: after a failover, the model the run calls now and every model it has been on, in
+    # order of first use (`model` stays the one it started on); both None while it never failed over.
+    Column("current_model", Text, nullable=True),
+    Column("models_used", JSONB, nullable=True),
 )
 
 events = Table(

@@ -134,7 +134,8 @@ async def fork(
 
 async def follow_to_end(wp: Waypoint, run_id: str, as_json: bool) -> None:
     """Print steps until the run ends, then its row (with `as_json`, JSON lines throughout: one
-    line per step, then the row on one line); exit code 1 if it did not end well."""
+    line per step and one per move to another model, then the row on one line); exit code 1 if it
+    did not end well."""
     from waypoint.app import console as out
     from waypoint.app.follow import follow
     from waypoint.names import RunStatus

@@ -162,6 +162,9 @@ def run_json(run_id: str, thread_id: str | None, assistant_id: str, row: RunRow 
             "assistant_version": row.assistant_version if row else None,
             # The agent version it started with (GET /v1/agent-versions/{fingerprint} shows it).
             "agent_fingerprint": row.agent_fingerprint if row else None,
+            # The model it calls now (after a failover, not the one it started on) and every one it was on.
+            "model": row.current_model if row else None,
+            "models_used": row.models_used if row else [],
         },
         "multitask_strategy": "reject",
         "kwargs": {},

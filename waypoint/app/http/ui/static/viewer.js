@@ -1,7 +1,7 @@
 // Follows a live run: /v1/runs/{id}/stream (server-sent events, the session cookie authenticates),
-// appends the server-rendered rows of new steps, shows the model's tokens as they stream in,
-// and reloads the page when the run's status changes (approvals, the end). Its table of
-// sub-agent runs follows the tree's own stream (tree.js).
+// appends the server-rendered rows of new steps, shows the model's tokens as they stream in and
+// the model a failover moves it to, and reloads the page when the run's status changes
+// (approvals, the end). Its table of sub-agent runs follows the tree's own stream (tree.js).
 const body = document.getElementById("steps");
 const liveText = document.getElementById("live-text");
 
@@ -35,6 +35,30 @@ let leaving = false;
 window.addEventListener("beforeunload", () => { leaving = true; });
 document.addEventListener("submit", () => { leaving = true; });
 
+// A model_failover event: the run is on another model now (the header's Model and Models used).
+function showModel(event) {
+  const to = JSON.parse(event.data).payload?.to;
+  const now = document.getElementById("run-model-now");
+  const used = document.getElementById("run-models");
+  if (!to || !now || !used) return;
+  now.textContent = to;
+  if (![...used.children].some((li) => li.textContent === to)) {
+    const li = document.createElement("li");
+    li.textContent = to;
+    used.appendChild(li);
+  }
+  const started = used.firstElementChild ? used.firstElementChild.textContent : to;
+  let hint = now.parentElement.querySelector(".hint");
+  if (!hint) {
+    hint = document.createElement("span");
+    hint.className = "hint";
+    now.parentElement.append(" ", hint);
+  }
+  hint.textContent = to === started
+    ? "(back on the model it started on, after a failover)"
+    : `(failed over from ${started}, the model it started on)`;
+}
+
 function follow() {
   const url = `/v1/runs/${encodeURIComponent(body.dataset.run)}/stream?after=${body.dataset.afterSeq}`;
   const source = new EventSource(url);
@@ -43,6 +67,7 @@ function follow() {
   const onLog = (event) => { liveText.hidden = true; liveText.textContent = ""; appendRows(); announce(event); };
   for (const kind of ["model_response", "tool_result", "user_message", "decision"]) source.addEventListener(kind, onLog);
   source.addEventListener("model_attempt_failed", announce);
+  source.addEventListener("model_failover", showModel);
   source.addEventListener("attempt_started", () => { liveText.textContent = ""; });
   source.addEventListener("model_delta", (event) => {
     const data = JSON.parse(event.data);
