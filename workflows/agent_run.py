@@ -210,6 +210,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         except asyncio.CancelledError:
             # Temporal asked the workflow to cancel: its caller ended (the parent-close policy of a
             # sub-agent run) or someone cancelled the workflow itself. The run records its end.
+            # (Runs from before cancel-tree-1 only: newer ones take the request as a cancel, cancels.py.)
             if not workflow.patched("cancel-request-1"):
                 raise
             self._cancel_reason = self._cancel_reason or (
