@@ -55,6 +55,8 @@ def test_histories_are_checked_in():
     assert names >= {
         "agent_run_calculator.json",
         "agent_run_cancelled_in_flight.json",
+        "agent_run_cancelled_tree.json",
+        "agent_run_cancelled_tree_child.json",
         "agent_run_clumsy.json",
         "agent_run_failed_start.json",
         "agent_run_mute_once.json",

@@ -9,30 +9,16 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
-from tests.helpers import HISTORIES, RECORD
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, delivery_of, loop_tool
-from tests.workflow_helpers import failure, plan, until_status
+from tests.workflow_helpers import failure, plan, replayed, until_status
 from waypoint.names import MemoryView, RunStatus, Update
 from waypoint.types import CallModelInput, ForkOrigin, ModelTurn, RunInput, RunProgress, RunResult
-from waypoint.workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def replayed(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    """The run's history replays against the workflow code (and, recording, is checked in for
-    tests/test_replay.py: the branch a new run took stays replayable by later code)."""
-    history = await handle.fetch_history()
-    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
-    if RECORD:
-        (HISTORIES / name).write_text(history.to_json())
 
 
 async def test_a_delayed_run_waits_for_its_time_then_starts(ts: WorkflowEnvironment) -> None:

@@ -28,7 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.experiment_doubles import CASE_WORK, ExperimentDoubles
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, delivery_of, loop_tool, ok, spec, tools
-from tests.workflow_helpers import failure, plan, progress, until_status
+from tests.workflow_helpers import failure, plan, progress, until, until_status
 from waypoint import retry
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import (
@@ -377,6 +377,9 @@ async def test_cancel_stops_a_model_call_in_flight(ts: WorkflowEnvironment) -> N
         "step": 1,
         "activity": "call_model",
         "why": "step 1's model call was cancelled in flight",
+        "recorded": False,
+        "in_flight": [{"call": "model", "model": "double", "ended": "cancelled"}],
+        "not_started": [],
     }
 
 
@@ -566,14 +569,6 @@ def index_of(run_id: str) -> int:
     return int(run_id.rsplit(".", 1)[1])
 
 
-async def until(probe: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not probe():
-        assert loop.time() < deadline, f"{what} never happened"
-        await asyncio.sleep(0.02)
-
-
 async def until_closed(client: Client, run_id: str, timeout: float = 20) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -678,6 +673,10 @@ async def test_a_child_that_reaches_its_budget_is_a_tool_error(ts: WorkflowEnvir
 
 
 async def test_cancelling_the_caller_cancels_its_children_in_flight(ts: WorkflowEnvironment) -> None:
+    """Patch cancel-tree-1: the caller asks its children to cancel at once (not when it closes) and
+    waits for their ends; their tools in flight finish, and the caller's step is recorded with how
+    each child ended. The deeper tree and its history are in tests/test_cancel_logic.py."""
+
     def turns(inp: CallModelInput) -> ModelTurn:
         if inp.agent == LEAD:
             return fan_out(3)
@@ -688,21 +687,28 @@ async def test_cancelling_the_caller_cancels_its_children_in_flight(ts: Workflow
         handle = await b.start()
         await until(lambda: len(doubles.tool_calls) == 3, "three children in their tool")
         await handle.execute_update(Update.CANCEL, "stop the tree", result_type=RunProgress)
+        assert doubles.tool_gate is not None
+        doubles.tool_gate.set()  # the tools in flight finish after the cancel
         result: RunResult = await handle.result()
         children = [child_run_id(handle.id, 1, i) for i in range(3)]
-        for child in children:  # the parent-close policy reached each child, which recorded its own end
-            await until_closed(ts.client, child)
+        assert sorted(doubles.tools_done) == sorted(f"{c}:1:0" for c in children) and doubles.tools_cut == []
     assert (result.status, result.error) == (RunStatus.CANCELLED, "stop the tree")
-    end = doubles.end_of(handle.id)
-    assert end is not None and end.interrupted == {
-        "step": 1,
-        "activity": "agents",
-        "why": "step 1's sub-agent runs were cancelled in flight",
-    }
+    why = f"its caller {handle.id} was cancelled: stop the tree"
     assert [(doubles.end_of(c).status, doubles.end_of(c).error) for c in children] == [  # type: ignore[union-attr]
-        (RunStatus.CANCELLED, "its caller ended")
+        (RunStatus.CANCELLED, why)
     ] * 3
-    assert doubles.records == [] and doubles.ledger == {}  # no step ended, no answer recorded
+    assert [doubles.steps_of(c) for c in children] == [[1]] * 3  # each child's step recorded as it ended
+    assert doubles.steps_of(handle.id) == [1]  # and the caller's, with each child's end as its call's result
+    answers = [doubles.ledger[f"{handle.id}:1:{i}"] for i in range(3)]
+    assert [(a.outcome, a.output) for a in answers] == [
+        (ToolOutcome.TOOL_ERROR, f"error: sub-agent child ended cancelled: {why}")
+    ] * 3
+    end = doubles.end_of(handle.id)
+    assert end is not None and end.interrupted is not None
+    assert (end.interrupted["step"], end.interrupted["activity"], end.interrupted["recorded"]) == (1, "agents", True)
+    assert sorted((e["run_id"], e["ended"]) for e in end.interrupted["in_flight"]) == [
+        (c, RunStatus.CANCELLED) for c in children
+    ]
 
 
 async def test_a_child_at_max_agent_depth_starts_no_grandchild(ts: WorkflowEnvironment) -> None:

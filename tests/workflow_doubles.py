@@ -132,6 +132,8 @@ class Doubles:
     recorded_lookups: list[list[RunToolInput]] = field(default_factory=list)
     recorded: set[str] = field(default_factory=set)  # call ids a rerun finds in the record
     tool_gate: asyncio.Event | None = None  # set: tools wait for it
+    tools_done: list[str] = field(default_factory=list)  # idempotency keys of the tool calls that returned
+    tools_cut: list[str] = field(default_factory=list)  # ... and of those whose activity saw a cancellation
     model_gate: asyncio.Event | None = None  # set: model calls wait for it (heartbeating, so they can be cancelled)
     model_cancelled: list[int] = field(default_factory=list)  # steps whose model call saw its cancellation
     memory_elsewhere: bool = False  # set: a model call with memory on the main queue finds no store there
@@ -200,10 +202,14 @@ class Doubles:
     async def run_tool(self, inp: RunToolInput) -> ToolResult:
         self.tool_calls.append(inp)
         self.tool_local.append(activity.info().is_local)
-        if self.tool_gate is not None:
-            while not self.tool_gate.is_set():
+        try:
+            while self.tool_gate is not None and not self.tool_gate.is_set():
                 activity.heartbeat()
                 await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            self.tools_cut.append(inp.idempotency_key)
+            raise
+        self.tools_done.append(inp.idempotency_key)
         if self.tool is not None:
             return self.tool(inp)
         return ToolResult(call_id=inp.call.id, name=inp.call.name, output=f"ok {inp.idempotency_key}")

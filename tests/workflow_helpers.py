@@ -5,15 +5,19 @@ itself is the `ts` fixture in tests/conftest.py."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Replayer
 
+from tests.helpers import HISTORIES, RECORD
 from tests.workflow_doubles import spec
 from waypoint.names import Query
 from waypoint.types import RunPlan, RunProgress
+from waypoint.workflows.agent_run import AgentRunWorkflow
 
 
 def plan(**kw: Any) -> RunPlan:
@@ -44,3 +48,20 @@ async def failure(handle: WorkflowHandle[Any, Any]) -> str:
     cause = caught.value.cause
     assert isinstance(cause, ApplicationError)
     return cause.message
+
+
+async def until(probe: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not probe():
+        assert loop.time() < deadline, f"{what} never happened"
+        await asyncio.sleep(0.02)
+
+
+async def replayed(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """The run's history replays against the workflow code (and, recording, is checked in for
+    tests/test_replay.py: the branch a new run took stays replayable by later code)."""
+    history = await handle.fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+    if RECORD:
+        (HISTORIES / name).write_text(history.to_json())

@@ -88,7 +88,9 @@ class EventKind(StrEnum):
     MODEL_FAILOVER = "model_failover"
     TOOL_RESULT = "tool_result"
     STATUS_CHANGED = "status_changed"
-    STEP_CANCELLED = "step_cancelled"  # a cancel stopped a step in flight (its model call); no checkpoint for it
+    # A cancel came during a step: what was in flight and how each part ended, and whether the step is
+    # `recorded` (its model answered) or has no checkpoint (its model call was cancelled); workflows/cancels.py.
+    STEP_CANCELLED = "step_cancelled"
     RUN_FINISHED = "run_finished"
 
 

@@ -664,7 +664,8 @@ class FinishRunInput:
     # Set when the run could not start: its row is written from this, so a run that was given an
     # id is never invisible.
     start: StartRunInput | None = None
-    # Set when a cancel stopped a step in flight: {"step", "activity", "why"}, logged as `step_cancelled`.
+    # Set when a cancel came during a step: {"step", "activity", "why", "recorded", "in_flight",
+    # "not_started"} (runs from before: the first three), logged as `step_cancelled`.
     interrupted: dict[str, Any] | None = None
     # `output` is a typed answer, validated JSON text: it is stored parsed too (runs.output_json).
     output_is_json: bool = False

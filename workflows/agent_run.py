@@ -10,7 +10,8 @@ Between steps the workflow checks, in this order: cancel, budgets (steps,
 tokens, cost, wall clock), pause, and whether to continue as new. The
 messages a run takes (pause, resume, cancel, send, approve, deny) and its
 `progress` query are in `run_messages.py`; sub-agent calls in `subagents.py`; the model
-failover of agents with several models in `failover.py`.
+failover of agents with several models in `failover.py`; what a cancel stops, lets finish and
+records, across the run's tree, in `cancels.py`.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
+from waypoint.workflows.cancels import TREE_CANCEL, StepCancelled
 from waypoint.workflows.capacity import CapacityWaits
 from waypoint.workflows.failover import ModelFailover
 from waypoint.workflows.run_messages import RunMessages
 from waypoint.workflows.starts import WaitToStart, waits_to_start
-from waypoint.workflows.subagents import StepCancelled, SubAgentCalls
+from waypoint.workflows.subagents import SubAgentCalls, not_started
 
 with workflow.unsafe.imports_passed_through():
     from waypoint import retry
@@ -125,6 +127,12 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
 
     @workflow.run
     async def run(self, inp: RunInput) -> RunResult:
+        if not workflow.patched(TREE_CANCEL):  # runs from before: Temporal's cancel request lands anywhere
+            return await self._run(inp)
+        self._tree_cancel = True
+        return await self._shielded(self._run(inp))
+
+    async def _run(self, inp: RunInput) -> RunResult:
         if waits_to_start(inp) and workflow.patched("wait-to-start-1"):
             ready = await self._wait_to_start(inp)
             if ready is None:
@@ -141,7 +149,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         interrupted: dict[str, Any] | None = None
         try:
             while True:
-                stop = stop_reason(self._state, self._cancel_reason, self._deadline_remaining())
+                stop = stop_reason(self._state, self._cancel_requested(), self._deadline_remaining())
                 if stop is None and self._paused:
                     await self._wait_while_paused()
                     continue  # look at cancel and budgets again
@@ -149,10 +157,14 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
                     status, reason = stop
                     break
                 if self._should_continue_as_new(first_step):
-                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    await self._wait_condition(workflow.all_handlers_finished)
+                    if self._tree_cancel and self._cancel_requested() is not None:
+                        continue  # a new execution would not know of the cancel
                     self._continue_as_new(inp)
                 repairs_before = self._state.repairs
                 turn, results = await self._step(inp)
+                if self._tree_cancel and self._cancel_requested() is not None:
+                    continue  # the step is recorded as it ended; the run ends cancelled, whatever it answered
                 answer = turn.answer if self._typed() else None
                 if answer is not None and answer.output_json is not None:
                     status, output, reason, output_is_json = RunStatus.COMPLETED, answer.output_json, None, True
@@ -188,12 +200,18 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
                     break
         except StepCancelled as stopped:
             status, reason = RunStatus.CANCELLED, self._cancel_reason
-            interrupted = {"step": stopped.step, "activity": stopped.activity, "why": str(stopped)}
+            if self._tree_cancel:
+                interrupted = self._cancelled_step(
+                    stopped.step, recorded=False, why=str(stopped), activity=stopped.activity
+                )
+            else:
+                interrupted = {"step": stopped.step, "activity": stopped.activity, "why": str(stopped)}
         except FAILED as exc:
             status, reason = RunStatus.FAILED, failure_message(exc)
         except asyncio.CancelledError:
             # Temporal asked the workflow to cancel: its caller ended (the parent-close policy of a
             # sub-agent run) or someone cancelled the workflow itself. The run records its end.
+            # (Runs from before cancel-tree-1 only: newer ones take the request as a cancel, cancels.py.)
             if not workflow.patched("cancel-request-1"):
                 raise
             self._cancel_reason = self._cancel_reason or (
@@ -201,6 +219,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             )
             status, reason = RunStatus.CANCELLED, self._cancel_reason
 
+        if status == RunStatus.CANCELLED and interrupted is None:
+            interrupted = self._cancelled_record  # the step a cancel came during, recorded as it ended
         state = self._state
         # A sub-agent run's caller waits for its end: its last step (the answer, which its caller's
         # next step remembers too) goes to long-term memory with the next compaction pass instead.
@@ -379,8 +399,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         # workflow task). Replay compares a timer's id, not its duration, so no patch is needed.
         timeout = None if remaining is None else min(max(remaining, 0.001), retry.LONGEST_TIMER_SECONDS)
         try:
-            await workflow.wait_condition(
-                lambda: condition() or self._cancel_reason is not None,
+            await self._wait_condition(
+                lambda: condition() or self._cancel_requested() is not None,
                 timeout=timedelta(seconds=timeout) if timeout is not None else None,
             )
         except TimeoutError:
@@ -418,6 +438,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
     async def _step(self, inp: RunInput) -> tuple[ModelTurn, list[ToolResult]]:
         state = self._state
         step = state.step + 1
+        self._begin_step()
         user_messages, self._messages = self._messages, []
         call = CallModelInput(
             run_id=self._run_id,
@@ -429,12 +450,18 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             retry=state.plan.retry,
             priority=inp.priority,
         )
-        if state.plan.memory_queue is not None and workflow.patched("memory-in-call-model-1"):
-            turn = await self._call_model_with_memory(call, state.plan)
-        else:  # histories from before: a memory_step activity of its own, then the model call
-            remember = step - 1 if step - 1 > state.plan.start_step else None
-            recalled = await self._memory(inp, remember=remember, recall=step)
-            turn = await self._call_model(replace(call, recalled=recalled))
+        with self._flying("model", {"call": "model", "model": call.model}) as model_call:
+            try:
+                if state.plan.memory_queue is not None and workflow.patched("memory-in-call-model-1"):
+                    turn = await self._call_model_with_memory(call, state.plan)
+                else:  # histories from before: a memory_step activity of its own, then the model call
+                    remember = step - 1 if step - 1 > state.plan.start_step else None
+                    recalled = await self._memory(inp, remember=remember, recall=step)
+                    turn = await self._call_model(replace(call, recalled=recalled))
+            except StepCancelled:
+                model_call["ended"] = "cancelled"
+                raise
+            model_call.update(model=turn.model, ended="answered")
         # The turn is spent before its calls run: a sub-agent run one of them starts is given what
         # the run has left after this turn, not before it.
         self._state = replace(
@@ -483,7 +510,10 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         # The turn's usage is counted already, and its sub-agent calls added what their runs used.
         self._state = replace(self._state, step=step, repairs=state.repairs + 1 if bad_call else 0)
         self._last_action = ", ".join(c.name for c in turn.tool_calls) or "answer"
-        if turn.tool_calls and self._over_budget(turn):
+        stopped = self._tree_cancel and self._cancel_requested() is not None
+        if stopped and (self._at_cancel or self._unstarted_calls):
+            self._cancelled_record = self._cancelled_step(step, recorded=True)
+        if turn.tool_calls and not stopped and self._over_budget(turn):
             await self._compact_inline(inp)
         return turn, results
 
@@ -504,7 +534,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             if turn.wait is None or not workflow.patched("capacity-wait-1"):
                 break
             await self._wait_for_capacity(turn.wait, seen, redirect=redirect)
-            if self._cancel_reason is not None:
+            if self._cancel_requested() is not None:
                 raise StepCancelled(call.step, f"step {call.step}'s model call was cancelled waiting for capacity")
         if self._status == RunStatus.WAITING_CAPACITY:  # it waited (on this model, or on one it moved from)
             await self._set_status(RunStatus.RUNNING)
@@ -525,6 +555,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         if not workflow.patched("cancel-model-call-1"):  # runs from before: a cancel waits for the step
             turn: ModelTurn = await workflow.execute_activity(Activity.CALL_MODEL, call, **options)
             return turn
+        if self._tree_cancel and self._cancel_requested() is not None:  # (the next model of a failover, say)
+            raise StepCancelled(call.step, f"step {call.step}'s model call was not started: the run was cancelled")
         # A cancel stops the call at once, even in the middle of its retries: the attempt running
         # sees it through its heartbeat, and a call waiting for its next attempt just ends.
         # Waiting for the cancellation to complete keeps the attempt's own events before the run's end.
@@ -534,7 +566,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             **options,
         )
-        await workflow.wait_condition(lambda: handle.done() or self._cancel_reason is not None)
+        await self._wait_condition(lambda: handle.done() or self._cancel_requested() is not None)
         if handle.done():
             return await handle  # type: ignore[no-any-return]
         handle.cancel()
@@ -686,7 +718,9 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             for _, c in waiting
         }
         await self._set_status(RunStatus.WAITING_APPROVAL, ", ".join(f"{c.name} ({c.id})" for _, c in waiting))
-        await self._wait(lambda: not self._pending)
+        with self._flying("approval", {"call": "approval", "names": [c.name for _, c in waiting]}) as wait:
+            await self._wait(lambda: not self._pending)
+            wait["ended"] = "not run" if self._pending else "decided"
         self._pending = {}
         decisions, self._decisions = self._decisions, {}
         if self._cancel_reason is None:
@@ -742,6 +776,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         spec = next((s for s in state.plan.tools if s.name == call.name), DEFAULT_TOOL)
         # A recorded call needs no approval: run_tool answers it from the record.
         if spec.requires_approval and decision is None and not recorded:
+            if self._tree_cancel and self._cancel_reason is not None:
+                self._skip(index, call.name)
             return not_run(call, ToolOutcome.CANCELLED, f"not run: {self._cancel_reason or 'the deadline passed'}")
         if decision is not None and not decision.approved:
             why = f": {decision.reason}" if decision.reason else ""
@@ -752,6 +788,9 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
                     return ToolResult(call.id, call.name, decision.answer or "", outcome=ToolOutcome.ANSWERED)
                 if decision.edited_input is not None:  # the tool runs with the human's arguments
                     call = replace(call, arguments=json.dumps(decision.edited_input))
+        if self._tree_cancel and (reason := self._cancel_requested()) is not None:
+            self._skip(index, call.name)  # no tool starts once a cancel is accepted
+            return not_started(call, reason)
         if spec.memory and state.plan.memory_queue is None:
             return not_run(
                 call,
@@ -759,6 +798,17 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
                 f"{call.name} needs long-term memory, and this deployment has no memory worker",
             )
         run = self._tool_input(inp, step, index, call)
+        key = run.idempotency_key
+        entry: dict[str, Any] = {"call": "tool", "call_index": index, "name": call.name, "idempotency_key": key}
+        with self._flying(f"call {index}", entry):
+            result = await self._tool_activity(run, spec)
+        entry.update(ended="finished", outcome=result.outcome.value)
+        return result
+
+    async def _tool_activity(self, run: RunToolInput, spec: ToolSpec) -> ToolResult:
+        """One tool call's activity; it is never cancelled: a cancel lets it finish."""
+        state = self._state
+        call = run.call
         try:
             if spec.local:  # `@tool(local=True)`: in this worker, no round trip (plans from before have none)
                 local: ToolResult = await workflow.execute_local_activity(

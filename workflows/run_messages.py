@@ -9,12 +9,14 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from waypoint.workflows.cancels import CancelRecord
+
 with workflow.unsafe.imports_passed_through():
     from waypoint.names import FINISHED, DecisionKind, Query, RunStatus, Update
     from waypoint.types import Decision, PendingApproval, RunProgress, RunState, StepDecision
 
 
-class RunMessages:
+class RunMessages(CancelRecord):
     _state: RunState  # set by the workflow's @workflow.init, before any message can arrive
 
     def __init__(self) -> None:
@@ -31,6 +33,8 @@ class RunMessages:
         self._typed_on: bool | None = None  # a typed run answers final_answer calls itself (a patch)
         self._memory_retry_at = 0  # the first step that tries the memory worker again
         self._memory_on_main: bool | None = None  # model calls with memory on the run's own queue (a patch)
+        self._flight = {}  # what the current step has in flight (workflows/cancels.py)
+        self._unstarted_calls = []
 
     @workflow.query(name=Query.PROGRESS)
     def progress(self) -> RunProgress:
@@ -77,7 +81,7 @@ class RunMessages:
 
     @workflow.update(name=Update.CANCEL)
     def cancel(self, reason: str | None) -> RunProgress:
-        self._cancel_reason = reason or "cancelled by a user"
+        self._accept_cancel(reason or "cancelled by a user")
         return self.progress()
 
     @cancel.validator

@@ -3,8 +3,10 @@
 The child is an AgentRunWorkflow of its own (its own history, log, checkpoints, memory and page),
 started as a Temporal child workflow on the parent's task queue, for the parent's tenant. Its id is
 derived from the call (`child_run_id`: parent run id, step, call index), so a retried or replayed
-parent can never start it twice. The parent-close policy is REQUEST_CANCEL: a parent that ends,
-however it ends, cancels the children still running, and each records its own end.
+parent can never start it twice. A cancelled parent asks its children in flight to cancel at once
+and waits for their ends (workflows/cancels.py); the parent-close policy, REQUEST_CANCEL, is the net
+under it: a parent that ends, however it ends, cancels the children still running. Each child
+records its own end.
 
 The child's final answer comes back as the call's result through `agent_result`, which reads it
 from Postgres and writes it to the parent's ledger (the child's workflow result carries a preview
@@ -23,7 +25,9 @@ from dataclasses import replace
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import CancelledError, ChildWorkflowError, WorkflowAlreadyStartedError
+
+from waypoint.workflows.cancels import CancelRecord, StepCancelled
 
 with workflow.unsafe.imports_passed_through():
     from waypoint.names import Activity, ToolOutcome, Workflow, child_run_id
@@ -44,13 +48,10 @@ with workflow.unsafe.imports_passed_through():
 TASK_ARGUMENT = "task"  # waypoint.agents.TASK_ARGUMENT (agents.py imports what a workflow may not)
 
 
-class StepCancelled(Exception):
-    """The run was cancelled while its step waited for `activity` (a model call, sub-agent runs)."""
-
-    def __init__(self, step: int, why: str, activity: str = Activity.CALL_MODEL.value):
-        super().__init__(why)
-        self.step = step
-        self.activity = activity
+def not_started(call: ToolCall, reason: str) -> ToolResult:
+    """The result of a call a cancel came before (the run records it; the model of a fork reads it)."""
+    why = f"error: not run: the run was cancelled ({reason})"
+    return ToolResult(call_id=call.id, name=call.name, output=why, is_error=True, outcome=ToolOutcome.CANCELLED)
 
 
 def agent_task(call: ToolCall) -> tuple[str, str | None]:
@@ -70,12 +71,11 @@ def agent_task(call: ToolCall) -> tuple[str, str | None]:
     return task, None
 
 
-class SubAgentCalls:
+class SubAgentCalls(CancelRecord):
     """AgentRunWorkflow's sub-agent calls; the workflow provides what is declared here."""
 
     _state: RunState
     _run_id: str
-    _cancel_reason: str | None
     _agent_slots: asyncio.Semaphore | None = None
 
     async def _store(self, name: Activity, arg: Any, result_type: type | None = None) -> Any:
@@ -108,8 +108,11 @@ class SubAgentCalls:
         if self._agent_slots is None:
             self._agent_slots = asyncio.Semaphore(plan.max_parallel_agents)
         async with self._agent_slots:  # FIFO: the calls waiting for a slot start in call order
-            if self._cancel_reason is not None:
-                raise StepCancelled(step, f"step {step}'s sub-agent calls were cancelled", "agents")
+            if (reason := self._cancel_requested()) is not None:
+                if not self._tree_cancel:
+                    raise StepCancelled(step, f"step {step}'s sub-agent calls were cancelled", "agents")
+                self._skip(index, call.name)
+                return not_started(call, reason)
             budget, spent = self._child_budget(call)
             if spent is not None:
                 return (await self._agent_result(replace(record, error=spent))).result
@@ -136,13 +139,21 @@ class SubAgentCalls:
             except WorkflowAlreadyStartedError:
                 why = f"{call.name} was not started: a run {child_id} exists already"
                 return (await self._agent_result(replace(record, error=why))).result
-            await workflow.wait_condition(lambda: handle.done() or self._cancel_reason is not None)
-            if not handle.done():  # the parent is cancelled: it ends, and its close cancels the child
-                raise StepCancelled(step, f"step {step}'s sub-agent runs were cancelled in flight", "agents")
-            try:
-                await handle
-            except ChildWorkflowError:
-                pass  # it failed: its row says how, and agent_result tells the model
+            entry: dict[str, Any] = {"call": "agent", "call_index": index, "name": call.name, "run_id": child_id}
+            with self._flying(f"call {index}", entry):
+                await self._wait_condition(lambda: handle.done() or self._cancel_requested() is not None)
+                if not handle.done() and not self._tree_cancel:  # it ends, and its close cancels the child
+                    raise StepCancelled(step, f"step {step}'s sub-agent runs were cancelled in flight", "agents")
+                if not handle.done():
+                    # Asked now, not when this run closes: the child stops starting work at once, and
+                    # this step waits for its end (its tools in flight finish first).
+                    handle.cancel(self._child_cancel_reason())
+                try:
+                    ended: RunResult = await handle
+                    entry["ended"] = ended.status
+                except ChildWorkflowError as exc:
+                    # it failed: its row says how, and agent_result tells the model
+                    entry["ended"] = "cancelled" if isinstance(exc.cause, CancelledError) else "failed"
         done = await self._agent_result(replace(record, child_run_id=child_id))
         state = self._state
         self._state = replace(

@@ -818,8 +818,10 @@ class Waypoint:
                 await self._update(row.run_id, name, None, tenant_id)
 
     async def cancel(self, run_id: str, reason: str | None = None, *, tenant_id: str | None = None) -> RunProgress:
-        """End the run with status `cancelled`: a model call in flight is cancelled (the step gets
-        no checkpoint); a stuck run's workflow is terminated and its row marked cancelled."""
+        """End the run and its sub-agent runs with status `cancelled`: no model or tool call starts
+        after it, a model call in flight is cancelled, tools in flight finish, and the step gets a
+        `step_cancelled` event naming what was in flight (workflows/cancels.py); a stuck run's
+        workflow is terminated and its row marked cancelled. Answers once the cancel is accepted."""
         return await self._update(run_id, Update.CANCEL, check_text("the reason", reason), tenant_id)
 
     async def send(self, run_id: str, text: str, *, tenant_id: str | None = None) -> RunProgress:

@@ -6,8 +6,9 @@ is either being recorded right now, with no checkpoint yet, or missing):
 1. every model and tool activity that completed, in any execution of its continue-as-new chain,
    has its event: a `model_response` of its step, a `tool_result` of its step and call index. A
    step not recorded yet is in flight, not missing, while the workflow runs (or was terminated
-   or timed out mid-step); once it closed on its own, every step counts, but the one a cancel
-   stopped in flight (its `step_cancelled` event);
+   or timed out mid-step); once it closed on its own, every step counts, but the one whose model
+   call a cancel stopped (its `step_cancelled` event says the step has no record; a step a cancel
+   came during and that was recorded as it ended counts like any);
 2. the hash chain, checkpoint hashes and contiguity hold (`verify` of the run alone);
 3. its status matches its workflow's: live and waiting statuses while it runs; completed,
    max_steps and budget_exceeded when it completed (the workflow returns them); failed when it

@@ -426,7 +426,7 @@ def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitabl
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
     async def cancel_run(ctx: Context, run_id: str, reason: str | None = None) -> str:
-        """End a run after its current step, with status `cancelled`."""
+        """End a run and its sub-agent runs with status `cancelled`: no call starts after it, tools in flight finish."""
         return await answer(ctx, lambda t: wp.cancel(run_id, reason, tenant_id=t))
 
     @server.tool(annotations=WRITE)

@@ -38,7 +38,8 @@ class MirrorFacts:
     status: str
     checkpoint_steps: set[int] = field(default_factory=set)
     model_steps: set[int] = field(default_factory=set)  # steps with a model_response event
-    cancelled_steps: set[int] = field(default_factory=set)  # steps a cancel stopped in flight (step_cancelled)
+    # steps a cancel stopped before their record (step_cancelled, not `recorded`): their model call was cancelled
+    cancelled_steps: set[int] = field(default_factory=set)
     # tool_result events by idempotency key (`run:step:index`): how many
     tool_results: Counter[str] = field(default_factory=Counter)
     ledger_keys: dict[str, int] = field(default_factory=dict)  # this run's ledger rows: key -> step
@@ -93,7 +94,11 @@ class Invariants(StoreBase):
                     facts.model_steps.add(e.step)
                 elif e.kind == EventKind.TOOL_RESULT:
                     facts.tool_results[e.payload.get("idempotency_key") or f"{e.run_id}:{e.step}:?"] += 1
-                elif e.kind == EventKind.STEP_CANCELLED and isinstance(e.payload.get("step"), int):
+                elif (
+                    e.kind == EventKind.STEP_CANCELLED
+                    and isinstance(e.payload.get("step"), int)
+                    and not e.payload.get("recorded")  # a step recorded as it ended is checked like any
+                ):
                     facts.cancelled_steps.add(e.payload["step"])
                 elif e.kind == EventKind.RUN_STARTED and (e.payload.get("plan") or {}).get("agents"):
                     with_agents.append(e.run_id)

@@ -93,7 +93,7 @@ class RunLog(StoreBase):
         output_json: Any = None,
     ) -> RunRow:
         """Set the final status once, with a `run_finished` event; a retry changes nothing.
-        `interrupted`: the step a cancel stopped in flight, logged first as `step_cancelled`;
+        `interrupted`: the step a cancel came during, logged first as `step_cancelled`;
         `output_json`: a typed answer, parsed (`output` is its text)."""
         payload = {"status": status, "output": output, "error": error}
         if output_json is not None:

@@ -44,7 +44,7 @@ async def resume(run_id: RunArg, as_json: JsonOpt = False) -> None:
 
 @command
 async def cancel(run_id: RunArg, reason: ReasonOpt = None, as_json: JsonOpt = False) -> None:
-    """Cancel a run after its current step (status `cancelled`, final checkpoint kept)."""
+    """Cancel a run and its sub-agent runs: no call starts after it, tools in flight finish (status `cancelled`)."""
     await _message(run_id, "cancel", as_json, reason)
 
 

@@ -539,7 +539,7 @@ async def resume(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
 
 @router.post("/runs/{run_id}/cancel", responses=errors.documented(400, 404, 409))
 async def cancel(run_id: str, api: Api, tenant: Tenant, body: Reason | None = None) -> dict[str, Any]:
-    """End the run after its current step (status `cancelled`)."""
+    """End the run and its sub-agent runs (status `cancelled`): no call starts after it, tools in flight finish."""
     return json_of(await api.wp.cancel(run_id, body.reason if body else None, tenant_id=tenant))
 
 
