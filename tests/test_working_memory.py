@@ -7,6 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.helpers import start
+from waypoint.memory.steps import saved_memory
 from waypoint.store import RunStore
 from waypoint.store.context import trim
 from waypoint.store.schema import checkpoints
@@ -208,3 +209,14 @@ async def test_checkpoints_stay_flat_over_1000_steps(engine: AsyncEngine, settin
         states = (await conn.execute(select(checkpoints.c.state).where(checkpoints.c.run_id == run_id))).scalars()
         windows = [sum(seg[3] for seg in state["segments"]) for state in states]
     assert max(windows) <= 2_000
+
+
+def test_a_step_that_saved_to_memory_makes_the_next_call_recall_anew():
+    def step(*names: str) -> list[tuple[str, dict]]:
+        calls = [{"id": f"c{i}", "name": n, "arguments": "{}"} for i, n in enumerate(names)]
+        return [("model_response", {"content": None, "tool_calls": calls}), ("tool_result", {"call_id": "c0"})]
+
+    assert saved_memory(step("memory_save"), [])
+    assert saved_memory(step("read_page", "researcher"), ["researcher"])  # a sub-agent's run stores its episodes
+    assert not saved_memory(step("read_page", "memory_search"), ["researcher"])
+    assert not saved_memory([], ["researcher"])
