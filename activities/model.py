@@ -41,7 +41,14 @@ from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, MemoryElsewhere, ModelError, PayloadTooLarge
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, RecallScope
-from waypoint.memory.steps import pending_episodes, recall_query, recall_scope, recall_search, recalled_memories
+from waypoint.memory.steps import (
+    pending_episodes,
+    recall_query,
+    recall_scope,
+    recall_search,
+    recalled_memories,
+    saved_memory,
+)
 from waypoint.models import ModelAdapter, ScriptedModel
 from waypoint.models.spec import Provider, check_extra, parse_model_spec
 from waypoint.names import Activity
@@ -63,8 +70,11 @@ MAX_TURN_BYTES = 1_000_000
 LOST_ATTEMPT = "AttemptLost"
 
 
-def call_record(context: ModelContext, assembled: working_memory.Assembled) -> CallRecord:
-    """What the call received, by reference (see CallRecord)."""
+def call_record(
+    context: ModelContext, assembled: working_memory.Assembled, recalled_step: int | None = None
+) -> CallRecord:
+    """What the call received, by reference (see CallRecord); `recalled_step`: the step whose call
+    recalled its episodes (with memory)."""
     recalled = assembled.recalled
     return CallRecord(
         compaction_id=context.compaction_id,
@@ -75,6 +85,8 @@ def call_record(context: ModelContext, assembled: working_memory.Assembled) -> C
         messages=len(assembled.messages),
         tokens=assembled.tokens,
         sha256=hashed_json(assembled.messages)[0],
+        window_key=assembled.window_key if recalled_step is not None else None,
+        recalled_step=recalled_step,
     )
 
 
@@ -128,10 +140,10 @@ class ModelActivities:
             self._openai = openai_client(self.settings)
         return OpenAIChatModel(self._openai, spec.name)
 
-    async def recall(self, inp: CallModelInput, context: ModelContext) -> list[Memory]:
+    async def recall(self, inp: CallModelInput, context: ModelContext) -> list[Memory] | None:
         """This step's memories: by the task and the newest step's account, as the run's lineage lets
         it see them (`recall_scope`), never its own steps still in the window. Best-effort: a store
-        that fails gives none."""
+        that fails gives None (no memories, and none for the next call to hold)."""
         assert self.memory is not None
         last = inp.step - 1
         query = recall_query(context.task, last, context.last)
@@ -144,7 +156,7 @@ class ModelActivities:
                 hits = await recall_search(self.memory, inp.tenant_id, query, inp.recall_k * 2, inp.agent, scope)
         except Exception as exc:  # memory never fails a step
             log.warning("recall failed: run=%s step=%s: %s: %s", inp.run_id, inp.step, type(exc).__name__, exc)
-            return []
+            return None
         telemetry.record_recall_latency(time.perf_counter() - began, tenant=inp.tenant_id)
         return recalled_memories(hits, scope, context.window_start, inp.recall_k)
 
@@ -298,11 +310,20 @@ class ModelActivities:
             context = await self.store.model_context(inp.tenant_id, inp.run_id, inp.step, memory=with_memory)
             # The episodes are written beside the recall and the model call, off the step's path.
             remembering = asyncio.create_task(self.remember(inp, context)) if with_memory else None
-            recalled = list(inp.recalled)
-            if with_memory and inp.recall_k > 0:
-                recalled = await self.recall(inp, context)
-            parts = replace(context.parts, recalled=recalled, user_messages=list(inp.user_messages))
-            assembled = working_memory.assemble(parts, agent.context_tokens)
+            parts = replace(context.parts, recalled=list(inp.recalled), user_messages=list(inp.user_messages))
+            recalling = with_memory and inp.recall_k > 0
+            recalled_step: int | None = None
+            fresh = saved_memory(context.last, agent.agent_names)  # what the last step saved, recalled now
+            held = context.held if recalling and not fresh else None
+            holding = working_memory.assemble_held(parts, agent.context_tokens, held, inp.step)
+            if held is not None and holding is not None:
+                # The window has not moved: the previous call's episodes stay, and with them the prefix.
+                assembled, recalled_step = holding, held.step
+            else:
+                found = await self.recall(inp, context) if recalling else None
+                if found is not None:
+                    parts.recalled, recalled_step = found, inp.step
+                assembled = working_memory.assemble(parts, agent.context_tokens)
             if capacity is not None and lease is None:  # a tokens-a-minute limit needs the call's size
                 taken = await capacity.take(inp, agent, assembled.tokens)
                 if isinstance(taken, CapacityWait):
@@ -316,7 +337,7 @@ class ModelActivities:
             raise
         messages = assembled.messages
         attempt = activity.info().attempt
-        record = call_record(context, assembled)
+        record = call_record(context, assembled, recalled_step)
         # The recalled message is kept in Postgres while the model thinks, not carried in the result.
         keeping = (
             asyncio.create_task(self.store.keep_recalled_text(inp.tenant_id, inp.run_id, record.recalled_text))

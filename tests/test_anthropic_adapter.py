@@ -65,7 +65,7 @@ def agents() -> AgentRegistry:
 def fake_anthropic(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
     """The fake server, with the worker's environment pointing at it (ask for it before `worker`:
     the worker reads the keys when it registers which providers it can call)."""
-    server = FakeAnthropic().start()
+    server = FakeAnthropic(min_cached_tokens=0).start()  # these prompts are under Sonnet's 1,024-token minimum
     for name in ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_PROFILE", "ANTHROPIC_CUSTOM_HEADERS", "CLAUDE_KEY_NOBODY_SET"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
@@ -101,7 +101,8 @@ async def test_demo_run_with_tool_calls(fake_anthropic, client: Client, engine, 
     first, second, third = (s.body for s in fake_anthropic.seen)
     assert first["model"] == "claude-haiku-4-5" and first["stream"] is True
     assert first["system"][0]["text"] == demo_agent.instructions
-    assert first["messages"] == [{"role": "user", "content": [{"type": "text", "text": "what is in the notes?"}]}]
+    task = {"type": "text", "text": "what is in the notes?", "cache_control": {"type": "ephemeral"}}
+    assert first["messages"] == [{"role": "user", "content": [task]}]
     assert {t["name"] for t in first["tools"]} == {"list_files", "read_file", "word_stats", "write_file"}
     assert "ctx" not in json.dumps(first["tools"])  # the ToolContext parameter stays hidden
     assert all("input_schema" in t for t in first["tools"])
@@ -193,15 +194,19 @@ async def test_thinking_blocks_go_back_verbatim_with_cache_breakpoints_and_cache
     assert sent_back["content"][2]["type"] == "tool_use" and sent_back["content"][2]["id"] == "toolu_1_0"
     assert third["messages"][1]["content"][:2] == sent_back["content"][:2]  # and in every later call
 
-    # breakpoints: the last tool, the system prompt, the last block of the newest assistant turn
+    # breakpoints: the system prompt (which caches the tools before it), the last block, and the last
+    # block before the newest assistant turn (where the previous request ended)
+    def marked(body: dict) -> list[tuple[int, int]]:
+        return [
+            (n, i) for n, m in enumerate(body["messages"]) for i, b in enumerate(m["content"]) if "cache_control" in b
+        ]
+
     for body in (first, second, third):
-        assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
         assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
-    marked = [
-        (n, i) for n, m in enumerate(third["messages"]) for i, b in enumerate(m["content"]) if "cache_control" in b
-    ]
-    assert marked == [(3, 0)]  # the second answer's tool_use, before the newest tool result
-    assert not any("cache_control" in b for m in first["messages"] for b in m["content"])
+        assert "cache_control" not in body["tools"][-1]
+    assert marked(first) == [(0, 0)]  # the task
+    assert marked(second) == [(0, 0), (2, 0)]  # the task, the tool result
+    assert marked(third) == [(2, 0), (4, 0)]  # the first tool result, the newest one
     assert "cache_control" not in sent_back["content"][0]  # thinking blocks stay as they came
 
     usage = [p["usage"] for k, p in await run_events(engine, run_id) if k == "model_response"]

@@ -7,12 +7,24 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.helpers import start
+from waypoint.memory.steps import saved_memory
 from waypoint.store import RunStore
 from waypoint.store.context import trim
 from waypoint.store.schema import checkpoints
 from waypoint.tokens import CharEstimate
 from waypoint.types import Memory, ModelTurn, StepRecord, ToolCall, ToolResult, Usage
-from waypoint.working_memory import DROP_TO, Parts, assemble, rebuild, recalled_message, without_recalled
+from waypoint.working_memory import (
+    DROP_TO,
+    RECALL_EVERY,
+    HeldRecall,
+    Parts,
+    assemble,
+    assemble_held,
+    held_recall,
+    rebuild,
+    recalled_message,
+    without_recalled,
+)
 
 HEAD = [{"role": "system", "content": "You are careful."}, {"role": "user", "content": "Do the task."}]
 
@@ -24,7 +36,7 @@ def turn(i: int, size: int = 400) -> list[dict]:
     ]
 
 
-def test_parts_come_in_order_instructions_pins_summary_turns_recalled():
+def test_parts_come_in_order_instructions_pins_summary_recalled_turns():
     parts = Parts(
         head=HEAD,
         pinned=[(3, "Use the blue deployment.")],
@@ -38,10 +50,11 @@ def test_parts_come_in_order_instructions_pins_summary_turns_recalled():
     assert contents[:2] == ["You are careful.", "Do the task."]
     assert "Use the blue deployment." in contents[2] and "[step 3]" in contents[2]
     assert contents[3] == "Summary of steps 1-5: the build was fixed."
-    assert contents[4].startswith("turn 6") and contents[6].startswith("turn 7")
-    # the recalled episodes change every step: after the turns, outside the prefix a cache can serve
-    assert "4412" in contents[8] and "run run-a, step 7" in contents[8]
+    # the recalled episodes are held while the window stays put: before the turns, in the cached prefix
+    assert "4412" in contents[4] and "run run-a, step 7" in contents[4]
+    assert contents[5].startswith("turn 6") and contents[7].startswith("turn 7")
     assert contents[-1] == "and hurry"
+    assert without_recalled(messages) == messages[:4] + messages[5:]
 
 
 def test_over_budget_the_oldest_turns_go_first_and_pins_stay():
@@ -66,26 +79,32 @@ def test_over_budget_the_oldest_turns_go_first_and_pins_stay():
 
 
 def test_the_prefix_stays_the_same_from_step_to_step_until_a_block_drop():
-    """A step at a time, as a run grows: the request repeats the previous one's messages (all but
-    the recalled note at the end) at every step but the few where a block of old turns leaves, and
-    each such drop brings the request down to about DROP_TO of the budget."""
+    """A step at a time, as a run grows, recalling anew only when the window moves (as the model
+    activity does): the request repeats the previous one whole, recalled episodes included, at
+    every step but the few where a block of old turns leaves, and each such drop brings the
+    request down to about DROP_TO of the budget."""
     budget, counter = 3_000, CharEstimate()
     previous: list[dict] = []
-    drops, totals = [], []
+    held: HeldRecall | None = None
+    drops, recalls = [], []
     for step in range(1, 81):
-        recalled = [Memory(f"recalled at step {step}", "other", step, "fact")]
-        done = assemble(Parts(head=HEAD, recalled=recalled, turns=[turn(i) for i in range(1, step)]), budget, counter)
+        parts = Parts(head=HEAD, turns=[turn(i) for i in range(1, step)])
+        done = assemble_held(parts, budget, held, step, counter)
+        if done is None:  # the window moved: recall anew
+            recalls.append(step)
+            parts.recalled = [Memory(f"recalled at step {step}", "other", step, "fact")]
+            done = assemble(parts, budget, counter)
+            held = HeldRecall(done.recalled, done.window_key, step)
         assert done.tokens <= budget
-        assert "recalled at step" in done.messages[-1]["content"]  # after the turns, never in the prefix
-        history = done.messages[:-1]
-        assert without_recalled(done.messages) == history  # what a scripted model reads as "the last message"
-        if previous and history[: len(previous)] != previous:
+        assert done.messages[len(HEAD)]["content"].startswith("Recalled from long-term memory")
+        if previous and done.messages[: len(previous)] != previous:
             drops.append(step)
             assert done.tokens <= budget * DROP_TO + counter.count(turn(step))
-        previous = history
-        totals.append(done.tokens)
+        previous = done.messages
     assert 3 <= len(drops) <= 12, drops  # a block every few steps, not a drop at every step past the budget
     assert all(b - a >= 5 for a, b in zip(drops, drops[1:], strict=False))
+    # a recall at step 1, at step 2 (the first turn became the oldest) and at each drop, never between
+    assert drops[0] == 2 and recalls == [1, *drops], (recalls, drops)
 
 
 def test_the_checkpoint_window_drops_a_block_down_to_the_low_mark():
@@ -109,9 +128,33 @@ def test_rebuild_gives_the_assembled_request_in_both_orders():
     text = recalled_message(done.recalled)["content"]
     stored = Parts(head=HEAD, turns=parts.turns)  # what the log holds: no recalled episodes
     assert rebuild(stored, text, done.dropped_turns) == done.messages
-    # calls recorded before the move had the recalled episodes before the turns: `show` tries that order too
-    earlier = rebuild(stored, text, done.dropped_turns, recalled_first=True)
-    assert earlier[len(HEAD)]["content"] == text and earlier[-1] == done.messages[-2]
+    # calls recorded while the recalled episodes came after the turns: `show` tries that order too
+    between = rebuild(stored, text, done.dropped_turns, recalled_last=True)
+    assert between[-1]["content"] == text and between[-2] == done.messages[-1]
+
+
+def test_the_held_recall_comes_back_from_the_call_record_and_stays_only_while_the_window_does():
+    recalled = [Memory("The vault code is 4412.\nIt opens the east door.", "run-a", 7, "fact", score=0.9)]
+    recalled.append(Memory("Step 3: read_page -> page 3", "run-b", 3, "step", score=0.5))
+    parts = Parts(head=HEAD, recalled=recalled, turns=[turn(i) for i in range(1, 5)])
+    done = assemble(parts, 100_000)
+    text = recalled_message(done.recalled)["content"]
+    # what the model_response event keeps (CallRecord) and the text Postgres keeps by its hash
+    refs = [{"run_id": m.run_id, "step": m.step, "kind": m.kind, "score": m.score, "sha256": "x"} for m in recalled]
+    request = {"window_key": done.window_key, "recalled_step": 5, "recalled": refs}
+    held = held_recall(request, text)
+    assert held is not None and [m.text for m in held.memories] == [m.text for m in recalled] and held.step == 5
+    assert held_recall({**request, "window_key": None}, text) is None  # recorded before calls named their window
+    assert held_recall(request, "Recalled from long-term memory: something else") is None
+
+    # the next step adds a turn: the same window, the same episodes, the same messages up to the new turn
+    grown = Parts(head=HEAD, turns=[*parts.turns, turn(5)])
+    kept = assemble_held(grown, 100_000, held, 6)
+    assert kept is not None and kept.messages[: len(done.messages)] == done.messages
+    # the oldest turn left, or a new summary: recall anew; so too once RECALL_EVERY steps have passed
+    assert assemble_held(Parts(head=HEAD, turns=grown.turns[1:]), 100_000, held, 6) is None
+    assert assemble_held(Parts(head=HEAD, summary="Summary", turns=grown.turns), 100_000, held, 6) is None
+    assert assemble_held(grown, 100_000, held, 5 + RECALL_EVERY) is None
 
 
 def test_the_newest_turn_stays_even_alone_over_budget():
@@ -166,3 +209,14 @@ async def test_checkpoints_stay_flat_over_1000_steps(engine: AsyncEngine, settin
         states = (await conn.execute(select(checkpoints.c.state).where(checkpoints.c.run_id == run_id))).scalars()
         windows = [sum(seg[3] for seg in state["segments"]) for state in states]
     assert max(windows) <= 2_000
+
+
+def test_a_step_that_saved_to_memory_makes_the_next_call_recall_anew():
+    def step(*names: str) -> list[tuple[str, dict]]:
+        calls = [{"id": f"c{i}", "name": n, "arguments": "{}"} for i, n in enumerate(names)]
+        return [("model_response", {"content": None, "tool_calls": calls}), ("tool_result", {"call_id": "c0"})]
+
+    assert saved_memory(step("memory_save"), [])
+    assert saved_memory(step("read_page", "researcher"), ["researcher"])  # a sub-agent's run stores its episodes
+    assert not saved_memory(step("read_page", "memory_search"), ["researcher"])
+    assert not saved_memory([], ["researcher"])

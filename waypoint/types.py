@@ -85,6 +85,10 @@ class CallRecord:
     messages: int = 0
     tokens: int = 0
     sha256: str = ""
+    # What lets the next call hold these recalled episodes (waypoint.working_memory.assemble_held):
+    # the window they sat in, and the step whose call recalled them (None: calls from before).
+    window_key: str | None = None
+    recalled_step: int | None = None
 
 
 @dataclass(frozen=True)

@@ -5,32 +5,44 @@ The parts, in this order:
 1. instructions and the task (the checkpoint's head segment);
 2. pinned decisions (`decision` events and `pin_decision` calls), verbatim;
 3. the latest compaction summary, which stands for the turns it covers;
-4. the most recent turns, one group of messages per step, oldest first;
-5. episodes recalled from long-term memory, with their source run and step;
+4. episodes recalled from long-term memory, with their source run and step;
+5. the most recent turns, one group of messages per step, oldest first;
 
 then the user messages sent since the last step.
 
 Prompt caching: providers serve the prefix a request shares with an earlier one from their cache
 (OpenAI and Gemini on their own, Anthropic at its cache breakpoints) at a tenth to half the input
-price. So what changes from step to step goes last: the recalled episodes (a new recall every
-step) come after the turns, and the turns leave the window in blocks, not one a step. When the
-whole passes the budget, enough of the oldest turns go that it comes back down to about `DROP_TO`
-of the budget; then the prefix stays byte for byte the same for the steps that refill the window,
-until the next block. (The checkpoint's window, `waypoint.store.context.trim`, drops by the same
-rule; dropping one turn a step, as before, changed the prefix at every step once the window was
-full, and no cache could hit.) If the turns cannot go (the newest always stays), the recalled
-episodes go, the least relevant first; the instructions, the pinned decisions, the summary and the
-newest turn always stay. A compaction's summary changes the prefix once, when it is made.
+price. So a request repeats the previous one byte for byte and adds the newest turn at the end,
+and everything before the turns changes only when the turns' start changes anyway:
 
-Assembly is a pure function of its inputs, so the same checkpoint gives the same
-context on every worker and every retry.
+- the turns leave the window in blocks, not one a step: when the whole passes the budget, enough
+  of the oldest turns go that it comes back down to about `DROP_TO` of the budget, and the prefix
+  stays the same for the steps that refill the window. (The checkpoint's window,
+  `waypoint.store.context.trim`, drops by the same rule.)
+- the recalled episodes are held: a model call keeps the episodes the previous call received
+  (`held_recall`, `assemble_held`) as long as the messages before the turns and the oldest turn
+  are the same (`Assembled.window_key`), for at most `RECALL_EVERY` steps. They are recalled anew
+  when the window moves (a block drop, a compaction's new summary, a new pinned decision), which
+  changes everything after them anyway, and after a step that saved to memory (`memory_save`, a
+  sub-agent's run: `waypoint.memory.steps.saved_memory`), whose news the next step should see.
+  (Recalled at every step, they would change the prefix at every step before the turns, and be
+  outside it at every step after the newest turn.)
+- a compaction's summary changes the prefix once, when it is made.
+
+If the turns cannot go (the newest always stays), the recalled episodes go, the least relevant
+first; the instructions, the pinned decisions, the summary and the newest turn always stay.
+
+Assembly is a pure function of its inputs, so the same checkpoint (and the previous call's record,
+for the held episodes) gives the same context on every worker and every retry.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from waypoint.tokens import DEFAULT_COUNTER, TokenCounter
@@ -38,6 +50,8 @@ from waypoint.types import Memory, Message
 
 # Over budget, the oldest turns leave in a block that brings the window down to this share of it.
 DROP_TO = 0.7
+# Steps a recall is held at most while the window stays put: a new recall then costs one prefix change.
+RECALL_EVERY = 50
 
 
 def block_drop(sizes: Sequence[int], excess: int, budget: int) -> int:
@@ -73,6 +87,16 @@ class Assembled:
     dropped_turns: int
     dropped_recalled: int
     recalled: list[Memory] = field(default_factory=list)  # the recalled episodes that stayed in
+    window_key: str = ""  # the messages before the turns and the oldest turn, hashed (see window_key)
+
+
+@dataclass(frozen=True)
+class HeldRecall:
+    """The recalled episodes a model call received, as the next call may keep them."""
+
+    memories: list[Memory]
+    window_key: str  # the call's `Assembled.window_key`
+    step: int  # the step whose call recalled them
 
 
 def pinned_message(pinned: Sequence[tuple[int, str]]) -> Message:
@@ -89,8 +113,8 @@ def recalled_message(recalled: Sequence[Memory]) -> Message:
 
 
 def without_recalled(messages: Sequence[Message]) -> list[Message]:
-    """The messages without the recalled episodes' note, which comes after the turns: what a scripted
-    model that reads "the last message" (the newest tool result) wants."""
+    """The messages without the recalled episodes' note: what a scripted model that reads the last
+    messages as the newest turn wants, whatever the note's place."""
     return [m for m in messages if not (m["role"] == "system" and str(m["content"]).startswith(RECALLED_HEADER))]
 
 
@@ -130,28 +154,38 @@ def _ordered(
     turns: list[list[Message]],
     tail: list[Message],
     *,
-    recalled_first: bool = False,
+    recalled_last: bool = False,
 ) -> list[Message]:
-    """The one order of working memory's messages: what changes every step (the recalled episodes,
-    the new user messages) after the turns, so the prefix stays the same from one step to the next.
-    `recalled_first`: the order of calls recorded before that (the recalled episodes before the turns)."""
+    """The one order of working memory's messages: the recalled episodes (held while the window stays
+    put) before the turns, the new user messages after them, so each request repeats the previous one
+    and adds to its end. `recalled_last`: the order of calls recorded while the recalled episodes,
+    then new at every step, came after the turns."""
     history = [m for turn in turns for m in turn]
     recalled = [memory] if memory else []
-    if recalled_first:
-        return [*fixed, *recalled, *history, *tail]
-    return [*fixed, *history, *recalled, *tail]
+    if recalled_last:
+        return [*fixed, *history, *recalled, *tail]
+    return [*fixed, *recalled, *history, *tail]
+
+
+def window_key(fixed: Sequence[Message], turns: Sequence[Sequence[Message]]) -> str:
+    """The messages before the recalled episodes and the oldest turn after them, hashed: while it
+    stays the same from one call to the next, the window has not moved, and the next request
+    repeats the previous one up to its newest turn."""
+    oldest = list(turns[0]) if turns else []
+    text = json.dumps([list(fixed), oldest], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def rebuild(
-    parts: Parts, recalled_text: str | None, dropped_turns: int, *, recalled_first: bool = False
+    parts: Parts, recalled_text: str | None, dropped_turns: int, *, recalled_last: bool = False
 ) -> list[Message]:
     """The messages a model call received, from its parts as the log holds them and its record: the
     recalled episodes' message verbatim, and how many of the oldest turns its budget dropped.
-    `recalled_first`: as calls recorded before the recalled episodes moved after the turns had them."""
+    `recalled_last`: as calls recorded while the recalled episodes came after the turns had them."""
     memory = {"role": "system", "content": recalled_text} if recalled_text else None
     turns = [t for t in parts.turns if t][dropped_turns:]
     tail = [{"role": "user", "content": m} for m in parts.user_messages]
-    return _ordered(_fixed(parts), memory, turns, tail, recalled_first=recalled_first)
+    return _ordered(_fixed(parts), memory, turns, tail, recalled_last=recalled_last)
 
 
 def assemble(parts: Parts, budget: int, counter: TokenCounter = DEFAULT_COUNTER) -> Assembled:
@@ -176,4 +210,36 @@ def assemble(parts: Parts, budget: int, counter: TokenCounter = DEFAULT_COUNTER)
         dropped_recalled += 1
         recalled_size = counter.count([recalled_message(recalled)]) if recalled else 0
     messages = build()
-    return Assembled(messages, counter.count(messages), dropped_turns, dropped_recalled, recalled)
+    key = window_key(fixed, turns)
+    return Assembled(messages, counter.count(messages), dropped_turns, dropped_recalled, recalled, key)
+
+
+def held_recall(request: Mapping[str, Any] | None, recalled_text: str | None) -> HeldRecall | None:
+    """The episodes a call received, from its record (`CallRecord` as the log holds it) and its
+    recalled message: None when the record cannot give them back exactly (a call recorded before
+    records named their window, a message that does not read back to the same text)."""
+    if not request or not request.get("window_key") or request.get("recalled_step") is None:
+        return None
+    refs = request.get("recalled") or []
+    texts = recalled_texts(recalled_text, refs)
+    if any(t is None for t in texts):
+        return None
+    memories = [
+        Memory(text=str(t), run_id=r["run_id"], step=r["step"], kind=r["kind"], score=r.get("score", 0.0))
+        for r, t in zip(refs, texts, strict=True)
+    ]
+    if (recalled_message(memories)["content"] if memories else None) != (recalled_text or None):
+        return None
+    return HeldRecall(memories, str(request["window_key"]), int(request["recalled_step"]))
+
+
+def assemble_held(
+    parts: Parts, budget: int, held: HeldRecall | None, step: int, counter: TokenCounter = DEFAULT_COUNTER
+) -> Assembled | None:
+    """The assembly of step `step` with the previous call's recalled episodes, if they may stay:
+    the window has not moved since (the same `window_key`) and they were recalled fewer than
+    `RECALL_EVERY` steps ago. None: recall anew (the prefix after them changes anyway)."""
+    if held is None or step - held.step >= RECALL_EVERY:
+        return None
+    done = assemble(replace(parts, recalled=list(held.memories)), budget, counter)
+    return done if done.window_key == held.window_key else None

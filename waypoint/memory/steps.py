@@ -7,7 +7,7 @@ activities.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from waypoint.memory.episode import Episode, EpisodicStore, Recalled, RecallScope
@@ -55,6 +55,18 @@ def pending_episodes(
         for step, rows in sorted(pending.items())
         for ep in step_episodes(tenant, agent, run_id, step, rows, root_run_id)
     ]
+
+
+def saved_memory(rows: StepEvents, sub_agents: Collection[str]) -> bool:
+    """Whether a step stored what the next recall should find at once: a `memory_save` call, or a
+    sub-agent's run (its episodes are of the run's tree). The next model call recalls anew then,
+    instead of holding the previous call's episodes (`waypoint.working_memory.assemble_held`)."""
+    return any(
+        call["name"] == MEMORY_SAVE_TOOL or call["name"] in sub_agents
+        for kind, payload in rows
+        if kind == EventKind.MODEL_RESPONSE
+        for call in payload.get("tool_calls") or []
+    )
 
 
 def recall_query(task: str, last_step: int, last_rows: StepEvents | None) -> str:

@@ -22,11 +22,14 @@ blocks keeps all its blocks, verbatim with their signatures, in `ModelTurn.provi
 (`{"anthropic": [...]}`); the assistant message rebuilt from its event carries them
 (`waypoint.transcript.PROVIDER_BLOCKS`) and is sent back as those blocks, as the API requires.
 
-Prompt caching: `cache_control: {"type": "ephemeral"}` on the last tool schema, on the last
-system block, and on the last block of the stable prefix: the newest assistant turn before the
-newest tool results or user messages (its tool_use or text block). The next call repeats that
-prefix, so it reads what this one wrote; the content after it is written one call later. That is
-three of the four breakpoints the API allows.
+Prompt caching: `cache_control: {"type": "ephemeral"}` on the last system block (the prefix
+tools then system; on the last tool schema when there is no system prompt), on the last block of
+the request, and on the last block before the newest assistant turn. Working memory keeps
+everything that changes out of the prefix (`waypoint.working_memory`): each request repeats the
+previous one and adds the newest turn at its end. So the last breakpoint writes the whole request,
+and the next request reads it back at its breakpoint before the newest turn, exactly where this
+one ended, whatever the 20-block lookback would find; only the newest turn is written anew. That
+is three of the four breakpoints the API allows.
 """
 
 from __future__ import annotations
@@ -159,23 +162,29 @@ def anthropic_messages(messages: list[Message]) -> tuple[list[dict[str, Any]], l
     return system, out
 
 
+def _mark_last(message: dict[str, Any]) -> None:
+    # thinking blocks cannot carry a breakpoint: the last other block of the message does
+    cacheable = [b for b in message["content"] if b.get("type") not in THINKING_TYPES]
+    if cacheable:
+        cacheable[-1]["cache_control"] = EPHEMERAL
+
+
 def mark_cache_breakpoints(
     tools: list[dict[str, Any]], system: list[dict[str, Any]], messages: list[dict[str, Any]]
 ) -> None:
-    """Put the cache breakpoints in place (see the module docstring): the last tool, the last system
-    block, the last cacheable block of the newest assistant turn that something follows."""
-    if tools:
-        tools[-1]["cache_control"] = EPHEMERAL
+    """Put the cache breakpoints in place (see the module docstring): the last system block (else
+    the last tool), the last block of the request, and the last block before the newest assistant
+    turn (where the previous request ended)."""
     if system:
         system[-1]["cache_control"] = EPHEMERAL
-    for message in reversed(messages[:-1]):
-        if message["role"] != "assistant":
-            continue
-        # thinking blocks cannot carry a breakpoint: the last other block of the turn does
-        cacheable = [b for b in message["content"] if b.get("type") not in THINKING_TYPES]
-        if cacheable:
-            cacheable[-1]["cache_control"] = EPHEMERAL
+    elif tools:
+        tools[-1]["cache_control"] = EPHEMERAL
+    if not messages:
         return
+    _mark_last(messages[-1])
+    newest = next((n for n in range(len(messages) - 1, 0, -1) if messages[n]["role"] == "assistant"), None)
+    if newest is not None:
+        _mark_last(messages[newest - 1])
 
 
 def anthropic_request(model: str, messages: list[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:

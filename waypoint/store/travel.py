@@ -43,8 +43,8 @@ class TimeTravel(StoreBase):
                 messages = rebuild(parts, request["recalled_text"], request["dropped_turns"])
                 request["matches"] = hashed_json(messages)[0] == request["sha256"]
                 if not request["matches"] and request["recalled_text"]:
-                    # Recorded before the recalled episodes moved after the turns (prompt caching).
-                    earlier = rebuild(parts, request["recalled_text"], request["dropped_turns"], recalled_first=True)
+                    # Recorded while the recalled episodes came after the turns (new at every step then).
+                    earlier = rebuild(parts, request["recalled_text"], request["dropped_turns"], recalled_last=True)
                     if hashed_json(earlier)[0] == request["sha256"]:
                         messages, request["matches"] = earlier, True
         step_events = await self.events(tenant_id, found["run_id"], step=step) if with_events else []

@@ -20,7 +20,7 @@ from waypoint.store.hashing import text_digest
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.rows import ForkLink
 from waypoint.store.schema import checkpoints, events, recalled_texts, runs
-from waypoint.working_memory import Parts
+from waypoint.working_memory import HeldRecall, Parts, held_recall
 
 StepEvents = list[tuple[str, dict[str, Any]]]  # (kind, payload) in log order
 
@@ -42,6 +42,7 @@ class ModelContext:
     pending: dict[int, StepEvents] = field(default_factory=dict)  # steps not stored yet, oldest first
     last: StepEvents = field(default_factory=list)  # the events of the newest step (step - 1)
     root_run_id: str | None = None  # the root of the run's tree of sub-agent runs, its episodes' tree
+    held: HeldRecall | None = None  # the episodes the previous step's call received, which this one may keep
 
 
 async def read_parts(
@@ -66,6 +67,16 @@ async def recalled_text(conn: AsyncConnection, run_id: str, sha256: str) -> str 
     """The recalled-memory message a call of `run_id` received, by its hash (None: not kept)."""
     query = select(recalled_texts.c.text).where(recalled_texts.c.run_id == run_id, recalled_texts.c.sha256 == sha256)
     return await conn.scalar(query)
+
+
+async def previous_recall(conn: AsyncConnection, run_id: str, last: StepEvents) -> HeldRecall | None:
+    """The recalled episodes the model call of the newest step received (`last`: its events), as the
+    next call may hold them; None when it recorded none it could hold."""
+    request = next((p.get("request") for k, p in reversed(last) if k == EventKind.MODEL_RESPONSE), None)
+    if not request or not request.get("window_key"):
+        return None
+    text = await recalled_text(conn, run_id, request["recalled_sha256"]) if request.get("recalled_sha256") else None
+    return held_recall(request, text)
 
 
 class WorkingReads(StoreBase):
@@ -118,6 +129,7 @@ class WorkingReads(StoreBase):
                     read.setdefault(r.step, []).append((r.kind, resolved(r.payload, r.ledger_output)))
                 context.pending = {n: read.get(n, []) for n in range(first, last + 1)}
                 context.last = read.get(step - 1, [])
+                context.held = await previous_recall(conn, run_id, context.last)
         return context
 
     async def fork_chain(self, tenant_id: str, run_id: str) -> list[ForkLink]:

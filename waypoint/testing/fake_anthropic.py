@@ -17,10 +17,13 @@ it (the key, `x-api-key` or a bearer token, when the fake has one, non-empty tex
 previous turn's tool_use blocks, thinking signatures) and refused with its 400 or 401.
 
 Usage is computed from the request, as the API computes it (tokens estimated at 4 characters
-each): the prompt cache holds the prefixes that ended at a `cache_control` breakpoint of an earlier
-request; a request reads the longest of them its own prefix up to its last breakpoint repeats
-(`cache_read_input_tokens`), writes the rest up to that breakpoint (`cache_creation_input_tokens`),
-and the remainder is `input_tokens`. `stats()` (and GET /stats) reports per request the tokens,
+each), by Anthropic's documented caching rules (`PromptCache`): the prompt cache holds the prefixes
+that ended at a `cache_control` breakpoint of an earlier request (at least the model's minimum
+cacheable length, 1,024 tokens for Sonnet and Opus: `min_cached_tokens`); a request reads the
+longest of them that ends at one of its breakpoints or at most 20 blocks before one
+(`cache_read_input_tokens`), writes the rest up to its last breakpoint
+(`cache_creation_input_tokens`), and the remainder is `input_tokens`; more than 4 breakpoints get
+the API's 400. `stats()` (and GET /stats) reports per request the tokens,
 how many of them repeat the previous request's prefix (`repeated_prefix`, whatever the
 breakpoints), and the cache reads and writes: what a benchmark of prompt caching reads.
 """
@@ -53,6 +56,10 @@ from waypoint.testing.prompt_cache import conversation_key
 __all__ = ["ClaudeTurn", "FakeAnthropic", "Reply", "Seen", "load_script", "repeated_prefix", "sent_key", "signature_of"]
 
 CHARS_PER_TOKEN = 4
+# Anthropic: "up to approximately 20 blocks before your explicit breakpoint" are checked for hits;
+# at most 4 breakpoints a request.
+LOOKBACK_BLOCKS = 20
+MAX_BREAKPOINTS = 4
 
 
 @dataclass
@@ -115,15 +122,33 @@ def repeated_prefix(previous: dict[str, Any] | None, body: dict[str, Any]) -> tu
     return tokens(same), tokens(len(current))
 
 
-class PromptCache:
-    """The prefixes written at breakpoints, by the hash of everything up to them (model included)."""
+def min_cached_tokens(model: str) -> int:
+    """The shortest prompt Anthropic caches for `model`: 1,024 tokens for Sonnet- and Opus-class models,
+    2,048 for Haiku 3 and 3.5, 4,096 for Haiku 4.5."""
+    if "haiku" not in model:
+        return 1024
+    return 4096 if "haiku-4" in model else 2048
 
-    def __init__(self) -> None:
+
+class PromptCache:
+    """Anthropic's prompt cache, by its documented rules. A request's prompt is its blocks in order
+    (tools, system, messages: `units`). A `cache_control` breakpoint writes the prefix that ends at
+    its block; a request reads the longest prefix written by an earlier request (same model) that
+    ends at one of its breakpoints or at one of the `lookback` blocks before each of them; a
+    prefix shorter than `min_tokens` (None: the model's minimum) is neither written nor read.
+    Read and written tokens come out of `input_tokens`: written is from the end of what was read
+    to the last breakpoint."""
+
+    def __init__(self, min_tokens: int | None = None, lookback: int = LOOKBACK_BLOCKS) -> None:
+        self.min_tokens = min_tokens
+        self.lookback = lookback
         self.written: set[str] = set()
 
     def use(self, body: dict[str, Any]) -> dict[str, int]:
         """The usage counts of one request, writing its breakpoints' prefixes."""
-        chain = hashlib.sha256(str(body.get("model")).encode())
+        model = str(body.get("model"))
+        least = self.min_tokens if self.min_tokens is not None else min_cached_tokens(model)
+        chain = hashlib.sha256(model.encode())
         hashes, sizes, marks = [], [], []
         size = 0
         for n, (text, mark) in enumerate(units(body)):
@@ -133,13 +158,13 @@ class PromptCache:
             sizes.append(size)
             marks.append(mark)
         total = tokens(size)
-        breakpoints = [i for i, mark in enumerate(marks) if mark]
+        breakpoints = [i for i, mark in enumerate(marks) if mark and tokens(sizes[i]) >= least]
         if not breakpoints:
             return {"input_tokens": total, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
-        last = breakpoints[-1]
-        hit = next((i for i in range(last, -1, -1) if hashes[i] in self.written), None)
+        looked = {i for b in breakpoints for i in range(max(0, b - self.lookback), b + 1)}
+        hit = max((i for i in looked if hashes[i] in self.written), default=None)
         read = tokens(sizes[hit]) if hit is not None else 0
-        write = tokens(sizes[last]) - read
+        write = tokens(sizes[breakpoints[-1]]) - read
         self.written.update(hashes[i] for i in breakpoints)
         return {
             "input_tokens": total - read - write,
@@ -150,6 +175,9 @@ class PromptCache:
 
 def refusal(body: dict[str, Any]) -> str | None:
     """Why the API would refuse this request with a 400, if it would."""
+    marked = sum(1 for _, mark in units(body) if mark)
+    if marked > MAX_BREAKPOINTS:
+        return f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {marked}."
     messages = body.get("messages") or []
     if not messages:
         return "messages: at least one message is required"
@@ -262,9 +290,10 @@ class FakeAnthropic(FakeOpenAI):
         port: int = 0,
         repeat: bool = False,
         api_key: str | None = None,
+        min_cached_tokens: int | None = None,
     ) -> None:
         self.api_key = api_key
-        self.cache = PromptCache()
+        self.cache = PromptCache(min_cached_tokens)
         self.usage_log: list[dict[str, Any]] = []
         self._previous: dict[str, Any] | None = None  # the body of the last request answered with a turn
         super().__init__(responder, port=port, repeat=repeat)
@@ -287,11 +316,13 @@ class FakeAnthropic(FakeOpenAI):
         messages = body.get("messages") or []
         # The run-level prefix record every fake keeps (`prefix_stats`, benchmarks/providers.py).
         parts = [body.get("tools") or [], body.get("system"), *messages]
-        self.prefixes.observe(conversation_key(body.get("system"), messages[:1]), parts)
+        record = self.prefixes.observe(conversation_key(body.get("system"), messages[:1]), parts)
         with self._lock:
             repeated, total = repeated_prefix(self._previous, body)
             self._previous = body
             usage = self.cache.use(body)
+            read, written = usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"]
+            self.prefixes.report(record, usage["input_tokens"] + read + written, read, written)
             self.usage_log.append(
                 {
                     "request": len(self.seen),

@@ -13,7 +13,8 @@ one with a `google.rpc.RetryInfo`, as a 429 RESOURCE_EXHAUSTED carries).
 Usage is estimated, not scripted: a request's prompt is its system instruction, tools and
 contents as JSON, a token per 4 characters, and the part of it that repeats a recent request's
 prefix (the same model's last 32) is reported as `cachedContentTokenCount`, as Gemini's
-implicit caching does (from `min_cached_tokens`, 1024 by default as for Gemini Flash). The
+implicit caching does (from `min_cached_tokens`, 1024 by default as for Gemini 2.5 Flash;
+`waypoint.testing.prompt_cache.ImplicitCache`). The
 share per request is in `stats()` and at `GET /stats`, for benchmarks. With `api_key` set, a
 request without that key (the `x-goog-api-key` header or the `key` parameter) gets Google's
 400 API_KEY_INVALID.
@@ -24,7 +25,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections import deque
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -42,7 +42,7 @@ from waypoint.testing.fake_openai import (
     send_stream,
     serve_script,
 )
-from waypoint.testing.prompt_cache import conversation_key
+from waypoint.testing.prompt_cache import GEMINI_MIN_CACHED, ImplicitCache, conversation_key
 
 # google.rpc.Code names of the HTTP statuses Gemini answers with.
 STATUS_NAMES = {
@@ -57,7 +57,6 @@ STATUS_NAMES = {
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
-RECENT = 32  # requests whose prefix a new one may reuse
 SIGNATURE = base64.b64encode(b"fake-thought-signature").decode()
 
 
@@ -75,22 +74,6 @@ def prompt_text(body: dict[str, Any]) -> str:
     """What a request asks about, as one text: later turns extend an earlier request's text."""
     parts = [body.get("systemInstruction"), body.get("tools"), body.get("contents") or []]
     return json.dumps(parts, sort_keys=True, separators=(",", ":"))
-
-
-def common_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix, by binary search over C-speed slice comparisons."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def tokens(chars: int) -> int:
-    return (chars + 3) // 4
 
 
 def usage(prompt: int, cached: int, completion: int) -> dict[str, Any]:
@@ -147,13 +130,12 @@ class FakeGemini(FakeOpenAI):
         port: int = 0,
         repeat: bool = False,
         api_key: str | None = None,
-        min_cached_tokens: int = 1024,
+        min_cached_tokens: int = GEMINI_MIN_CACHED,
     ) -> None:
         self.api_key = api_key
-        self.min_cached_tokens = min_cached_tokens
+        self.cache = ImplicitCache(min_cached_tokens)
         self.rejected: list[Seen] = []  # requests refused for their key (they take no scripted answer)
         self.usage: list[dict[str, Any]] = []  # per answered request: model, prompt and cached tokens
-        self._recent: dict[str, deque[str]] = {}
         super().__init__(responder, port=port, repeat=repeat)
 
     @property
@@ -180,15 +162,10 @@ class FakeGemini(FakeOpenAI):
         contents = body.get("contents") or []
         # The run-level prefix record every fake keeps (`prefix_stats`, benchmarks/providers.py).
         parts = [body.get("systemInstruction"), body.get("tools"), *contents]
-        self.prefixes.observe(conversation_key(body.get("systemInstruction"), contents[:1]), parts)
-        text = prompt_text(body)
+        record = self.prefixes.observe(conversation_key(body.get("systemInstruction"), contents[:1]), parts)
+        prompt, cached = self.cache.use(model, prompt_text(body))
+        self.prefixes.report(record, prompt, cached)
         with self._lock:
-            recent = self._recent.setdefault(model, deque(maxlen=RECENT))
-            shared = max((common_prefix(text, earlier) for earlier in recent), default=0)
-            recent.append(text)
-            prompt = tokens(len(text))
-            cached = min(shared // 4, prompt)
-            cached = cached if cached >= self.min_cached_tokens else 0
             self.usage.append(
                 {
                     "model": model,

@@ -16,10 +16,11 @@ connection after that many chunks, as a provider that fails mid-answer does.
 
 Prompt caching: every chat request's tools and messages go through a `PrefixTracker`
 (waypoint/testing/prompt_cache.py), which records how much of the request repeats the previous
-request of the same run (`FakeOpenAI.prefix_stats()`, or `GET /stats` on the server). With
-`count_tokens=True` the usage it answers is measured from the request instead of the turn's
-fixed counts: `prompt_tokens` estimated from the request, and `prompt_tokens_details.cached_tokens`
-the repeated prefix, by OpenAI's rule (1,024 tokens at least, in steps of 128).
+request of the same run, and the usage answered (`FakeOpenAI.prefix_stats()`, or `GET /stats` on
+the server). With `count_tokens=True` the usage it answers is measured from the request instead of
+the turn's fixed counts: `prompt_tokens` estimated from the request, and
+`prompt_tokens_details.cached_tokens` by OpenAI's rule: the longest prefix (whole messages) an
+earlier request had, 1,024 tokens at least, in steps of 128.
 
 Capacity (waypoint/testing/capacity.py): with `capacity=Capacity(in_flight=4, per_minute=600,
 latency=0.5)` a chat call beyond either limit gets OpenAI's 429 with `retry-after`, and every served
@@ -253,9 +254,10 @@ class FakeOpenAI:
         """`turn` with the usage a provider with prompt caching would report for `body`."""
         messages = body.get("messages") or []
         record = self.prefixes.observe(conversation_key(messages[:2]), [body.get("tools") or [], *messages])
-        if not self.count_tokens:
-            return turn
-        return replace(turn, prompt_tokens=record.tokens, cached_tokens=openai_cached(record.prefix_tokens))
+        if self.count_tokens:
+            turn = replace(turn, prompt_tokens=record.tokens, cached_tokens=openai_cached(record.seen_prefix_tokens))
+        self.prefixes.report(record, turn.prompt_tokens, turn.cached_tokens or 0)
+        return turn
 
     def burst(self, status: int, seconds: float, *, retry_after: float | None = None) -> None:
         """Answer every chat call of the next `seconds` with HTTP `status` (503, 429...), with a
