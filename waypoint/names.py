@@ -89,6 +89,9 @@ class EventKind(StrEnum):
     TOOL_RESULT = "tool_result"
     STATUS_CHANGED = "status_changed"
     STEP_CANCELLED = "step_cancelled"  # a cancel stopped a step in flight (its model call); no checkpoint for it
+    # A model call found a budget spent: its tree's pool, or its tenant's day; the run waits or ends
+    # (`budget_exceeded`). {scope, measure, action, used, reserved, limit, needed, reason}.
+    BUDGET_REACHED = "budget_reached"
     RUN_FINISHED = "run_finished"
 
 
@@ -249,6 +252,9 @@ class WaitReason(StrEnum):
     COOLDOWN = "cooldown"  # a 429 (or 529) said when the key takes calls again
     BREAKER = "breaker"  # the key failed with retryable errors until its circuit breaker opened
     RECOVERED = "recovered"  # not a wait: a model the run failed over from is healthy again
+    # A budget (its tree's pool, its tenant's day) has room only once the calls in flight settle, or
+    # the tenant's day is spent and its limits say wait (waypoint/store/budget.py).
+    BUDGET = "budget"
 
 
 class MemoryOp(StrEnum):
