@@ -7,7 +7,9 @@ checkpoints by the activities and long tool outputs stay in the ledger, so
 history stays small however long the context grows.
 
 Between steps the workflow checks, in this order: cancel, budgets (steps,
-tokens, cost, wall clock), pause, and whether to continue as new. The
+tokens, cost, wall clock), pause, and whether to continue as new. Within a step, a model call whose
+tree's budget pool (or tenant's daily budget) is spent does not go out: the run ends
+`budget_exceeded` (`BudgetSpent`); one whose room is held by calls in flight waits, as for capacity. The
 messages a run takes (pause, resume, cancel, send, approve, deny) and its
 `progress` query are in `run_messages.py`; sub-agent calls in `subagents.py`; the model
 failover of agents with several models in `failover.py`.
@@ -99,6 +101,11 @@ def stop_reason(
     return None
 
 
+class BudgetSpent(Exception):
+    """A model call found a budget it draws from spent (its tree's pool, its tenant's day): the run ends
+    `budget_exceeded` with the reason, and the step gets no checkpoint."""
+
+
 def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
     """The result of a tool call the workflow decided not to run (the model reads `why`)."""
     return ToolResult(call_id=call.id, name=call.name, is_error=True, outcome=outcome, output=f"error: {why}")
@@ -188,6 +195,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         except StepCancelled as stopped:
             status, reason = RunStatus.CANCELLED, self._cancel_reason
             interrupted = {"step": stopped.step, "activity": stopped.activity, "why": str(stopped)}
+        except BudgetSpent as spent:
+            status, reason = RunStatus.BUDGET_EXCEEDED, str(spent)
         except FAILED as exc:
             status, reason = RunStatus.FAILED, failure_message(exc)
         except asyncio.CancelledError:
@@ -407,6 +416,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             user_messages=user_messages,
             retry=state.plan.retry,
             priority=inp.priority,
+            # An activity's input, not a command: replay compares neither, so no patch is needed.
+            budget_pool=state.plan.budget_pool,
         )
         if state.plan.memory_queue is not None and workflow.patched("memory-in-call-model-1"):
             turn = await self._call_model_with_memory(call, state.plan)
@@ -414,6 +425,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             remember = step - 1 if step - 1 > state.plan.start_step else None
             recalled = await self._memory(inp, remember=remember, recall=step)
             turn = await self._call_model(replace(call, recalled=recalled))
+        if turn.refused is not None and workflow.patched("budget-pool-1"):
+            raise BudgetSpent(turn.refused)  # the call did not go out: a budget it draws from is spent
         # The turn is spent before its calls run: a sub-agent run one of them starts is given what
         # the run has left after this turn, not before it.
         self._state = replace(
