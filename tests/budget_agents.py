@@ -49,6 +49,7 @@ async def _until_killed(messages: list) -> ScriptedTurn:
     """The first attempt marks the workspace and waits for its worker to be killed; a retry answers."""
     marker = Path(os.environ.get("WAYPOINT_WORKSPACE", ".")) / KILL_MARKER
     if not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("started")
         await asyncio.sleep(120)  # the test SIGKILLs the worker long before this
     return ScriptedTurn(content="counted, after a crash")
