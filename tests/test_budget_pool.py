@@ -216,9 +216,7 @@ async def test_a_tenants_daily_budget_makes_a_run_wait_for_the_next_day(
                     .values(day=budget_tenant_days.c.day - days)
                 )
             await handle.signal(Signal.CAPACITY)
-            await eventually(
-                lambda before=row.steps: moved_on(wp, run_id, before), timeout=60, what="the run going on"
-            )
+            await eventually(lambda before=row.steps: moved_on(wp, run_id, before), timeout=60, what="the run going on")
         result = await wp.result(run_id)
     assert (result.status, result.steps, result.output) == (RunStatus.COMPLETED, COUNT_STEPS + 1, "counted")
     assert days >= 1

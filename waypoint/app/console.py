@@ -328,8 +328,9 @@ def limits_tables(report: LimitsReport) -> list[Table]:
             )
             for name, t in report.tenants.items()
         ]
-        names = ("tenant", "runs at once", "weight", "tokens/day", "cost/day (USD)", "then")
-        tables.append(columns("Tenants", names, rows))
+        tables.append(
+            columns("Tenants", ("tenant", "runs at once", "weight", "tokens/day", "cost/day (USD)", "then"), rows)
+        )
     if report.today is not None:
         d = report.today
         row = (
@@ -340,8 +341,8 @@ def limits_tables(report: LimitsReport) -> list[Table]:
             format_usd(d["reserved_cost_usd"]),
             str(len(d["waiting"])),
         )
-        names = ("day (UTC)", "tokens used", "tokens reserved", "cost used", "cost reserved", "runs waiting")
-        tables.append(columns("Today's budget", names, [row]))
+        heads = ("day (UTC)", "tokens used", "tokens reserved", "cost used", "cost reserved", "runs waiting")
+        tables.append(columns("Today's budget", heads, [row]))
     live = [
         (
             h.key,
