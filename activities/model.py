@@ -17,6 +17,10 @@ default single worker), its main worker's model calls do memory themselves, and 
 schedules them there, where Temporal starts them eagerly. A call with memory that reaches a worker
 without the store (another process owns it) raises MemoryElsewhere before anything runs, and the
 workflow sends it to the memory task queue.
+
+A call whose tree has a budget pool, or whose tenant a daily budget, reserves from them once its
+context is assembled and before it goes out, is asked for no more output than they hold for it, and
+settles what it spent after (activities/budget.py); one they cannot hold returns a wait or a refusal.
 """
 
 from __future__ import annotations
