@@ -167,6 +167,8 @@ class CheckpointActivities:
                 assistant_version=inp.assistant_version,
                 version=version,
                 batch_id=inp.batch_id,
+                # A root's own max_steps bounds its whole tree's model calls; its agent's default does not.
+                tree_max_steps=inp.budget.max_steps if inp.parent is None else None,
             )
             return await self.store.create_run(new)
 

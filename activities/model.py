@@ -17,6 +17,10 @@ default single worker), its main worker's model calls do memory themselves, and 
 schedules them there, where Temporal starts them eagerly. A call with memory that reaches a worker
 without the store (another process owns it) raises MemoryElsewhere before anything runs, and the
 workflow sends it to the memory task queue.
+
+A call whose tree has a budget pool, or whose tenant a daily budget, reserves from them once its
+context is assembled and before it goes out, is asked for no more output than they hold for it, and
+settles what it spent after (activities/budget.py); one they cannot hold returns a wait or a refusal.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from temporalio import activity
 
 from waypoint import retry, telemetry, working_memory
 from waypoint.activities.boundary import boundary, heartbeating
+from waypoint.activities.budget import Budgets, Held
 from waypoint.activities.capacity import Capacity
 from waypoint.agents import AgentRegistry
 from waypoint.config import Settings
@@ -58,6 +63,7 @@ from waypoint.store.hashing import hashed_json, text_digest
 from waypoint.store.limits import Lease
 from waypoint.store.working import ModelContext
 from waypoint.telemetry import chat_span
+from waypoint.tokens import text_tokens
 from waypoint.typed_answers import check_turn
 from waypoint.types import CallModelInput, CallRecord, CapacityWait, Memory, ModelTurn, RecalledRef
 from waypoint.versions import AgentVersion, agent_tool_schemas, offered
@@ -115,6 +121,7 @@ class ModelActivities:
         self._fingerprints: dict[str, str | None] = {}
         self._versions: dict[str, AgentVersion] = {}
         self.capacity = Capacity(store, settings)
+        self.budgets = Budgets(store, settings)
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
         agent = self.agents.get(agent_name)
@@ -300,6 +307,7 @@ class ModelActivities:
         with_memory = inp.memory and self.memory is not None
         capacity = self.capacity if self.capacity.on(agent) and not isinstance(adapter, ScriptedModel) else None
         lease: Lease | None = None
+        held: Held | None = None  # the call's reservation in its budgets (its tree's pool, its tenant's day)
         if capacity is not None and not capacity.counts_tokens(inp, agent):
             # Asked before anything is read: a call that must wait costs one transaction, not a context.
             taken = await capacity.take(inp, agent, 0)
@@ -314,11 +322,11 @@ class ModelActivities:
             recalling = with_memory and inp.recall_k > 0
             recalled_step: int | None = None
             fresh = saved_memory(context.last, agent.agent_names)  # what the last step saved, recalled now
-            held = context.held if recalling and not fresh else None
-            holding = working_memory.assemble_held(parts, agent.context_tokens, held, inp.step)
-            if held is not None and holding is not None:
+            held_recall = context.held if recalling and not fresh else None
+            holding = working_memory.assemble_held(parts, agent.context_tokens, held_recall, inp.step)
+            if held_recall is not None and holding is not None:
                 # The window has not moved: the previous call's episodes stay, and with them the prefix.
-                assembled, recalled_step = holding, held.step
+                assembled, recalled_step = holding, held_recall.step
             else:
                 found = await self.recall(inp, context) if recalling else None
                 if found is not None:
@@ -331,6 +339,16 @@ class ModelActivities:
                         await remembering
                     return ModelTurn(model=inp.model, wait=taken)
                 lease = taken
+            # The budgets last: a call that waits for capacity holds no reservation meanwhile.
+            if self.budgets.on(inp):
+                reserved = await self.budgets.reserve(inp, assembled.tokens + text_tokens(json.dumps(tools)))
+                if isinstance(reserved, ModelTurn):  # a wait, or a budget spent: the call does not go out
+                    if capacity is not None and lease is not None:
+                        await capacity.give_back(lease, None)
+                    if remembering is not None:
+                        await remembering
+                    return reserved
+                held = reserved
         except BaseException:
             if capacity is not None and lease is not None:
                 await capacity.give_back(lease, None)
@@ -357,9 +375,23 @@ class ModelActivities:
                     attempt=attempt,
                     failed_over_from=inp.failed_over_from,
                 ) as chat:
+                    bound: dict[str, Any] = {}
+                    if held is not None:  # the model is asked for no more than the budgets hold for it
+                        bound = {"max_tokens": held.max_tokens}
+                        pool = held.reservation.pool
+                        chat.budget(
+                            pool=inp.budget_pool,
+                            reserved=held.reservation.tokens,
+                            reserved_cost_usd=held.reservation.cost_usd,
+                            max_tokens=held.max_tokens,
+                            used=pool.used_tokens if pool is not None else None,
+                            left=pool.left_tokens - held.reservation.tokens
+                            if pool is not None and pool.left_tokens is not None
+                            else None,
+                        )
                     async with self._deltas(inp, attempt, adapter) as sink:
                         turn = await adapter.complete(
-                            messages, tools, step=inp.step, attempt=attempt, retry=inp.retry, deltas=sink
+                            messages, tools, step=inp.step, attempt=attempt, retry=inp.retry, deltas=sink, **bound
                         )
                     chat.record(turn)
         except ModelError as error:
@@ -371,10 +403,10 @@ class ModelActivities:
         finally:
             if capacity is not None and lease is not None:
                 await capacity.give_back(lease, turn)
+            if held is not None and turn is None:  # failed or cancelled: its reservation goes back
+                await self.budgets.settle(held, None)
             remembered = await remembering if remembering is not None else None
             kept = await keeping if keeping is not None else None
-        if capacity is not None:
-            await capacity.outcome(capacity.key(inp, agent), None)
         turn = replace(
             turn,
             cost_usd=cost_usd(turn.model, turn.usage, self.settings.prices),
@@ -383,6 +415,10 @@ class ModelActivities:
             request=replace(record, recalled_text=None, recalled_sha256=kept),
             remembered_through=remembered,
         )
+        if held is not None:  # what it spent, in place of what it held
+            await self.budgets.settle(held, turn)
+        if capacity is not None:
+            await capacity.outcome(capacity.key(inp, agent), None)
         if agent.output_type is not None and agent.output_schema is not None:
             turn = replace(turn, answer=check_turn(agent.output_type, agent.output_schema, turn))
         size = len(json.dumps(asdict(turn)))

@@ -85,7 +85,9 @@ async def test_a_run_waiting_for_capacity_shows_its_key_and_place_everywhere(
     assert "waiting_capacity #1" in (await waypoint(settings, "runs")).out
     report = json.loads((await waypoint(settings, "limits", "--json")).out)
     assert report["models"][KEY]["in_flight"] == 1
-    assert report["tenants"] == {settings.tenant: {"runs": None, "weight": 2.0}}  # another tenant's entry is not shown
+    own = {"runs": None, "weight": 2.0, "tokens_per_day": None, "cost_per_day": None, "budget_wait": "fail"}
+    assert report["tenants"] == {settings.tenant: own}  # another tenant's entry is not shown
+    assert report["today"] is None  # no daily budget
     key = next(k for k in report["keys"] if k["key"] == KEY)
     assert (key["in_flight"], key["waiting"]) == (1, 2)
     assert "Now" in (await waypoint(settings, "limits")).out

@@ -68,6 +68,7 @@ def test_histories_are_checked_in():
         "agent_run_subagents.json",
         "agent_run_typed.json",
         "agent_run_capacity.json",
+        "agent_run_budget_pool.json",
         "agent_run_subagent_child.json",
         "agent_run_webhook.json",
         "agent_run_webhook_delivery.json",

@@ -28,7 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.experiment_doubles import CASE_WORK, ExperimentDoubles
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, delivery_of, loop_tool, ok, spec, tools
-from tests.workflow_helpers import failure, plan, progress, until, until_status
+from tests.workflow_helpers import LEAD, failure, plan, progress, until, until_status
 from waypoint import retry
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import (
@@ -556,8 +556,6 @@ def test_the_doubles_cover_every_activity() -> None:
 # --- sub-agents: child runs of the real AgentRunWorkflow, on the same doubles ------------------------
 # The lead run's agent is "double"; its sub-agent is "child". A child's run id is derived from the
 # call (child_run_id), and `turns` tells the runs apart by agent and run id.
-
-LEAD = "double"
 
 
 def fan_out(n: int, name: str = "child") -> ModelTurn:

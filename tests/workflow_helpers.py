@@ -19,6 +19,8 @@ from waypoint.names import Query
 from waypoint.types import RunPlan, RunProgress
 from waypoint.workflows.agent_run import AgentRunWorkflow
 
+LEAD = "double"  # the agent of the doubles' runs (a sub-agent's caller, in the tree tests)
+
 
 def plan(**kw: Any) -> RunPlan:
     return RunPlan(**{"model": "double", "max_steps": 20, "tools": [spec()], **kw})

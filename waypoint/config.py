@@ -142,6 +142,13 @@ class Settings(BaseSettings):
         description="How long a model call's limiter slot lasts unless its worker renews it: a worker that dies "
         "gives its slots back after this.",
     )
+    budget_output_tokens: int = Field(
+        4096,
+        ge=16,
+        le=1_000_000,
+        description="Budget pools: the most output tokens a model call of a run with a budget (its tree's, its "
+        "tenant's day) reserves and asks the model for (max_tokens); a pool with less room left cuts it to that.",
+    )
     http_requests_per_second: float | None = Field(
         None,
         gt=0,

@@ -17,6 +17,9 @@ for a run's fairness weight), for example:
     [tenants.acme]
     runs = 20                            # runs with a model call in flight at once
     weight = 3                           # its share of a busy key: 3 to every weight-1 tenant's 1
+    tokens_per_day = 5000000             # every run of the tenant, a UTC day (waypoint/store/budget.py)
+    cost_per_day = 40.0                  # USD, a UTC day
+    budget_wait = "wait"                 # a run that reaches them waits for the next day ("fail": it ends)
 
     [breaker]                            # per model key: retryable failures in a row that open it
     failures = 5
@@ -33,7 +36,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -56,6 +59,15 @@ class ModelLimit(_Strict):
 class TenantLimit(_Strict):
     runs: int | None = Field(None, gt=0, le=100_000)
     weight: float = Field(1.0, gt=0, le=1000)
+    # A budget for every run of the tenant together, per UTC day; a run that reaches it waits for the
+    # next day or ends `budget_exceeded`, as budget_wait says.
+    tokens_per_day: int | None = Field(None, gt=0, le=10**15)
+    cost_per_day: float | None = Field(None, gt=0, le=10**9)
+    budget_wait: Literal["wait", "fail"] = "fail"
+
+    @property
+    def has_daily_budget(self) -> bool:
+        return self.tokens_per_day is not None or self.cost_per_day is not None
 
 
 class BreakerLimit(_Strict):
@@ -102,6 +114,11 @@ class Limits:
         entry = self.tenants.get(tenant_id)
         return entry.runs if entry is not None else None
 
+    def daily_budget(self, tenant_id: str) -> TenantLimit | None:
+        """The tenant's entry if it sets a daily budget (tokens_per_day, cost_per_day), else None."""
+        entry = self.tenants.get(tenant_id)
+        return entry if entry is not None and entry.has_daily_budget else None
+
     def check_tenants(self, known: set[str]) -> None:
         """Refuse an entry for a tenant nothing knows (no API key, not the CLI's tenant): a typo would
         otherwise give a real tenant no limit at all."""
@@ -141,7 +158,7 @@ def _first_problem(exc: ValidationError) -> str:
     if error["type"] == "extra_forbidden":
         known = {
             "models": "in_flight, requests_per_minute, tokens_per_minute",
-            "tenants": "runs, weight",
+            "tenants": "runs, weight, tokens_per_day, cost_per_day, budget_wait",
             "breaker": "failures, open_seconds",
         }
         if len(loc) == 1:

@@ -91,6 +91,9 @@ class EventKind(StrEnum):
     # A cancel came during a step: what was in flight and how each part ended, and whether the step is
     # `recorded` (its model answered) or has no checkpoint (its model call was cancelled); workflows/cancels.py.
     STEP_CANCELLED = "step_cancelled"
+    # A model call found a budget spent: its tree's pool, or its tenant's day; the run waits or ends
+    # (`budget_exceeded`). {scope, measure, action, used, reserved, limit, needed, reason}.
+    BUDGET_REACHED = "budget_reached"
     RUN_FINISHED = "run_finished"
 
 
@@ -265,6 +268,9 @@ class WaitReason(StrEnum):
     COOLDOWN = "cooldown"  # a 429 (or 529) said when the key takes calls again
     BREAKER = "breaker"  # the key failed with retryable errors until its circuit breaker opened
     RECOVERED = "recovered"  # not a wait: a model the run failed over from is healthy again
+    # A budget (its tree's pool, its tenant's day) has room only once the calls in flight settle, or
+    # the tenant's day is spent and its limits say wait (waypoint/store/budget.py).
+    BUDGET = "budget"
 
 
 class MemoryOp(StrEnum):

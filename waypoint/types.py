@@ -127,6 +127,9 @@ class ModelTurn:
     # The model spec the call went to (provider:model), as the limiter keys it; `model` is the name the
     # provider answered with. None in histories written before it was recorded.
     spec: str | None = None
+    # No answer: the call did not go out, a budget it draws from is spent (its tree's pool, or its
+    # tenant's day with `budget_wait = "fail"`); this says which and how far. The run ends `budget_exceeded`.
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +275,9 @@ class RunPlan:
     # of one model hand the step to the next. A run given another model than its agent's has none.
     fallback_models: list[str] = field(default_factory=list)
     failover_after: int = 3
+    # The tree's budget pool (its root run's id) every model call of the run reserves from before it
+    # goes out: set when the tree has a token, cost or step budget (None: none, or a plan from before).
+    budget_pool: str | None = None
 
     @property
     def models(self) -> list[str]:
@@ -457,6 +463,8 @@ class CallModelInput:
     # The agent has a model after this one: an open circuit breaker on this one moves the call there
     # at once. Without one, the breaker is not consulted: the call keeps its own retries.
     can_fail_over: bool = False
+    # The tree's budget pool the call reserves from (RunPlan.budget_pool); None: no tree budget.
+    budget_pool: str | None = None
 
 
 @dataclass(frozen=True)

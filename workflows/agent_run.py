@@ -7,7 +7,9 @@ checkpoints by the activities and long tool outputs stay in the ledger, so
 history stays small however long the context grows.
 
 Between steps the workflow checks, in this order: cancel, budgets (steps,
-tokens, cost, wall clock), pause, and whether to continue as new. The
+tokens, cost, wall clock), pause, and whether to continue as new. Within a step, a model call whose
+tree's budget pool (or tenant's daily budget) is spent does not go out: the run ends
+`budget_exceeded` (`BudgetSpent`); one whose room is held by calls in flight waits, as for capacity. The
 messages a run takes (pause, resume, cancel, send, approve, deny) and its
 `progress` query are in `run_messages.py`; sub-agent calls in `subagents.py`; the model
 failover of agents with several models in `failover.py`; what a cancel stops, lets finish and
@@ -100,6 +102,11 @@ def stop_reason(
     if deadline_remaining is not None and deadline_remaining <= 0:
         return RunStatus.BUDGET_EXCEEDED, f"deadline reached: {plan.deadline_seconds:g} s of wall-clock time passed"
     return None
+
+
+class BudgetSpent(Exception):
+    """A model call found a budget it draws from spent (its tree's pool, its tenant's day): the run ends
+    `budget_exceeded` with the reason, and the step gets no checkpoint."""
 
 
 def not_run(call: ToolCall, outcome: ToolOutcome, why: str) -> ToolResult:
@@ -206,6 +213,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
                 )
             else:
                 interrupted = {"step": stopped.step, "activity": stopped.activity, "why": str(stopped)}
+        except BudgetSpent as spent:
+            status, reason = RunStatus.BUDGET_EXCEEDED, str(spent)
         except FAILED as exc:
             status, reason = RunStatus.FAILED, failure_message(exc)
         except asyncio.CancelledError:
@@ -449,6 +458,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             user_messages=user_messages,
             retry=state.plan.retry,
             priority=inp.priority,
+            # An activity's input, not a command: replay compares neither, so no patch is needed.
+            budget_pool=state.plan.budget_pool,
         )
         with self._flying("model", {"call": "model", "model": call.model}) as model_call:
             try:
@@ -462,6 +473,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
                 model_call["ended"] = "cancelled"
                 raise
             model_call.update(model=turn.model, ended="answered")
+        if turn.refused is not None and workflow.patched("budget-pool-1"):
+            raise BudgetSpent(turn.refused)  # the call did not go out: a budget it draws from is spent
         # The turn is spent before its calls run: a sub-agent run one of them starts is given what
         # the run has left after this turn, not before it.
         self._state = replace(

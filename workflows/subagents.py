@@ -14,7 +14,10 @@ only). A child that fails, runs out of budget or is cancelled is a tool error th
 
 Calls run in parallel up to the plan's `max_parallel_agents`; the rest wait in call order. Each
 child gets at most what its caller has left of its token and cost budgets and of its deadline, and
-its caller's `max_agent_depth` caps its own: a limit set above holds for the whole tree below.
+its caller's `max_agent_depth` caps its own: a limit set above holds for the whole tree below. The
+root's token, cost and step budgets are also one pool of the whole tree (`RunPlan.budget_pool`),
+which every model call of every run in it reserves from before it goes out, so children running in
+parallel share what is left instead of each spending all of it (activities/budget.py).
 """
 
 from __future__ import annotations

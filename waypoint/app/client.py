@@ -72,6 +72,7 @@ from waypoint.names import (
 )
 from waypoint.store import RunStore
 from waypoint.store.base import not_found
+from waypoint.store.budget import BudgetView
 from waypoint.store.db import engine_for
 from waypoint.store.ledger import Effect
 from waypoint.store.listen import Handler, Listener
@@ -1132,9 +1133,18 @@ class Waypoint:
         return await self.limits.stats(period, self.tenant(tenant_id))
 
     async def tree(self, run_id: str, *, tenant_id: str | None = None) -> RunTree:
-        """The run and every sub-agent run below it, depth first in call order, with the tree's totals."""
-        nodes = await self._store.tree(self._scoped(tenant_id, run_id), run_id)
-        return RunTree(nodes=nodes, totals=tree_totals(nodes))
+        """The run and every sub-agent run below it, depth first in call order, with the tree's totals
+        and the budget pool of the whole tree it belongs to (None: no budget)."""
+        tenant = self._scoped(tenant_id, run_id)
+        nodes = await self._store.tree(tenant, run_id)
+        return RunTree(nodes=nodes, totals=tree_totals(nodes), budget=await self._store.run_budget(tenant, run_id))
+
+    async def budget(self, run_id: str, *, tenant_id: str | None = None) -> BudgetView | None:
+        """The budget pool of the run's tree: per measure (tokens, cost, steps) its limit, what the tree
+        spent, what its model calls in flight hold, and what is left; None when the tree has no budget."""
+        tenant = self._scoped(tenant_id, run_id)
+        await self._store.get_run(tenant, run_id)  # an unknown run is NotFound, not "no budget"
+        return await self._store.run_budget(tenant, run_id)
 
     async def children(self, run_id: str, *, tenant_id: str | None = None) -> list[RunRow]:
         """The sub-agent runs this run started itself, in call order."""

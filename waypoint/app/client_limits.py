@@ -124,6 +124,7 @@ class FleetLimits:
             tenants={k: v.model_dump() for k, v in limits.tenants.items() if k == tenant},
             breaker=limits.breaker.model_dump(),
             keys=[k for k in await self._store.key_health() if not k.key.startswith(TENANT_KEY_PREFIX) or k.key == own],
+            today=await self._store.tenant_day(tenant) if limits.daily_budget(tenant) is not None else None,
         )
 
     async def check(self, limits: Limits | None = None) -> Limits:

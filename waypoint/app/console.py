@@ -17,6 +17,7 @@ from waypoint.app.client_limits import FleetRun, FleetStats
 from waypoint.config import Settings
 from waypoint.names import STUCK, DeliveryStatus, EventKind, LineageKind, RunStatus
 from waypoint.pricing import format_usd
+from waypoint.store.budget import BudgetView
 from waypoint.store.rows import (
     AgentCall,
     ApiKeyRow,
@@ -300,6 +301,12 @@ def run_table(run: RunRow) -> Table:
     return table
 
 
+def budget_text(pool: BudgetView) -> str:
+    """The tree's budget pool in one line: per measure, used + reserved (by calls in flight) of the
+    limit, and what is left."""
+    return f"budget of the tree of {escape(pool.root_run_id)}: {escape(pool.summary())}"
+
+
 def tree_table(tree: RunTree) -> Table:
     """One line per run of the tree, each under its caller with its run id (never cut), then the totals."""
     table = Table(box=box.SIMPLE_HEAD, show_footer=True)
@@ -420,8 +427,32 @@ def limits_tables(report: LimitsReport) -> list[Table]:
         names = ("key", "in flight", "requests/min", "tokens/min")
         tables.append(columns(f"Model keys of {report.source}", names, declared))
     if report.tenants:
-        rows = [(name, limit(t["runs"]), limit(t["weight"])) for name, t in report.tenants.items()]
-        tables.append(columns("Tenants", ("tenant", "runs at once", "weight"), rows))
+        rows = [
+            (
+                name,
+                limit(t["runs"]),
+                limit(t["weight"]),
+                limit(t.get("tokens_per_day")),
+                limit(t.get("cost_per_day")),
+                str(t.get("budget_wait", "fail")) if t.get("tokens_per_day") or t.get("cost_per_day") else "-",
+            )
+            for name, t in report.tenants.items()
+        ]
+        tables.append(
+            columns("Tenants", ("tenant", "runs at once", "weight", "tokens/day", "cost/day (USD)", "then"), rows)
+        )
+    if report.today is not None:
+        d = report.today
+        row = (
+            d["day"],
+            f"{d['used_tokens']:,}",
+            f"{d['reserved_tokens']:,}",
+            format_usd(d["used_cost_usd"]),
+            format_usd(d["reserved_cost_usd"]),
+            str(len(d["waiting"])),
+        )
+        heads = ("day (UTC)", "tokens used", "tokens reserved", "cost used", "cost reserved", "runs waiting")
+        tables.append(columns("Today's budget", heads, [row]))
     live = [
         (
             h.key,

@@ -141,7 +141,9 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
     async def run_status(ctx: Context, run_id: str) -> str:
         """One run: its row (`model` is the one it started on; after a failover `current_model` is the
         one it calls now and `models_used` every one it has been on, in order), one line per step
-        (action, tools, tokens, time), and while it runs its live state (current step, pending approvals)."""
+        (action, tools, tokens, time), its tree's budget pool (per measure: limit, used, reserved by
+        model calls in flight, left; null without one), and while it runs its live state (current
+        step, pending approvals)."""
 
         async def status(tenant: str) -> dict[str, Any]:
             row = await wp.run(run_id, tenant_id=tenant)
@@ -152,7 +154,9 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
                 except WaypointError:
                     live = None  # Temporal unreachable: Postgres still answers
             timeline = await wp.timeline(run_id, tenant_id=tenant)
-            return {"run": row, "timeline": timeline, "live": live}
+            pool = await wp.budget(run_id, tenant_id=tenant)
+            budget = pool.to_json() if pool is not None else None
+            return {"run": row, "timeline": timeline, "budget": budget, "live": live}
 
         return await answer(ctx, status)
 
@@ -160,7 +164,7 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
     async def run_tree(ctx: Context, run_id: str) -> str:
         """A run and the sub-agent runs below it (theirs too), depth first in call order: each one's
         id, agent, status, steps, tokens, cost, depth and caller (run, step, call index); then the
-        tree's totals."""
+        tree's totals and its budget pool (used, reserved, left)."""
 
         async def tree(tenant: str) -> dict[str, Any]:
             return tree_json(await wp.tree(run_id, tenant_id=tenant))

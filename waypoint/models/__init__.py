@@ -28,10 +28,12 @@ class ModelAdapter(Protocol):
         attempt: int = 1,
         retry: RetrySpec | None = None,
         deltas: DeltaSink | None = None,
+        max_tokens: int | None = None,
     ) -> ModelTurn:
         """One model call. A failure raises a `waypoint.errors.ModelError` that says whether it may
         be retried and after how long. A streaming adapter hands each piece of the answer to
-        `deltas` as it arrives; others may ignore it."""
+        `deltas` as it arrives; others may ignore it. `max_tokens`: the most the answer may take (what
+        the run's budgets hold for it), sent to the provider; None leaves the provider's own."""
         ...
 
 

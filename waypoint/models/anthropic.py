@@ -187,14 +187,17 @@ def mark_cache_breakpoints(
         _mark_last(messages[newest - 1])
 
 
-def anthropic_request(model: str, messages: list[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """The body of one Messages API call, without `stream`."""
+def anthropic_request(
+    model: str, messages: list[Message], tools: list[dict[str, Any]], max_tokens: int | None = None
+) -> dict[str, Any]:
+    """The body of one Messages API call, without `stream`; `max_tokens` (a budget's room) lowers the
+    answer's bound below the model's usual one."""
     system, converted = anthropic_messages(messages)
     schemas = anthropic_tools(tools)
     mark_cache_breakpoints(schemas, system, converted)
     request: dict[str, Any] = {
         "model": model,
-        "max_tokens": 4096 if model.startswith(SMALL_MODELS) else MAX_TOKENS,
+        "max_tokens": min(4096 if model.startswith(SMALL_MODELS) else MAX_TOKENS, max_tokens or MAX_TOKENS),
         "messages": converted,
     }
     if system:
@@ -273,10 +276,11 @@ class AnthropicModel:
         attempt: int = 1,
         retry: RetrySpec | None = None,
         deltas: DeltaSink | None = None,
+        max_tokens: int | None = None,
     ) -> ModelTurn:
         spec = retry or RetrySpec()
         started = time.monotonic()
-        request = anthropic_request(self.model, messages, tools)
+        request = anthropic_request(self.model, messages, tools, max_tokens)
         body = ""
         try:
             async with self.client.messages.with_streaming_response.create(**request, stream=True) as raw:

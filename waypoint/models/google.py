@@ -204,9 +204,12 @@ class GeminiModel:
         base = (options.base_url or DEFAULT_BASE_URL).rstrip("/")
         return f"{base}/{options.api_version}/models/{self.model}:streamGenerateContent"
 
-    def config(self, system: str | None, tools: list[dict[str, Any]]) -> types.GenerateContentConfig:
+    def config(
+        self, system: str | None, tools: list[dict[str, Any]], max_tokens: int | None = None
+    ) -> types.GenerateContentConfig:
         return types.GenerateContentConfig(
             system_instruction=system,
+            max_output_tokens=max_tokens,  # None: the model's own bound; else what the run's budgets hold
             tools=[types.Tool(function_declarations=function_declarations(tools))] if tools else None,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
             automatic_continuation=False,  # a broken stream is Temporal's to retry, not the SDK's
@@ -221,6 +224,7 @@ class GeminiModel:
         attempt: int = 1,
         retry: RetrySpec | None = None,
         deltas: DeltaSink | None = None,
+        max_tokens: int | None = None,
     ) -> ModelTurn:
         spec = retry or RetrySpec()
         started = time.monotonic()
@@ -233,7 +237,7 @@ class GeminiModel:
         }
         try:
             stream = await self.client.aio.models.generate_content_stream(
-                model=self.model, contents=contents, config=self.config(system, tools)
+                model=self.model, contents=contents, config=self.config(system, tools, max_tokens)
             )
             turn = await self.streamed_turn(stream, messages, step, deltas)
         except genai_errors.APIError as exc:

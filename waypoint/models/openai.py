@@ -64,6 +64,11 @@ class OpenAIChatModel:
         self.name = f"openai:{model}"
 
     @property
+    def official(self) -> bool:
+        """Whether the endpoint is OpenAI's own API (not an OpenAI-compatible server)."""
+        return self.client.base_url.host == "api.openai.com"
+
+    @property
     def endpoint(self) -> str:
         return str(self.client.base_url).rstrip("/") + "/chat/completions"
 
@@ -76,6 +81,7 @@ class OpenAIChatModel:
         attempt: int = 1,
         retry: RetrySpec | None = None,
         deltas: DeltaSink | None = None,
+        max_tokens: int | None = None,
     ) -> ModelTurn:
         spec = retry or RetrySpec()
         started = time.monotonic()
@@ -85,6 +91,10 @@ class OpenAIChatModel:
         payload: dict[str, Any] = {"messages": chat_messages(messages)}
         if tools:
             payload["tools"] = tools
+        if max_tokens is not None:
+            # OpenAI's own API takes max_completion_tokens (its reasoning models refuse max_tokens);
+            # OpenAI-compatible servers take max_tokens.
+            payload["max_completion_tokens" if self.official else "max_tokens"] = max_tokens
         body = ""
         try:
             async with self.client.chat.completions.with_streaming_response.create(

@@ -44,6 +44,7 @@ class ScriptedModel:
         attempt: int = 1,
         retry: RetrySpec | None = None,
         deltas: object = None,  # canned turns do not stream: their text arrives with the step's events
+        max_tokens: int | None = None,  # canned turns answer what they answer
     ) -> ModelTurn:
         started = time.monotonic()
         # By step, not by counting assistant messages: old turns leave a bounded context.

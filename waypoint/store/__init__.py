@@ -11,7 +11,8 @@ listings, time travel, comparing two runs, integrity and retention, the mirror's
 scheduled agents, runs that wait to start, what live streams read, the shared limiter of model calls,
 the fleet's figures over a period, the idempotency keys of starts, webhooks (signing secrets, deliveries,
 delivery attempts), Agent Protocol assistants (versioned), the agent versions runs started with, and
-the rows a run's waterfall is drawn from, and evaluations (datasets, experiments, their results).
+the rows a run's waterfall is drawn from, evaluations (datasets, experiments, their results), and the
+budget pools model calls reserve from (a tree's, a tenant's day).
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.store.assistants import AssistantStore
+from waypoint.store.budget import BudgetStore
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
 from waypoint.store.compare import Compare
@@ -65,6 +67,7 @@ class RunStore(
     Compare,
     Trees,
     Limiter,
+    BudgetStore,
     FleetReads,
     Webhooks,
     Idempotency,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -19,7 +19,7 @@ from waypoint.store.base import StoreBase, run_filter
 from waypoint.store.hashing import chained_event
 from waypoint.store.limits import leave_lines
 from waypoint.store.rows import RunRow
-from waypoint.store.schema import events, runs
+from waypoint.store.schema import budget_reservations, events, runs
 from waypoint.types import FailoverRecord, ParentRef
 
 NewEvent = tuple[int, str, dict[str, Any]]  # (step, kind, payload)
@@ -113,6 +113,8 @@ class RunLog(StoreBase):
                 **({"output_json": output_json} if output_json is not None else {}),
             )
             await leave_lines(conn, run_id)
+            # What its model calls still hold goes back to its tree's pool and its tenant's day.
+            await conn.execute(delete(budget_reservations).where(budget_reservations.c.run_id == run_id))
             return await self._run(conn, tenant_id, run_id)
 
     async def record_failed_start(

@@ -547,6 +547,9 @@ class LimitsReport:
     tenants: dict[str, dict[str, Any]]
     breaker: dict[str, Any]
     keys: list[KeyHealth]
+    # The tenant's daily budget today (UTC): used, reserved by calls in flight, runs waiting; None
+    # without a daily budget (or before its first call of the day).
+    today: dict[str, Any] | None = None
 
 
 def as_json(value: Any) -> Any:

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -28,7 +29,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 metadata = MetaData()
 
@@ -503,4 +504,57 @@ scorers = Table(
     Column("worker", Text, nullable=False, server_default=""),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("task_queue", "name", name="scorers_pkey"),
+)
+
+# Budget pools (waypoint/store/budget.py, migration 0021). A tree's token, cost and step budgets are one
+# pool keyed by its root run; each model call of the tree reserves from it before it goes out and
+# settles what it spent after. `waiting`: the runs of the tree waiting for the calls in flight to settle.
+MONEY = Numeric(20, 10)
+budget_pools = Table(
+    "budget_pools",
+    metadata,
+    Column("root_run_id", Text, ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("max_tokens", BigInteger, nullable=True),
+    Column("max_cost_usd", MONEY, nullable=True),
+    Column("max_steps", Integer, nullable=True),
+    Column("used_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("used_cost_usd", MONEY, nullable=False, server_default="0"),
+    Column("used_steps", Integer, nullable=False, server_default="0"),
+    Column("waiting", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# What each tenant spent in a UTC day, against its daily budget (`[tenants.NAME]` of the limits file).
+budget_tenant_days = Table(
+    "budget_tenant_days",
+    metadata,
+    Column("tenant_id", Text, nullable=False),
+    Column("day", Date, nullable=False),
+    Column("used_tokens", BigInteger, nullable=False, server_default="0"),
+    Column("used_cost_usd", MONEY, nullable=False, server_default="0"),
+    Column("waiting", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("tenant_id", "day", name="budget_tenant_days_pkey"),
+)
+
+# The model calls in flight: one row per (run, step) (a retried attempt replaces its own), gone when
+# the call settles or its run ends; past `expires_at` (its call's timeout) it no longer counts.
+budget_reservations = Table(
+    "budget_reservations",
+    metadata,
+    Column("run_id", Text, ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("pool", Text, ForeignKey("budget_pools.root_run_id", ondelete="CASCADE"), nullable=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("day", Date, nullable=True),
+    Column("tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("cost_usd", MONEY, nullable=False),
+    Column("steps", Integer, nullable=False),
+    Column("reserved_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("run_id", "step", name="budget_reservations_pkey"),
 )

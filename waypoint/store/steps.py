@@ -6,7 +6,7 @@ most once, and a retried attempt finds the earlier one's work and writes nothing
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import func, text
@@ -18,6 +18,7 @@ from waypoint.errors import NotFound
 from waypoint.names import WAITING_TO_START, EventKind, RunStatus, idempotency_key
 from waypoint.store import context
 from waypoint.store.base import StoreBase, not_found
+from waypoint.store.budget import open_pool
 from waypoint.store.context import Pin, Segment
 from waypoint.store.hashing import hashed_json
 from waypoint.store.log import NewEvent, append_events, hash_chain
@@ -55,6 +56,8 @@ class NewRun:
     assistant_version: int | None = None
     version: AgentVersion | None = None  # the agent version it starts with (its fingerprint goes on the row)
     batch_id: str | None = None  # the batch of a run that is not a rerun (an experiment's case run)
+    # A root run given max_steps (not its agent's default): its tree's model calls share that many steps.
+    tree_max_steps: int | None = None
 
 
 # record_step's two statements. Plain SQL with one text whatever the number of events, so the
@@ -224,6 +227,18 @@ class StepWriter(StoreBase):
             ).first()
             if created is None:  # a retry after the first attempt committed
                 await self._run(conn, new.tenant_id, new.run_id)  # and it is this tenant's
+            # A root with a budget opens its tree's pool; a sub-agent run draws from its tree's.
+            pool = await open_pool(
+                conn,
+                run_id=new.run_id,
+                tenant_id=new.tenant_id,
+                root_run_id=new.parent.root_run_id if new.parent else None,
+                max_tokens=plan.max_tokens,
+                max_cost_usd=plan.max_cost_usd,
+                max_steps=new.tree_max_steps,
+            )
+            plan = replace(plan, budget_pool=pool)
+            if created is None:
                 return plan
             if new.version is not None:
                 await insert_version(conn, new.tenant_id, new.version)

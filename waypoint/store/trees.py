@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.names import LIVE, EventKind, RunStatus
 from waypoint.store.base import StoreBase, of_tenant
+from waypoint.store.budget import BudgetView
 from waypoint.store.log import append_events, transition_status
 from waypoint.store.rows import RunRow
 from waypoint.store.schema import runs
@@ -46,10 +47,12 @@ class TreeTotals:
 
 @dataclass(frozen=True)
 class RunTree:
-    """A run (the first node) and the runs below it, depth first in call order, with their totals."""
+    """A run (the first node) and the runs below it, depth first in call order, with their totals, and
+    the budget pool of the tree it belongs to (None: the tree has no budget)."""
 
     nodes: list[TreeNode]
     totals: TreeTotals
+    budget: BudgetView | None = None
 
     @property
     def root(self) -> RunRow:
@@ -110,7 +113,8 @@ def node_json(node: TreeNode) -> dict[str, Any]:
 
 
 def tree_json(tree: RunTree) -> dict[str, Any]:
-    """A tree as the surfaces answer it: each node's figures, depth and caller, then the totals."""
+    """A tree as the surfaces answer it: each node's figures, depth and caller, then the totals, and its
+    budget pool (limit, used, reserved and left per measure; null without one)."""
     nodes = [node_json(n) for n in tree.nodes]
     totals = tree.totals
     return {
@@ -124,6 +128,7 @@ def tree_json(tree: RunTree) -> dict[str, Any]:
             "tokens": totals.tokens,
             "cost_usd": totals.cost_usd,
         },
+        "budget": tree.budget.to_json() if tree.budget is not None else None,
     }
 
 

@@ -84,6 +84,13 @@ class Metrics:
             unit="{call}",
             description="Model calls answered 429 or 529, by key.",
         )
+        # Budget pools (waypoint/store/budget.py): calls a tree's pool or a tenant's day did not let go out.
+        self.budget_refusals = meter.create_counter(
+            "waypoint.budget.refusals",
+            unit="{call}",
+            description="Model calls a budget kept from going out, by scope (tree, tenant_day), measure and "
+            "action (wait, fail).",
+        )
 
 
 @dataclass(eq=False)

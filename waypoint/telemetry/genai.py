@@ -50,6 +50,30 @@ class ChatSpan:
         found.tokens.add(turn.usage.output_tokens, {"direction": "output", "gen_ai.request.model": self.model})
         found.cost.add(cost_usd(turn.model, turn.usage, telemetry.prices), {"gen_ai.request.model": self.model})
 
+    def budget(
+        self,
+        *,
+        pool: str | None,
+        reserved: int,
+        reserved_cost_usd: float,
+        max_tokens: int,
+        used: int | None,
+        left: int | None,
+    ) -> None:
+        """What the call reserved from its budgets before it went out: the tokens and cost it holds and
+        the max_tokens it asks for; what its tree's pool had spent, and has left once this is held
+        (None: no tree token limit)."""
+        s = self.span
+        s.set_attribute("gen_ai.request.max_tokens", max_tokens)
+        s.set_attribute("waypoint.budget.reserved", reserved)
+        s.set_attribute("waypoint.budget.reserved_cost_usd", reserved_cost_usd)
+        if pool is not None:
+            s.set_attribute("waypoint.budget.pool", pool)
+        if used is not None:
+            s.set_attribute("waypoint.budget.used", used)
+        if left is not None:
+            s.set_attribute("waypoint.budget.left", left)
+
 
 @contextlib.contextmanager
 def chat_span(

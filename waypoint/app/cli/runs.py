@@ -97,12 +97,15 @@ async def status(
                 "timeline": lines,
                 "live": live,
                 "children": below,
+                "budget": family.budget.to_json() if family.budget is not None else None,
                 "webhook_attempts": attempts,
                 "webhook_deliveries": deliveries,
             }
         )
         return
     out.console.print(out.run_table(row))
+    if family.budget is not None:
+        out.console.print(out.budget_text(family.budget), highlight=False)
     if hook_line:
         out.console.print(f"webhook: {hook_line}", markup=False, highlight=False)
     if lines:
@@ -119,7 +122,7 @@ async def status(
 @command
 async def tree(run_id: RunArg, as_json: JsonOpt = False) -> None:
     """The run and the sub-agent runs below it: one line per run, each with its id, status, steps,
-    tokens and cost, then the tree's totals."""
+    tokens and cost, then the tree's totals and its budget pool (used, reserved, left)."""
     from waypoint.app import console as out
     from waypoint.store.trees import tree_json
 
@@ -129,6 +132,8 @@ async def tree(run_id: RunArg, as_json: JsonOpt = False) -> None:
         out.print_json(tree_json(found))
         return
     out.console.print(out.tree_table(found))
+    if found.budget is not None:
+        out.console.print(out.budget_text(found.budget), highlight=False)
 
 
 @command

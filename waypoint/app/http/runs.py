@@ -210,7 +210,8 @@ async def list_runs(
 async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The run's row and, while it runs, its live state from Temporal (step, pending approvals);
     `parent`, the call that started it if a sub-agent call did (run, step, call index), and
-    `children`, the sub-agent runs its own calls started (GET .../tree has the whole tree).
+    `children`, the sub-agent runs its own calls started (GET .../tree has the whole tree);
+    `budget`, its tree's budget pool (per measure: limit, used, reserved by calls in flight, left).
     A run started a moment ago whose worker has not written its row yet is `starting`; an
     unfinished run whose workflow task keeps failing is `stuck`, with the failure in `stuck`."""
     try:
@@ -229,6 +230,7 @@ async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
             "live": None,
             "parent": None,
             "children": [],
+            "budget": None,
         }
     live = None
     if row.status not in FINISHED and not row.stuck:  # a stuck run answers no query
@@ -237,7 +239,14 @@ async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
         except WaypointError:
             live = None  # Temporal unreachable: Postgres still answers
     children = [child_json(c) for c in await api.wp.children(run_id, tenant_id=tenant)]
-    return {**run_json(row), "live": as_json(live), "parent": caller_json(row), "children": children}
+    pool = await api.wp.budget(run_id, tenant_id=tenant)
+    return {
+        **run_json(row),
+        "live": as_json(live),
+        "parent": caller_json(row),
+        "children": children,
+        "budget": pool.to_json() if pool is not None else None,
+    }
 
 
 @router.get("/runs/{run_id}/steps", responses=errors.documented(400, 404, 409))

@@ -54,7 +54,8 @@ Pumped = tuple[str, StreamItem | BaseException | None]  # (run id, an item, its 
 @router.get("/runs/{run_id}/tree", responses=errors.documented(400, 404, 409))
 async def tree(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The run and the sub-agent runs below it (theirs too), depth first in call order: run id,
-    agent, status, steps, tokens, cost, depth, caller (run, step, call index); then the totals."""
+    agent, status, steps, tokens, cost, depth, caller (run, step, call index); then the totals, and
+    the budget pool of its tree (per measure: limit, used, reserved by calls in flight, left)."""
     return tree_json(await api.wp.tree(run_id, tenant_id=tenant))
 
 
