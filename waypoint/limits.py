@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from waypoint.errors import ConfigError
-from waypoint.models.spec import Provider
+from waypoint.names import Provider
 
 TENANT_KEY_PREFIX = "tenant:"
 
