@@ -39,6 +39,7 @@ from temporalio import activity
 
 from waypoint.activities.boundary import boundary, heartbeating
 from waypoint.agents import AgentRegistry
+from waypoint.calls import canonical_arguments
 from waypoint.config import Settings
 from waypoint.errors import ToolError, UnknownTool
 from waypoint.mcp import MCPHub, MCPTool
@@ -47,7 +48,6 @@ from waypoint.memory.steps import recall_scope
 from waypoint.names import Activity, ToolOutcome
 from waypoint.retry import LEDGER_PATIENCE_SECONDS
 from waypoint.store import RunStore
-from waypoint.store.compare import canonical_arguments
 from waypoint.store.ledger import Effect, patiently
 from waypoint.telemetry import tool_span
 from waypoint.tools import ToolContext

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from waypoint.calls import CallLine
 from waypoint.errors import InvalidInput, UnknownScorer
 from waypoint.evals.cases import EvalCase, EvalRun, EvalStep, ExpectedCall, read_cases
 from waypoint.evals.scorers import (
@@ -22,7 +23,6 @@ from waypoint.evals.scorers import (
 )
 from waypoint.evals.stats import CaseScores, compare, mean_interval, sign_test, summarize
 from waypoint.evals.types import ScorerSpec
-from waypoint.store.rows import CallLine
 
 
 def run_of(output: str | None, calls: list[tuple[str, dict]] = (), **extra) -> EvalRun:  # type: ignore[assignment]

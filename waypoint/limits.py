@@ -41,7 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from waypoint.errors import ConfigError
-from waypoint.models.spec import Provider
+from waypoint.names import Provider
 
 TENANT_KEY_PREFIX = "tenant:"
 

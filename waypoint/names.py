@@ -366,3 +366,10 @@ def child_run_id(run_id: str, step: int, call_index: int) -> str:
 def idempotency_key(run_id: str, step: int, call_index: int) -> str:
     """The key of one tool call, stable across retries: `run_id:step:call_index`."""
     return f"{run_id}:{step}:{call_index}"
+
+
+class Provider(StrEnum):
+    OPENAI = "openai"  # any OpenAI-compatible chat-completions endpoint
+    ANTHROPIC = "anthropic"  # Anthropic's Messages API, through the `anthropic` SDK (extra `anthropic`)
+    GOOGLE = "google"  # Gemini, through the `google-genai` SDK (extra `google`)
+    SCRIPTED = "scripted"  # the agent's own ScriptedModel

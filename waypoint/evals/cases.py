@@ -22,7 +22,7 @@ from waypoint.checks import NAME_MAX, check_json, check_name, check_text
 from waypoint.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from waypoint.store.rows import CallLine
+    from waypoint.calls import CallLine
 
 CASES_MAX = 10_000  # cases of one dataset version (each is a run of every experiment on it)
 CASE_FIELDS = ("task", "expected_output", "expected_tools", "metadata", "id")

@@ -38,13 +38,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
+from waypoint.calls import CallLine, canonical_arguments
 from waypoint.checks import NAME_MAX, check_json, check_name, check_text
 from waypoint.errors import InvalidInput, UnknownScorer
 from waypoint.evals.cases import EvalCase, EvalRun, EvalStep, ExpectedCall
 from waypoint.evals.types import ScorerSpec
 from waypoint.names import BuiltinScorer, RunStatus, TrajectoryMode
-from waypoint.store.compare import canonical_arguments
-from waypoint.store.rows import CallLine
 
 SCORERS_MAX = 20  # scorers of one experiment
 JUDGE_THRESHOLD = 0.5

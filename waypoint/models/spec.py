@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from waypoint.errors import InvalidInput
-
-
-class Provider(StrEnum):
-    OPENAI = "openai"  # any OpenAI-compatible chat-completions endpoint
-    ANTHROPIC = "anthropic"  # Anthropic's Messages API, through the `anthropic` SDK (extra `anthropic`)
-    GOOGLE = "google"  # Gemini, through the `google-genai` SDK (extra `google`)
-    SCRIPTED = "scripted"  # the agent's own ScriptedModel
-
+from waypoint.names import Provider
 
 # The variables a worker reads each provider's API key from, in order (an agent's `provider_key_env`
 # replaces them for its own calls).

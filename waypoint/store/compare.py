@@ -10,12 +10,12 @@ with the steps it inherited from its parent, so steps line up by number.
 from __future__ import annotations
 
 import difflib
-import json
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from waypoint.calls import canonical_arguments
 from waypoint.names import EventKind, ToolOutcome
 from waypoint.store.base import StoreBase
 from waypoint.store.rows import AgentCall, CallLine, ChildPair, RunComparison, RunRow, StepComparison, StepSide
@@ -23,14 +23,6 @@ from waypoint.store.schema import events
 from waypoint.store.tree_travel import inherited_calls
 
 COMPARED_KINDS = (EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT)
-
-
-def canonical_arguments(arguments: str | None) -> str:
-    """A tool call's arguments as canonical JSON (keys sorted), or the raw text when it is not JSON."""
-    try:
-        return json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except json.JSONDecodeError:
-        return arguments or ""
 
 
 def text_diff(a: str | None, b: str | None) -> list[str]:

@@ -16,6 +16,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any
 
+from waypoint.calls import CallLine
 from waypoint.names import STUCK, RunStatus
 from waypoint.types import Message, RunResult
 from waypoint.versions import AgentVersion
@@ -383,16 +384,6 @@ class ScheduleRow:
     next_runs: list[datetime] = field(default_factory=list)
     recent: list[ScheduledRunRef] = field(default_factory=list)
     updated_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class CallLine:
-    """One tool call of a step, as `compare` matches them: the name, the arguments as canonical JSON
-    (keys sorted), and how it ended (a ToolOutcome, or None when no result was recorded)."""
-
-    name: str
-    arguments: str
-    outcome: str | None = None
 
 
 @dataclass(frozen=True)
