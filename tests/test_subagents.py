@@ -196,9 +196,15 @@ async def test_pause_and_resume_reach_the_children_and_cancel_ends_them(lifecycl
     await eventually(lambda: all_of(wp, children, RunStatus.RUNNING), what="both children running")
     await wp.pause(run_id)
     await eventually(lambda: all_of(wp, children, RunStatus.PAUSED), what="both children paused")
+    # The caller waits on a tree that holds still: it is paused too, not `running` (issue 41), on its
+    # row and in its live state, though the step it paused in has not ended.
+    await eventually(lambda: all_of(wp, [run_id], RunStatus.PAUSED), what="the caller paused with its children")
+    assert (await wp.progress(run_id)).status == RunStatus.PAUSED and (await wp.run(run_id)).steps == 0
     paused_at = [(await wp.run(c)).steps for c in children]
     await wp.resume(run_id)
     assert [await done_while_paused(wp.client, c) for c in children] == [[], []]  # no step while paused
+    assert await done_while_paused(wp.client, run_id) == []  # the caller wrote its pause, then held still
+    await eventually(lambda: all_of(wp, [run_id], RunStatus.RUNNING), what="the caller running again")
     await eventually(lambda: all_of(wp, children, RunStatus.RUNNING), what="both children running again")
     await eventually(
         lambda: steps_past(wp, children, paused_at), what="the children making steps again after the resume"

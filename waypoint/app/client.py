@@ -382,6 +382,7 @@ class Waypoint:
         budget: Budget | None = None,
         instructions: str | None = None,
         assistant: tuple[str, int] | None = None,
+        message_only: bool = False,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step. `memory` (a MemoryView)
@@ -389,7 +390,11 @@ class Waypoint:
         the parent's later episodes. It keeps the parent's priority unless given one.
         `idempotency_key` as for `start_run`; it has a webhook only if given one (`webhook`, as for
         `start_run`); `budget`, `instructions` (its own, in place of those it inherits) and `assistant`
-        as for `start_run`."""
+        as for `start_run`. `message_only`: the fork only adds `message` to the state, as a new
+        checkpoint at `step` (the Agent Protocol's update_state): it takes no step, calls no model,
+        and ends `completed`; a later fork of it goes on from there."""
+        if message_only and not (message or "").strip():
+            raise InvalidInput("a fork that only adds a message needs the message: give its text")
         check_choice("memory", memory, MemoryView)
         self.check_webhook(webhook)
         check_instructions(instructions)
@@ -409,11 +414,15 @@ class Waypoint:
             task=message if message is not None else parent.task,  # a thread's next turn is its own task
             tenant_id=tenant,
             model=model,
-            fork=ForkOrigin(run_id=run_id, step=step, message=message, memory=MemoryView(memory)),
+            fork=ForkOrigin(
+                run_id=run_id, step=step, message=message, memory=MemoryView(memory), message_only=message_only
+            ),
             pin_model=model is not None,
             priority=priority or parent.priority,
             webhook=webhook,
-            budget=budget,
+            # A message-only fork's budget allows no step of its own (its steps go on from the fork
+            # step): a worker from before message_only ends it there too, if with `max_steps`.
+            budget=Budget(max_steps=step) if message_only and budget is None else budget,
             instructions=instructions,
             **_assistant_fields(assistant),
         )
