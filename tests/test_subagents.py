@@ -219,6 +219,29 @@ async def test_pause_and_resume_reach_the_children_and_cancel_ends_them(lifecycl
         assert row.error == f"its caller {run_id} was cancelled: enough"
 
 
+async def test_a_caller_paused_over_children_waiting_for_approval_shows_their_wait_again_when_resumed(lifecycle):
+    """Issue 41: a caller whose children wait for a human shows `paused` once paused, and their wait,
+    not `running`, once resumed. The children, paused while they waited, are resumed with it: once
+    approved, they finish."""
+    wp = lifecycle
+    run_id = await wp.start_run("gated_child", agent="lifecycle_lead")
+    children = [child_run_id(run_id, 1, 0), child_run_id(run_id, 1, 1)]
+    tree = [run_id, *children]
+    await eventually(lambda: all_of(wp, tree, RunStatus.WAITING_APPROVAL), what="the tree waiting for approval")
+    await wp.pause(run_id)
+    await eventually(lambda: all_of(wp, [run_id], RunStatus.PAUSED), what="the caller paused")
+    assert await all_of(wp, children, RunStatus.WAITING_APPROVAL)  # a human is still asked
+    await wp.resume(run_id)
+    await eventually(
+        lambda: all_of(wp, [run_id], RunStatus.WAITING_APPROVAL), what="the caller showing its children's wait again"
+    )
+    for child in children:
+        await wp.approve(child)
+    await eventually(lambda: all_of(wp, children, RunStatus.COMPLETED), what="the approved children finishing")
+    result = await wp.result(run_id)
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "children said: launched | launched")
+
+
 async def steps_past(wp: Waypoint, run_ids: list[str], before: list[int]) -> bool:
     now = [(await wp.run(r)).steps for r in run_ids]
     return all(n > b for n, b in zip(now, before, strict=True))

@@ -805,7 +805,8 @@ class Waypoint:
         return [replace(r, stuck=marked[r.run_id]) if r.run_id in marked else r for r in rows]
 
     async def pause(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
-        """Pause before the next step (the current one finishes); its live sub-agent runs pause too."""
+        """Pause before the next step (the current one finishes); its live sub-agent runs pause too.
+        A run whose step waits on its sub-agent runs is `paused` at once (its tree holds still)."""
         progress = await self._update(run_id, Update.PAUSE, None, tenant_id)
         await self._below(run_id, Update.PAUSE, tenant_id)
         return progress
@@ -819,9 +820,11 @@ class Waypoint:
     async def _below(self, run_id: str, name: Update, tenant_id: str | None) -> None:
         """Deliver a pause or a resume to the live runs below `run_id` in its tree (a workflow cannot
         send an update to another, and Temporal's parent-close policy covers only the parent's end).
-        A run that has just ended, or is already in that state, is passed over."""
+        A run that has just ended, or is already in that state, is passed over. A resume goes to every
+        live run below, not only those shown `paused`: one paused while it waited for approval still
+        shows that wait, and refuses the resume only if it is not paused."""
         for row in await self._store.live_below(self._scoped(tenant_id, run_id), run_id):
-            if (name == Update.PAUSE) == (row.status == RunStatus.PAUSED):
+            if name == Update.PAUSE and row.status == RunStatus.PAUSED:
                 continue
             with contextlib.suppress(Conflict, InvalidInput, NotFound):
                 await self._update(row.run_id, name, None, tenant_id)
