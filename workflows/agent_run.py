@@ -544,7 +544,7 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         def settled() -> bool:
             return work.done() or self._cancel_requested() is not None
 
-        def changed() -> bool:  # a pause or a resume came (seen: the state last shown)
+        def changed() -> bool:  # a pause or a resume came since the loop last looked (seen)
             return settled() or self._paused != seen
 
         self._awaiting_children = True
