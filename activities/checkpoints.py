@@ -200,7 +200,10 @@ class CheckpointActivities:
     @boundary
     async def set_run_status(self, inp: SetStatusInput) -> None:
         """Mirror a live status change (paused, waiting for approval, running again)."""
-        if inp.caller:  # a sub-agent run's wait for approval shows on its callers
+        if inp.awaits_children and inp.tenant_id:
+            status = RunStatus(inp.status)
+            await self.store.set_status_over_children(inp.tenant_id, inp.run_id, status, caller=inp.caller)
+        elif inp.caller:  # a sub-agent run's wait for approval shows on its callers
             await self.store.set_status_in_tree(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
         else:
             await self.store.set_status(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)

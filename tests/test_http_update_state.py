@@ -1,19 +1,29 @@
 """`threads.update_state` through langgraph-sdk against a real `waypoint serve`, worker and Postgres:
-an update is a fork that ends before its first step (a new checkpoint, the old ones kept)."""
+an update is a fork that ends before its first step (a new checkpoint, the old ones kept), `completed`."""
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from langgraph_sdk import get_client
+from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import APIStatusError, ConflictError, NotFoundError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client
 
 from tests.conftest import ApiServer
-from tests.helpers import human
+from tests.helpers import human, waypoint
+from waypoint.app.client import Waypoint
+from waypoint.app.http.ui import session
 
 pytestmark = pytest.mark.postgres
 
 
-async def test_update_state_adds_a_checkpoint_the_next_run_goes_on_from(api: ApiServer, worker):
+async def test_update_state_adds_a_checkpoint_the_next_run_goes_on_from(
+    api: ApiServer, worker, client: Client, engine: AsyncEngine
+):
     lg = get_client(url=api.url, api_key=api.key)
     tid = (await lg.threads.create())["thread_id"]
     first = await lg.runs.wait(tid, "calculator", input=human("add 2 and 3"))
@@ -33,6 +43,8 @@ async def test_update_state_adds_a_checkpoint_the_next_run_goes_on_from(api: Api
     assert history[0]["parent_checkpoint"]["checkpoint_id"] == old_ids[0]
     assert (await lg.threads.get_state(tid, checkpoint_id=new_id))["values"] == state["values"]
     assert (await lg.threads.get(tid))["status"] == "idle"
+    wp = Waypoint(client, engine, api.settings)
+    await the_update_completed(api, wp, lg, tid, new_id.rsplit(":", 1)[0])
 
     # the next run goes on from the updated state: its conversation holds the added message
     after = await lg.runs.wait(tid, "calculator", input=human("and again"))
@@ -89,3 +101,20 @@ async def test_update_state_refuses_what_it_cannot_map(api: ApiServer, worker):
         assert busy["run_id"] in conflict.value.response.text
     finally:
         await lg.runs.cancel(tid, busy["run_id"])
+
+
+async def the_update_completed(api: ApiServer, wp: Waypoint, lg: LangGraphClient, thread_id: str, run_id: str) -> None:
+    """The update's run did what it was asked (issue 41): `completed` with no step of its own, on every
+    surface; the runs page shows its row with a completed badge, not a red max-steps one."""
+    assert (await lg.runs.get(thread_id, run_id))["status"] == "success"
+    row = (await api.http.get(f"/v1/runs/{run_id}")).json()
+    assert (row["status"], row["error"], row["steps"]) == ("completed", None, row["fork_step"])  # no step of its own
+    shown = await waypoint(api.settings, "status", run_id, "--json")
+    assert shown.code == 0 and json.loads(shown.out)["status"] == "completed", shown.out + shown.err
+    key = await wp.keys.valid(api.key)
+    assert key is not None
+    api.http.cookies.set(session.COOKIE, session.issue(session.secret_of(api.settings.ui_secret), key.id))
+    page = (await api.http.get("/ui", params={"text": row["task"]})).text  # its page of the runs list
+    api.http.cookies.clear()
+    (line,) = re.findall(rf'<tr data-run="{re.escape(run_id)}".*?</tr>', page, re.S)
+    assert 'class="status status-completed"' in line and "max_steps" not in line and "max steps" not in line

@@ -78,6 +78,8 @@ def test_histories_are_checked_in():
         "agent_run_thread_joined.json",
         "agent_run_edited_approval.json",
         "agent_run_ask_human.json",
+        "agent_run_message_only.json",
+        "agent_run_paused_caller.json",
         "remote-store/agent_run_calculator.json",
         "remote-store/agent_run_clumsy.json",
         "remote-store/agent_run_memory.json",

@@ -196,9 +196,15 @@ async def test_pause_and_resume_reach_the_children_and_cancel_ends_them(lifecycl
     await eventually(lambda: all_of(wp, children, RunStatus.RUNNING), what="both children running")
     await wp.pause(run_id)
     await eventually(lambda: all_of(wp, children, RunStatus.PAUSED), what="both children paused")
+    # The caller waits on a tree that holds still: it is paused too, not `running` (issue 41), on its
+    # row and in its live state, though the step it paused in has not ended.
+    await eventually(lambda: all_of(wp, [run_id], RunStatus.PAUSED), what="the caller paused with its children")
+    assert (await wp.progress(run_id)).status == RunStatus.PAUSED and (await wp.run(run_id)).steps == 0
     paused_at = [(await wp.run(c)).steps for c in children]
     await wp.resume(run_id)
     assert [await done_while_paused(wp.client, c) for c in children] == [[], []]  # no step while paused
+    assert await done_while_paused(wp.client, run_id) == []  # the caller wrote its pause, then held still
+    await eventually(lambda: all_of(wp, [run_id], RunStatus.RUNNING), what="the caller running again")
     await eventually(lambda: all_of(wp, children, RunStatus.RUNNING), what="both children running again")
     await eventually(
         lambda: steps_past(wp, children, paused_at), what="the children making steps again after the resume"
@@ -211,6 +217,29 @@ async def test_pause_and_resume_reach_the_children_and_cancel_ends_them(lifecycl
         row = await wp.run(child)
         assert row.status == RunStatus.CANCELLED, row
         assert row.error == f"its caller {run_id} was cancelled: enough"
+
+
+async def test_a_caller_paused_over_children_waiting_for_approval_shows_their_wait_again_when_resumed(lifecycle):
+    """Issue 41: a caller whose children wait for a human shows `paused` once paused, and their wait,
+    not `running`, once resumed. The children, paused while they waited, are resumed with it: once
+    approved, they finish."""
+    wp = lifecycle
+    run_id = await wp.start_run("gated_child", agent="lifecycle_lead")
+    children = [child_run_id(run_id, 1, 0), child_run_id(run_id, 1, 1)]
+    tree = [run_id, *children]
+    await eventually(lambda: all_of(wp, tree, RunStatus.WAITING_APPROVAL), what="the tree waiting for approval")
+    await wp.pause(run_id)
+    await eventually(lambda: all_of(wp, [run_id], RunStatus.PAUSED), what="the caller paused")
+    assert await all_of(wp, children, RunStatus.WAITING_APPROVAL)  # a human is still asked
+    await wp.resume(run_id)
+    await eventually(
+        lambda: all_of(wp, [run_id], RunStatus.WAITING_APPROVAL), what="the caller showing its children's wait again"
+    )
+    for child in children:
+        await wp.approve(child)
+    await eventually(lambda: all_of(wp, children, RunStatus.COMPLETED), what="the approved children finishing")
+    result = await wp.result(run_id)
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "children said: launched | launched")
 
 
 async def steps_past(wp: Waypoint, run_ids: list[str], before: list[int]) -> bool:

@@ -28,7 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.experiment_doubles import CASE_WORK, ExperimentDoubles
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, delivery_of, loop_tool, ok, spec, tools
-from tests.workflow_helpers import LEAD, failure, plan, progress, until, until_status
+from tests.workflow_helpers import LEAD, failure, plan, progress, replayed, until, until_status
 from waypoint import retry
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import (
@@ -346,6 +346,27 @@ async def test_pause_resume_and_send(ts: WorkflowEnvironment) -> None:
     assert doubles.records[1].user_messages == ["use the blue one"]
 
 
+async def test_a_resume_during_the_step_that_showed_paused_shows_running(ts: WorkflowEnvironment) -> None:
+    """Patch pause-shown-while-children-run-1: a run paused while it waited for approval shows
+    `paused` once the call is decided; resumed before the step ends, its row says `running` again
+    before the next step (runs from before kept `paused` on the row while they ran on)."""
+    gated = plan(tools=[spec("pay", requires_approval=True)])
+    doubles = Doubles(plan=gated, turns=answer_at(2, name="pay"), tool_gate=asyncio.Event())
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        await until_status(handle, RunStatus.WAITING_APPROVAL)
+        await handle.execute_update(Update.PAUSE, result_type=RunProgress)
+        await handle.execute_update(Update.APPROVE, Decision(), result_type=RunProgress)
+        await until(lambda: doubles.status_names[-1:] == [RunStatus.PAUSED], "the row written paused")
+        resumed = await handle.execute_update(Update.RESUME, result_type=RunProgress)
+        assert resumed.status == RunStatus.RUNNING
+        assert doubles.tool_gate is not None
+        doubles.tool_gate.set()  # the approved call (held until now) ends; step 1 is recorded
+        result: RunResult = await handle.result()
+    assert result.status == RunStatus.COMPLETED and doubles.steps == [1, 2]
+    assert doubles.status_names == [RunStatus.WAITING_APPROVAL, RunStatus.PAUSED, RunStatus.RUNNING]
+
+
 async def test_cancel_ends_the_run_after_the_current_step(ts: WorkflowEnvironment) -> None:
     doubles = Doubles(plan=plan(), turns=loop_tool(), tool_gate=asyncio.Event())
     async with bench(ts.client, doubles) as b:
@@ -495,6 +516,22 @@ async def test_a_fork_starts_at_its_fork_step(ts: WorkflowEnvironment) -> None:
     assert result.status == RunStatus.COMPLETED
     assert doubles.steps == [5, 6]
     assert [(t.origin_known, t.recorded_from) for t in doubles.tool_calls] == [(True, None)]  # tools run live
+
+
+async def test_a_message_only_fork_ends_completed_without_a_step(ts: WorkflowEnvironment) -> None:
+    """Patch message-only-fork-1 (issue 41): a fork that only adds its message (the Agent Protocol's
+    update_state) did what it was asked once start_run wrote the message: it ends `completed`, with
+    no model call, not `max_steps` at the budget that leaves it no step (runs from before did)."""
+    doubles = Doubles(plan=plan(max_steps=4), turns=answer_at(6))
+    fork = ForkOrigin(run_id="run-parent", step=4, message="use a pencil", message_only=True)
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start(RunInput(agent="double", task="use a pencil", tenant_id="t", fork=fork))
+        result: RunResult = await handle.result()
+        await replayed(handle, "agent_run_message_only.json")
+    assert (result.status, result.output, result.error, result.steps) == (RunStatus.COMPLETED, None, None, 0)
+    assert [(f.status, f.error) for f in doubles.finished] == [(RunStatus.COMPLETED, None)]
+    assert doubles.calls == [] and doubles.records == [] and doubles.statuses == []
+    assert [s.fork for s in doubles.started] == [fork]  # start_run got the message to add
 
 
 # A run without a memory worker goes on without memory after MEMORY_SCHEDULE_TIMEOUT (10 s): a
@@ -793,6 +830,52 @@ async def test_a_callers_token_budget_covers_its_children(ts: WorkflowEnvironmen
     assert third.outcome == ToolOutcome.TOOL_ERROR and "ended budget_exceeded" in third.output
     # 60 tokens of its own turns, 60 + 60 + 20 of its children's
     assert (result.status, result.error) == (RunStatus.BUDGET_EXCEEDED, "token budget reached: 200 of 200 tokens used")
+
+
+async def test_a_caller_waiting_on_its_children_shows_a_pause_and_a_resume_at_once(ts: WorkflowEnvironment) -> None:
+    """Patch pause-shown-while-children-run-1 (issue 41): a pause taken while the step waits on its
+    sub-agent runs shows at once, in the update's answer, the progress query and the row (the client
+    pauses the children with it: the tree holds still), not at the step's end, which paused children
+    never reach; a resume shows at once too. Paused again when the children end, the run takes no
+    step until it is resumed."""
+
+    def turns(inp: CallModelInput) -> ModelTurn:
+        if inp.agent == LEAD:
+            return fan_out(2) if inp.step == 1 else answer("both answered")
+        return tools(call("work", id="w1")) if inp.step == 1 else answer(f"answer of {inp.run_id}")
+
+    doubles = Doubles(plan=plan(agents=["child"]), plans={"child": plan()}, turns=turns, tool_gate=asyncio.Event())
+    async with bench(ts.client, doubles) as b:
+        handle = await b.start()
+        children = [child_run_id(handle.id, 1, i) for i in range(2)]
+        await until(lambda: len(doubles.tool_calls) == 2, "both children in their tool")
+
+        def writes() -> list[tuple[str, str, bool]]:
+            return [(w.run_id, w.status, w.awaits_children) for w in doubles.status_writes]
+
+        paused = await handle.execute_update(Update.PAUSE, result_type=RunProgress)
+        assert paused.status == RunStatus.PAUSED
+        await until(lambda: writes() == [(handle.id, RunStatus.PAUSED, True)], "the caller's row written paused")
+        assert (await progress(handle)).status == RunStatus.PAUSED
+        resumed = await handle.execute_update(Update.RESUME, result_type=RunProgress)
+        assert resumed.status == RunStatus.RUNNING
+        await until(lambda: len(writes()) == 2, "the caller's row written running")
+        assert writes()[1] == (handle.id, RunStatus.RUNNING, True)
+        assert (await progress(handle)).status == RunStatus.RUNNING
+
+        await handle.execute_update(Update.PAUSE, result_type=RunProgress)
+        assert doubles.tool_gate is not None
+        doubles.tool_gate.set()  # the children end while their caller is paused
+        await until(lambda: len(writes()) == 4, "the caller paused at its step's end")
+        assert writes()[2:] == [(handle.id, RunStatus.PAUSED, True), (handle.id, RunStatus.PAUSED, False)]
+        assert all(doubles.end_of(c) is not None for c in children)
+        assert doubles.steps_of(handle.id) == [1]  # no step 2 while paused: its pause write came first
+        await handle.execute_update(Update.RESUME, result_type=RunProgress)
+        result: RunResult = await handle.result()
+        await replayed(handle, "agent_run_paused_caller.json")
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "both answered")
+    assert doubles.steps_of(handle.id) == [1, 2]
+    assert writes()[4:] == [(handle.id, RunStatus.RUNNING, False)]
 
 
 async def test_a_call_made_when_the_budget_is_spent_starts_no_child(ts: WorkflowEnvironment) -> None:

@@ -122,6 +122,7 @@ class Doubles:
     # What the workflow asked for, in order.
     records: list[StepRecord] = field(default_factory=list)
     statuses: list[tuple[str, str | None]] = field(default_factory=list)
+    status_writes: list[SetStatusInput] = field(default_factory=list)  # the same writes, whole (which run, ...)
     finished: list[FinishRunInput] = field(default_factory=list)
     calls: list[CallModelInput] = field(default_factory=list)
     tool_calls: list[RunToolInput] = field(default_factory=list)
@@ -233,6 +234,7 @@ class Doubles:
     @activity.defn(name=Activity.SET_STATUS)
     async def set_run_status(self, inp: SetStatusInput) -> None:
         self.statuses.append((inp.status, inp.detail))
+        self.status_writes.append(inp)
 
     @activity.defn(name=Activity.FINISH_RUN)
     async def finish_run(self, inp: FinishRunInput) -> RunResult:

@@ -216,6 +216,10 @@ class ForkOrigin:
     # A rerun with recorded tools runs its sub-agents again instead of answering their calls from
     # the recorded answers (`waypoint rerun --rerun-children`).
     rerun_children: bool = False
+    # Issue 41 (last, so older histories decode): the fork only adds `message` to the state, as a
+    # new checkpoint (the Agent Protocol's update_state): it has no step to take, and ends `completed`
+    # once started.
+    message_only: bool = False
 
     @property
     def answers_from_record(self) -> bool:
@@ -664,6 +668,9 @@ class SetStatusInput:
     detail: str | None = None
     tenant_id: str = ""  # empty in histories written before writes were tenant-checked
     caller: bool = False  # a sub-agent run: its callers mirror a wait for approval
+    # The run waits on its sub-agent runs (a pause or resume taken meanwhile): `running` shows a wait
+    # for approval below it instead, as its callers' mirror of such a wait does.
+    awaits_children: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -81,6 +81,11 @@ MEMORY_RETRY_STEPS = 10
 ACCEPTED = "accepted: this is the run's final answer"
 # Inline compaction at most once per this many steps, however large the newest turns are.
 COMPACT_EVERY_MIN_STEPS = 5
+# Patches of issue 41: a fork that only adds a message (update_state) ends `completed` once started
+# (runs from before ended at their budget, `max_steps`); a pause or resume taken while a step waits
+# on sub-agent runs shows at once, on the row and in the progress query (before: at the step's end).
+MESSAGE_ONLY = "message-only-fork-1"
+PAUSE_SHOWN = "pause-shown-while-children-run-1"
 
 
 def stop_reason(
@@ -150,6 +155,8 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             self._state = replace(self._state, plan=plan, step=plan.start_step, started_at=workflow.now().timestamp())
         self._status = RunStatus.RUNNING
         first_step = self._state.step
+        fork = inp.fork
+        message_only = fork is not None and fork.message_only and workflow.patched(MESSAGE_ONLY)
 
         status, output, reason = RunStatus.MAX_STEPS, None, None
         output_is_json = False  # output is a typed answer: validated JSON text
@@ -157,12 +164,18 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         try:
             while True:
                 stop = stop_reason(self._state, self._cancel_requested(), self._deadline_remaining())
+                if message_only and (stop is None or stop[0] == RunStatus.MAX_STEPS):
+                    status = RunStatus.COMPLETED  # start_run added its message: it has no step to take
+                    break
                 if stop is None and self._paused:
                     await self._wait_while_paused()
                     continue  # look at cancel and budgets again
                 if stop is not None:
                     status, reason = stop
                     break
+                if self._shown_paused and workflow.patched(PAUSE_SHOWN):
+                    # Resumed after its row said paused (during a step), before this boundary's check.
+                    await self._set_status(RunStatus.RUNNING)
                 if self._should_continue_as_new(first_step):
                     await self._wait_condition(workflow.all_handlers_finished)
                     if self._tree_cancel and self._cancel_requested() is not None:
@@ -415,12 +428,13 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         except TimeoutError:
             pass  # the deadline check that follows ends the run
 
-    async def _set_status(self, status: RunStatus, detail: str | None = None) -> None:
+    async def _set_status(self, status: RunStatus, detail: str | None = None, *, children: bool = False) -> None:
+        """Show `status` in the progress query and on the run's row; `children`: the run waits on
+        its sub-agent runs (SetStatusInput.awaits_children)."""
         self._status = status
-        await self._store(
-            Activity.SET_STATUS,
-            SetStatusInput(self._run_id, status, detail=detail, tenant_id=self._tenant_id, caller=self._caller),
-        )
+        self._shown_paused = status == RunStatus.PAUSED
+        inp = SetStatusInput(self._run_id, status, detail, self._tenant_id, self._caller, awaits_children=children)
+        await self._store(Activity.SET_STATUS, inp)
 
     async def _wait_while_paused(self) -> None:
         await self._set_status(RunStatus.PAUSED)
@@ -489,18 +503,17 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
             self._last_action = "waiting for sub-agents: " + ", ".join(called)
         # A typed run's final_answer calls are answered here, from call_model's check: no activity.
         answers = {i for i, c in enumerate(turn.tool_calls) if c.name == FINAL_ANSWER_TOOL and self._typed()}
-        results = list(
-            await asyncio.gather(
-                *(
-                    self._final_answer(call, turn.answer)
-                    if i in answers
-                    else self._run_agent(inp, step, i, call)
-                    if call.name in agents
-                    else self._run_tool(inp, step, i, call, decisions.get(call.id), recorded=call.id in recorded)
-                    for i, call in enumerate(turn.tool_calls)
-                )
+        calls = asyncio.gather(
+            *(
+                self._final_answer(call, turn.answer)
+                if i in answers
+                else self._run_agent(inp, step, i, call)
+                if call.name in agents
+                else self._run_tool(inp, step, i, call, decisions.get(call.id), recorded=call.id in recorded)
+                for i, call in enumerate(turn.tool_calls)
             )
         )
+        results = list(await (self._while_children_run(calls) if called else calls))
         await self._store(
             Activity.RECORD_STEP,
             StepRecord(
@@ -529,6 +542,36 @@ class AgentRunWorkflow(RunMessages, SubAgentCalls, ModelFailover, CapacityWaits,
         if turn.tool_calls and not stopped and self._over_budget(turn):
             await self._compact_inline(inp)
         return turn, results
+
+    async def _while_children_run(self, calls: Awaitable[list[ToolResult]]) -> list[ToolResult]:
+        """The step's calls, some of them sub-agent runs. A pause taken meanwhile shows at once: the
+        client pauses the live children with their caller, so the run's tree holds still, and a run
+        that waits on a still tree is paused, not running. A resume shows at once too. A pause taken
+        before the children started shows at the step's end, as it always did: they run meanwhile.
+        (Runs from before the patch showed either at the step's end.)"""
+        if not workflow.patched(PAUSE_SHOWN):
+            return await calls
+        work = asyncio.ensure_future(calls)
+        seen = self._paused
+
+        def settled() -> bool:
+            return work.done() or self._cancel_requested() is not None
+
+        def changed() -> bool:  # a pause or a resume came since the loop last looked (seen)
+            return settled() or self._paused != seen
+
+        self._awaiting_children = True
+        try:
+            while True:
+                await self._wait_condition(changed)
+                if settled():
+                    break
+                seen = self._paused
+                if seen != self._shown_paused:
+                    await self._set_status(RunStatus.PAUSED if seen else RunStatus.RUNNING, children=True)
+        finally:
+            self._awaiting_children = False
+        return await work
 
     async def _call_model_once(
         self,

@@ -25,6 +25,8 @@ class RunMessages(CancelRecord):
         self._status = "starting"
         self._last_action: str | None = None
         self._paused = False
+        self._shown_paused = False  # the run's row says paused (its last status write)
+        self._awaiting_children = False  # a step waits on sub-agent runs (patch pause-shown-while-children-run-1)
         self._cancel_reason: str | None = None
         self._messages: list[str] = []
         self._pending: dict[str, PendingApproval] = {}
@@ -58,6 +60,8 @@ class RunMessages(CancelRecord):
     @workflow.update(name=Update.PAUSE)
     def pause(self) -> RunProgress:
         self._paused = True
+        if self._awaiting_children and self._status == RunStatus.RUNNING:
+            self._status = RunStatus.PAUSED  # the answer shows what the row is about to (agent_run.py)
         return self.progress()
 
     @pause.validator

@@ -383,6 +383,7 @@ class Waypoint:
         budget: Budget | None = None,
         instructions: str | None = None,
         assistant: tuple[str, int] | None = None,
+        message_only: bool = False,
     ) -> str:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step. `memory` (a MemoryView)
@@ -390,7 +391,11 @@ class Waypoint:
         the parent's later episodes. It keeps the parent's priority unless given one.
         `idempotency_key` as for `start_run`; it has a webhook only if given one (`webhook`, as for
         `start_run`); `budget`, `instructions` (its own, in place of those it inherits) and `assistant`
-        as for `start_run`."""
+        as for `start_run`. `message_only`: the fork only adds `message` to the state, as a new
+        checkpoint at `step` (the Agent Protocol's update_state): it takes no step, calls no model,
+        and ends `completed`; a later fork of it goes on from there."""
+        if message_only and not (message or "").strip():
+            raise InvalidInput("a fork that only adds a message needs the message: give its text")
         check_choice("memory", memory, MemoryView)
         self.check_webhook(webhook)
         check_instructions(instructions)
@@ -410,11 +415,15 @@ class Waypoint:
             task=message if message is not None else parent.task,  # a thread's next turn is its own task
             tenant_id=tenant,
             model=model,
-            fork=ForkOrigin(run_id=run_id, step=step, message=message, memory=MemoryView(memory)),
+            fork=ForkOrigin(
+                run_id=run_id, step=step, message=message, memory=MemoryView(memory), message_only=message_only
+            ),
             pin_model=model is not None,
             priority=priority or parent.priority,
             webhook=webhook,
-            budget=budget,
+            # A message-only fork's budget allows no step of its own (its steps go on from the fork
+            # step): a worker from before message_only ends it there too, if with `max_steps`.
+            budget=Budget(max_steps=step) if message_only and budget is None else budget,
             instructions=instructions,
             **_assistant_fields(assistant),
         )
@@ -797,7 +806,8 @@ class Waypoint:
         return [replace(r, stuck=marked[r.run_id]) if r.run_id in marked else r for r in rows]
 
     async def pause(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
-        """Pause before the next step (the current one finishes); its live sub-agent runs pause too."""
+        """Pause before the next step (the current one finishes); its live sub-agent runs pause too.
+        A run whose step waits on its sub-agent runs is `paused` at once (its tree holds still)."""
         progress = await self._update(run_id, Update.PAUSE, None, tenant_id)
         await self._below(run_id, Update.PAUSE, tenant_id)
         return progress
@@ -811,9 +821,11 @@ class Waypoint:
     async def _below(self, run_id: str, name: Update, tenant_id: str | None) -> None:
         """Deliver a pause or a resume to the live runs below `run_id` in its tree (a workflow cannot
         send an update to another, and Temporal's parent-close policy covers only the parent's end).
-        A run that has just ended, or is already in that state, is passed over."""
+        A run that has just ended, or is already in that state, is passed over. A resume goes to every
+        live run below, not only those shown `paused`: one paused while it waited for approval still
+        shows that wait, and refuses the resume only if it is not paused."""
         for row in await self._store.live_below(self._scoped(tenant_id, run_id), run_id):
-            if (name == Update.PAUSE) == (row.status == RunStatus.PAUSED):
+            if name == Update.PAUSE and row.status == RunStatus.PAUSED:
                 continue
             with contextlib.suppress(Conflict, InvalidInput, NotFound):
                 await self._update(row.run_id, name, None, tenant_id)

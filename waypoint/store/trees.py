@@ -212,6 +212,20 @@ class Trees(StoreBase):
         async with self.engine.begin() as conn:
             await mirror_waiting(conn, run_id, status, detail)
 
+    async def set_status_over_children(self, tenant_id: str, run_id: str, status: RunStatus, *, caller: bool) -> None:
+        """The live status change of a run whose step waits on its sub-agent runs (a pause or a resume
+        taken meanwhile): `running` is `waiting_approval` instead while a run below waits for a human,
+        as the mirror of such a wait shows it (`mirror_waiting`, which moves only running callers, so
+        a wait that began while this run was paused shows now). A sub-agent run's callers mirror the
+        change, as in `set_status_in_tree`."""
+        async with self.engine.begin() as conn:
+            detail = None
+            if status == RunStatus.RUNNING and (waiting := await waiting_run_below(conn, tenant_id, run_id)):
+                status, detail = RunStatus.WAITING_APPROVAL, f"sub-agent run {waiting} waits for approval"
+            await transition_status(conn, tenant_id, run_id, status, detail)
+            if caller:
+                await mirror_waiting(conn, run_id, status, detail)
+
     async def set_status_in_tree(
         self, tenant_id: str | None, run_id: str, status: RunStatus, detail: str | None
     ) -> None:
@@ -261,11 +275,18 @@ async def mirror_waiting(conn: AsyncConnection, run_id: str, status: RunStatus, 
 
 async def waits_below(conn: AsyncConnection, tenant_id: str, run_id: str) -> bool:
     """Some run below `run_id` (not itself) waits for a human's approval."""
+    return await waiting_run_below(conn, tenant_id, run_id) is not None
+
+
+async def waiting_run_below(conn: AsyncConnection, tenant_id: str, run_id: str) -> str | None:
+    """The id of a run below `run_id` (not itself) that waits for a human's approval, if one does."""
     tree = subtree_query(tenant_id, run_id)
     query = (
         select(runs.c.run_id)
         .join(tree, tree.c.run_id == runs.c.run_id)
         .where(tree.c.depth > 0, runs.c.status == RunStatus.WAITING_APPROVAL)
+        .order_by(runs.c.run_id)
         .limit(1)
     )
-    return await conn.scalar(query) is not None
+    found: str | None = await conn.scalar(query)
+    return found

@@ -2,10 +2,11 @@
 
 A thread's checkpoints are steps of its runs (`<run_id>:<step>`), written once and never changed.
 `POST /threads/{id}/state` adds a checkpoint instead: it forks the thread's newest run (or the
-run and step `checkpoint_id` names) at that step with the new user message, under a budget that
-allows no step of its own, so the fork ends at once (`max_steps`, no model call) holding the old
-state plus the message. It takes the thread's next place, so the thread's state and history show
-it, and the next run on the thread goes on from it; the checkpoint it forked stays as it was.
+run and step `checkpoint_id` names) at that step with the new user message, as a message-only fork
+(`Waypoint.fork(message_only=True)`): it takes no step and calls no model, and ends at once,
+`completed` (the Agent Protocol's `success`), holding the old state plus the message. It takes the
+thread's next place, so the thread's state and history show it, and the next run on the thread goes
+on from it; the checkpoint it forked stays as it was.
 
 Only a user message can be added this way (a fork's input is one); the checkpoint's metadata
 (`PATCH /threads/{id}/state`) has nowhere to live: checkpoints are derived from the run log.
@@ -27,7 +28,6 @@ from waypoint.app.http.protocol.threads import checkpoint_ref
 from waypoint.checks import new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.names import FINISHED, MemoryView, RunStatus
-from waypoint.types import Budget
 
 router = APIRouter(tags=["agent protocol: threads"])
 
@@ -117,7 +117,6 @@ async def update_state(thread_id: str, body: StateUpdate, api: Api, tenant: Tena
     run_id = new_run_id()
     await api.wp.threads.reserve_run(thread_id, last.position + 1 if last else 0, run_id, tenant_id=tenant)
     try:
-        # max_steps is the fork step itself: the fork's steps go on from its parent's, so none is left.
         await api.wp.fork(
             parent.run_id,
             step,
@@ -125,7 +124,7 @@ async def update_state(thread_id: str, body: StateUpdate, api: Api, tenant: Tena
             memory=MemoryView.NOW,
             tenant_id=tenant,
             new_run_id=run_id,
-            budget=Budget(max_steps=step),
+            message_only=True,
         )
     except BaseException:
         with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it
