@@ -178,7 +178,8 @@ async def test_bad_bodies_are_one_error_naming_the_fix(api: ApiServer, worker):
     )
     assert made.status_code == 201, made.text
     status, message = await error_of(api, "/v1/experiments", {"dataset": "plain", "agent": "demo", "scorers": ["nope"]})
-    assert status == 404 and message.startswith("unknown scorer 'nope' (known: ")
+    assert status == 400 and message.startswith("unknown scorer 'nope' (known: ")  # bad input, not a lookup
+    assert "exact" in message and "mentions_report" in message  # the built-in scorers and the worker's own
     assert "an @scorer function in a module of the worker's WAYPOINT_AGENTS" in message
     status, message = await error_of(
         api, "/v1/experiments", {"dataset": "plain", "agent": "demo", "scorers": [{"name": "cost"}]}
