@@ -245,12 +245,8 @@ async def test_a_thread_session_of_langgraph_sdk(api: ApiServer, worker):
     says so as every unserved route does: 501 `not_supported` naming the streams that are."""
     lg = get_client(url=api.url, api_key=api.key)
     tid = (await lg.threads.create())["thread_id"]
-    session = lg.threads.stream(tid, assistant_id="calculator")
-    await session.__aenter__()  # (its lifecycle watcher opens the event stream, and is refused, meanwhile)
-    try:
+    async with lg.threads.stream(tid, assistant_id="calculator") as session:  # (its watcher is refused meanwhile)
         started = await session.run.start(input=human("add 2 and 3"))
-    finally:
-        await session.close()
     final = await lg.runs.join(tid, started["run_id"])
     assert final["messages"][-1]["content"] == "The answer is 15."
 

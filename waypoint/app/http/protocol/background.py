@@ -59,14 +59,29 @@ async def search_runs(body: RunSearch, api: Api, tenant: Tenant) -> list[dict[st
             roots=True,
         )
         found = [spec_run(run_json(r.run_id, None, "", r)) for r in rows]
+        placed = {r.run_id: r for r in rows}
     if body.status is not None:
         found = [r for r in found if r["status"] == body.status]
     if body.metadata:
         found = [r for r in found if all(r["metadata"].get(k) == v for k, v in body.metadata.items())]
     page = found[body.offset : body.offset + body.limit]
     if body.thread_id is None:  # each on its thread (if any), with the strategy it was created with there
-        page = [spec_run(await shown_run(api, tenant, run["run_id"])) for run in page]
+        page = [await _on_thread(api, tenant, placed[run["run_id"]], run) for run in page]
     return page
+
+
+async def _on_thread(api: ApiState, tenant: str, row: RunRow, shaped: dict[str, Any]) -> dict[str, Any]:
+    """A run of the tenant's listing as its thread shows it (the multitask strategy it was created
+    with there), or as listed when it is on no thread."""
+    thread_id = await api.wp.threads.of_run(row.run_id, tenant_id=tenant)
+    if thread_id is None:
+        return shaped
+    with contextlib.suppress(NotFound):  # the thread went meanwhile: a run on no thread
+        thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
+        for member in thread.runs:
+            if member.run_id == row.run_id:
+                return spec_run(run_json(row.run_id, thread_id, "", row, strategy=member.multitask_strategy))
+    return shaped
 
 
 @router.delete("/runs/{run_id}", status_code=204)
