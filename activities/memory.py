@@ -112,7 +112,18 @@ class MemoryActivities:
             if req.op == MemoryOp.SHOW and req.run_id:
                 episodes = await self.memory.list_run(req.tenant_id, req.run_id)
                 return MemoryAnswer(
-                    memories=[Memory(e.text, e.run_id, e.step, e.kind, importance=e.importance) for e in episodes]
+                    memories=[
+                        Memory(
+                            e.text,
+                            e.run_id,
+                            e.step,
+                            e.kind,
+                            importance=e.importance,
+                            stored_at=e.first_at or e.created_at,
+                            updated_at=e.created_at,
+                        )
+                        for e in episodes
+                    ]
                 )
             if req.op == MemoryOp.FORGET and req.run_id:
                 return MemoryAnswer(deleted=await self.memory.delete_run(req.tenant_id, req.run_id))

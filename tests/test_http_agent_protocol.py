@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError
+from langgraph_sdk.stream.transport.http import ProtocolSseTransport
 
 from tests.conftest import ApiServer
 from tests.helpers import eventually, human
@@ -231,3 +233,61 @@ async def test_the_rest_of_the_protocol_endpoints(api: ApiServer, worker):
         lines = [line async for line in r.aiter_lines()]
     assert "event: updates" in lines
     assert (await http.get(f"/runs/{background['run_id']}")).json()["status"] == "success"
+
+
+async def test_a_thread_session_of_langgraph_sdk(api: ApiServer, worker):
+    """langgraph-sdk's `client.threads.stream` (its v3 thread session): `run.start` starts the run;
+    the session's event stream (`/threads/{id}/stream/events`, SSE or WebSocket) is not served and
+    says so as every unserved route does: 501 `not_supported` naming the streams that are."""
+    lg = get_client(url=api.url, api_key=api.key)
+    tid = (await lg.threads.create())["thread_id"]
+    async with lg.threads.stream(tid, assistant_id="calculator") as session:  # (its watcher is refused meanwhile)
+        started = await session.run.start(input=human("add 2 and 3"))
+    final = await lg.runs.join(tid, started["run_id"])
+    assert final["messages"][-1]["content"] == "The answer is 15."
+
+    # the session's event stream, opened as the SDK opens it
+    transport = ProtocolSseTransport(client=lg.http.client, thread_id=tid)
+    handle = transport.open_event_stream({"channels": ["lifecycle", "values"]})
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        await handle.ready
+    assert refused.value.response.status_code == 501
+    await transport.close()
+    for method in ("POST", "GET"):
+        r = await api.http.request(method, f"/threads/{tid}/stream/events", json={"channels": ["values"]})
+        assert (r.status_code, r.json()["error"]["code"]) == (501, "not_supported"), (method, r.text)
+        assert "GET /threads/{thread_id}/runs/{run_id}/stream" in r.json()["error"]["message"]
+    nowhere = await api.http.post("/threads/no-such-thread/stream/events", json={})
+    assert nowhere.status_code == 404 and nowhere.json()["error"]["code"] == "not_found"
+
+
+async def test_a_run_answers_as_created_before_its_worker_writes_it(api: ApiServer, store, agents):
+    """No worker polls (the agents are registered as a worker would): the runs' rows are never
+    written, so every read below is of a run Temporal has and Postgres has not. It answers as its
+    create did: its assistant, the strategy it was created with, and Waypoint's status (`queued`
+    behind a busy run, `scheduled` when delayed), everywhere."""
+    infos = [a.info(callable_providers=["scripted"], worker="t") for a in agents]
+    await store.register_agents(api.settings.task_queue, infos)
+    http = api.http
+    created = (await http.post("/runs", json={"assistant_id": "calculator", "input": human("add")})).json()
+    got = (await http.get(f"/runs/{created['run_id']}")).json()
+    assert created["assistant_id"] == got["assistant_id"] == "calculator"
+    assert created["metadata"]["waypoint_status"] == got["metadata"]["waypoint_status"] == "starting"
+
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    first = (await http.post(f"/threads/{tid}/runs", json={"assistant_id": "calculator", "input": human("a")})).json()
+    second_body = {"assistant_id": "calculator", "input": human("b"), "multitask_strategy": "enqueue"}
+    second = (await http.post(f"/threads/{tid}/runs", json=second_body)).json()
+    listed = (await http.get(f"/threads/{tid}/runs")).json()
+    for answer in (second, (await http.get(f"/threads/{tid}/runs/{second['run_id']}")).json(), listed[0]):
+        assert answer["run_id"] == second["run_id"]
+        assert (answer["assistant_id"], answer["multitask_strategy"]) == ("calculator", "enqueue"), answer
+        assert (answer["status"], answer["metadata"]["waypoint_status"]) == ("pending", "queued"), answer
+    assert (listed[1]["run_id"], listed[1]["multitask_strategy"]) == (first["run_id"], "reject")
+    own = (await http.get(f"/v1/runs/{second['run_id']}")).json()  # Waypoint's own API says the same
+    assert (own["status"], own["after_run_id"], own["assistant_id"]) == ("queued", first["run_id"], "calculator")
+
+    delayed_body = {"assistant_id": "calculator", "input": human("later"), "after_seconds": 3600}
+    delayed = (await http.post("/runs", json=delayed_body)).json()
+    assert delayed["metadata"]["waypoint_status"] == "scheduled"
+    assert (await http.get(f"/runs/{delayed['run_id']}")).json()["metadata"]["waypoint_status"] == "scheduled"

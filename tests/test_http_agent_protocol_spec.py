@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase
 from schemathesis.checks import not_a_server_error, response_schema_conformance
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from tests.conftest import ApiServer
-from tests.helpers import human
+from tests.helpers import eventually, human
 
 pytestmark = pytest.mark.postgres
 
@@ -28,8 +31,9 @@ SPEC = json.loads(SPEC_PATH.read_text())
 METHODS = ("get", "post", "put", "patch", "delete")
 OPERATIONS = [(path, method) for path, item in SPEC["paths"].items() for method in item if method in METHODS]
 # Waypoint answers these 501 `not_supported`: the streaming protocol's thread streams (its channel-filtered
-# SSE stream and its WebSocket), and writes to the store and its namespace listing (Waypoint's store is
-# its episodic memory: runs write it, POST /store/items/search reads it). Every other operation is served.
+# SSE stream and its WebSocket: an upgrade is refused with the same JSON error), and writes to the store
+# and its namespace listing (Waypoint's store is its episodic memory: runs write it, POST
+# /store/items/search reads it). Every other operation is served.
 NOT_YET = {
     ("/threads/{thread_id}/stream", "post"),
     ("/threads/{thread_id}/stream", "get"),
@@ -216,3 +220,74 @@ async def test_bad_input_through_the_spec_names(api: ApiServer):
         path = {"GET": "/wait", "POST": "/cancel", "DELETE": ""}[method]
         r = await http.request(method, f"/runs/{uuid.uuid4()}{path}")
         assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", method
+
+
+async def test_the_specs_run_wait_and_create_answer_in_the_specs_shapes(api: ApiServer, worker):
+    """`POST /runs/wait` and `POST /runs` with the spec's body (`agent_id`) answer the spec's
+    RunWaitResponse and Run; the same paths with LangGraph's body answer LangGraph's shapes."""
+    http = api.http
+    body = {"agent_id": "calculator", "messages": [{"role": "user", "content": "add 2 and 3"}]}
+    done = fits("/runs/wait", "post", await http.post("/runs/wait", json=body))
+    run = done["run"]
+    assert (run["status"], run["agent_id"], run["assistant_id"]) == ("success", "calculator", "calculator")
+    assert "thread_id" not in run  # a run on no thread
+    assert [m["role"] for m in done["messages"]][:2] == ["user", "assistant"]
+    assert done["messages"][-1] == {**done["messages"][-1], "role": "assistant", "content": "The answer is 15."}
+    assert done["values"]["messages"][0]["type"] == "human"
+    assert (await http.get(f"/runs/{run['run_id']}/wait")).json() == done  # what waiting by its id answers
+
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    on_thread = fits("/runs/wait", "post", await http.post("/runs/wait", json={**body, "thread_id": tid}))
+    assert on_thread["run"]["thread_id"] == tid and on_thread["messages"][0]["content"] == "add 2 and 3"
+
+    created = fits("/runs", "post", await http.post("/runs", json=body))
+    assert created["agent_id"] == "calculator" and created["status"] == "pending" and "thread_id" not in created
+
+    langgraph = {"assistant_id": "calculator", "input": human("add 2 and 3")}
+    values = await http.post("/runs/wait", json=langgraph)
+    assert list(values.json()) == ["messages"] and "role" not in values.json()["messages"][0]
+    stateless = (await http.post("/runs", json=langgraph)).json()
+    assert stateless["thread_id"] is None and "agent_id" not in stateless
+
+
+@pytest.mark.timeout(240)
+async def test_store_items_are_the_specs_items(api: ApiServer, memory_worker):
+    """Episodic memory read through `POST /store/items/search` fits the spec's Item: `created_at` and
+    `updated_at` are the times the episode was first and last stored."""
+    http = api.http
+    tid = (await http.post("/threads", json={})).json()["thread_id"]
+    done = await http.post(f"/threads/{tid}/runs/wait", json={"assistant_id": "scout", "input": human("launch code?")})
+    assert done.status_code == 200, done.text
+    run_id = (await http.get(f"/threads/{tid}/runs")).json()[0]["run_id"]
+
+    async def remembered() -> bool:
+        return bool((await http.get(f"/v1/runs/{run_id}/memories")).json()["memories"])
+
+    await eventually(remembered, timeout=60, what="the run's episodes in memory")
+    search = {"namespace_prefix": ["memories", "scout", run_id], "query": "launch code"}
+    items = fits("/store/items/search", "post", await http.post("/store/items/search", json=search))["items"]
+    assert items and all(item["value"]["run_id"] == run_id for item in items)
+    for item in items:
+        first, last = datetime.fromisoformat(item["created_at"]), datetime.fromisoformat(item["updated_at"])
+        assert first.tzinfo is not None and first <= last <= datetime.now(UTC)
+
+
+async def test_the_thread_websocket_is_refused_with_the_json_error(api: ApiServer):
+    """A real WebSocket client opening the spec's `GET /threads/{thread_id}/stream` gets the 501 the
+    README promises, with the API's JSON error; an upgrade to no route gets the JSON 404."""
+    tid = (await api.http.post("/threads", json={})).json()["thread_id"]
+    base = api.url.replace("http://", "ws://", 1)
+    for path, status, code in (
+        (f"/threads/{tid}/stream", 501, "not_supported"),
+        (f"/threads/{tid}/stream/events", 501, "not_supported"),
+        ("/threads/no/such/socket", 404, "route_not_found"),
+    ):
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(base + path, additional_headers=api.headers()):
+                pass
+        answer = refused.value.response
+        assert answer.status_code == status, (path, answer.status_code, answer.body)
+        error = json.loads(answer.body)["error"]
+        assert error["code"] == code, path
+        if status == 501:
+            assert "GET /threads/{thread_id}/runs/{run_id}/stream" in error["message"]

@@ -4,6 +4,7 @@ its errors as JSON with stable codes, and API keys (`waypoint keys ...`)."""
 from __future__ import annotations
 
 import json
+import sys
 
 import httpx
 import pytest
@@ -160,6 +161,25 @@ async def test_bad_requests_get_json_errors_with_stable_codes(api: ApiServer, wo
     assert "waypoint runs" in error_of(await http.get("/v1/runs/run-nope/events"), 404)["message"]
     bad = await http.post("/v1/runs", content=b'{"task": ', headers={"content-type": "application/json"})
     assert error_of(bad, 400)["code"] == "bad_json"
+    # a body the parser cannot read at all: the error says what is wrong with it, and the limit
+    json_type = {"content-type": "application/json"}
+    latin = error_of(await http.post("/v1/runs", content=b'{"task": "caf\xe9"}', headers=json_type), 400)
+    assert latin["code"] == "bad_json" and "not UTF-8 (byte 0xe9 at offset 13)" in latin["message"]
+    deep = error_of(await http.post("/v1/runs", content=b"[" * 5000 + b"]" * 5000, headers=json_type), 400)
+    assert deep["code"] == "bad_json" and "nests arrays and objects deeper" in deep["message"]
+    assert f"fewer than {sys.getrecursionlimit()} levels" in deep["message"]
+    # JSON sent as something else: 415 naming the header that makes it JSON, on every face of the API
+    for path in ("/v1/runs", "/threads"):
+        plain = await http.post(path, content=b'{"task": "x"}', headers={"content-type": "text/plain"})
+        refused = error_of(plain, 415)
+        assert refused["code"] == "unsupported_media_type" and "`Content-Type: application/json`" in refused["message"]
+        assert "came as text/plain" in refused["message"]
+    assert "no Content-Type" in error_of(await http.post("/v1/runs", content=b'{"task": "x"}'), 415)["message"]
+    # a browser's preflight from a page no setting lets in: the JSON error, naming the setting
+    preflight = {"Origin": "http://elsewhere.example", "Access-Control-Request-Method": "POST"}
+    cors = error_of(await http.options("/v1/runs", headers=preflight), 403)
+    assert cors["code"] == "cross_origin" and "WAYPOINT_API_CORS_ORIGINS" in cors["message"]
+    assert "http://elsewhere.example" in cors["message"]
     assert error_of(await http.post("/v1/runs", json={"agent": "calculator"}), 422)["code"] == "invalid_body"
     assert error_of(await http.post("/v1/runs", json={"task": "x", "max_steps": 0}), 422)["code"] == "invalid_body"
     assert error_of(await http.post("/v1/runs", json={"task": "   "}), 400)["code"] == "invalid_input"

@@ -61,7 +61,14 @@ async def test_reject_and_enqueue(api: ApiServer, worker):
     assert r.status_code == 400 and "reject, enqueue, interrupt, rollback" in r.json()["error"]["message"]
 
     second = await lg.runs.create(tid, "listener", input=human("stop now"), multitask_strategy="enqueue")
-    assert (await lg.runs.get(tid, second["run_id"]))["status"] == "pending"
+    # answered as created, and read so: queued (Waypoint's status, as `waypoint status` says), enqueue
+    assert (second["multitask_strategy"], second["metadata"]["waypoint_status"]) == ("enqueue", "queued")
+    got = await lg.runs.get(tid, second["run_id"])
+    assert (got["status"], got["multitask_strategy"], got["metadata"]["waypoint_status"]) == (
+        "pending",
+        "enqueue",
+        "queued",
+    )
     waiting = await row(api, second["run_id"])
     assert (waiting["status"], waiting["steps"], waiting["after_run_id"]) == ("queued", 0, first)
     assert (await lg.threads.get(tid))["status"] == "busy"
@@ -93,6 +100,7 @@ async def test_interrupt_goes_on_from_the_cancelled_runs_checkpoint(api: ApiServ
     assert "multitask_strategy interrupt" in cancelled["error"]
     runs = await lg.runs.list(tid)
     assert [r["status"] for r in runs] == ["success", "interrupted"]
+    assert [r["multitask_strategy"] for r in runs] == ["interrupt", "reject"]  # as each was created
     second = await row(api, runs[0]["run_id"])
     assert (second["parent_run_id"], second["fork_step"]) == (first, cancelled["steps"])
     state = await lg.threads.get_state(tid)
@@ -118,6 +126,8 @@ async def test_rollback_takes_the_busy_run_off_the_thread(api: ApiServer, worker
     assert rolled_back["status"] == "cancelled"  # kept in the log, cancelled, on no thread
     runs = await lg.runs.list(tid)
     assert second["run_id"] not in {r["run_id"] for r in runs} and len(runs) == 2
+    assert [r["multitask_strategy"] for r in runs] == ["rollback", "reject"]
+    assert (await lg.runs.get(tid, runs[0]["run_id"]))["multitask_strategy"] == "rollback"
     third = await row(api, runs[0]["run_id"])
     assert (third["parent_run_id"], third["fork_step"]) == (first, kept["steps"])
     history = await lg.threads.get_history(tid, limit=100)

@@ -82,7 +82,9 @@ async def test_datasets_and_experiments_over_http(
     summary = {s["scorer"]: s for s in report["summary"]["scorers"]}
     assert list(summary) == ["exact", "trajectory", "mentions_report"]
     assert summary["trajectory"]["mean"] == 1.0 and summary["trajectory"]["n"] == 2
-    assert summary["exact"]["mean"] == 1.0 and summary["exact"]["ci_low"] == 1.0
+    assert summary["exact"]["mean"] == 1.0 and summary["exact"]["ci_high"] == 1.0
+    # Every case passed: Wilson's interval of a proportion still leaves room below (it never says "surely 1").
+    assert 0 < summary["exact"]["ci_low"] < 1 and summary["exact"]["ci_method"] == "wilson"
     assert summary["mentions_report"]["mean"] == 0.0 and summary["mentions_report"]["pass_rate"] == 0.0
     assert report["summary"]["cases"] == 2 and report["summary"]["errored"] == 0
     results = report["results"]
@@ -178,7 +180,8 @@ async def test_bad_bodies_are_one_error_naming_the_fix(api: ApiServer, worker):
     )
     assert made.status_code == 201, made.text
     status, message = await error_of(api, "/v1/experiments", {"dataset": "plain", "agent": "demo", "scorers": ["nope"]})
-    assert status == 404 and message.startswith("unknown scorer 'nope' (known: ")
+    assert status == 400 and message.startswith("unknown scorer 'nope' (known: ")  # bad input, not a lookup
+    assert "exact" in message and "mentions_report" in message  # the built-in scorers and the worker's own
     assert "an @scorer function in a module of the worker's WAYPOINT_AGENTS" in message
     status, message = await error_of(
         api, "/v1/experiments", {"dataset": "plain", "agent": "demo", "scorers": [{"name": "cost"}]}

@@ -190,6 +190,46 @@ async def test_every_graph_mode_of_one_run(served: ApiServer, model: FakeOpenAI)
     assert untimed(rest) == untimed(debug[-3:])
 
 
+async def test_tools_mode_and_the_metadata_of_messages_tuple(served: ApiServer, model: FakeOpenAI):
+    """`tools`: each call's start and end in LangGraph's payloads (an unknown tool's call ends in
+    `tool-error`); `messages-tuple` metadata names the thread, the node's checkpoint namespace and,
+    for the model node, the model (`ls_model_name` of the spec `openai:fake-model`)."""
+    model.answer(
+        Turn(tool_calls=[("add", {"a": 2, "b": 3}), ("subtract", {"a": 5})], chunk_delay=0.01),
+        Turn(content=ANSWER, chunk_delay=0.01),
+    )
+    lg = get_client(url=served.url, api_key=served.key)
+    tid = (await lg.threads.create())["thread_id"]
+    modes = ["tools", "messages-tuple", "values"]
+    parts = [p async for p in lg.runs.stream(tid, "remote", input=human("add 2 and 3"), stream_mode=modes)]
+    run_id = next(p.data["run_id"] for p in parts if p.event == "metadata")
+    calls = next(p.data for p in parts if p.event == "values" and len(p.data["messages"]) > 1)["messages"][1]
+    add_id, subtract_id = (c["id"] for c in calls["tool_calls"])
+    tools = [p.data for p in parts if p.event == "tools"]
+    assert tools[:2] == [
+        {"event": "tool-started", "tool_call_id": add_id, "tool_name": "add", "input": {"a": 2, "b": 3}},
+        {"event": "tool-started", "tool_call_id": subtract_id, "tool_name": "subtract", "input": {"a": 5}},
+    ]
+    ends = {t["tool_call_id"]: t for t in tools[2:]}
+    assert len(tools) == 4 and ends[add_id] == {"event": "tool-finished", "tool_call_id": add_id, "output": "5"}
+    assert ends[subtract_id]["event"] == "tool-error" and "subtract" in ends[subtract_id]["message"]
+
+    metadata = [p.data[1] for p in parts if p.event == "messages"]
+    by_node = {m["langgraph_node"]: m for m in metadata}
+    chat = by_node["model"]
+    assert (chat["thread_id"], chat["run_id"], chat["ls_provider"], chat["ls_model_name"]) == (
+        tid,
+        run_id,
+        "openai",
+        "fake-model",
+    )
+    step = chat["langgraph_step"]
+    assert chat["langgraph_checkpoint_ns"] == f"model:{run_id}:{step}:model" == chat["checkpoint_ns"]
+    tool = by_node["tools"]
+    assert tool["thread_id"] == tid and tool["langgraph_checkpoint_ns"].startswith("tools:")
+    assert "ls_model_name" not in tool  # a tool result came from no model
+
+
 async def test_the_new_modes_stream_sub_agent_runs_too(served: ApiServer):
     lg = get_client(url=served.url, api_key=served.key)
     parts = [
@@ -319,6 +359,7 @@ async def test_unknown_stream_modes_and_positions_are_refused(served: ApiServer)
     message = r.json()["error"]["message"]
     assert r.status_code == 400 and "telepathy" in message
     assert all(m in message for m in ("messages", "messages-tuple", "events", "debug", "tasks", "checkpoints"))
+    assert "tools" in message
     r = await http.get(f"/threads/{tid}/stream", params={"stream_mode": "telepathy"})
     assert r.status_code == 400 and "run_modes" in r.json()["error"]["message"]
     r = await http.get(f"/threads/{tid}/stream", headers={"Last-Event-ID": "12"})

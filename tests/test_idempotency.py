@@ -44,7 +44,7 @@ async def test_a_repeated_key_answers_the_same_run(client: Client, engine: Async
     key = new_key()
     first = await wp.start_run("add", agent="calculator", idempotency_key=key)
     again = await wp.start_run("add", agent="calculator", idempotency_key=key)
-    assert again == first
+    assert again == first and (first.repeat, again.repeat) == (False, True)  # the repeat started nothing
     await wp.result(first)
     assert await wp.start_run("add", agent="calculator", idempotency_key=key) == first  # a finished run too
     assert await run_count(engine, settings.tenant) == 1
@@ -66,9 +66,10 @@ async def test_twenty_racing_repeats_over_http_start_one_run(api: ApiServer, cli
     answers = await asyncio.gather(
         *(api.http.post("/v1/runs", json=body, headers={"Idempotency-Key": key}) for _ in range(20))
     )
-    assert {a.status_code for a in answers} == {201}, [a.text for a in answers if a.status_code != 201]
+    # the one start that started the run is 201; every repeat answers that run with 200
+    assert sorted(a.status_code for a in answers) == [200] * 19 + [201], [a.text for a in answers]
     named = {a.json()["run_id"] for a in answers}
-    assert len(named) == 1
+    assert len(named) == 1 and {a.headers["location"] for a in answers} == {f"/v1/runs/{a}" for a in named}
     (run_id,) = named
     await Waypoint(client, engine, api.settings).result(run_id, tenant_id=api.settings.tenant)
     assert await run_count(engine, api.settings.tenant) == 1
@@ -78,6 +79,14 @@ async def test_twenty_racing_repeats_over_http_start_one_run(api: ApiServer, cli
     assert other.status_code == 409 and f"was used for run {run_id} with a different request" in other.text
     too_long = await api.http.post("/v1/runs", json=body, headers={"Idempotency-Key": "k" * 201})
     assert too_long.status_code == 400 and "invalid idempotency key" in too_long.text
+
+    # a fork and a rerun too: 201 for the start, 200 for its repeat
+    for path, start in ((f"/v1/runs/{run_id}/fork", {"step": 1}), (f"/v1/runs/{run_id}/rerun", {"from_step": 1})):
+        headers = {"Idempotency-Key": new_key()}
+        made = await api.http.post(path, json=start, headers=headers)
+        repeated = await api.http.post(path, json=start, headers=headers)
+        assert (made.status_code, repeated.status_code) == (201, 200), (path, made.text, repeated.text)
+        assert made.json()["run_id"] == repeated.json()["run_id"]
 
 
 async def test_an_agent_protocol_repeat_takes_no_second_thread_slot(api: ApiServer, worker):

@@ -50,6 +50,9 @@ WAITING_TO_START = frozenset({RunStatus.SCHEDULED, RunStatus.QUEUED})
 LIVE = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CAPACITY})
 # Shown, never stored: an unfinished run whose workflow task keeps failing (derived from Temporal at read time).
 STUCK = "stuck"
+# The status shown for a run Temporal has and Postgres has not yet (its worker writes its row at its
+# first workflow task); never stored.
+STARTING = "starting"
 
 
 class RunSort(StrEnum):

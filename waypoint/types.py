@@ -397,6 +397,9 @@ class Memory:
     kind: str
     score: float = 0.0
     importance: float = 0.0
+    # When it was first stored and when last (a near-duplicate learned again moves it), epoch seconds.
+    stored_at: float = 0.0
+    updated_at: float = 0.0
 
 
 @dataclass(frozen=True)

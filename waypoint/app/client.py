@@ -61,6 +61,7 @@ from waypoint.errors import ConfigError, Conflict, InvalidInput, Mismatch, NotFo
 from waypoint.models.spec import KEY_VARIABLES, Provider, check_extra, parse_model_spec
 from waypoint.names import (
     FINISHED,
+    STARTING,
     EventKind,
     LineageKind,
     MemoryOp,
@@ -91,6 +92,7 @@ from waypoint.store.rows import (
     StepLine,
     StepState,
     ThreadRow,
+    ThreadRun,
     Verdict,
     WebhookAttempt,
     WebhookDelivery,
@@ -160,6 +162,18 @@ class Claim:
 
     run_id: str
     created: bool
+
+
+class StartedRun(str):
+    """The run id a start answers (a str); `repeat` is True when an idempotency key answered an
+    earlier start's run and nothing started (HTTP answers such a repeat 200, a new run 201)."""
+
+    repeat: bool
+
+    def __new__(cls, run_id: str, *, repeat: bool = False) -> StartedRun:
+        started = super().__new__(cls, run_id)
+        started.repeat = repeat
+        return started
 
 
 VERIFY_ALL_MAX = 100_000  # runs one `verify_all` call checks at most (`limit`)
@@ -267,13 +281,14 @@ class Waypoint:
         webhook: str | None = None,
         instructions: str | None = None,
         assistant: tuple[str, int] | None = None,
-    ) -> str:
-        """Start a run and return its id (the Temporal workflow id; `run_id` to choose it: one that
-        exists already is a Conflict). `priority` 1 (first) to 5 (last), default 3: when workers are
+    ) -> StartedRun:
+        """Start a run and return its id (the Temporal workflow id, a `StartedRun`; `run_id` to choose
+        it: one that exists already is a Conflict). `priority` 1 (first) to 5 (last), default 3: when workers are
         busy, Temporal hands them the tasks of higher-priority runs first (its sub-agent runs' too), and
         shares each priority between tenants by their weight in the limits file. With an
         `idempotency_key`, every repeat within `idempotency_retention_seconds` returns the first
-        start's run without starting another (the same key with other parameters is a Conflict).
+        start's run without starting another (its `repeat` is True; the same key with other
+        parameters is a Conflict).
 
         A delayed run (`start_at`: a datetime, UTC unless it has an offset, or epoch seconds; or
         `after_seconds`) exists at once with status `scheduled` and starts then (a durable timer:
@@ -384,7 +399,7 @@ class Waypoint:
         instructions: str | None = None,
         assistant: tuple[str, int] | None = None,
         message_only: bool = False,
-    ) -> str:
+    ) -> StartedRun:
         """Start a new run from the state of `run_id` at `step` (plus an optional user message).
         The parent is untouched; the new run records it and the fork step. `memory` (a MemoryView)
         is what it recalls from long-term memory: by default memory as it was at that step, never
@@ -446,7 +461,7 @@ class Waypoint:
         priority: int | None = None,
         webhook: str | None = None,
         idempotency_key: str | None = None,
-    ) -> str:
+    ) -> StartedRun:
         """Run `run_id` again from its state at `from_step` with another model, agent or
         `instructions` (the system prompt, in place of the agent's own), as a new run (lineage kind
         `rerun`). With `tools="recorded"` a tool call matching the original's at the same step and
@@ -583,7 +598,7 @@ class Waypoint:
         items = await asyncio.gather(*(one(s) for s in sources))
         return BatchReport(batch_id, list(items))
 
-    async def _start(self, chosen: str | None, inp: RunInput, idempotency_key: str | None = None) -> str:
+    async def _start(self, chosen: str | None, inp: RunInput, idempotency_key: str | None = None) -> StartedRun:
         """Start the run (under `chosen`, a caller's run id, else a new one) once it is checked; with
         an idempotency key, only if the key claims it, else answer the key's run."""
         # The request a key stands for: the whole input (a field added later is in it too) and the id asked for.
@@ -596,7 +611,7 @@ class Waypoint:
                 gateway = await self.temporal()
                 with self._traced_start(gateway.traced, claim.run_id, inp):
                     await gateway.start_run(claim.run_id, inp)
-        return claim.run_id
+        return StartedRun(claim.run_id, repeat=not claim.created)
 
     @contextlib.asynccontextmanager
     async def idempotent(
@@ -696,6 +711,36 @@ class Waypoint:
             if await self.starting(run_id, tenant_id=tenant_id):
                 return None
             return await self.run(run_id, tenant_id=tenant_id)
+
+    async def run_or_planned(self, run_id: str, *, tenant_id: str | None = None) -> RunRow:
+        """The run's row; while the run is so new that its worker has not written it, the row its
+        start asked for, from the input Temporal holds: status `queued` (it waits for another run),
+        `scheduled` (a delayed run) or `starting`, its agent, model and assistant, no steps. NotFound
+        if it is not the tenant's."""
+        tenant = self._scoped(tenant_id, run_id)
+        row = await self.run_if_written(run_id, tenant_id=tenant)
+        if row is not None:
+            return row
+        inp = await (await self.temporal()).start_input(run_id)
+        if inp is None or inp.tenant_id != tenant:  # gone meanwhile, or never the tenant's
+            return await self.run(run_id, tenant_id=tenant)
+        status = RunStatus.QUEUED if inp.after_run else RunStatus.SCHEDULED if inp.start_at else STARTING
+        return RunRow(
+            run_id=run_id,
+            tenant_id=tenant,
+            agent=inp.agent,
+            task=inp.task,
+            model=inp.model or self.settings.model or "",  # "": its agent's own
+            status=status,
+            steps=0,
+            max_steps=0,  # (no checkpoint yet: a thread does not fork it)
+            priority=inp.priority,
+            start_at=datetime.fromtimestamp(inp.start_at, UTC) if inp.start_at else None,
+            after_run_id=inp.after_run,
+            webhook=inp.webhook,
+            assistant_id=inp.assistant_id,
+            assistant_version=inp.assistant_version,
+        )
 
     async def starting(self, run_id: str, *, tenant_id: str | None = None) -> bool:
         """Whether the run is the tenant's and so new that its row is not written yet (Temporal runs
@@ -1359,6 +1404,7 @@ def decision(call_id: str | None, reason: str | None) -> Decision:
 
 __all__ = [
     "ReplayOutcome",
+    "StartedRun",
     "Waypoint",
     "database_url",
     # the typed rows the client hands out, and their JSON: a surface takes them from here, not from the store
@@ -1369,6 +1415,7 @@ __all__ = [
     "ScheduleRow",
     "StepState",
     "ThreadRow",
+    "ThreadRun",
     "WebhookDelivery",
     "as_json",
 ]

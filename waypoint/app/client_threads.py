@@ -16,6 +16,8 @@ from waypoint.store import RunStore
 from waypoint.store.rows import ThreadRow
 
 IF_EXISTS = ("raise", "do_nothing")
+# What a new run on a busy thread does (the Agent Protocol's multitask strategies); the first is the default.
+MULTITASK_STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 
 
 class Threads:
@@ -77,10 +79,24 @@ class Threads:
         check_json("the metadata", metadata)
         return await self._store.count_threads(self._scoped(tenant_id), metadata=metadata)
 
-    async def reserve_run(self, thread_id: str, position: int, run_id: str, *, tenant_id: str | None = None) -> None:
-        """Take slot `position` of the thread for `run_id`; a Conflict when another run took it first."""
+    async def reserve_run(
+        self,
+        thread_id: str,
+        position: int,
+        run_id: str,
+        *,
+        multitask_strategy: str | None = None,
+        tenant_id: str | None = None,
+    ) -> None:
+        """Take slot `position` of the thread for `run_id`, created with `multitask_strategy` (what a
+        new run on a busy thread does: reject, enqueue, interrupt or rollback; None: reject); a
+        Conflict when another run took it first."""
+        if multitask_strategy not in (None, *MULTITASK_STRATEGIES):
+            raise InvalidInput(
+                f"multitask_strategy={multitask_strategy!r} is not one of {', '.join(MULTITASK_STRATEGIES)}"
+            )
         tenant = self._tenant(tenant_id, thread_id, run_id)
-        await self._store.reserve_thread_run(tenant, thread_id, position, run_id)
+        await self._store.reserve_thread_run(tenant, thread_id, position, run_id, multitask_strategy)
 
     async def release_run(self, thread_id: str, run_id: str, *, tenant_id: str | None = None) -> None:
         """Take the run off the thread (a run that could not start, or one deleted); NotFound unless

@@ -254,6 +254,22 @@ class TemporalGateway:
         tenant: str | None = await description.memo_value("tenant_id", None)
         return tenant
 
+    async def start_input(self, run_id: str) -> RunInput | None:
+        """The input the run's workflow started with (the first event of its history), decoded
+        through the client's converter; None when Temporal knows no such run. Its newest execution's:
+        before the run continues as new (long after its worker wrote its row), its first's."""
+        try:
+            async for event in self.client.get_workflow_handle(run_id).fetch_history_events(page_size=1):
+                payloads = event.workflow_execution_started_event_attributes.input.payloads
+                with self.readable(run_id):
+                    found: RunInput = (await self.client.data_converter.decode(list(payloads), [RunInput]))[0]
+                return found
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise rpc_error(exc, f"read the start of run {run_id}") from None
+        return None
+
     async def progress(self, run_id: str) -> RunProgress:
         """The run's live state, which its worker answers. With no worker polling, Temporal holds a
         query about half a minute before it says so: this waits retry.ACTION_WAIT at most, so a page

@@ -77,7 +77,16 @@ def recall_query(task: str, last_step: int, last_rows: StepEvents | None) -> str
 
 def memory_of(hit: Recalled) -> Memory:
     ep = hit.episode
-    return Memory(text=ep.text, run_id=ep.run_id, step=ep.step, kind=ep.kind, score=hit.score, importance=ep.importance)
+    return Memory(
+        text=ep.text,
+        run_id=ep.run_id,
+        step=ep.step,
+        kind=ep.kind,
+        score=hit.score,
+        importance=ep.importance,
+        stored_at=ep.first_at or ep.created_at,
+        updated_at=ep.created_at,
+    )
 
 
 def recall_scope(chain: Sequence[ForkLink]) -> RecallScope:

@@ -311,11 +311,13 @@ class ApiKeyRow:
 
 @dataclass(frozen=True)
 class ThreadRun:
-    """One run of a thread, in order; `run` is None while its row is not written yet."""
+    """One run of a thread, in order; `run` is None while its row is not written yet.
+    `multitask_strategy`: what the run was created with on a busy thread (None: reject, the default)."""
 
     position: int
     run_id: str
     run: RunRow | None
+    multitask_strategy: str | None = None
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,8 @@ thread_runs = Table(
     Column("position", Integer, nullable=False),
     Column("run_id", Text, nullable=False),  # reserved before the run (and its row) exists
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # The multitask strategy the run was created with (migration 0021); NULL: reject, the default.
+    Column("multitask_strategy", Text, nullable=True),
     PrimaryKeyConstraint("thread_id", "position", name="thread_runs_pkey"),
 )
 

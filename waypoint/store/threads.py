@@ -64,13 +64,18 @@ class Threads(StoreBase):
         if row is None:
             raise _thread_not_found(thread_id)
         chain = await conn.execute(
-            select(thread_runs.c.position, thread_runs.c.run_id, runs)
+            select(thread_runs.c.position, thread_runs.c.run_id, thread_runs.c.multitask_strategy, runs)
             .select_from(thread_runs.outerjoin(runs, runs.c.run_id == thread_runs.c.run_id))
             .where(thread_runs.c.thread_id == thread_id)
             .order_by(thread_runs.c.position)
         )
         members = [
-            ThreadRun(r["position"], r["run_id"], RunRow.of(r) if r["tenant_id"] is not None else None)
+            ThreadRun(
+                r["position"],
+                r["run_id"],
+                RunRow.of(r) if r["tenant_id"] is not None else None,
+                r["multitask_strategy"],
+            )
             for r in chain.mappings()
         ]
         return ThreadRow(
@@ -132,12 +137,19 @@ class Threads(StoreBase):
         async with self.engine.connect() as conn:
             return int(await conn.scalar(query) or 0)
 
-    async def reserve_thread_run(self, tenant_id: str, thread_id: str, position: int, run_id: str) -> None:
-        """Take slot `position` of the thread for `run_id`; a Conflict when another run took it first."""
+    async def reserve_thread_run(
+        self, tenant_id: str, thread_id: str, position: int, run_id: str, multitask_strategy: str | None = None
+    ) -> None:
+        """Take slot `position` of the thread for `run_id` (created with `multitask_strategy`); a
+        Conflict when another run took it first."""
         async with self.engine.begin() as conn:
             await self._thread(conn, tenant_id, thread_id)
             try:
-                await conn.execute(thread_runs.insert().values(thread_id=thread_id, position=position, run_id=run_id))
+                await conn.execute(
+                    thread_runs.insert().values(
+                        thread_id=thread_id, position=position, run_id=run_id, multitask_strategy=multitask_strategy
+                    )
+                )
             except IntegrityError:
                 raise Conflict(f"thread {thread_id!r} got another run meanwhile: wait for it, then try again") from None
             await conn.execute(update(threads).where(threads.c.thread_id == thread_id).values(updated_at=func.now()))
@@ -169,7 +181,15 @@ class Threads(StoreBase):
             async with self.engine.begin() as conn:
                 await conn.execute(
                     thread_runs.insert(),
-                    [{"thread_id": copy.thread_id, "position": r.position, "run_id": r.run_id} for r in source.runs],
+                    [
+                        {
+                            "thread_id": copy.thread_id,
+                            "position": r.position,
+                            "run_id": r.run_id,
+                            "multitask_strategy": r.multitask_strategy,
+                        }
+                        for r in source.runs
+                    ],
                 )
         return await self.get_thread(tenant_id, copy.thread_id)
 

@@ -11,7 +11,8 @@
 
 Requests are authenticated by API key (`auth.py`; a write without one from another site's page
 is refused) and may be rate-limited per key (`limits.py`: 429), bodies are capped at
-`WAYPOINT_API_MAX_BODY_BYTES` (413 past it), and browsers may call from `WAYPOINT_API_CORS_ORIGINS`.
+`WAYPOINT_API_MAX_BODY_BYTES` (413 past it), and browsers may call from `WAYPOINT_API_CORS_ORIGINS`
+(a preflight from another origin is a JSON 403 naming that setting).
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from waypoint.app.client import Waypoint
@@ -91,7 +95,18 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": response.body})
 
 
-async def storable_parameters(request: Request) -> None:
+class Cors(CORSMiddleware):
+    """Starlette's CORS, but a preflight from an origin not listed gets the API's JSON error naming
+    the setting that lets it in (Starlette answers a bare "Disallowed CORS origin")."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        origin = request_headers["origin"]
+        if not self.is_allowed_origin(origin=origin):
+            return errors.cors_refusal(origin, list(self.allow_origins))
+        return super().preflight_response(request_headers)
+
+
+async def storable_parameters(request: HTTPConnection) -> None:
     """Refuse a path or query parameter the store cannot hold (a NUL, sent as `%00`) before a route
     reads it: the Agent Protocol's thread routes pass theirs to the store as they come."""
     for name, value in [*request.path_params.items(), *request.query_params.multi_items()]:
@@ -140,12 +155,12 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
         return {"ok": True}
 
     app.add_middleware(BodyLimit, limit=settings.api_max_body_bytes)
-    if settings.cors_origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origins,
-            allow_methods=["*"],
-            allow_headers=["*"],
-            expose_headers=["Location", "Content-Location", "X-Pagination-Next"],
-        )
+    # Also with no origin listed: a browser's preflight then learns which setting lets its page in.
+    app.add_middleware(
+        Cors,
+        allow_origins=settings.cors_origins,
+        allow_methods=["*"],
+        allow_headers=["*"],
+        expose_headers=["Location", "Content-Location", "X-Pagination-Next"],
+    )
     return app

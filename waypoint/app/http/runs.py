@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse
 
-from waypoint.app.client import RunRow, as_json
+from waypoint.app.client import RunRow, StartedRun, as_json
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.streams import SSE_DOCUMENTED, NativeFormat, run_items, sse_response
@@ -27,7 +27,6 @@ from waypoint.store.trees import caller_json, child_json
 from waypoint.types import Budget
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=errors.KEYED)
-STARTING = "starting"  # the status shown for a run Temporal has and Postgres has not yet
 
 
 def run_json(row: RunRow) -> dict[str, Any]:
@@ -76,6 +75,21 @@ IdempotencyKey = Annotated[
         "answer the first one's run instead of starting another; the same key with another body is 409."
     ),
 ]
+
+
+# A start's answer for a repeat of an idempotent start: the key's run, nothing started (a new run is 201).
+REPEATED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "A repeat of an idempotent start (the same `Idempotency-Key`): the key's run; nothing started.",
+        "content": {"application/json": {"schema": {"type": "object", "additionalProperties": True}}},
+    }
+}
+
+
+def started(response: Response, run_id: StartedRun) -> None:
+    """201 and the new run's Location; 200 for a repeat that answered the key's run."""
+    response.status_code = 200 if run_id.repeat else 201
+    response.headers["Location"] = f"/v1/runs/{run_id}"
 
 
 def inherited_priority() -> Any:
@@ -136,12 +150,12 @@ def json_of(value: Any) -> dict[str, Any]:
     return data
 
 
-@router.post("/runs", status_code=201, responses=errors.documented(400, 404, 409))
+@router.post("/runs", status_code=201, responses=REPEATED | errors.documented(400, 404, 409))
 async def start_run(
     body: StartRun, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
 ) -> dict[str, Any]:
     """Start a run; answers its id (and trace id) at once, before the first step. With an
-    `Idempotency-Key`, a repeat answers the same run."""
+    `Idempotency-Key`, a repeat answers the same run, with 200 instead of 201."""
     budget = Budget(
         max_steps=body.max_steps,
         max_tokens=body.max_tokens,
@@ -160,7 +174,7 @@ async def start_run(
         after_seconds=body.after_seconds,
         webhook=body.webhook,
     )
-    response.headers["Location"] = f"/v1/runs/{run_id}"
+    started(response, run_id)
     return {"run_id": run_id, "trace_id": api.wp.started_trace(run_id)}
 
 
@@ -212,21 +226,20 @@ async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     `parent`, the call that started it if a sub-agent call did (run, step, call index), and
     `children`, the sub-agent runs its own calls started (GET .../tree has the whole tree);
     `budget`, its tree's budget pool (per measure: limit, used, reserved by calls in flight, left).
-    A run started a moment ago whose worker has not written its row yet is `starting`; an
-    unfinished run whose workflow task keeps failing is `stuck`, with the failure in `stuck`."""
+    A run started a moment ago whose worker has not written its row yet is the row its start asks
+    for (`Waypoint.run_or_planned`): `starting`, or `queued` or `scheduled`, no steps; an unfinished
+    run whose workflow task keeps failing is `stuck`, with the failure in `stuck`."""
     try:
         row = await api.wp.run(run_id, tenant_id=tenant, check_stuck=True)
     except NotFound:
         if not await api.wp.starting(run_id, tenant_id=tenant):  # its worker wrote the row meanwhile
             return await get_run(run_id, api, tenant)
         why = await api.wp.stuck(run_id, tenant_id=tenant)
-        status = STUCK if why else STARTING
+        planned = await api.wp.run_or_planned(run_id, tenant_id=tenant)  # (or its row, written meanwhile)
         return {
-            "run_id": run_id,
-            "tenant_id": tenant,
-            "status": status,
+            **run_json(planned),
+            "status": STUCK if why else planned.status,
             "stuck": why,
-            "steps": 0,
             "live": None,
             "parent": None,
             "children": [],
@@ -387,7 +400,7 @@ def resume_point(last_event_id: str | None, after: int | None) -> int:
 _EVENT_ID = re.compile("[0-9]{1,10}")  # a seq (INTEGER): ten digits at most
 
 
-@router.post("/runs/{run_id}/fork", status_code=201, responses=errors.documented(400, 404, 409))
+@router.post("/runs/{run_id}/fork", status_code=201, responses=REPEATED | errors.documented(400, 404, 409))
 async def fork(
     run_id: str, body: Fork, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
 ) -> dict[str, Any]:
@@ -403,11 +416,11 @@ async def fork(
         idempotency_key=idempotency_key,
         webhook=body.webhook,
     )
-    response.headers["Location"] = f"/v1/runs/{new_id}"
+    started(response, new_id)
     return {"run_id": new_id, "parent_run_id": run_id, "fork_step": body.step}
 
 
-@router.post("/runs/{run_id}/rerun", status_code=201, responses=errors.documented(400, 404, 409))
+@router.post("/runs/{run_id}/rerun", status_code=201, responses=REPEATED | errors.documented(400, 404, 409))
 async def rerun(
     run_id: str, body: Rerun, api: Api, tenant: Tenant, response: Response, idempotency_key: IdempotencyKey = None
 ) -> dict[str, Any]:
@@ -426,7 +439,7 @@ async def rerun(
         idempotency_key=idempotency_key,
         webhook=body.webhook,
     )
-    response.headers["Location"] = f"/v1/runs/{new_id}"
+    started(response, new_id)
     return {"run_id": new_id, "parent_run_id": run_id, "from_step": body.from_step}
 
 

@@ -16,14 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from waypoint.app.client import RunRow
 from waypoint.app.http.auth import Api, Tenant
-from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, values
+from waypoint.app.http.protocol.runs import member_json, shown_run
+from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, spec_messages, spec_run, values
 from waypoint.app.http.state import ApiState
 from waypoint.errors import NotFound
 
 router = APIRouter(tags=["agent protocol (open spec): background runs"])
 
-SPEC_STATUSES = ("pending", "error", "success", "timeout", "interrupted")
-ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
 SCAN = 1000  # how many of the newest runs a filtered search looks through
 
 
@@ -37,20 +36,6 @@ class RunSearch(BaseModel):
     offset: int = Field(0, ge=0)
 
 
-def spec_run(run_id: str, thread_id: str | None, row: RunRow | None) -> dict[str, Any]:
-    shaped = run_json(run_id, thread_id, "", row)
-    if shaped["status"] not in SPEC_STATUSES:
-        shaped["status"] = "pending"  # running: the spec has no status between pending and its ends
-    if shaped["thread_id"] is None:
-        del shaped["thread_id"]  # a run on no thread: the spec's thread_id is a string when present
-    shaped["agent_id"] = shaped["assistant_id"]
-    return shaped
-
-
-def spec_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**m, "role": ROLES.get(m.get("type", ""), m.get("type", ""))} for m in messages]
-
-
 async def _row(api: ApiState, tenant: str, run_id: str) -> RunRow | None:
     """The run's row; None while a run just started has none yet; NotFound for no such run."""
     return await api.wp.run_if_written(run_id, tenant_id=tenant)
@@ -62,7 +47,7 @@ async def search_runs(body: RunSearch, api: Api, tenant: Tenant) -> list[dict[st
     their parents' parts); filtered by agent, the spec's status, and metadata (`waypoint_status`, `steps`)."""
     if body.thread_id is not None:
         thread = await api.wp.threads.get(body.thread_id, tenant_id=tenant)
-        found = [spec_run(m.run_id, body.thread_id, m.run) for m in reversed(thread.runs)]
+        found = [spec_run(await member_json(api, tenant, body.thread_id, m)) for m in reversed(thread.runs)]
         if body.agent_id is not None:
             found = [r for r in found if r["agent_id"] == body.agent_id]
     else:
@@ -73,17 +58,30 @@ async def search_runs(body: RunSearch, api: Api, tenant: Tenant) -> list[dict[st
             agent=body.agent_id,
             roots=True,
         )
-        found = [spec_run(r.run_id, None, r) for r in rows]
+        found = [spec_run(run_json(r.run_id, None, "", r)) for r in rows]
+        placed = {r.run_id: r for r in rows}
     if body.status is not None:
         found = [r for r in found if r["status"] == body.status]
     if body.metadata:
         found = [r for r in found if all(r["metadata"].get(k) == v for k, v in body.metadata.items())]
     page = found[body.offset : body.offset + body.limit]
-    if body.thread_id is None:
-        for run in page:
-            if (thread_id := await api.wp.threads.of_run(run["run_id"], tenant_id=tenant)) is not None:
-                run["thread_id"] = thread_id
+    if body.thread_id is None:  # each on its thread (if any), with the strategy it was created with there
+        page = [await _on_thread(api, tenant, placed[run["run_id"]], run) for run in page]
     return page
+
+
+async def _on_thread(api: ApiState, tenant: str, row: RunRow, shaped: dict[str, Any]) -> dict[str, Any]:
+    """A run of the tenant's listing as its thread shows it (the multitask strategy it was created
+    with there), or as listed when it is on no thread."""
+    thread_id = await api.wp.threads.of_run(row.run_id, tenant_id=tenant)
+    if thread_id is None:
+        return shaped
+    with contextlib.suppress(NotFound):  # the thread went meanwhile: a run on no thread
+        thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
+        for member in thread.runs:
+            if member.run_id == row.run_id:
+                return spec_run(run_json(row.run_id, thread_id, "", row, strategy=member.multitask_strategy))
+    return shaped
 
 
 @router.delete("/runs/{run_id}", status_code=204)
@@ -104,8 +102,7 @@ async def wait_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     await _row(api, tenant, run_id)
     result = await api.wp.result(run_id, tenant_id=tenant)
     final = values(flatten(await conversation(api.wp, tenant, run_id)), result.output_json)
-    thread_id = await api.wp.threads.of_run(run_id, tenant_id=tenant)
-    run = spec_run(run_id, thread_id, await api.wp.run(run_id, tenant_id=tenant))
+    run = spec_run(await shown_run(api, tenant, run_id))
     return {"run": run, "values": final, "messages": spec_messages(final["messages"])}
 
 

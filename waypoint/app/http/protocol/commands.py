@@ -11,6 +11,11 @@ failure over HTTP (errors.py). The methods Waypoint answers:
   a new run on the thread whose command resumes it); result `{"run_id"}`;
 - `state.get`: the thread's state (as `GET /threads/{id}/state`);
 - `state.listCheckpoints`: its checkpoints, newest first (as `GET /threads/{id}/history`, `params.limit`).
+
+The event streams these commands go with are not served (501 `not_supported`, naming the streams
+that are): the spec's `POST /threads/{id}/stream` and its WebSocket (`GET` upgraded), and the
+session stream of langgraph-sdk's `client.threads.stream` (`/threads/{id}/stream/events`, SSE or
+WebSocket). A refused upgrade answers the JSON error as an HTTP answer (errors.py).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from waypoint.app.http.auth import Api, Tenant
@@ -64,7 +69,7 @@ async def _run_start(api: ApiState, tenant: str, thread_id: str, params: dict[st
     if not isinstance(agent, str) or not agent:
         raise InvalidInput("run.start needs params.agent_id: the agent to run (POST /agents/search lists them)")
     body = _run_create({**params, "assistant_id": agent})
-    return {"run_id": await start_on_thread(api, tenant, thread_id, body)}
+    return {"run_id": (await start_on_thread(api, tenant, thread_id, body)).run_id}
 
 
 async def _input_respond(api: ApiState, tenant: str, thread_id: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +80,7 @@ async def _input_respond(api: ApiState, tenant: str, thread_id: str, params: dic
     if owner is None:
         raise Conflict(f"thread {thread_id} has no run to respond to: start one with run.start")
     body = _run_create({"assistant_id": owner.agent, "command": {"resume": params["response"]}})
-    return {"run_id": await start_on_thread(api, tenant, thread_id, body)}
+    return {"run_id": (await start_on_thread(api, tenant, thread_id, body)).run_id}
 
 
 async def _state_get(api: ApiState, tenant: str, thread_id: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -126,12 +131,37 @@ async def send_command(thread_id: str, body: StreamingCommand, api: Api, tenant:
     return {"type": "success", "id": body.id, "result": result}
 
 
+INSTEAD = (
+    "stream a run with GET /threads/{thread_id}/runs/{run_id}/stream (stream_mode values, updates, "
+    "messages-tuple, custom, ...) or follow the thread with GET /threads/{thread_id}/stream (SSE), and send "
+    "commands with POST /threads/{thread_id}/commands"
+)
+
+
 @router.post("/threads/{thread_id}/stream")
 async def open_event_stream(thread_id: str, body: EventStreamRequest, api: Api, tenant: Tenant) -> None:
     """Not supported yet: the streaming protocol's channel-filtered thread stream."""
     await api.wp.threads.get(thread_id, tenant_id=tenant)
-    raise not_supported(
-        "the channel-filtered thread stream is not supported: stream a run with "
-        "GET /threads/{thread_id}/runs/{run_id}/stream (stream_mode values, updates, messages-tuple, custom), "
-        "and send commands with POST /threads/{thread_id}/commands"
-    )
+    raise not_supported(f"the channel-filtered thread stream is not supported: {INSTEAD}")
+
+
+@router.websocket("/threads/{thread_id}/stream")
+async def open_thread_socket(websocket: WebSocket, thread_id: str) -> None:
+    """Not supported: the thread stream as a WebSocket (refused with 501, before its key is
+    checked, as an unknown route is)."""
+    raise not_supported(f"the thread stream over a WebSocket is not supported: {INSTEAD}")
+
+
+@router.post("/threads/{thread_id}/stream/events")
+@router.get("/threads/{thread_id}/stream/events")
+async def open_session_events(thread_id: str, api: Api, tenant: Tenant) -> None:
+    """Not supported: the event stream of langgraph-sdk's thread session (`client.threads.stream`,
+    its v3 protocol); its `run.start` command works (POST /threads/{thread_id}/commands)."""
+    await api.wp.threads.get(thread_id, tenant_id=tenant)
+    raise not_supported(f"the thread session's event stream (langgraph-sdk threads.stream) is not supported: {INSTEAD}")
+
+
+@router.websocket("/threads/{thread_id}/stream/events")
+async def open_session_socket(websocket: WebSocket, thread_id: str) -> None:
+    """Not supported: the thread session's event stream as a WebSocket (as `open_thread_socket`)."""
+    raise not_supported(f"the thread session's event stream (langgraph-sdk threads.stream) is not supported: {INSTEAD}")

@@ -157,7 +157,7 @@ class ThreadFollower:
             current = None
 
     async def _run(self, run_id: str, after: int) -> AsyncIterator[ServerSentEvent]:
-        fmt = ProtocolFormat(run_id, self.modes, [], forked=False, resume_after=after)
+        fmt = ProtocolFormat(run_id, self.modes, [], forked=False, resume_after=after, thread_id=self.thread_id)
         if after == 0:
             yield sse("metadata", {"run_id": run_id, "attempt": 1})
         async for item in follow_run(self.api, self.tenant, run_id, fmt):

@@ -1,5 +1,5 @@
 """The stream modes that describe a run as LangGraph's graph would (model node, then tools node,
-one checkpoint per step): `messages`, `events`, `debug`, `tasks` and `checkpoints`.
+one checkpoint per step): `messages`, `events`, `tools`, `debug`, `tasks` and `checkpoints`.
 
 `ProtocolFormat` (stream.py) reads the run's log and deltas and calls one `Lens` per requested
 mode at the points of the run a graph would report: a step's model call begins (its first token,
@@ -259,10 +259,32 @@ class TasksLens(Lens):
         return self._checkpoint(self.final, row.created_at.isoformat(), None, "loop")
 
 
+class ToolsLens(Lens):
+    """`tools`: each tool call's lifecycle, in the payloads of LangGraph's `tools` stream mode (its
+    StreamToolCallHandler): `tool-started` `{tool_call_id, tool_name, input}` when the model's
+    answer asks for the call (the tools node starts every call of it at once, one that waits for a
+    human's approval too), then `tool-finished` `{tool_call_id, output}` with its result, or
+    `tool-error` `{tool_call_id, message}` when the call failed (a tool error, a bad call, a denial)."""
+
+    def model_answered(self, row: EventRow, ai: dict[str, Any]) -> list[ServerSentEvent]:
+        return [
+            sse("tools", {"event": "tool-started", "tool_call_id": c["id"], "tool_name": c["name"], "input": c["args"]})
+            for c in ai["tool_calls"]
+        ]
+
+    def tool_answered(self, row: EventRow, message: dict[str, Any]) -> list[ServerSentEvent]:
+        call = message["tool_call_id"]
+        if message.get("status") == "error":
+            return [sse("tools", {"event": "tool-error", "tool_call_id": call, "message": message["content"]})]
+        return [sse("tools", {"event": "tool-finished", "tool_call_id": call, "output": message["content"]})]
+
+
 def lenses(fmt: ProtocolFormat, modes: set[str]) -> list[Lens]:
     out: list[Lens] = []
     if "messages" in modes:
         out.append(MessagesLens(fmt))
+    if "tools" in modes:
+        out.append(ToolsLens(fmt))
     if "events" in modes:
         out.append(EventsLens(fmt))
     out += [TasksLens(fmt, m) for m in ("debug", "tasks", "checkpoints") if m in modes]

@@ -32,14 +32,23 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from waypoint.app.client import RunRow, ThreadRow
+from waypoint.app.client import RunRow, ThreadRow, ThreadRun
+from waypoint.app.client_threads import MULTITASK_STRATEGIES as STRATEGIES
 from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.errors import not_supported
 from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.protocol import interrupts
 from waypoint.app.http.protocol.follow import follow_run, written
 from waypoint.app.http.protocol.interrupts import check_command
-from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, task_of, values
+from waypoint.app.http.protocol.shapes import (
+    conversation,
+    flatten,
+    run_json,
+    spec_messages,
+    spec_run,
+    task_of,
+    values,
+)
 from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes, wants_deltas
 from waypoint.app.http.protocol.threads import live_status, newest_started
 from waypoint.app.http.runs import IdempotencyKey, resume_point
@@ -48,7 +57,7 @@ from waypoint.app.http.streams import StreamItem, sse_response
 from waypoint.app.http.trees import TreeStream
 from waypoint.checks import new_run_id
 from waypoint.errors import Conflict, InvalidInput, NotFound
-from waypoint.names import FINISHED, MemoryView
+from waypoint.names import FINISHED, STARTING, MemoryView, RunStatus
 from waypoint.run_config import RunConfig, run_config
 
 router = APIRouter(tags=["agent protocol: runs"])
@@ -75,6 +84,8 @@ class RunCreate(BaseModel):
     if_not_exists: str | None = None
     # The open spec's run create: `POST /runs` with `thread_id` runs on that thread.
     thread_id: str | None = None
+    # The open spec's name for the agent (LangGraph's is `assistant_id`, which it fills in below).
+    agent_id: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -88,9 +99,11 @@ class RunCreate(BaseModel):
                 data = {**data, "input": {"messages": data["messages"]}}
         return data
 
-
-# What a new run on a busy thread does (the Agent Protocol's multitask strategies); the first is the default.
-STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
+    @property
+    def speaks_spec(self) -> bool:
+        """The open spec's body (it names the agent `agent_id`, as LangGraph's never does): its
+        answer comes in the spec's shapes."""
+        return self.agent_id is not None
 
 
 def _refuse_unsupported(body: RunCreate) -> None:
@@ -132,15 +145,16 @@ async def _run_options(api: ApiState, tenant: str, body: RunCreate) -> Options:
 
 async def start_on_thread(
     api: ApiState, tenant: str, thread_id: str | None, body: RunCreate, idempotency_key: str | None = None
-) -> str:
-    """Start the run (a fork of the thread's newest run, or a new run) and return its id. With an
-    idempotency key, a repeat answers the key's run: the key is claimed before the thread's slot is
-    taken, so a repeat neither takes a second slot nor meets the thread busy with its own run.
-    With `command={'resume': ...}`, no run starts: the thread's waiting run is answered and goes on
-    (its id is returned; see protocol/interrupts.py)."""
+) -> RunRow:
+    """Start the run (a fork of the thread's newest run, or a new run). With an idempotency key, a
+    repeat answers the key's run: the key is claimed before the thread's slot is taken, so a repeat
+    neither takes a second slot nor meets the thread busy with its own run. With
+    `command={'resume': ...}`, no run starts: the thread's waiting run is answered and goes on (see
+    protocol/interrupts.py). Answers the run: the row of one that existed before (a repeat's, a
+    resumed one), or the row a new one's start asks for (its worker writes it in a moment)."""
     if body.command:
         run_id, _ = await resume_on_thread(api, tenant, thread_id, body)
-        return run_id
+        return await api.wp.run_or_planned(run_id, tenant_id=tenant)
     _refuse_unsupported(body)
     api.wp.check_webhook(body.webhook)  # before the run takes a place on its thread
     task = task_of(body.input or {})
@@ -148,8 +162,27 @@ async def start_on_thread(
     request = {"thread_id": thread_id, "body": body.model_dump(mode="json")}
     async with api.wp.idempotent(idempotency_key, request, run_id=new_run_id(), tenant_id=tenant) as claim:
         if claim.created:
-            await _start(api, tenant, thread_id, body, claim.run_id, task, options)
-    return claim.run_id
+            status = await _start(api, tenant, thread_id, body, claim.run_id, task, options)
+            return _planned(tenant, claim.run_id, task, options, status)
+    return await api.wp.run_or_planned(claim.run_id, tenant_id=tenant)
+
+
+def _planned(tenant: str, run_id: str, task: str, options: Options, status: str) -> RunRow:
+    """The row a run just started will have once its worker writes it (status: starting, queued
+    or scheduled; no steps)."""
+    assistant_id, version = options.assistant
+    return RunRow(
+        run_id=run_id,
+        tenant_id=tenant,
+        agent=options.agent,
+        task=task,
+        model=options.settings.model or "",  # "": its agent's own
+        status=status,
+        steps=0,
+        max_steps=0,
+        assistant_id=assistant_id,
+        assistant_version=version,
+    )
 
 
 async def resume_on_thread(api: ApiState, tenant: str, thread_id: str | None, body: RunCreate) -> tuple[str, int]:
@@ -181,7 +214,9 @@ async def _start(
     run_id: str,
     task: str,
     options: Options,
-) -> None:
+) -> str:
+    """Start the run; answers the Waypoint status it starts in: queued (after a busy run),
+    scheduled (after_seconds) or starting."""
     settings = options.settings
     model, priority = settings.model, settings.priority
     delay = float(body.after_seconds) if body.after_seconds else None
@@ -199,7 +234,7 @@ async def _start(
             instructions=settings.instructions,
             assistant=options.assistant,
         )
-        return
+        return RunStatus.SCHEDULED if delay is not None else STARTING
     thread = await _thread_for_run(api, tenant, thread_id, body)
     strategy = body.multitask_strategy or STRATEGIES[0]
     last = thread.last
@@ -232,7 +267,8 @@ async def _start(
         if body.checkpoint_id or body.checkpoint:
             raise InvalidInput("after_seconds with a checkpoint_id is not supported: start the run when it should run")
         after = parent.run_id  # a delayed next turn goes on from that run's last step when it starts
-    await api.wp.threads.reserve_run(thread_id, last.position + 1 if last else 0, run_id, tenant_id=tenant)
+    position = last.position + 1 if last else 0
+    await api.wp.threads.reserve_run(thread_id, position, run_id, multitask_strategy=strategy, tenant_id=tenant)
     try:
         if after is not None or parent is None:
             await api.wp.start_run(
@@ -271,6 +307,9 @@ async def _start(
         with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it
             await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
         raise
+    if after is not None:
+        return RunStatus.QUEUED
+    return RunStatus.SCHEDULED if delay is not None else STARTING
 
 
 async def _interrupt(api: ApiState, tenant: str, run_id: str, strategy: str) -> None:
@@ -301,13 +340,37 @@ def _fork_point(thread: ThreadRow, body: RunCreate) -> tuple[RunRow | None, int]
     return (last, last.steps) if last is not None else (None, 0)
 
 
-async def _member(api: ApiState, tenant: str, thread_id: str, run_id: str) -> RunRow | None:
-    """The run's row if the run belongs to the thread (None while it starts); NotFound otherwise."""
+async def _member(api: ApiState, tenant: str, thread_id: str, run_id: str) -> ThreadRun:
+    """The run's place on the thread (its row None while it starts); NotFound unless it has one."""
     thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
     for member in thread.runs:
         if member.run_id == run_id:
-            return member.run
+            return member
     raise NotFound(f"thread {thread_id} has no run {run_id!r}: GET /threads/{thread_id}/runs lists them")
+
+
+async def member_json(api: ApiState, tenant: str, thread_id: str | None, member: ThreadRun) -> dict[str, Any]:
+    """A run of a thread as the protocol's Run: its row, or, before its worker wrote one, the row
+    its start asked for; with the multitask strategy it was created with."""
+    row = member.run or await api.wp.run_or_planned(member.run_id, tenant_id=tenant)
+    return run_json(member.run_id, thread_id, "", row, strategy=member.multitask_strategy)
+
+
+async def shown_run(api: ApiState, tenant: str, run_id: str) -> dict[str, Any]:
+    """A run by its id alone as the protocol's Run: on its thread (if any), as `member_json`."""
+    thread_id = await api.wp.threads.of_run(run_id, tenant_id=tenant)
+    if thread_id is not None:
+        with contextlib.suppress(NotFound):  # taken off its thread meanwhile: a run on no thread
+            return await member_json(api, tenant, thread_id, await _member(api, tenant, thread_id, run_id))
+    return run_json(run_id, None, "", await api.wp.run_or_planned(run_id, tenant_id=tenant))
+
+
+def created_json(row: RunRow, thread_id: str | None, body: RunCreate) -> dict[str, Any]:
+    """A create's answer: the run (as its start asked for it, or the row of one that existed
+    before), with the strategy it was created with; in the open spec's shape for the spec's body."""
+    strategy = body.multitask_strategy if thread_id else None  # a run on no thread shares none
+    shaped = run_json(row.run_id, thread_id, body.assistant_id, row, strategy=strategy)
+    return spec_run(shaped) if body.speaks_spec else shaped
 
 
 def _locations(thread_id: str | None, run_id: str) -> dict[str, str]:
@@ -330,7 +393,7 @@ async def _stream(
     """The run's stream in the protocol's format: its log from the start (state is rebuilt from it;
     parts the client saw before `resume_after` are not sent again), then live; with `subgraphs`,
     its sub-agent runs' parts too, until every run of its tree has ended."""
-    fmt = ProtocolFormat(run_id, modes, [], forked=False, resume_after=resume_after)
+    fmt = ProtocolFormat(run_id, modes, [], forked=False, resume_after=resume_after, thread_id=thread_id)
     deltas = wants_deltas(modes)
     tree = TreeStream(api.hub, api.wp, tenant, run_id, {}, deltas=deltas) if subgraphs else None
 
@@ -380,8 +443,8 @@ async def create_run(
     thread_id: str, body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
     """Start a run on the thread in the background."""
-    run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
-    return JSONResponse(run_json(run_id, thread_id, body.assistant_id, None), headers=_locations(thread_id, run_id))
+    row = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
+    return JSONResponse(created_json(row, thread_id, body), headers=_locations(thread_id, row.run_id))
 
 
 @router.post("/threads/{thread_id}/runs/stream")
@@ -400,7 +463,7 @@ async def stream_run(
         return await _stream(
             api, tenant, slot, thread_id, run_id, modes, position, subgraphs=body.stream_subgraphs, resumed=True
         )
-    run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
+    run_id = (await start_on_thread(api, tenant, thread_id, body, idempotency_key)).run_id
     return await _stream(api, tenant, slot, thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
@@ -409,7 +472,7 @@ async def wait_run(
     thread_id: str, body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
     """Start a run on the thread and answer its final values when it ends."""
-    run_id = await start_on_thread(api, tenant, thread_id, body, idempotency_key)
+    run_id = (await start_on_thread(api, tenant, thread_id, body, idempotency_key)).run_id
     return JSONResponse(await _final_values(api, tenant, run_id), headers=_locations(thread_id, run_id))
 
 
@@ -424,14 +487,14 @@ async def list_runs(
 ) -> list[dict[str, Any]]:
     """The thread's runs, newest first."""
     thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
-    shaped = [run_json(m.run_id, thread_id, "", m.run) for m in reversed(thread.runs)]
+    shaped = [await member_json(api, tenant, thread_id, m) for m in reversed(thread.runs)]
     shaped = [r for r in shaped if status is None or r["status"] == status]
     return shaped[offset : offset + limit]
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}")
 async def get_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    return run_json(run_id, thread_id, "", await _member(api, tenant, thread_id, run_id))
+    return await member_json(api, tenant, thread_id, await _member(api, tenant, thread_id, run_id))
 
 
 @router.post("/threads/{thread_id}/runs/{run_id}/cancel")
@@ -448,10 +511,10 @@ async def cancel_run(
     if action != "interrupt":
         raise not_supported("only action=interrupt is supported: the run's log is append-only (no rollback)")
     await api.wp.cancel(run_id, "cancelled through the Agent Protocol", tenant_id=tenant)
-    if not wait:
-        return JSONResponse(run_json(run_id, thread_id, "", await _member(api, tenant, thread_id, run_id)), 202)
-    await api.wp.result(run_id, tenant_id=tenant)
-    return JSONResponse(run_json(run_id, thread_id, "", await _member(api, tenant, thread_id, run_id)))
+    if wait:
+        await api.wp.result(run_id, tenant_id=tenant)
+    shaped = await member_json(api, tenant, thread_id, await _member(api, tenant, thread_id, run_id))
+    return JSONResponse(shaped, 200 if wait else 202)
 
 
 @router.get("/threads/{thread_id}/runs/{run_id}/join")
@@ -493,10 +556,8 @@ async def delete_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> R
 async def create_stateless(
     body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
-    run_id = await start_on_thread(api, tenant, body.thread_id, body, idempotency_key)
-    return JSONResponse(
-        run_json(run_id, body.thread_id, body.assistant_id, None), headers=_locations(body.thread_id, run_id)
-    )
+    row = await start_on_thread(api, tenant, body.thread_id, body, idempotency_key)
+    return JSONResponse(created_json(row, body.thread_id, body), headers=_locations(body.thread_id, row.run_id))
 
 
 @router.post("/runs/stream")
@@ -504,7 +565,7 @@ async def stream_stateless(
     body: RunCreate, api: Api, tenant: Tenant, slot: OpenStream, idempotency_key: IdempotencyKey = None
 ) -> Response:
     modes = stream_modes(body.stream_mode)
-    run_id = await start_on_thread(api, tenant, body.thread_id, body, idempotency_key)
+    run_id = (await start_on_thread(api, tenant, body.thread_id, body, idempotency_key)).run_id
     return await _stream(api, tenant, slot, body.thread_id, run_id, modes, subgraphs=body.stream_subgraphs)
 
 
@@ -512,14 +573,19 @@ async def stream_stateless(
 async def wait_stateless(
     body: RunCreate, api: Api, tenant: Tenant, idempotency_key: IdempotencyKey = None
 ) -> dict[str, Any]:
-    run_id = await start_on_thread(api, tenant, body.thread_id, body, idempotency_key)
-    return await _final_values(api, tenant, run_id)
+    """Start a run and answer its final values when it ends (or waits for a human); for the open
+    spec's body (`agent_id`), the spec's RunWaitResponse: the run, its values and their messages."""
+    run_id = (await start_on_thread(api, tenant, body.thread_id, body, idempotency_key)).run_id
+    final = await _final_values(api, tenant, run_id)
+    if not body.speaks_spec:
+        return final
+    run = spec_run(await shown_run(api, tenant, run_id))
+    return {"run": run, "values": final, "messages": spec_messages(final["messages"])}
 
 
 @router.get("/runs/{run_id}")
 async def get_stateless(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
-    row = await api.wp.run_if_written(run_id, tenant_id=tenant)
-    return run_json(run_id, await api.wp.threads.of_run(run_id, tenant_id=tenant), "", row)
+    return await shown_run(api, tenant, run_id)
 
 
 @router.get("/runs/{run_id}/stream")

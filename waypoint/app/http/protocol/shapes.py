@@ -8,7 +8,7 @@
 - a typed run's answer (its agent's `output_type`) is `structured_response` in its values, as
   LangGraph's `create_react_agent(response_format=...)` has it; the messages show the model's
   `final_answer` tool call and its result;
-- run statuses: starting, scheduled, queued, waiting_capacity -> pending; running, paused -> running;
+- run statuses: starting (no row yet), scheduled, queued, waiting_capacity -> pending; running, paused -> running;
   waiting_approval -> interrupted (it waits for a human: its thread is interrupted, a resume answers it
   and the same run goes on); completed, max_steps -> success; budget_exceeded -> timeout;
   cancelled -> interrupted; failed -> error.
@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from waypoint.app.client import AssistantRow, EventRow, RunRow, ScheduleRow, ThreadRow
 from waypoint.app.client_assistants import builtin
+from waypoint.app.client_threads import MULTITASK_STRATEGIES as STRATEGIES
 from waypoint.checks import duration_text
 from waypoint.errors import InvalidInput
-from waypoint.names import MESSAGE_KINDS, EventKind, RunStatus
+from waypoint.names import MESSAGE_KINDS, STARTING, EventKind, RunStatus
 from waypoint.transcript import event_messages
 from waypoint.types import AgentInfo
 
@@ -54,7 +55,9 @@ def iso(at: datetime | None) -> str:
 
 
 def run_status(row: RunRow | None) -> str:
-    return "pending" if row is None else RUN_STATUS.get(RunStatus(row.status), "running")
+    if row is None or row.status == STARTING:  # a run whose worker has not written its row yet
+        return "pending"
+    return RUN_STATUS.get(RunStatus(row.status), "running")
 
 
 def thread_status(thread: ThreadRow) -> str:
@@ -148,7 +151,17 @@ def graph(info: AgentInfo) -> dict[str, Any]:
     return {"nodes": nodes, "edges": edges}
 
 
-def run_json(run_id: str, thread_id: str | None, assistant_id: str, row: RunRow | None) -> dict[str, Any]:
+def run_json(
+    run_id: str,
+    thread_id: str | None,
+    assistant_id: str,
+    row: RunRow | None,
+    *,
+    strategy: str | None = None,
+) -> dict[str, Any]:
+    """A run as the protocol's Run, from its row (the row a run just started will have: see
+    `Waypoint.run_or_planned`); without one, a run starting as `assistant_id`. `strategy`: the
+    multitask strategy it was created with (None: reject, the default)."""
     return {
         "run_id": run_id,
         "thread_id": thread_id,
@@ -157,7 +170,7 @@ def run_json(run_id: str, thread_id: str | None, assistant_id: str, row: RunRow 
         "updated_at": iso(row.updated_at if row else None),
         "status": run_status(row),
         "metadata": {
-            "waypoint_status": row.status if row else "starting",
+            "waypoint_status": row.status if row else STARTING,
             "steps": row.steps if row else 0,
             "assistant_version": row.assistant_version if row else None,
             # The agent version it started with (GET /v1/agent-versions/{fingerprint} shows it).
@@ -166,9 +179,30 @@ def run_json(run_id: str, thread_id: str | None, assistant_id: str, row: RunRow 
             "model": row.current_model if row else None,
             "models_used": row.models_used if row else [],
         },
-        "multitask_strategy": "reject",
+        "multitask_strategy": strategy or STRATEGIES[0],
         "kwargs": {},
     }
+
+
+# The open spec's run statuses (langchain-ai/agent-protocol 0.1.6) and its message roles.
+SPEC_STATUSES = ("pending", "error", "success", "timeout", "interrupted")
+ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
+
+
+def spec_run(shaped: dict[str, Any]) -> dict[str, Any]:
+    """A run of `run_json` as the open spec's Run: its status set (a live run is `pending`), the
+    agent as `agent_id` too, and no `thread_id` for a run on no thread."""
+    spec = {**shaped, "agent_id": shaped["assistant_id"]}
+    if spec["status"] not in SPEC_STATUSES:
+        spec["status"] = "pending"  # running: the spec has no status between pending and its ends
+    if spec["thread_id"] is None:
+        del spec["thread_id"]  # a run on no thread: the spec's thread_id is a string when present
+    return spec
+
+
+def spec_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """LangChain message dicts with the open spec's `role` (user, assistant, tool) beside `type`."""
+    return [{**m, "role": ROLES.get(m.get("type", ""), m.get("type", ""))} for m in messages]
 
 
 # --- messages -------------------------------------------------------------------------------------

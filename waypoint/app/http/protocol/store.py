@@ -1,13 +1,15 @@
 """Agent Protocol store endpoints, where episodic memory fits them: search.
 
 Items live under the namespace `["memories", <agent>, <run_id>]`; their key is
-`<run_id>:<step>:<kind>` and their value the episode (text, kind, step, importance). Writing
+`<run_id>:<step>:<kind>` and their value the episode (text, kind, step, importance); `created_at` is
+when it was first stored, `updated_at` when last (a near-duplicate learned again). Writing
 and deleting single items is not supported: episodes are written by runs (`memory_save`,
 `pin_decision`), and a run's are forgotten with `DELETE /v1/runs/{id}/memories`.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
@@ -29,6 +31,11 @@ class Search(BaseModel):
     offset: int = Field(0, ge=0)
 
 
+def stamp(epoch: float) -> str:
+    """An episode's time as the spec's Item has it (an ISO 8601 date-time)."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
 @router.post("/store/items/search")
 async def search(body: Search, api: Api, tenant: Tenant) -> dict[str, Any]:
     """The tenant's episodes most relevant to `query` (namespace `["memories", agent?, run_id?]`)."""
@@ -47,8 +54,8 @@ async def search(body: Search, api: Api, tenant: Tenant) -> dict[str, Any]:
             "namespace": [ROOT, agent or "", m.run_id] if agent else [ROOT, m.run_id],
             "key": f"{m.run_id}:{m.step}:{m.kind}",
             "value": {"text": m.text, "kind": m.kind, "run_id": m.run_id, "step": m.step, "importance": m.importance},
-            "created_at": None,
-            "updated_at": None,
+            "created_at": stamp(m.stored_at),
+            "updated_at": stamp(m.updated_at or m.stored_at),
             "score": m.score,
         }
         for m in hits[body.offset :]

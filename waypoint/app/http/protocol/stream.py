@@ -3,7 +3,9 @@
     event: metadata   data: {"run_id": ..., "attempt": 1}           first, once
     event: values     data: {"messages": [...]}                      the conversation after each node
     event: updates    data: {"model": {"messages": [...]}} or {"tools": {...}}
-    event: messages   data: [message chunk, metadata]                "messages-tuple": token deltas
+    event: messages   data: [message chunk, metadata]                "messages-tuple": token deltas (metadata:
+                      run_id, thread_id, langgraph_step/_node/_checkpoint_ns, ls_provider, ls_model_name)
+    event: tools      data: {"event": "tool-started", ...}           "tools": each call's start and end (parts.py)
     event: custom     data: {"event": {...}} or {"delta": {...}}     Waypoint's own log events and deltas
     event: messages/metadata, messages/partial, messages/complete    "messages" (parts.py)
     event: events     data: {"event": "on_chat_model_stream", ...}   "events": astream_events v2 (parts.py)
@@ -51,6 +53,7 @@ SUPPORTED_MODES = (
     "tasks",
     "checkpoints",
     "custom",
+    "tools",
 )
 DELTA_MODES = {"messages", "messages-tuple", "events", "custom"}  # the modes that show a model's tokens
 
@@ -81,9 +84,18 @@ class ProtocolFormat:
     the seq a reconnecting client saw last (earlier events update the state but are not sent)."""
 
     def __init__(
-        self, run_id: str, modes: list[str], prior: list[dict[str, Any]], *, forked: bool, resume_after: int = 0
+        self,
+        run_id: str,
+        modes: list[str],
+        prior: list[dict[str, Any]],
+        *,
+        forked: bool,
+        resume_after: int = 0,
+        thread_id: str | None = None,
     ):
         self.run_id = run_id
+        self.thread_id = thread_id  # the thread it runs on (its top run's, for a sub-agent run), if any
+        self.spec: str | None = None  # the model spec its steps call (its plan's, until a failover)
         self.modes = set(modes)
         self.messages = list(prior)
         self.forked = forked
@@ -120,8 +132,23 @@ class ProtocolFormat:
         )
         return [sse("error", {"error": "SlowClient", "message": message})]
 
-    def meta(self, step: int, node: str, attempt: int | None = None) -> dict[str, Any]:
-        meta: dict[str, Any] = {"run_id": self.run_id, "langgraph_step": step, "langgraph_node": node}
+    def meta(self, step: int, node: str, attempt: int | None = None, spec: str | None = None) -> dict[str, Any]:
+        """A part's metadata, as LangGraph Server's: the run and thread, the node's step and task
+        (its checkpoint namespace `<node>:<task id>`, the task ids of `tasks`), and for the model
+        node the model it called (`ls_provider`, `ls_model_name`, from the spec `provider:model`)."""
+        namespace = f"{node}:{self.run_id}:{step}:{node}"
+        meta: dict[str, Any] = {
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "langgraph_step": step,
+            "langgraph_node": node,
+            "langgraph_triggers": [f"branch:to:{node}"],
+            "langgraph_checkpoint_ns": namespace,
+            "checkpoint_ns": namespace,
+        }
+        if node == "model" and (spec := spec or self.spec):
+            provider, _, name = spec.rpartition(":")
+            meta.update({"ls_provider": provider} if provider else {}, ls_model_name=name, ls_model_type="chat")
         if attempt is not None:
             meta["waypoint_attempt"] = attempt
         return meta
@@ -183,7 +210,10 @@ class ProtocolFormat:
             out.append(sse("custom", {"event": event_data(row)}))
         new = lc_messages(row, forked=self.forked)
         if row.kind == EventKind.RUN_STARTED:
+            self.spec = (row.payload.get("plan") or {}).get("model") or self.spec
             out += self._tell("run_started", row, new)
+        elif row.kind == EventKind.MODEL_FAILOVER:  # the step, and the run's later steps, call another model
+            self.spec = row.payload.get("to") or self.spec
         elif row.kind == EventKind.MODEL_RESPONSE:  # the lenses see the state the model answered first
             out += self._begin(row.step, int(row.payload.get("attempt") or 1), row.created_at.isoformat())
         self.messages += new
@@ -194,7 +224,7 @@ class ProtocolFormat:
             self.expected_tools[row.step] = len(row.payload.get("tool_calls") or [])
             if "messages-tuple" in self.modes and (row.step, attempt) not in self.streamed:
                 whole = {**new[0], "type": "AIMessageChunk"}  # not streamed (a scripted model): all at once
-                out.append(sse("messages", [whole, self.meta(row.step, "model", attempt)]))
+                out.append(sse("messages", [whole, self.meta(row.step, "model", attempt, row.payload.get("spec"))]))
             self.so_far.pop((row.step, attempt), None)
             out += self._tell("model_answered", row, new[0])
             if "updates" in self.modes:
@@ -249,7 +279,9 @@ class SubgraphFormat:
             return self.top.render(item)
         fmt = self.below.get(run_id)
         if fmt is None:
-            fmt = self.below[run_id] = ProtocolFormat(run_id, self.modes, [], forked=False)
+            fmt = self.below[run_id] = ProtocolFormat(
+                run_id, self.modes, [], forked=False, thread_id=self.top.thread_id
+            )
         namespace = "|".join(self.stream.namespace(run_id))
         out = fmt.render(item)
         for part in out:
