@@ -224,20 +224,14 @@ async def test_sigkill_during_a_streaming_call_to_each_provider(
     try:
         wp = Waypoint(client, engine, settings)
         run_id = await wp.start_run("add 2 and 3", agent="calculator", model=model)
-        # The worker sends what it receives of a streaming answer as deltas (Postgres notifications):
-        # once a piece of step 2's text is heard, some chunks are out, and the rest come 1 s apart.
-        heard: list[str] = []
 
-        def on_deltas(payload: str) -> None:
-            batch = json.loads(payload)
-            if (batch["r"], batch["s"]) == (run_id, 2):
-                heard.extend(item[1] for item in batch["d"] if item[0] == "text")
+        # Once the request with the tool's result is in, its answer streams: the first chunk at once,
+        # the rest 1 s apart. (The worker's deltas would tell its first words, but a busy machine may
+        # drop them: they are best effort.)
+        async def slow_answer_begun() -> bool:
+            return answers >= 1
 
-        listener = await wp.listen(on_events=lambda _: None, on_deltas=on_deltas)
-        try:
-            await eventually(lambda: _some(heard), timeout=60, what="the first words of step 2's answer")
-        finally:
-            await listener.close()
+        await eventually(slow_answer_begun, timeout=120, what="step 2's answer streaming")
         kill(workers[-1])
         workers.append(await asyncio.to_thread(spawn_worker, env))
         result = await asyncio.wait_for(wp.result(run_id), 120)
@@ -262,7 +256,3 @@ async def test_sigkill_during_a_streaming_call_to_each_provider(
     assert [s for s, k in rows if k == "model_response"] == [1, 2]  # no step recorded twice
     assert sorted(steps) == [0, 1, 2]
     assert (await wp.effects(run_id))[0].output == "5"
-
-
-async def _some(heard: list[str]) -> bool:
-    return bool(heard)
