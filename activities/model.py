@@ -121,6 +121,8 @@ class ModelActivities:
         self._fingerprints: dict[str, str | None] = {}
         self._versions: dict[str, AgentVersion] = {}
         self.capacity = Capacity(store, settings)
+        # Providers whose SDK this worker has imported (warm, or a call that did it off the loop).
+        self._warmed: set[Provider] = {Provider.SCRIPTED}
         self.budgets = Budgets(store, settings)
 
     def adapter(self, agent_name: str, spec_text: str) -> ModelAdapter:
@@ -256,7 +258,7 @@ class ModelActivities:
         for half a second on an idle machine and seconds on a loaded one, long enough for the
         attempt to miss its heartbeat timeout and be made twice (billed twice by the provider).
         A provider this worker cannot call (no key, no extra) is left for the call to name."""
-        warmed: set[Provider] = set()
+        warmed = self._warmed
         for agent in self.agents:
             if isinstance(agent.model, ScriptedModel):
                 continue
@@ -301,7 +303,14 @@ class ModelActivities:
             raise MemoryElsewhere(
                 f"this worker does not hold episodic memory: step {inp.step}'s model call goes to the memory task queue"
             )
-        adapter = self.adapter(inp.agent, inp.model)
+        provider = parse_model_spec(inp.model).provider
+        if provider in self._warmed:
+            adapter = self.adapter(inp.agent, inp.model)
+        else:
+            # A provider no agent names (a run's own --model): its SDK's import, seconds on a loaded
+            # machine, runs off the event loop, so this attempt keeps heartbeating meanwhile.
+            adapter = await asyncio.to_thread(self.adapter, inp.agent, inp.model)
+            self._warmed.add(provider)
         agent = self.agents.get(inp.agent)
         tools = await self.tool_schemas(inp)
         with_memory = inp.memory and self.memory is not None
