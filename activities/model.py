@@ -56,7 +56,7 @@ from waypoint.memory.steps import (
 )
 from waypoint.models import ModelAdapter, ScriptedModel
 from waypoint.models.spec import Provider, check_extra, parse_model_spec
-from waypoint.names import Activity
+from waypoint.names import LOST_ATTEMPT, Activity
 from waypoint.pricing import cost_usd
 from waypoint.store import RunStore
 from waypoint.store.hashing import hashed_json, text_digest
@@ -72,8 +72,6 @@ log = logging.getLogger("waypoint.memory")
 
 # Temporal refuses payloads over 2 MB; stay well under it.
 MAX_TURN_BYTES = 1_000_000
-# The error type of an attempt that ended without a word (its worker died, or its heartbeat stopped).
-LOST_ATTEMPT = "AttemptLost"
 
 
 def call_record(

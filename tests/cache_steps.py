@@ -29,6 +29,7 @@ from waypoint.testing.prompt_cache import ImplicitCache, PrefixTracker, conversa
 from waypoint.tokens import estimate_tokens
 from waypoint.transcript import event_messages, step_account
 from waypoint.types import Memory, RecalledRef
+from waypoint.workflows.agent_run import COMPACT_EVERY_MIN_STEPS
 from waypoint.working_memory import (
     HeldRecall,
     Parts,
@@ -37,7 +38,6 @@ from waypoint.working_memory import (
     held_recall,
     recalled_message,
 )
-from workflows.agent_run import COMPACT_EVERY_MIN_STEPS
 
 INSTRUCTIONS = "Read every page of the report with read_page, one page a step, then say done."
 TASK = "Read the report."

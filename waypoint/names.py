@@ -376,3 +376,8 @@ class Provider(StrEnum):
     ANTHROPIC = "anthropic"  # Anthropic's Messages API, through the `anthropic` SDK (extra `anthropic`)
     GOOGLE = "google"  # Gemini, through the `google-genai` SDK (extra `google`)
     SCRIPTED = "scripted"  # the agent's own ScriptedModel
+
+
+# The error type of a model attempt that ended without a word (its worker died, or its heartbeat
+# stopped): the next attempt logs it as `model_attempt_failed`.
+LOST_ATTEMPT = "AttemptLost"

@@ -69,14 +69,21 @@ def narrowest(table: Table) -> int:
     total = table._extra_width  # rich's own: the box's edges and dividers
     for index, column in enumerate(table.columns):
         widest = 1
-        for cell in (column.header, *column.cells):
-            text = plain(cell)
-            if text is None or (text.no_wrap and text.overflow == "ellipsis"):
-                continue
-            if column.no_wrap or text.no_wrap:
-                widest = max(widest, text.cell_len)
-            else:
-                widest = max(widest, *(len(word) for word in text.plain.split() or [""]))
+        # A column that folds breaks anywhere and cuts nothing; one given a max_width, or whose cells
+        # are all made to be cut (`one_line`), gives way by design, its header with it.
+        cells = [plain(c) for c in column.cells]
+        made_to_cut = bool(cells) and all(t is not None and t.no_wrap and t.overflow == "ellipsis" for t in cells)
+        if column.overflow != "fold" and not made_to_cut:
+            for cell in (column.header, *column.cells):
+                text = plain(cell)
+                if text is None or (text.no_wrap and text.overflow == "ellipsis") or text.overflow == "fold":
+                    continue
+                if column.no_wrap or text.no_wrap:
+                    widest = max(widest, text.cell_len)
+                else:
+                    widest = max(widest, *(len(word) for word in text.plain.split() or [""]))
+            if column.max_width is not None:
+                widest = min(widest, column.max_width)
         total += widest + table._get_padding_width(index)
     return total
 
@@ -358,7 +365,7 @@ def runs_table(rows: Sequence[RunRow], tenant: str, width: int | None = None) ->
     for r, cells in lines:
         cells[3] = status_text(cells[3])
         created = r.created_at.strftime("%m-%d %H:%M") if r.created_at else ""
-        table.add_row(*cells[: len(heads)], created, one_line(r.task))
+        table.add_row(*cells[: len(heads)], one_line(created), one_line(r.task))
     return table
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -36,14 +37,21 @@ async def limits(file: FileArg = None, check: CheckOpt = False, as_json: JsonOpt
     waiting, the calls and 429s counted, a cooldown a 429 set and the circuit breaker. The file is
     checked as a worker checks it before it starts: one a worker would refuse is an error here too."""
     from waypoint.app import console as out
+    from waypoint.errors import ConfigError
     from waypoint.limits import load_limits
 
     chosen = load_limits(file) if file is not None else None
     async with await connect() as wp:
-        found = await wp.limits.check(chosen)
-        if check:
-            print(f"ok: {found.source or 'no limits file'}: a worker would accept it")
-            return
+        if file is not None or check:  # the file you are about to deploy: refused as a worker refuses it
+            found = await wp.limits.check(chosen)
+            if check:
+                print(f"ok: {found.source or 'no limits file'}: a worker would accept it")
+                return
+        else:  # the live limiter of the file in use: shown, with what a newly started worker would say
+            try:
+                await wp.limits.check()
+            except ConfigError as exc:
+                print(f"warning: a worker started now would refuse it: {exc}", file=sys.stderr)
         report = await wp.limits.report(limits=chosen)
     if as_json:
         out.print_json(report)

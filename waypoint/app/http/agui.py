@@ -30,9 +30,13 @@ from waypoint.names import EventKind, RunStatus
 
 
 class AguiFormat:
-    def __init__(self, run_id: str, *, thread_id: str):
+    def __init__(self, run_id: str, *, thread_id: str, from_start: bool = True):
         self.run_id = run_id
         self.thread_id = thread_id
+        # A stream from the start opens with RUN_STARTED, as AG-UI requires: the log and the deltas
+        # are read side by side, and a model call started eagerly can stream its first delta before
+        # the log's run_started is read, so deltas wait for it (a resumed stream has had it).
+        self.held: list[dict[str, Any]] | None = [] if from_start else None
         self.step: int | None = None
         self.attempt: tuple[int, int] | None = None  # (step, attempt) whose deltas are open
         self.text_open: str | None = None
@@ -50,12 +54,19 @@ class AguiFormat:
                 out[-1].id = str(item.event.seq)
             return out
         if item.kind == "snapshot" and item.snapshot is not None:
-            return self._sse(self._delta(item.snapshot, opens=True))
+            return self._sse(self._hold(self._delta(item.snapshot, opens=True)))
         if item.kind == "delta" and item.batch is not None:
             opens, joined = merged(item.batch)
-            return self._sse(self._delta(joined, opens=opens))
+            return self._sse(self._hold(self._delta(joined, opens=opens)))
         message = f"cut off after event {item.last_seq}: this client read too slowly; reconnect with Last-Event-ID"
         return self._sse([{"type": "RUN_ERROR", "message": message, "code": "slow_client"}])
+
+    def _hold(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`events` now, or (before RUN_STARTED, in a stream from the start) kept until it."""
+        if self.held is None:
+            return events
+        self.held.extend(events)
+        return []
 
     @staticmethod
     def _sse(events: list[dict[str, Any]]) -> list[ServerSentEvent]:
@@ -123,7 +134,8 @@ class AguiFormat:
         p = row.payload
         if row.kind == EventKind.RUN_STARTED:
             self.counters.update(step=row.step, task=p.get("task"), agent=p.get("agent"))
-            return [{"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}, self._state()]
+            held, self.held = self.held or [], None
+            return [{"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}, self._state(), *held]
         if row.kind == EventKind.RUN_FINISHED:
             self.counters.update(status=p.get("status"), output=p.get("output"), error=p.get("error"))
             out = [*self._leave_step(), self._state()]

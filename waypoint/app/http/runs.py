@@ -382,7 +382,7 @@ async def stream(
     if format == "agui":
         from waypoint.app.http.agui import AguiFormat
 
-        agui = AguiFormat(run_id, thread_id=run_id)
+        agui = AguiFormat(run_id, thread_id=run_id, from_start=position == 0)
         return sse_response(items, agui.render, slot=slot, keepalive=keepalive)
     return sse_response(items, NativeFormat(run_id).render, slot=slot, keepalive=keepalive)
 
