@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -37,7 +37,7 @@ LONG_STEPS = 200
 # 3,600 px however long the run. With all 200 steps it was 7,477 px, and a 1,500-step run's page
 # grew to tens of thousands. A step's page shows its request's last turn open (6 messages at
 # most, each folded past 8 lines), the answer and its tool calls: under 2,500 px; step 100 of the
-# same run, 200 messages each shown whole, was 13,430 px.
+# same run, its 200-odd messages each shown whole, was 13,430 px.
 RUN_PAGE_MAX_PX = 3_600
 STEP_PAGE_MAX_PX = 2_500
 WIDE = {"width": 1280, "height": 800}
@@ -58,14 +58,26 @@ async def new_run(store: RunStore, tenant: str, task: str, agent: str = "calcula
 
 
 async def long_run(store: RunStore, tenant: str, steps: int = LONG_STEPS) -> str:
-    """A finished run of `steps` steps, each one search call and its result (the last an answer)."""
+    """A finished run of `steps` steps, each a search call and its result (every 7th two calls in
+    parallel, with their ledger rows: times to show), the last an answer."""
     run_id = await new_run(store, tenant, "Find every mention of the vault, step by step")
     for n in range(1, steps):
-        call = ToolCall(id=f"c{n}", name="search", arguments=json.dumps({"query": f"vault {n}", "limit": 5}))
-        turn = ModelTurn(model="scripted", content=None, tool_calls=[call], usage=Usage(100 + n, 12))
-        result = ToolResult(call_id=f"c{n}", name="search", output=report(n), duration_ms=40)
-        await store.record_step(StepRecord(run_id, tenant, n, turn, [result], context_tokens=1_000_000))
-    done = ModelTurn(model="scripted", content="The vault is mentioned in every step.", tool_calls=[])
+        calls = [ToolCall(id=f"c{n}", name="search", arguments=json.dumps({"query": f"vault {n}", "limit": 5}))]
+        results = [ToolResult(call_id=f"c{n}", name="search", output=report(n), duration_ms=40 + n * 53 % 300)]
+        if n % 7 == 0:
+            calls.append(
+                ToolCall(id=f"c{n}b", name="fetch", arguments=json.dumps({"url": f"https://vault.example/{n}"}))
+            )
+            results.append(ToolResult(call_id=f"c{n}b", name="fetch", output=f"page {n}", duration_ms=120))
+        turn = ModelTurn(
+            model="scripted", content=None, tool_calls=calls, usage=Usage(100 + n, 12), latency_ms=200 + n * 37 % 400
+        )
+        await store.record_step(StepRecord(run_id, tenant, n, turn, results, context_tokens=1_000_000))
+        if len(results) == 2:  # the worker's ledger rows: the second call ended 30 ms after the first
+            ended = datetime.now(UTC)
+            for i, r in enumerate(results):
+                await _ledger(store.engine, run_id, n, i, r.name, ended + timedelta(milliseconds=30 * i), r.duration_ms)
+    done = ModelTurn(model="scripted", content="The vault is mentioned in every step.", tool_calls=[], latency_ms=640)
     await store.record_step(StepRecord(run_id, tenant, steps, done, [], context_tokens=1_000_000))
     await store.finish_run(tenant, run_id, RunStatus.COMPLETED, "The vault is mentioned in every step.", None)
     return run_id
@@ -85,8 +97,10 @@ async def test_a_long_runs_steps_come_a_page_at_a_time_and_its_old_messages_fold
     assert steps == list(range(1, 51))
     height = await page.evaluate(HEIGHT)
     assert height < RUN_PAGE_MAX_PX, f"the run page is {height} px tall"
-    await page.evaluate("document.getElementById('timeline-h').scrollIntoView()")  # the steps and their pager
+    await page.set_viewport_size({"width": 1280, "height": 1000})
+    await page.evaluate("document.getElementById('actions-h').scrollIntoView()")  # the steps and their pager
     await shot(page, "long-run")
+    await page.set_viewport_size(WIDE)
     pager = page.locator("nav.pager").first
     assert [await a.inner_text() for a in await pager.locator("a").all()] == ["1", "2", "3", "4", "Next →"]
     assert "page 1 of 4" in await pager.inner_text()
@@ -105,12 +119,14 @@ async def test_a_long_runs_steps_come_a_page_at_a_time_and_its_old_messages_fold
     assert beyond is not None and beyond.status == 404
     assert "pick page 1 to 4" in await page.locator("main").inner_text()
 
-    # Step 100: 200 messages in its request; the last turn open, the ones before behind one toggle.
+    # Step 100: 214 messages in its request; the last turn open, the ones before behind one toggle.
     await visit(page, f"/ui/runs/{run_id}/steps/100")
     height = await page.evaluate(HEIGHT)
     assert height < STEP_PAGE_MAX_PX, f"step 100's page is {height} px tall"
+    received = (await api.http.get(f"/v1/runs/{run_id}/steps/99/state")).json()["messages"]
+    assert len(received) > 200
     earlier = page.locator("details#earlier")
-    assert "194 earlier messages" in await earlier.locator("summary").inner_text()
+    assert f"{len(received) - 6} earlier messages" in await earlier.locator("summary").inner_text()
     assert not await earlier.locator("ol.messages li").first.is_visible()
     shown = page.locator("section[aria-labelledby=req-h] > ol.messages > li")
     assert await shown.count() == 6
@@ -302,3 +318,19 @@ async def test_the_favicon_is_served_and_named_by_every_page(api: ApiServer):
         assert icon.text.startswith("<svg") and "max-age" in icon.headers["cache-control"]
         login = await http.get("/ui/login")  # the one page without a session: every page extends its base
         assert '<link rel="icon" href="/favicon.ico" type="image/svg+xml">' in login.text
+
+
+def test_the_cli_timeline_says_wall_time_and_marks_the_sum():
+    """`waypoint status`/`timeline` print a step's tool time as the viewer does."""
+    from datetime import UTC, datetime
+
+    from waypoint.app.console import tools_time
+    from waypoint.store.rows import StepLine
+
+    at = datetime.now(UTC)
+    parallel = StepLine(step=1, at=at, action="tools", tools=["fetch", "fetch"], tools_ms=1700, tools_wall_ms=900)
+    assert tools_time(parallel) == "900 ms (sum 1700)"
+    untimed = StepLine(step=1, at=at, action="tools", tools=["fetch", "fetch"], tools_ms=1700)
+    assert tools_time(untimed) == "1700 ms (sum)"  # no times recorded: the sum, said to be one
+    one = StepLine(step=1, at=at, action="tools", tools=["fetch"], tools_ms=40, tools_wall_ms=41)
+    assert tools_time(one, unit="") == "41"
