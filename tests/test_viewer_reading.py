@@ -46,8 +46,9 @@ HEIGHT = "() => document.documentElement.scrollHeight"
 
 
 def report(n: int) -> str:
-    """A tool's output of a few lines, like a search's."""
-    return "\n".join(f"result {n}.{i}: a line of what the tool found for query {n}" for i in range(6))
+    """A tool's output of a few lines, like a search's (every 10th step's, 12: past the fold)."""
+    lines = 12 if n % 10 == 0 else 6
+    return "\n".join(f"result {n}.{i}: a line of what the tool found for query {n}" for i in range(lines))
 
 
 async def new_run(store: RunStore, tenant: str, task: str, agent: str = "calculator") -> str:
@@ -126,14 +127,18 @@ async def test_a_long_runs_steps_come_a_page_at_a_time_and_its_old_messages_fold
     received = (await api.http.get(f"/v1/runs/{run_id}/steps/99/state")).json()["messages"]
     assert len(received) > 200
     earlier = page.locator("details#earlier")
-    assert f"{len(received) - 6} earlier messages" in await earlier.locator("summary").inner_text()
+    assert f"{len(received) - 6} earlier messages" in await earlier.locator("> summary").inner_text()
     assert not await earlier.locator("ol.messages li").first.is_visible()
     shown = page.locator("section[aria-labelledby=req-h] > ol.messages > li")
     assert await shown.count() == 6
     last = shown.last  # step 99's result, whole (6 lines)
     assert "result 99.5" in await last.inner_text()
+    result = page.locator("#tool-0 .result details.fold")  # step 100's own result: 12 lines, folded
+    assert "result 100.0" in await result.locator("summary").inner_text()
+    assert "12 lines" in await result.locator("summary").inner_text()
+    assert not await result.locator("pre").is_visible()
     assert await a11y.problems(page) == []
-    await earlier.locator("summary").click()
+    await earlier.locator("> summary").click()
     assert await earlier.locator("ol.messages li").first.is_visible()
     assert "Search, then answer." in await earlier.locator("ol.messages li").first.inner_text()  # the system prompt
     assert await page.evaluate(HEIGHT) > height  # opened: the old messages are there when asked for
