@@ -339,3 +339,39 @@ def test_the_cli_timeline_says_wall_time_and_marks_the_sum():
     assert tools_time(untimed) == "1700 ms (sum)"  # no times recorded: the sum, said to be one
     one = StepLine(step=1, at=at, action="tools", tools=["fetch"], tools_ms=40, tools_wall_ms=41)
     assert tools_time(one, unit="") == "41"
+
+
+def test_a_step_reading_escapes_folds_and_shortens():
+    """What the step page renders: JSON highlighted and escaped, a record's long strings cut (the page
+    carries a text once), the last turn open, calls read from either shape a record has."""
+    from waypoint.app.http.ui.reading import call_of, chat, highlight, open_from, shortened, text_of
+
+    html = str(highlight({"<b>": "</pre><script>", "n": 1.5, "ok": None}))
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert '<span class="j-key">&#34;&lt;b&gt;&#34;</span>' in html and '<span class="j-num">1.5</span>' in html
+    assert '<span class="j-lit">null</span>' in html
+    cut = shortened({"output": "x" * 5000, "n": [{"s": "y" * 10}]})
+    assert cut["output"].startswith("x" * 300 + "…") and "5,000 characters" in cut["output"]
+    assert cut["n"] == [{"s": "y" * 10}]
+    assert (text_of("short").mode, text_of("a\n" * 9).mode, text_of("z" * 3000, "/u").mode) == (
+        "whole",
+        "fold",
+        "start",
+    )
+    assert text_of('{"a": 1}').json == {"a": 1} and text_of("[not json").json is None
+
+    flat = call_of({"id": "c1", "name": "add", "arguments": '{"a": 2}'})
+    nested = call_of({"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}})
+    assert flat == nested and flat.fields == [("a", 2, False)]
+    assert call_of({"id": "c2", "name": "raw", "arguments": "not json"}).arguments is None
+
+    turns = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    for n in range(5):
+        turns += [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}", "name": "t", "arguments": "{}"}]}
+        ]
+        turns += [{"role": "tool", "tool_call_id": f"c{n}", "content": f"r{n}"}]
+    shown = chat(turns, "/m")
+    assert open_from(shown) == len(turns) - 6 and shown[-1].tool_name == "t"
+    wide = [*turns[:2], {"role": "assistant", "content": None, "tool_calls": []}, *turns[3:4] * 8]
+    assert open_from(chat(wide, "/m")) == 2  # the last turn stays open, however many results it has
