@@ -4,7 +4,8 @@ the page passes:
 
 - the document names its language and has exactly one h1;
 - every visible action (link, button, form control, summary) is in the Tab order: none has
-  tabindex=-1, and pressing Tab from the top focuses each of them;
+  tabindex=-1, and pressing Tab from the top focuses each of them (what a closed <details> folds
+  away is not visible);
 - every visible form control has an accessible name (a <label>, aria-label or aria-labelledby),
   and every link and button has text;
 - every status badge (`.status`) carries its status as text, not only as a colour.
@@ -18,7 +19,14 @@ ACTIONS = "a[href], button, input:not([type=hidden]), select, textarea, summary,
 
 # Marks each visible action with data-a11y (its index) and reports what the DOM alone shows.
 _SURVEY = """(selector) => {
-  const visible = (el) => !el.closest("[hidden]") && el.getClientRects().length > 0
+  // Inside a closed <details> (but its own summary) is not shown: Chrome still lays it out.
+  const folded = (el) => {
+    for (let d = el.parentElement?.closest("details"); d; d = d.parentElement?.closest("details")) {
+      if (!d.open && !(el.tagName === "SUMMARY" && el.parentElement === d)) return true;
+    }
+    return false;
+  };
+  const visible = (el) => !el.closest("[hidden]") && !folded(el) && el.getClientRects().length > 0
     && getComputedStyle(el).visibility !== "hidden";
   const problems = [];
   const lang = document.documentElement.getAttribute("lang");

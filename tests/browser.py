@@ -26,9 +26,9 @@ STEP_MS = 15_000  # the longest a page waits for something to appear
 SHOTS = os.environ.get("WAYPOINT_VIEWER_SCREENSHOTS")
 
 
-async def shot(page, name: str) -> None:
+async def shot(page, name: str, *, full_page: bool = False) -> None:
     if SHOTS:
-        await page.screenshot(path=str(Path(SHOTS) / f"viewer-{name}.png"), full_page=False)
+        await page.screenshot(path=str(Path(SHOTS) / f"viewer-{name}.png"), full_page=full_page)
 
 
 async def logged_in(browser, contexts: list, api: ApiServer, key: str | None = None) -> tuple:

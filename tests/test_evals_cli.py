@@ -96,7 +96,8 @@ async def test_experiments_their_gates_errors_and_comparison(worker, client: Cli
     # Every case answers as its source run did: exact passes, and the gate holds.
     assert passing.code == 0, passing
     table = passing.out
-    assert re.search(r"exact\s+1\.000\s+\[1\.000, 1\.000\]\s+100% \(2\)\s+2\s", table), table
+    # Two cases, both passed: Wilson's interval of 2 in 2 is [0.342, 1.000].
+    assert re.search(r"exact\s+1\.000\s+\[0\.342, 1\.000\]\s+100% \(2\)\s+2\s", table), table
     assert "cases 2 of 2 ended, 0 errored" in table and "latency p50" in table and "tokens" in table, table
     assert "gates passed: exact >= 0.9" in table and "(completed)" in table, table
     exp_pass = experiment_of(passing)

@@ -70,6 +70,20 @@ async def test_experiment_pages_drill_down_into_a_cases_run(
     delta = await page.locator("table.compare tr[data-scorer=mentions_report]").inner_text()
     assert "0.000" in delta and "no" in delta  # the same runs scored alike: all ties, not significant
     assert not await page.locator("table.compare tr[data-scorer=exact]").count()  # not a scorer of B
+    # each case: linked to the recorded run it was made from, its two answers side by side, each linked to its run
+    rescored = await wp.evals.report(other.experiment_id)
+    b_case = next(r for r in rescored.results if r.index == first_case.index)
+    case_row = page.locator(f"table.compare-cases tr[data-case='{first_case.case_id}']")
+    assert await case_row.locator("[data-col=case] a").get_attribute("href") == f"/ui/runs/{first_case.case_id}"
+    sides = {}
+    for side, result in (("a", first_case), ("b", b_case)):
+        cell = case_row.locator(f"td.output[data-side={side}]")
+        assert await cell.locator("a").first.get_attribute("href") == f"/ui/runs/{result.run_id}"
+        output = (await wp.run(result.run_id)).output or ""
+        assert output and output[:40] in await cell.inner_text()
+        sides[side] = await cell.bounding_box()
+    assert sides["a"] and sides["b"] and sides["a"]["y"] == sides["b"]["y"]  # one row...
+    assert sides["a"]["x"] + sides["a"]["width"] <= sides["b"]["x"]  # ...A's answer left of B's
     assert await a11y.problems(page) == []
 
     # drill down: a case's run link lands on that run's page

@@ -170,6 +170,9 @@ async def test_sub_agent_runs_expand_in_place(browser, contexts, api: ApiServer,
     child_rows = page.locator(f".wf-row[data-depth='1'][data-run='{run_id}.1.0']")
     await child_rows.first.wait_for()
     assert await child_rows.count() == 3  # the calculator's three steps
+    agent = (await api.http.get(f"/v1/runs/{run_id}.1.0")).json()["agent"]
+    labels = await child_rows.locator(".wf-label .wf-name").all_inner_texts()
+    assert labels == [f"{agent} · 1", f"{agent} · 2", f"{agent} · 3"]  # whose steps, not a piece of a run id
     assert await page.locator(".wf-row[data-step='1'] .wf-expand").get_attribute("aria-expanded") == "true"
 
 

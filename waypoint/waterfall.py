@@ -86,6 +86,7 @@ class Waterfall:
     context_budget: int | None  # the plan's context tokens
     compact_threshold: int | None  # input tokens past which it compacts inline
     steps: list[WaterfallStep]
+    agent: str = ""  # what a sub-agent run's rows are labelled with when shown under its caller's
 
 
 _BAR_FIELDS = ("label", "attempt", "input_tokens", "output_tokens", "error", "child_run_id", "open")
@@ -127,6 +128,7 @@ def waterfall_json(w: Waterfall) -> dict[str, Any]:
         steps.append(data)
     return {
         "run_id": w.run_id,
+        "agent": w.agent,
         "status": w.status,
         "started_at": w.started_at.isoformat(),
         "ended_at": w.ended_at.isoformat() if w.ended_at else None,
@@ -227,6 +229,7 @@ def derive(source: WaterfallSource) -> Waterfall:
         context_budget=source.context_tokens,
         compact_threshold=threshold,
         steps=steps,
+        agent=run.agent,
     )
 
 

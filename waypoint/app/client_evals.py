@@ -77,6 +77,17 @@ class ExperimentComparison:
     scorers: list[ScorerDelta]
     cases: list[CaseDelta]
     case_ids: dict[int, str] = field(default_factory=dict)
+    # Each side's results (its runs, their outputs' start), to read a case's two answers side by side.
+    results_a: list[CaseResult] = field(default_factory=list)
+    results_b: list[CaseResult] = field(default_factory=list)
+
+    def runs_of(self, index: int) -> tuple[list[CaseResult], list[CaseResult]]:
+        """Case `index`'s results in A and in B (one per repetition)."""
+        return [r for r in self.results_a if r.index == index], [r for r in self.results_b if r.index == index]
+
+    def source_of(self, index: int) -> str | None:
+        """The run case `index` was made from, for a dataset made of runs."""
+        return next((r.source_run_id for r in [*self.results_a, *self.results_b] if r.index == index), None)
 
 
 @dataclass(frozen=True)
@@ -463,7 +474,7 @@ class Evals:
             raise InvalidInput("the experiments have no scorer in common: compare experiments scored alike")
         scorers, cases = compare(labels, case_scores(a.results), case_scores(b.results))
         ids = {r.index: r.case_id for r in [*a.results, *b.results]}
-        return ExperimentComparison(a.experiment, b.experiment, scorers, cases, ids)
+        return ExperimentComparison(a.experiment, b.experiment, scorers, cases, ids, a.results, b.results)
 
 
 def _object(arguments: str) -> dict[str, Any] | None:

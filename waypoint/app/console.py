@@ -205,8 +205,19 @@ def step_text(line: StepLine) -> str:
     return (
         f"step {line.step:>3}  {clock(line)}  {what}  "
         f"[dim]{line.input_tokens}+{line.output_tokens} tok{cache}, model {line.model_ms} ms, "
-        f"tools {line.tools_ms} ms[/dim]{errors}"
+        f"tools {tools_time(line)}[/dim]{errors}"
     )
+
+
+def tools_time(line: StepLine, unit: str = " ms") -> str:
+    """A step's tool time: wall time (parallel calls count once), with the durations' sum when that
+    differs; the sum alone, marked so, when the calls left no times (`StepLine.tools_wall_ms`)."""
+    parallel = len(line.tools) > 1
+    if line.tools_wall_ms is None:
+        return f"{line.tools_ms}{unit} (sum)" if parallel else f"{line.tools_ms}{unit}"
+    if parallel and line.tools_wall_ms != line.tools_ms:
+        return f"{line.tools_wall_ms}{unit} (sum {line.tools_ms})"
+    return f"{line.tools_wall_ms}{unit}"
 
 
 def lineage_text(link: LineageLink) -> str:
@@ -231,7 +242,7 @@ def timeline_table(lines: Sequence[StepLine]) -> Table:
             f"{line.input_tokens}/{line.output_tokens}",
             cached_text(line.cache_read_tokens, line.cache_write_tokens),
             str(line.model_ms),
-            str(line.tools_ms),
+            tools_time(line, unit=""),
         )
     return table
 

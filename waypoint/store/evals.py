@@ -35,6 +35,7 @@ from waypoint.store.schema import (
 )
 
 INSERT_CHUNK = 500  # cases a statement inserts
+OUTPUT_START = 2000  # of a case run's output, what its result carries (a report lists every case)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class CaseResult:
     latency_ms: int | None = None
     case_id: str = ""
     created_at: datetime | None = None
+    source_run_id: str | None = None  # the run the case was made from, for a dataset of runs
+    output_start: str | None = None  # the start of its run's output (OUTPUT_START characters), to compare
 
 
 @dataclass(frozen=True)
@@ -411,8 +414,14 @@ class EvalStore(Compare):
         """The experiment's results so far, by (case, repetition), each with its case's id."""
         cases = dataset_cases.alias("c")
         query = (
-            select(experiment_results, cases.c.case_id)
+            select(
+                experiment_results,
+                cases.c.case_id,
+                cases.c.source_run_id,
+                func.left(runs.c.output, OUTPUT_START).label("output_start"),
+            )
             .join(experiments, experiments.c.experiment_id == experiment_results.c.experiment_id)
+            .outerjoin(runs, runs.c.run_id == experiment_results.c.run_id)
             .outerjoin(
                 cases,
                 and_(
@@ -444,6 +453,8 @@ class EvalStore(Compare):
                 latency_ms=r["latency_ms"],
                 case_id=r["case_id"] or f"case-{r['idx']}",
                 created_at=r["created_at"],
+                source_run_id=r["source_run_id"],
+                output_start=r["output_start"],
             )
             for r in rows
         ]

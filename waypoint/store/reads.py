@@ -10,14 +10,14 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, and_, cast, column, extract, func, or_, select, table
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, column, extract, func, or_, select, table, union_all
 
 from waypoint.checks import BIGINT_MAX, INT_MAX
 from waypoint.errors import InvalidInput
 from waypoint.names import EventKind, LineageKind, RunSort
 from waypoint.store.base import StoreBase, of_tenant, run_filter
 from waypoint.store.rows import RunRow, StepLine
-from waypoint.store.schema import events, runs
+from waypoint.store.schema import events, runs, tool_effects
 from waypoint.store.versions import prefix_filter
 from waypoint.types import RunPlan
 
@@ -47,6 +47,31 @@ run_steps = table(
         )
     ),
 )
+
+
+def _ms(at: Any) -> Any:
+    return extract("epoch", at) * 1000
+
+
+def tool_spans(run_id: str, after_step: int) -> Any:
+    """Per step after `after_step`, the wall time of its tool calls: from the first call's start to
+    the last one's end, so parallel calls count once (the `tools_ms` column adds their durations up).
+    A call's end is its ledger row's time and its start that less its duration; a sub-agent call
+    runs from its child run's creation to its end (or now). A step none of whose calls left such a
+    record (denied, answered by a human) has no row: its wall time is unknown."""
+    calls = select(
+        tool_effects.c.step.label("step"),
+        (_ms(tool_effects.c.created_at) - tool_effects.c.duration_ms).label("began"),
+        _ms(tool_effects.c.created_at).label("ended"),
+    ).where(tool_effects.c.run_id == run_id, tool_effects.c.step > after_step)
+    children = select(
+        runs.c.caller_step.label("step"),
+        _ms(runs.c.created_at).label("began"),
+        _ms(func.coalesce(runs.c.finished_at, func.now())).label("ended"),
+    ).where(runs.c.caller_run_id == run_id, runs.c.caller_step > after_step)
+    timed = union_all(calls, children).subquery()
+    wall = cast(func.round(func.max(timed.c.ended) - func.min(timed.c.began)), BigInteger)
+    return select(timed.c.step, wall.label("wall_ms")).group_by(timed.c.step).subquery("tool_spans")
 
 
 def sort_key(sort: RunSort) -> tuple[ColumnElement[Any], bool]:
@@ -184,8 +209,10 @@ class Reads(StoreBase):
     ) -> list[StepLine]:
         """Steps after `after_step` in order (keyset pagination: pass the last step seen), from the
         `run_steps` view: small columns only, never a state blob."""
+        spans = tool_spans(run_id, after_step)
         query = (
-            select(run_steps)
+            select(run_steps, spans.c.wall_ms)
+            .outerjoin(spans, spans.c.step == run_steps.c.step)
             .where(run_steps.c.run_id == run_id, run_steps.c.step > after_step)
             .order_by(run_steps.c.step)
             .limit(limit)
@@ -204,6 +231,7 @@ class Reads(StoreBase):
                 cost_usd=float(r["cost_usd"] or 0),
                 model_ms=r["model_ms"] or 0,
                 tools_ms=r["tools_ms"] or 0,
+                tools_wall_ms=r["wall_ms"],
                 duration_ms=r["duration_ms"],
                 model_retries=r["model_retries"],
                 tool_errors=r["tool_errors"],

@@ -127,13 +127,15 @@ class StepLine:
     output_tokens: int = 0
     cost_usd: float = 0.0
     model_ms: int = 0
-    tools_ms: int = 0
+    tools_ms: int = 0  # the step's tool calls' durations added up (parallel calls each count)
     duration_ms: int | None = None
     model_retries: int = 0
     tool_errors: int = 0
     answer: str | None = None
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # From the first tool call's start to the last one's end (`reads.tool_spans`); None: not timed.
+    tools_wall_ms: int | None = None
 
 
 @dataclass(frozen=True)

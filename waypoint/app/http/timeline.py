@@ -60,6 +60,7 @@ class TimelineStep(BaseModel):
 
 class Timeline(BaseModel):
     run_id: str
+    agent: str = Field("", description="The run's agent (a sub-agent run's rows are labelled with it).")
     status: str
     started_at: datetime
     ended_at: datetime | None = None

@@ -26,6 +26,7 @@
     GET  /ui/experiments/{a}/compare/{b}   B against A per scorer (wins, losses, significance) and per case
     POST /ui/runs/{id}/{action}      pause, resume, cancel, send, approve, deny, fork
     GET|POST /ui/login, POST /ui/logout
+    GET  /favicon.ico                the viewer's icon (an SVG; open, like the static files)
 
 Auth: the tenant comes from the session cookie (an API key exchanged at /ui/login), whose key
 is looked up on every request, so revoking it ends the session; with auth off (`waypoint dev`)
@@ -44,11 +45,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from waypoint.app.http.ui import actions, experiments, fleet, pages, schedules, webhooks
 from waypoint.app.http.ui.render import HERE, LoginNeeded, error_page
+
+ICON_CACHE = {"Cache-Control": "public, max-age=86400"}
 
 
 def install(app: Any) -> None:
@@ -61,6 +64,12 @@ def install(app: Any) -> None:
     app.include_router(experiments.router)
     app.include_router(fleet.router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        """The viewer's icon (an SVG, whatever the name), where a browser looks for one unasked: the
+        pages name it too (base.html), so no page asks for something that is not there."""
+        return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml", headers=ICON_CACHE)
 
     @app.exception_handler(LoginNeeded)
     async def login_needed(request: Request, exc: LoginNeeded) -> Response:

@@ -41,6 +41,7 @@ class Tick:
     x: float
     y: float
     text: str
+    anchor: str = "middle"  # an x tick's text-anchor: the last one ends at its tick, inside the chart
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Chart:
     y_ticks: list[Tick]
     top: float  # the value at the top of the plot
     grid: bool = True  # a line across at each y tick
+    x_grid: tuple[float, float] | None = None  # a line up at each x tick, from y to y (a bar chart's value axis)
 
 
 def nice_top(value: float) -> float:
@@ -117,9 +119,11 @@ KEY_LEFT = 230  # room for the key's name
 
 
 def keys_chart(keys: list[ModelKeyStats]) -> Chart:
-    """Horizontal bars per model key: calls answered, then failed attempts (throttled ones apart)."""
+    """Horizontal bars per model key: calls answered, then failed attempts (throttled ones apart), on
+    a value axis of calls along the bottom (0, half, the top)."""
     top = nice_top(max((k.calls + k.failed for k in keys), default=0))
-    scale = (WIDTH - KEY_LEFT + LEFT) / top
+    span = WIDTH - KEY_LEFT + LEFT
+    scale = span / top
     bars: list[Bar] = []
     y_ticks: list[Tick] = []
     for i, k in enumerate(keys):
@@ -134,7 +138,10 @@ def keys_chart(keys: list[ModelKeyStats]) -> Chart:
                 bars.append(Bar(x, y, value * scale, KEY_ROW - 8, css, f"{k.key}: {value} {what}"))
                 x += value * scale
         y_ticks.append(Tick(KEY_LEFT - 8, y + KEY_ROW / 2, k.key if len(k.key) <= 34 else k.key[:33] + "…"))
-    return Chart(LEFT + WIDTH, max(1, len(keys)) * KEY_ROW + 4, bars, [], y_ticks, top, grid=False)
+    plot = max(1, len(keys)) * KEY_ROW + 4
+    x_ticks = [Tick(KEY_LEFT + span * f, plot + 15, f"{top * f:g}") for f in (0, 0.5)]
+    x_ticks.append(Tick(KEY_LEFT + span, plot + 15, f"{top:g} calls", "end"))
+    return Chart(LEFT + WIDTH, plot + BOTTOM, bars, x_ticks, y_ticks, top, grid=False, x_grid=(0, plot))
 
 
 @router.get("/fleet")

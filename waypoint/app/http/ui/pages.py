@@ -3,6 +3,7 @@ and compactions (the forms on a run's page post to `actions`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -12,13 +13,13 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from waypoint.app.client import EventRow, RunRow, StepState, as_json
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.ui import session
+from waypoint.app.http.ui.reading import content_text, output_text, read_step
 from waypoint.app.http.ui.render import (
     Api,
     Tenant,
     answers_errors,
     as_text,
     own_form,
-    pretty,
     render,
     unless_unavailable,
 )
@@ -27,8 +28,7 @@ from waypoint.names import FINISHED, EventKind, RunSort, RunStatus
 from waypoint.working_memory import recalled_texts
 
 PAGE_SIZE = 50
-COLLAPSE_CHARS = 2000  # a tool result or message longer than this is sent as its start only
-PREVIEW_CHARS = 600  # ...this long; the rest comes from .../tools/{i} or .../messages/{i} when asked
+STEPS_PAGE = 50  # steps on a run's page: a 200-step run's page was 7,477 px tall with all of them
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(own_form)])
 
@@ -132,7 +132,11 @@ async def runs_page(
 
 
 @router.get("/runs/{run_id}")
-async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> Response:
+async def run_page(
+    request: Request, run_id: str, api: Api, tenant: Tenant, page: Annotated[int, Query(ge=1)] = 1
+) -> Response:
+    """The run's header, tree, waterfall, actions, and its steps `STEPS_PAGE` a page: page p holds
+    steps (p-1)*STEPS_PAGE+1 to p*STEPS_PAGE (the waterfall above draws them all, virtualised)."""
     wp = api.wp
     try:
         row = await wp.run(run_id, tenant_id=tenant, check_stuck=True)
@@ -141,7 +145,12 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
             raise
         stuck = await unless_unavailable(wp.stuck(run_id, tenant_id=tenant), None)  # its row may never come: say why
         return render(request, "starting.html", run_id=run_id, stuck=stuck)  # Temporal runs it; its row comes next
-    lines = await wp.timeline(run_id, tenant_id=tenant)
+    pages = max(1, -(-row.steps // STEPS_PAGE))
+    if page > pages:
+        raise NotFound(f"run {run_id} has {row.steps} steps, {pages} page(s) of {STEPS_PAGE}: pick page 1 to {pages}")
+    first = (page - 1) * STEPS_PAGE
+    lines = await wp.timeline(run_id, tenant_id=tenant, after_step=first, limit=STEPS_PAGE)
+    lines = [s for s in lines if s.step <= first + STEPS_PAGE]
     lineage = await wp.lineage(run_id, tenant_id=tenant)
     tree = await wp.tree(run_id, tenant_id=tenant)
     live = None
@@ -149,7 +158,7 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
     if row.status not in FINISHED:
         if not row.stuck:  # a stuck run answers no query
             live = await unless_unavailable(wp.progress(run_id, tenant_id=tenant), None)
-        last_step = lines[-1].step if lines else 0
+        last_step = lines[-1].step if lines else first
         tail = await wp.events(run_id, since_step=last_step, limit=5000, tenant_id=tenant)
         after_seq = max((e.seq for e in tail), default=0)  # the stream sends what lands after the page
     webhook = await wp.webhook_summary(run_id, tenant_id=tenant) if row.webhook else None
@@ -169,10 +178,37 @@ async def run_page(request: Request, run_id: str, api: Api, tenant: Tenant) -> R
         live=live,
         finished=row.status in FINISHED,
         after_seq=after_seq,
+        pager=Pager(page, pages, STEPS_PAGE, row.steps),
         trace_url=trace_url,
         temporal_url=temporal_url,
         webhook=webhook,
     )
+
+
+@dataclass(frozen=True)
+class Pager:
+    """Where a run's page is among the pages of its steps."""
+
+    page: int
+    pages: int
+    size: int
+    steps: int
+
+    @property
+    def last(self) -> bool:
+        return self.page == self.pages
+
+    @property
+    def first_step(self) -> int:
+        return (self.page - 1) * self.size + 1
+
+    @property
+    def last_step(self) -> int:
+        return min(self.page * self.size, self.steps)
+
+    def near(self) -> list[int]:
+        """The page numbers a pager links: the first, the last, and two either side of this one."""
+        return sorted({1, self.pages, *range(max(1, self.page - 2), min(self.pages, self.page + 2) + 1)})
 
 
 @router.get("/runs/{run_id}/rows")
@@ -201,8 +237,8 @@ def recalled_of(request: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def message_text(m: Any) -> str:
-    content = m.get("content") if isinstance(m, dict) else None
-    return content if isinstance(content, str) else (pretty(content) if content is not None else "")
+    """A message's whole text, as the step page shows its start (`reading.content_text`)."""
+    return (content_text(m.get("content")) if isinstance(m, dict) else None) or ""
 
 
 # The step page's events with a section of their own; the others are listed under "Other events".
@@ -219,6 +255,8 @@ async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: 
     row, before, events = await step_parts(api, tenant, run_id, step)
     started = {c.caller_call_index: c for c in await api.wp.children(run_id, tenant_id=tenant) if c.caller_step == step}
     request_json = as_json(before.request) if before is not None and before.request else None
+    base_url = f"/ui/runs/{run_id}/steps/{step}"
+    reading = read_step(before.messages if before is not None else [], events, base_url)
     return render(
         request,
         "step.html",
@@ -234,8 +272,7 @@ async def step_page(request: Request, run_id: str, step: int, api: Api, tenant: 
         failures=[e for e in events if e.kind == EventKind.MODEL_ATTEMPT_FAILED],
         failovers=[e for e in events if e.kind == EventKind.MODEL_FAILOVER],
         others=[e for e in events if e.kind not in SHOWN_APART],
-        collapse=COLLAPSE_CHARS,
-        preview=PREVIEW_CHARS,
+        reading=reading,
     )
 
 
@@ -263,7 +300,7 @@ async def tool_output(run_id: str, step: int, index: int, api: Api, tenant: Tena
     tools = [e for e in events if e.kind == EventKind.TOOL_RESULT]
     if not 0 <= index < len(tools):
         raise NotFound(f"step {step} of {run_id} has {len(tools)} tool results: pick 0 to {len(tools) - 1}")
-    return PlainTextResponse(pretty(tools[index].payload))
+    return PlainTextResponse(output_text(tools[index].payload))
 
 
 @router.get("/runs/{run_id}/steps/{step}/messages/{index}")

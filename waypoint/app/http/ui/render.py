@@ -18,6 +18,7 @@ from waypoint.app.http.auth import SAFE_METHODS, foreign_origin
 from waypoint.app.http.errors import HttpError, status_of
 from waypoint.app.http.state import ApiState, api_state
 from waypoint.app.http.ui import session
+from waypoint.app.http.ui.reading import fields_of, highlight, shortened, text_of
 from waypoint.errors import WaypointError
 
 HERE = Path(__file__).parent
@@ -164,4 +165,8 @@ def counted(names: list[str]) -> list[tuple[str, int]]:
 
 
 templates.env.filters["pretty"] = pretty
+templates.env.filters["highlight"] = highlight
+templates.env.filters["raw_json"] = lambda value: highlight(shortened(value))
+templates.env.filters["as_text"] = text_of
+templates.env.filters["fields"] = fields_of
 templates.env.filters["groupby_count"] = counted

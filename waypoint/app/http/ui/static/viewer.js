@@ -12,6 +12,7 @@ function lastStep() {
 
 let fetching = null;
 async function appendRows() {
+  if (body.dataset.append !== "1") return null; // an earlier page of the steps: the new ones are not on it
   if (fetching) return fetching;
   fetching = (async () => {
     const response = await fetch(`/ui/runs/${encodeURIComponent(body.dataset.run)}/rows?after=${lastStep()}`);
@@ -20,6 +21,7 @@ async function appendRows() {
       template.innerHTML = await response.text();
       for (const row of template.content.querySelectorAll("tr[data-step]")) {
         if (document.getElementById(row.id)) continue;
+        body.querySelector("tr.empty")?.remove();
         row.classList.add("new");
         body.appendChild(row);
         document.getElementById("run-steps").textContent = row.dataset.step;
@@ -77,7 +79,7 @@ function follow() {
   });
   const reload = () => {
     source.close();
-    if (!leaving) appendRows().then(() => { if (!leaving) window.location.reload(); });
+    if (!leaving) Promise.resolve(appendRows()).then(() => { if (!leaving) window.location.reload(); });
   };
   source.addEventListener("status_changed", reload);
   source.addEventListener("run_finished", reload);

@@ -47,7 +47,7 @@ function rebuild() {
   entries = [];
   const add = (timeline, depth, offset) => {
     for (const step of timeline.steps) {
-      entries.push({ run: timeline.run_id, step, depth, offset });
+      entries.push({ run: timeline.run_id, agent: timeline.agent, step, depth, offset });
       for (const b of step.bars) {
         if (b.kind === "subagent" && expanded.has(b.child_run_id)) {
           const child = expanded.get(b.child_run_id);
@@ -57,6 +57,7 @@ function rebuild() {
     }
   };
   if (root) add(root, 0, 0);
+  version += 1;
   offsets = [0];
   for (const e of entries) offsets.push(offsets[offsets.length - 1] + ROW_PAD + LANE * lanesOf(e.step));
   rowsEl.style.height = `${offsets[offsets.length - 1]}px`;
@@ -83,15 +84,19 @@ function rowElement(e, index) {
   row.dataset.step = e.step.step;
   row.dataset.run = e.run;
   row.dataset.depth = e.depth;
+  row.dataset.index = index;
   row.style.top = `${offsets[index]}px`;
   row.style.height = `${offsets[index + 1] - offsets[index]}px`;
   const label = document.createElement("div");
   label.className = "wf-label";
-  const link = document.createElement("a");
-  link.href = `/ui/runs/${encodeURIComponent(e.run)}/steps/${e.step.step}`;
-  link.textContent = e.depth ? `${e.run.slice(e.run.indexOf(".") + 1)} · ${e.step.step}` : `step ${e.step.step}`;
-  link.title = e.depth ? `step ${e.step.step} of sub-agent run ${e.run}` : `step ${e.step.step}`;
-  label.appendChild(link);
+  // Text, not a link: a long run's rows would be hundreds of Tab stops on the way to the step table
+  // below, whose links (a page at a time) go to the same steps. A click on the row opens its step.
+  const name = document.createElement("span");
+  name.className = "wf-name";
+  // A sub-agent run's row says whose step it is: its agent, as its caller's tree names it.
+  name.textContent = e.depth ? `${e.agent || e.run} · ${e.step.step}` : `step ${e.step.step}`;
+  name.title = e.depth ? `step ${e.step.step} of sub-agent run ${e.run}` : `step ${e.step.step}`;
+  label.appendChild(name);
   const kids = e.step.bars.filter((b) => b.kind === "subagent");
   if (kids.length) {
     const open = kids.every((b) => expanded.has(b.child_run_id));
@@ -137,15 +142,36 @@ function place(el, from, to) {
 }
 
 let frame = 0;
+let version = 0; // bumped when the rows change (rebuild): every row drawn is then stale
+let drawnAs = "";
 function draw() {
   frame = 0;
   const top = scroller.scrollTop;
   const first = Math.max(0, firstVisible(top) - OVERSCAN);
   const last = Math.min(entries.length, firstVisible(top + scroller.clientHeight) + OVERSCAN + 1);
-  const fragment = document.createDocumentFragment();
-  for (let i = first; i < last; i++) fragment.appendChild(rowElement(entries[i], i));
-  rowsEl.replaceChildren(fragment);
-  drawAxis();
+  const stamp = `${version} ${view.t0} ${view.t1}`;
+  if (stamp !== drawnAs) {
+    const fragment = document.createDocumentFragment();
+    for (let i = first; i < last; i++) fragment.appendChild(rowElement(entries[i], i));
+    rowsEl.replaceChildren(fragment);
+    drawnAs = stamp;
+    drawAxis();
+    return;
+  }
+  // Only scrolled: the rows still in range stay as they are (a row's link keeps the keyboard's
+  // focus while Tab scrolls through them); those out of range go, the ones coming in are added.
+  const kept = new Map();
+  for (const row of [...rowsEl.children]) {
+    const i = Number(row.dataset.index);
+    if (i < first || i >= last) row.remove(); else kept.set(i, row);
+  }
+  let next = null;
+  for (let i = last - 1; i >= first; i--) {
+    if (kept.has(i)) { next = kept.get(i); continue; }
+    const row = rowElement(entries[i], i);
+    rowsEl.insertBefore(row, next);
+    next = row;
+  }
 }
 
 const schedule = () => { if (!frame) frame = requestAnimationFrame(draw); };
@@ -155,6 +181,8 @@ function drawAxis() {
   const raw = span / 8;
   const power = 10 ** Math.floor(Math.log10(raw));
   const every = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw) || raw;
+  // The axis spans what the rows' tracks span: not the rows' scrollbar.
+  axis.style.marginRight = `${scroller.offsetWidth - scroller.clientWidth}px`;
   const ticks = document.createDocumentFragment();
   for (let t = Math.ceil(view.t0 / every) * every; t <= view.t1; t += every) {
     const tick = document.createElement("span");
@@ -164,6 +192,11 @@ function drawAxis() {
     ticks.appendChild(tick);
   }
   axis.replaceChildren(ticks);
+  // A label that would run past the axis's right end hangs to the left of its tick instead.
+  const right = axis.getBoundingClientRect().right;
+  for (const tick of axis.children) {
+    if (tick.getBoundingClientRect().right > right) tick.classList.add("wf-tick-end");
+  }
 }
 
 function zoom(factor, at = (view.t0 + view.t1) / 2) {
@@ -234,7 +267,7 @@ async function toggle(button) {
 
 function wire() {
   scroller.addEventListener("scroll", schedule, { passive: true });
-  window.addEventListener("resize", () => { schedule(); showCharts(); });
+  window.addEventListener("resize", () => { drawnAs = ""; schedule(); showCharts(); });
   const toolbar = document.querySelector(".wf-toolbar");
   toolbar.hidden = false;
   toolbar.addEventListener("click", (event) => {
@@ -260,7 +293,7 @@ function wire() {
   box.addEventListener("click", (event) => {
     const button = event.target.closest(".wf-expand");
     if (button) { toggle(button); return; }
-    const bar = event.target.closest(".wf-bar, .wf-span");
+    const bar = event.target.closest(".wf-bar, .wf-span, .wf-name");
     if (!bar) return;
     const row = bar.closest(".wf-row");
     if (bar.dataset.child) window.location.href = `/ui/runs/${encodeURIComponent(bar.dataset.child)}`;
