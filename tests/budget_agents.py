@@ -51,7 +51,7 @@ async def _until_killed(messages: list) -> ScriptedTurn:
     if not marker.exists():
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("started")
-        await asyncio.sleep(120)  # the test SIGKILLs the worker long before this
+        await asyncio.Event().wait()  # held until the test SIGKILLs the worker
     return ScriptedTurn(content="counted, after a crash")
 
 

@@ -69,7 +69,7 @@ def start_dev(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
         # stack.json appears once both servers are up; the worker follows right after
         if (state / "stack.json").exists() and cli(env, "runs", "--json").returncode == 0:
             return proc
-        time.sleep(0.5)
+        time.sleep(0.2)  # a poll with a deadline: stack.json and the CLI say when it is up
     proc.kill()
     raise AssertionError("waypoint dev did not come up within 90 s")
 
