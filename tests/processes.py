@@ -8,12 +8,14 @@ import asyncio
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 
 from tests.ports import reserve_port
+from waypoint.app.devstack import DEV_READY_LINE
 from waypoint.config import Settings
 
 # --- worker processes ------------------------------------------------------------------------------
@@ -55,7 +57,12 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+_dev_output: dict[int, tuple[list[str], threading.Thread]] = {}
+
+
 def start_dev(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
+    """`waypoint dev`, returned once it says it is ready: the line it prints after its worker has
+    registered its agents and polls, so a run typed next is known. Its output is kept for `stop_dev`."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "waypoint", "dev"],
         env=env,
@@ -63,15 +70,24 @@ def start_dev(env: dict[str, str], state: Path) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        # stack.json appears once both servers are up; the worker follows right after
-        if (state / "stack.json").exists() and cli(env, "runs", "--json").returncode == 0:
-            return proc
-        time.sleep(0.2)  # a poll with a deadline: stack.json and the CLI say when it is up
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if DEV_READY_LINE in line:
+                ready.set()
+        ready.set()  # ended: the check below says how
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    _dev_output[proc.pid] = (lines, reader)
+    if ready.wait(90) and proc.poll() is None and (state / "stack.json").exists():
+        return proc
     proc.kill()
-    raise AssertionError("waypoint dev did not come up within 90 s")
+    raise AssertionError(f"waypoint dev did not come up within 90 s:\n{''.join(lines)}")
 
 
 def stack_pids(proc: subprocess.Popen[str], state: Path) -> list[int]:
@@ -82,7 +98,10 @@ def stack_pids(proc: subprocess.Popen[str], state: Path) -> list[int]:
 
 def stop_dev(proc: subprocess.Popen[str], pids: list[int]) -> str:
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    lines, reader = _dev_output.pop(proc.pid)
+    reader.join(10)
+    out = "".join(lines)
     assert proc.returncode == 0, out
     deadline = time.monotonic() + 10
     while any(psutil.pid_exists(p) for p in pids) and time.monotonic() < deadline:

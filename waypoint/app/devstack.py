@@ -124,8 +124,11 @@ async def _serve(
         await engine.dispose()
 
 
+DEV_READY_LINE = "Ctrl-C stops everything."
+
+
 def say_ready() -> None:
-    out.console.print("Ctrl-C stops everything.")
+    out.console.print(DEV_READY_LINE)
 
 
 async def _start_api(
