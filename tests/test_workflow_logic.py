@@ -1112,16 +1112,17 @@ async def test_a_refused_webhook_goes_on_the_dead_letter_list_at_once(ts: Workfl
     assert closed.reason == "the webhook answered HTTP 400"
 
 
-@pytest.mark.timeout(300)  # about a second of wall time per attempt: the dev server's timers tick in seconds
+@pytest.mark.timeout(180)  # about a second of wall time per attempt: the dev server's timers tick in seconds
 async def test_a_receiver_that_stays_down_is_retried_over_the_whole_window_then_dead_lettered(
     ts: WorkflowEnvironment,
 ) -> None:
-    """The default window (24 h of virtual time): attempts 1, 2, 4 ... s apart, capped at an hour,
-    until no attempt fits in the window; then the delivery is given up, on the dead-letter list. The
-    run's workflow ended within a minute of virtual time; the delivery's lasted the day."""
-    doubles = Doubles(plan=plan(), turns=answer_at(1, "the answer"), webhook_failures=10**6)
+    """Attempts 1, 2, 4 ... s apart, capped at an hour, until no attempt fits in the window; then the
+    delivery is given up, on the dead-letter list. The run's workflow ended within a minute of virtual
+    time; the delivery's lasted the window. A 4 h window (the setting) shows all of it: the doublings
+    reach the cap after about 68 minutes and hourly attempts follow; the default day only adds hours."""
+    assert Doubles(plan=plan()).webhook_window >= 24 * 3600  # the default: as long as the senders people know retry
+    doubles = Doubles(plan=plan(), turns=answer_at(1, "the answer"), webhook_failures=10**6, webhook_window=4 * 3600)
     window = timedelta(seconds=doubles.webhook_window)
-    assert window >= timedelta(hours=24)  # the default: as long as the senders people know retry
     async with bench(ts.client, doubles) as b:
         handle = await b.start(with_webhook())
         assert (await handle.result()).status == RunStatus.COMPLETED
@@ -1135,9 +1136,9 @@ async def test_a_receiver_that_stays_down_is_retried_over_the_whole_window_then_
         wait = retry.webhook_backoff(earlier.attempt)
         # the dev server fires timers on a one-second tick: a wait is its backoff plus up to a few seconds
         assert wait <= later.at - earlier.at <= wait + timedelta(seconds=5), (earlier, later)
-    assert retry.webhook_backoff(len(posts)) == retry.WEBHOOK_MAX_INTERVAL  # the cap was reached
+    hourly = [p for p in posts[1:] if retry.webhook_backoff(p.attempt - 1) == retry.WEBHOOK_MAX_INTERVAL]
+    assert len(hourly) >= 2  # the cap was reached, and held
     assert last <= first + window < last + retry.webhook_backoff(len(posts))  # no attempt fitted after the last
-    assert len(posts) >= 30  # 12 doublings up to the hour, then about 22 hourly attempts
     assert "its retry window ended" in (closed.reason or "") and "HTTP 503" in (closed.reason or "")
     assert last <= closed.at <= first + window + timedelta(minutes=1)
     assert run.close_time is not None and run.start_time is not None
