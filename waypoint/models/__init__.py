@@ -2,7 +2,9 @@
 
 A model spec names the adapter (`waypoint.models.spec`): `openai:<model>` for any
 OpenAI-compatible endpoint (`waypoint.models.openai`, which imports the `openai` SDK),
-`scripted` for the agent's own canned turns (demos, tests, offline). Messages use the
+`scripted` for the agent's own canned turns (demos, tests, offline). The provider adapters
+(OpenAI, Anthropic, Gemini) fill in one template, `waypoint.models._base.StreamingAdapter`: it
+owns `complete()` and its failure ladder, they open and join their SDK's stream. Messages use the
 chat-completions shape, which is also how events render into working memory.
 """
 

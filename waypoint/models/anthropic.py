@@ -37,9 +37,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-import random
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
@@ -49,8 +47,9 @@ from waypoint.config import Settings
 from waypoint.deltas import DeltaSink
 from waypoint.errors import ConfigError, ModelError
 from waypoint.models import ModelAdapter
+from waypoint.models._base import Call, Incomplete, StreamingAdapter
 from waypoint.models.spec import KEY_VARIABLES, Provider
-from waypoint.retry import classify_model_failure, retry_after_header
+from waypoint.retry import retry_after_header
 from waypoint.tokens import estimate_tokens
 from waypoint.transcript import PROVIDER_BLOCKS
 from waypoint.types import Message, ModelTurn, RetrySpec, ToolCall, Usage
@@ -257,7 +256,10 @@ class _Joined:
     stopped: bool = False
 
 
-class AnthropicModel:
+class AnthropicModel(StreamingAdapter):
+    sdk_errors = (anthropic.AnthropicError,)
+    transport_errors = (httpx2.TransportError,)
+
     def __init__(self, client: anthropic.AsyncAnthropic, model: str):
         self.client = client
         self.model = model
@@ -267,39 +269,13 @@ class AnthropicModel:
     def endpoint(self) -> str:
         return str(self.client.base_url).rstrip("/") + "/v1/messages"
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        *,
-        step: int | None = None,
-        attempt: int = 1,
-        retry: RetrySpec | None = None,
-        deltas: DeltaSink | None = None,
-        max_tokens: int | None = None,
-    ) -> ModelTurn:
-        spec = retry or RetrySpec()
-        started = time.monotonic()
-        request = anthropic_request(self.model, messages, tools, max_tokens)
-        body = ""
-        try:
-            async with self.client.messages.with_streaming_response.create(**request, stream=True) as raw:
-                if "text/event-stream" not in raw.headers.get("content-type", ""):
-                    body = await raw.text()
-                    turn = self.plain_turn(body, messages)
-                else:
-                    turn = await self.streamed_turn(await raw.parse(), messages, deltas)
-        except anthropic.AnthropicError as exc:
-            raise self.failure(exc, attempt, spec) from exc
-        except httpx2.TransportError as exc:  # the connection dropped mid-stream
-            raise self.classify(
-                attempt, spec, unreachable=True, message=f"the answer stream broke off: {type(exc).__name__}: {exc}"
-            ) from exc
-        except _Incomplete as exc:
-            raise self.classify(attempt, spec, unreachable=True, message=str(exc)) from None
-        except (AttributeError, IndexError, KeyError, TypeError, ValueError):
-            raise self.classify(attempt, spec, malformed=body) from None
-        return replace(turn, latency_ms=int((time.monotonic() - started) * 1000))
+    async def answer(self, call: Call) -> ModelTurn:
+        request = anthropic_request(self.model, call.messages, call.tools, call.max_tokens)
+        async with self.client.messages.with_streaming_response.create(**request, stream=True) as raw:
+            if "text/event-stream" not in raw.headers.get("content-type", ""):
+                call.body = await raw.text()
+                return self.plain_turn(call.body, call.messages)
+            return await self.streamed_turn(await raw.parse(), call.messages, call.deltas)
 
     async def streamed_turn(self, stream: Any, messages: list[Message], deltas: DeltaSink | None) -> ModelTurn:
         """Join the stream's events into one turn, handing out text and tool-input pieces as they come."""
@@ -307,7 +283,7 @@ class AnthropicModel:
         async for event in stream:
             self.take(joined, event, deltas)
         if not joined.stopped:
-            raise _Incomplete("the answer stream ended before message_stop: the connection dropped")
+            raise Incomplete("the answer stream ended before message_stop: the connection dropped")
         blocks = [joined.blocks[i] for i in sorted(joined.blocks)]
         return turn_of(joined.model, blocks, joined.stop_reason, usage_of(joined.usage, messages))
 
@@ -363,12 +339,7 @@ class AnthropicModel:
         blocks = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
         return turn_of(message.model or self.model, blocks, message.stop_reason, usage_of(message.usage, messages))
 
-    def classify(self, attempt: int, spec: RetrySpec, **what: Any) -> ModelError:
-        return classify_model_failure(
-            endpoint=self.endpoint, attempt=attempt, spec=spec, jitter=random.uniform(0.5, 1.0), **what
-        )
-
-    def failure(self, exc: anthropic.AnthropicError, attempt: int, spec: RetrySpec) -> ModelError:
+    def failure(self, exc: Exception, attempt: int, spec: RetrySpec) -> ModelError:
         """What an SDK error means for the retry policy."""
         if isinstance(exc, anthropic.APIStatusError):
             error = exc.body.get("error") if isinstance(exc.body, dict) else None
@@ -387,7 +358,3 @@ class AnthropicModel:
         if isinstance(exc, anthropic.APIResponseValidationError):
             return self.classify(attempt, spec, malformed=str(exc))
         return self.classify(attempt, spec, message=f"{type(exc).__name__}: {exc}")
-
-
-class _Incomplete(Exception):
-    """A stream that ended before message_stop."""

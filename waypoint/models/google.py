@@ -31,9 +31,6 @@ import base64
 import hashlib
 import json
 import os
-import random
-import time
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -44,8 +41,9 @@ from google.genai import types
 from waypoint.config import Settings
 from waypoint.deltas import DeltaSink
 from waypoint.errors import ConfigError, ModelError
+from waypoint.models._base import Call, Incomplete, Malformed, StreamingAdapter
 from waypoint.models.spec import KEY_VARIABLES, Provider
-from waypoint.retry import classify_model_failure, retry_info_delay
+from waypoint.retry import retry_info_delay
 from waypoint.tokens import estimate_tokens
 from waypoint.transcript import PROVIDER_BLOCKS
 from waypoint.types import Message, ModelTurn, RetrySpec, ToolCall, Usage
@@ -192,7 +190,11 @@ def gemini_contents(messages: list[Message]) -> tuple[str | None, list[types.Con
     return ("\n\n".join(leading) if leading else None), contents
 
 
-class GeminiModel:
+class GeminiModel(StreamingAdapter):
+    sdk_errors = (genai_errors.APIError,)
+    timeout_errors = (httpx.TimeoutException,)
+    transport_errors = (httpx.TransportError,)
+
     def __init__(self, client: genai.Client, model: str):
         self.client = client
         self.model = model
@@ -215,45 +217,17 @@ class GeminiModel:
             automatic_continuation=False,  # a broken stream is Temporal's to retry, not the SDK's
         )
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        *,
-        step: int | None = None,
-        attempt: int = 1,
-        retry: RetrySpec | None = None,
-        deltas: DeltaSink | None = None,
-        max_tokens: int | None = None,
-    ) -> ModelTurn:
-        spec = retry or RetrySpec()
-        started = time.monotonic()
-        system, contents = gemini_contents(messages)
-        common: dict[str, Any] = {
-            "endpoint": self.endpoint,
-            "attempt": attempt,
-            "spec": spec,
-            "jitter": random.uniform(0.5, 1.0),
-        }
-        try:
-            stream = await self.client.aio.models.generate_content_stream(
-                model=self.model, contents=contents, config=self.config(system, tools, max_tokens)
-            )
-            turn = await self.streamed_turn(stream, messages, step, deltas)
-        except genai_errors.APIError as exc:
-            raise self.failure(exc, attempt, spec) from None
-        except httpx.TimeoutException as exc:
-            raise classify_model_failure(**common, timed_out=True, message=f"{type(exc).__name__}: {exc}") from None
-        except httpx.TransportError as exc:  # refused, reset, or the connection dropped mid-stream
-            raise classify_model_failure(**common, unreachable=True, message=f"{type(exc).__name__}: {exc}") from None
-        except _Incomplete as exc:
-            raise classify_model_failure(**common, unreachable=True, message=str(exc)) from None
-        except _Malformed as exc:
-            raise classify_model_failure(**common, malformed=str(exc)) from None
-        # An unparsable body (the SDK's UnknownApiResponseError is a ValueError) or an unexpected shape.
-        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
-            raise classify_model_failure(**common, malformed=_quoted(exc)) from None
-        return replace(turn, latency_ms=int((time.monotonic() - started) * 1000))
+    async def answer(self, call: Call) -> ModelTurn:
+        system, contents = gemini_contents(call.messages)
+        stream = await self.client.aio.models.generate_content_stream(
+            model=self.model, contents=contents, config=self.config(system, call.tools, call.max_tokens)
+        )
+        return await self.streamed_turn(stream, call.messages, call.step, call.deltas)
+
+    def unusable(self, exc: Exception, call: Call) -> str:
+        # An unparsable body (the SDK's UnknownApiResponseError is a ValueError): what it said,
+        # without the SDK's prefix.
+        return str(exc).split("Raw response: ", 1)[-1]
 
     async def streamed_turn(
         self, stream: Any, messages: list[Message], step: int | None, deltas: DeltaSink | None
@@ -294,11 +268,11 @@ class GeminiModel:
         if finish is None and blocked is not None:
             finish = "SAFETY"  # the prompt itself was blocked: no candidate at all
         if finish is None:
-            raise _Incomplete(
+            raise Incomplete(
                 "the answer stream ended before the model finished (no finish reason): the connection dropped"
             )
         if finish == "MALFORMED_FUNCTION_CALL":
-            raise _Malformed("finish reason MALFORMED_FUNCTION_CALL: the model wrote a function call it cannot parse")
+            raise Malformed("finish reason MALFORMED_FUNCTION_CALL: the model wrote a function call it cannot parse")
         reason = FINISH_REASONS.get(finish, finish.lower())
         if reason == "stop" and calls:
             reason = "tool_calls"
@@ -311,18 +285,11 @@ class GeminiModel:
             provider_blocks={PROVIDER: signed} if signed else None,
         )
 
-    def failure(self, exc: genai_errors.APIError, attempt: int, spec: RetrySpec) -> ModelError:
+    def failure(self, exc: Exception, attempt: int, spec: RetrySpec) -> ModelError:
         """What an SDK error answer means for the retry policy (RetryInfo's delay for a 429)."""
+        assert isinstance(exc, genai_errors.APIError)
         message = ": ".join(filter(None, [exc.status, exc.message])) or str(exc)
-        return classify_model_failure(
-            endpoint=self.endpoint,
-            attempt=attempt,
-            spec=spec,
-            jitter=random.uniform(0.5, 1.0),
-            status=exc.code,
-            message=message,
-            retry_after=retry_info_delay(exc.details),
-        )
+        return self.classify(attempt, spec, status=exc.code, message=message, retry_after=retry_info_delay(exc.details))
 
 
 def usage_of(metadata: types.GenerateContentResponseUsageMetadata | None, messages: list[Message]) -> Usage:
@@ -334,17 +301,3 @@ def usage_of(metadata: types.GenerateContentResponseUsageMetadata | None, messag
         output_tokens=(metadata.candidates_token_count or 0) + (metadata.thoughts_token_count or 0),
         cache_read_tokens=metadata.cached_content_token_count or 0,
     )
-
-
-def _quoted(exc: Exception) -> str:
-    """What an unusable answer said, without the SDK's prefix."""
-    text = str(exc)
-    return text.split("Raw response: ", 1)[-1]
-
-
-class _Incomplete(Exception):
-    """A stream that ended before the model's finish reason."""
-
-
-class _Malformed(Exception):
-    """An answer that came whole but cannot be used (a malformed function call)."""

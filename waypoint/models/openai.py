@@ -14,10 +14,6 @@ as a plain completion.
 
 from __future__ import annotations
 
-import json
-import random
-import time
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -26,7 +22,7 @@ import openai
 from waypoint.config import Settings
 from waypoint.deltas import AttemptText, DeltaSink
 from waypoint.errors import ConfigError, ModelError
-from waypoint.retry import classify_model_failure
+from waypoint.models._base import Call, Incomplete, StreamingAdapter
 from waypoint.retry import retry_after_header as retry_after
 from waypoint.tokens import estimate_tokens
 from waypoint.transcript import chat_messages
@@ -57,7 +53,10 @@ def usage_of(usage: Any, messages: list[Message]) -> Usage:
     return Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens, cache_read_tokens=cached)
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(StreamingAdapter):
+    sdk_errors = (openai.OpenAIError,)
+    transport_errors = (httpx.TransportError,)
+
     def __init__(self, client: openai.AsyncOpenAI, model: str):
         self.client = client
         self.model = model
@@ -72,68 +71,28 @@ class OpenAIChatModel:
     def endpoint(self) -> str:
         return str(self.client.base_url).rstrip("/") + "/chat/completions"
 
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        *,
-        step: int | None = None,
-        attempt: int = 1,
-        retry: RetrySpec | None = None,
-        deltas: DeltaSink | None = None,
-        max_tokens: int | None = None,
-    ) -> ModelTurn:
-        spec = retry or RetrySpec()
-        started = time.monotonic()
+    async def answer(self, call: Call) -> ModelTurn:
         # The messages and tools go as `extra_body`, which the SDK sends as they are: passed as
         # parameters, it walks every message and tool schema against its TypedDicts first (about
         # 20 ms a call on 2 cores with a full window) to change nothing in our plain JSON.
-        payload: dict[str, Any] = {"messages": chat_messages(messages)}
-        if tools:
-            payload["tools"] = tools
-        if max_tokens is not None:
+        payload: dict[str, Any] = {"messages": chat_messages(call.messages)}
+        if call.tools:
+            payload["tools"] = call.tools
+        if call.max_tokens is not None:
             # OpenAI's own API takes max_completion_tokens (its reasoning models refuse max_tokens);
             # OpenAI-compatible servers take max_tokens.
-            payload["max_completion_tokens" if self.official else "max_tokens"] = max_tokens
-        body = ""
-        try:
-            async with self.client.chat.completions.with_streaming_response.create(
-                model=self.model,
-                messages=[],
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=payload,
-            ) as raw:
-                if "text/event-stream" not in raw.headers.get("content-type", ""):
-                    body = await raw.text()
-                    turn = self.plain_turn(body, messages)
-                else:
-                    turn = await self.streamed_turn(await raw.parse(), messages, deltas)
-        except openai.OpenAIError as exc:
-            raise self.failure(exc, attempt, spec) from exc
-        except httpx.TransportError as exc:  # the connection dropped mid-stream
-            raise classify_model_failure(
-                endpoint=self.endpoint,
-                attempt=attempt,
-                spec=spec,
-                jitter=random.uniform(0.5, 1.0),
-                unreachable=True,
-                message=f"the answer stream broke off: {type(exc).__name__}: {exc}",
-            ) from exc
-        except _Incomplete as exc:
-            raise classify_model_failure(
-                endpoint=self.endpoint,
-                attempt=attempt,
-                spec=spec,
-                jitter=random.uniform(0.5, 1.0),
-                unreachable=True,
-                message=str(exc),
-            ) from None
-        except (AttributeError, IndexError, KeyError, TypeError, ValueError, json.JSONDecodeError):
-            raise classify_model_failure(
-                endpoint=self.endpoint, attempt=attempt, spec=spec, jitter=random.uniform(0.5, 1.0), malformed=body
-            ) from None
-        return replace(turn, latency_ms=int((time.monotonic() - started) * 1000))
+            payload["max_completion_tokens" if self.official else "max_tokens"] = call.max_tokens
+        async with self.client.chat.completions.with_streaming_response.create(
+            model=self.model,
+            messages=[],
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=payload,
+        ) as raw:
+            if "text/event-stream" not in raw.headers.get("content-type", ""):
+                call.body = await raw.text()
+                return self.plain_turn(call.body, call.messages)
+            return await self.streamed_turn(await raw.parse(), call.messages, call.deltas)
 
     async def streamed_turn(self, stream: Any, messages: list[Message], deltas: DeltaSink | None) -> ModelTurn:
         """Join a stream of chat.completion.chunk objects into one turn, handing out each piece."""
@@ -156,7 +115,7 @@ class OpenAIChatModel:
                         deltas.tool_call(*piece[1:])
                 finish = choice.finish_reason or finish
         if finish is None:
-            raise _Incomplete(
+            raise Incomplete(
                 "the answer stream ended before the model finished (no finish reason): the connection dropped"
             )
         return ModelTurn(
@@ -188,24 +147,13 @@ class OpenAIChatModel:
             finish_reason=choice.finish_reason,
         )
 
-    def failure(self, exc: openai.OpenAIError, attempt: int, spec: RetrySpec) -> ModelError:
+    def failure(self, exc: Exception, attempt: int, spec: RetrySpec) -> ModelError:
         """What an SDK error means for the retry policy."""
-        common: dict[str, Any] = {
-            "endpoint": self.endpoint,
-            "attempt": attempt,
-            "spec": spec,
-            "jitter": random.uniform(0.5, 1.0),
-        }
         if isinstance(exc, openai.APIStatusError):
-            return classify_model_failure(
-                **common, status=exc.status_code, message=exc.message, retry_after=retry_after(exc.response.headers)
-            )
+            status, after = exc.status_code, retry_after(exc.response.headers)
+            return self.classify(attempt, spec, status=status, message=exc.message, retry_after=after)
         if isinstance(exc, openai.APITimeoutError):
-            return classify_model_failure(**common, timed_out=True, message=str(exc))
+            return self.classify(attempt, spec, timed_out=True, message=str(exc))
         if isinstance(exc, openai.APIConnectionError):
-            return classify_model_failure(**common, unreachable=True, message=str(exc))
-        return classify_model_failure(**common, message=f"{type(exc).__name__}: {exc}")
-
-
-class _Incomplete(Exception):
-    """A stream that ended before the model's finish reason."""
+            return self.classify(attempt, spec, unreachable=True, message=str(exc))
+        return self.classify(attempt, spec, message=f"{type(exc).__name__}: {exc}")
