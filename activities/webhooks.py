@@ -242,29 +242,19 @@ class WebhookActivities:
         else:
             outcome = f"next attempt in {wait.total_seconds():g} s"
         self._trace(delivery, n, code, outcome, failure)
-        log.log(
-            logging.INFO if failure is None else logging.WARNING,
-            "post_webhook: delivery=%s run=%s attempt=%s url=%s status=%s ms=%s (%s)%s",
-            delivery.delivery_id,
-            delivery.run_id,
-            n,
-            shown(delivery.url),
+        return _logged_outcome(
+            f"post_webhook: delivery={delivery.delivery_id} run={delivery.run_id} attempt={n}",
+            delivery.url,
             code,
             duration_ms,
             outcome,
-            f": {failure}" if failure else "",
-            extra={
+            failure,
+            {
                 "waypoint_run_id": delivery.run_id,
                 "waypoint_attempt": n,
                 "waypoint_webhook_delivery": delivery.delivery_id,
-                "waypoint_webhook_status": code,
-                "waypoint_webhook_delivered": failure is None,
             },
         )
-        if failure is not None:
-            raise application_error(failure)  # logged above: not through the boundary's line again
-        assert code is not None
-        return code
 
     @staticmethod
     def _trace(
@@ -331,28 +321,43 @@ class WebhookActivities:
         )
         retry = failure is not None and failure.retryable and n < WEBHOOK_ATTEMPTS
         outcome = "delivered" if failure is None else ("will retry" if retry else "not retried")
-        log.log(
-            logging.INFO if failure is None else logging.WARNING,
-            "deliver_webhook: run=%s attempt=%s of %s url=%s status=%s ms=%s (%s)%s",
-            inp.run_id,
-            n,
-            WEBHOOK_ATTEMPTS,
-            shown(inp.url),
+        return _logged_outcome(
+            f"deliver_webhook: run={inp.run_id} attempt={n} of {WEBHOOK_ATTEMPTS}",
+            inp.url,
             code,
             duration_ms,
             outcome,
-            f": {failure}" if failure else "",
-            extra={
-                "waypoint_run_id": inp.run_id,
-                "waypoint_attempt": n,
-                "waypoint_webhook_status": code,
-                "waypoint_webhook_delivered": failure is None,
-            },
+            failure,
+            {"waypoint_run_id": inp.run_id, "waypoint_attempt": n},
         )
-        if failure is not None:
-            raise application_error(failure)  # logged above: not through the boundary's line again
-        assert code is not None
-        return code
+
+
+def _logged_outcome(
+    what: str,
+    url: str,
+    code: int | None,
+    duration_ms: int,
+    outcome: str,
+    failure: WebhookFailed | WebhookRefused | None,
+    extra: dict[str, Any],
+) -> int:
+    """One line for an attempt's outcome; the receiver's status code, or the failure raised (logged
+    here: not through the boundary's line again)."""
+    log.log(
+        logging.INFO if failure is None else logging.WARNING,
+        "%s url=%s status=%s ms=%s (%s)%s",
+        what,
+        shown(url),
+        code,
+        duration_ms,
+        outcome,
+        f": {failure}" if failure else "",
+        extra={**extra, "waypoint_webhook_status": code, "waypoint_webhook_delivered": failure is None},
+    )
+    if failure is not None:
+        raise application_error(failure)
+    assert code is not None
+    return code
 
 
 __all__ = ["WebhookActivities", "finished_body", "headers_for"]
