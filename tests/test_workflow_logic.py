@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -28,7 +29,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.experiment_doubles import CASE_WORK, ExperimentDoubles
 from tests.workflow_doubles import Doubles, answer, answer_at, bench, call, delivery_of, loop_tool, ok, spec, tools
-from tests.workflow_helpers import LEAD, failure, plan, progress, replayed, until, until_status
+from tests.workflow_helpers import LEAD, failure, plan, progress, replayed, until, until_history, until_status
 from waypoint import retry
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import (
@@ -722,10 +723,12 @@ async def test_cancelling_the_caller_cancels_its_children_in_flight(ts: Workflow
         handle = await b.start()
         await until(lambda: len(doubles.tool_calls) == 3, "three children in their tool")
         await handle.execute_update(Update.CANCEL, "stop the tree", result_type=RunProgress)
+        children = [child_run_id(handle.id, 1, i) for i in range(3)]
+        for child in children:  # the caller's requests reach each child before its tool may end
+            await until_history(ts.client, child, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)
         assert doubles.tool_gate is not None
         doubles.tool_gate.set()  # the tools in flight finish after the cancel
         result: RunResult = await handle.result()
-        children = [child_run_id(handle.id, 1, i) for i in range(3)]
         assert sorted(doubles.tools_done) == sorted(f"{c}:1:0" for c in children) and doubles.tools_cut == []
     assert (result.status, result.error) == (RunStatus.CANCELLED, "stop the tree")
     why = f"its caller {handle.id} was cancelled: stop the tree"

@@ -5,11 +5,13 @@ itself is the `ts` fixture in tests/conftest.py."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
@@ -58,6 +60,17 @@ async def until(probe: Callable[[], bool], what: str, timeout: float = 20) -> No
     while not probe():
         assert loop.time() < deadline, f"{what} never happened"
         await asyncio.sleep(0.02)
+
+
+async def until_history(client: Client, workflow_id: str, kind: EventType.ValueType, timeout: float = 20) -> None:
+    """Wait until the workflow's history holds an event of `kind` (a request that reached it, say)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        if any(e.event_type == kind for e in history.events):
+            return
+        assert time.monotonic() < deadline, f"{workflow_id} has no {EventType.Name(kind)} after {timeout:g} s"
+        await asyncio.sleep(0.05)
 
 
 async def replayed(handle: WorkflowHandle[Any, Any], name: str) -> None:
