@@ -146,7 +146,8 @@ def cli() -> str:
         arguments = [p for p in command.params if p.param_type_name == "argument"]
         if arguments:
             out += ["| argument | what it is |", "|---|---|"]
-            out += [f"| {code((p.metavar or p.name).upper())} | {cell(getattr(p, 'help', '') or '')} |" for p in arguments]
+            for p in arguments:
+                out.append(f"| {code((p.metavar or p.name).upper())} | {cell(getattr(p, 'help', '') or '')} |")
             out.append("")
         rows = option_rows(command, ctx)
         if rows:
@@ -171,7 +172,8 @@ def app_factory() -> Callable[..., Any]:
             if isinstance(node, ast.FunctionDef) and node.name == "create_app":
                 if isinstance(node.returns, ast.Name) and node.returns.id == "FastAPI":
                     module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-                    return getattr(importlib.import_module(module), "create_app")
+                    factory: Callable[..., Any] = importlib.import_module(module).create_app
+                    return factory
     raise RuntimeError("no `def create_app(...) -> FastAPI` under waypoint/")
 
 
