@@ -42,6 +42,15 @@ def test_every_command_is_documented():
         assert f"`waypoint {name}" in DOCS, f"`waypoint {name}` is missing from the README and docs/"
 
 
+def test_the_readmes_links_reach_their_pages():
+    """mkdocs checks the pages' links (`mkdocs build --strict`); the README is no page of the site."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
+    assert len(links) > 20, links
+    root = Path(__file__).parent.parent
+    missing = [link for link in links if not link.startswith("http") and not (root / link).is_file()]
+    assert not missing, missing
+
+
 def test_every_command_shown_exists_with_its_options():
     """Each `waypoint ...` of the README and the pages, in a shell block or inline: its command and
     subcommands exist, and so does every option it is shown with (a renamed command or option fails)."""

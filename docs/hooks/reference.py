@@ -74,7 +74,8 @@ def python_api() -> str:
     blocks = []
     for name in waypoint.__all__:
         obj = getattr(waypoint, name)
-        out.append(f"| [`{name}`](#{obj.__module__}.{obj.__qualname__}) | {cell(first_paragraph(obj.__doc__))} |")
+        doc = obj.__doc__ or importlib.import_module(obj.__module__).__doc__  # a class without one: its module's
+        out.append(f"| [`{name}`](#{obj.__module__}.{obj.__qualname__}) | {cell(first_paragraph(doc))} |")
         blocks.append(f"::: {obj.__module__}.{obj.__qualname__}\n")
     return "\n".join(out) + "\n\n" + "\n".join(blocks)
 
@@ -249,7 +250,7 @@ def http() -> str:
         for media, content in body.items():
             out += [f"Body ({code(media)}): {schema_name(content.get('schema', {}))}", ""]
         out += ["| status | description | body |", "|---|---|---|"]
-        for status, response in op.get("responses", {}).items():
+        for status, response in sorted(op.get("responses", {}).items()):
             kinds = ", ".join(
                 f"{code(media)} {schema_name(c.get('schema', {}))}" for media, c in response.get("content", {}).items()
             )
