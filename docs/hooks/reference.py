@@ -35,7 +35,17 @@ MARKER = re.compile(r"<!-- reference: (\w+) -->")
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    return MARKER.sub(lambda m: GENERATORS[m.group(1)](), markdown)
+    return unescape_code_pipes(MARKER.sub(lambda m: GENERATORS[m.group(1)](), markdown))
+
+
+def unescape_code_pipes(markdown: str) -> str:
+    """GitHub needs `\\|` for a pipe in a code span of a table row; Python-Markdown splits no row inside
+    a code span and would show the backslash. The pages stay right on GitHub, the site shows `|`."""
+    lines = markdown.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("|"):
+            lines[i] = re.sub(r"`[^`]*`", lambda m: m.group(0).replace("\\|", "|"), line)
+    return "\n".join(lines)
 
 
 def on_files(files: Any, config: Any) -> Any:
@@ -49,13 +59,20 @@ def on_files(files: Any, config: Any) -> Any:
 # --- small helpers --------------------------------------------------------------------------------
 
 
+def prose(text: object) -> str:
+    """Text from the code as markdown: `<` and `>` outside code spans escaped, so a `<state_dir>` in a
+    description shows instead of being taken for an HTML tag."""
+    parts = re.split(r"(`[^`]*`)", str(text))
+    return "".join(p if p.startswith("`") else html.escape(p, quote=False) for p in parts)
+
+
 def cell(text: object) -> str:
     """Text for one cell of a markdown table: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return prose(" ".join(str(text).split())).replace("|", "\\|")
 
 
 def code(text: object) -> str:
-    value = str(text).replace("|", "\\|")
+    value = str(text)
     return f"`` {value} ``" if "`" in value else f"`{value}`"
 
 
@@ -143,7 +160,7 @@ def cli() -> str:
         out += ["```text", usage(command, ctx), "```", ""]
         help_text = inspect.cleandoc(command.help or command.short_help or "")
         if help_text:
-            out += [help_text.replace("\b\n", ""), ""]
+            out += [prose(help_text.replace("\b\n", "")), ""]
         arguments = [p for p in command.params if p.param_type_name == "argument"]
         if arguments:
             out += ["| argument | what it is |", "|---|---|"]
@@ -237,7 +254,7 @@ def http() -> str:
     for path, method, op in operations:
         out += [f"## `{method.upper()} {path}` {{ #{op['operationId'].lower()} }}", ""]
         if op.get("description"):
-            out += [html.escape(inspect.cleandoc(op["description"]), quote=False), ""]
+            out += [prose(inspect.cleandoc(op["description"])), ""]
         params = op.get("parameters", [])
         if params:
             out += ["| parameter | in | type | required | description |", "|---|---|---|---|---|"]
@@ -270,7 +287,7 @@ def http() -> str:
         schema = schemas[name]
         out += [f"### {name} {{ #schema-{name.lower()} }}", ""]
         if schema.get("description"):
-            out += [html.escape(inspect.cleandoc(schema["description"]), quote=False), ""]
+            out += [prose(inspect.cleandoc(schema["description"])), ""]
         properties = schema.get("properties", {})
         if properties:
             required = set(schema.get("required", []))
@@ -305,7 +322,8 @@ def configuration() -> str:
     out = ["| variable | type | default | meaning |", "|---|---|---|---|"]
     for name, field in Settings.model_fields.items():
         variables = " or ".join(code(v) for v in setting_variables(name, field))
-        kind = cell(getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", ""))
+        kind = getattr(field.annotation, "__name__", None) or str(field.annotation)
+        kind = re.sub(r"\b(?:typing|pathlib|pydantic\.types)\.", "", kind)
         if field.default_factory is not None:
             default = code(field.default_factory())
         elif field.default is PydanticUndefined or field.default is None:
