@@ -83,17 +83,36 @@ def first_paragraph(doc: str | None) -> str:
 # --- Python API -----------------------------------------------------------------------------------
 
 
+def public_path(name: str, obj: Any) -> str:
+    """Where a public name's object lives now: `module.Qualname` for a class or function, else the
+    module attribute that holds it (a constant, a tuple of tools)."""
+    import sys
+
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str) and "<" not in qualname:
+        return f"{module}.{qualname}"
+    for module_name, mod in sorted(sys.modules.items()):
+        if module_name.startswith("waypoint.") and mod is not None:
+            for attr, value in vars(mod).items():
+                if value is obj and not attr.startswith("_"):
+                    return f"{module_name}.{attr}"
+    return f"waypoint.{name}"
+
+
 def python_api() -> str:
     """One mkdocstrings block per public name, at the path where the object lives now."""
     import waypoint
 
     out = ["| name | what it is |", "|---|---|"]
-    blocks = []
+    blocks: list[str] = []
     for name in waypoint.__all__:
         obj = getattr(waypoint, name)
-        doc = obj.__doc__ or importlib.import_module(obj.__module__).__doc__  # a class without one: its module's
-        out.append(f"| [`{name}`](#{obj.__module__}.{obj.__qualname__}) | {cell(first_paragraph(doc))} |")
-        blocks.append(f"::: {obj.__module__}.{obj.__qualname__}\n")
+        path = public_path(name, obj)
+        doc = getattr(obj, "__doc__", None) if path.endswith(f".{getattr(obj, '__qualname__', '')}") else None
+        doc = doc or importlib.import_module(path.rsplit(".", 1)[0]).__doc__  # no docstring: its module's
+        out.append(f"| [`{name}`](#{path}) | {cell(first_paragraph(doc))} |")
+        if f"::: {path}\n" not in blocks:  # two names of one object: one section
+            blocks.append(f"::: {path}\n")
     return "\n".join(out) + "\n\n" + "\n".join(blocks)
 
 
