@@ -29,6 +29,17 @@ def pages() -> dict[str, str]:
     return found
 
 
+def reference_hook() -> Any:
+    """docs/hooks/reference.py, the mkdocs hook that generates the reference pages, as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_reference", DOCS / "hooks" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def everything() -> str:
     return "\n".join(pages().values())
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from tests.docs import README, everything, first_block, page, problems_of, shown_commands
+from tests.docs import README, everything, first_block, page, problems_of, reference_hook, shown_commands
 from tests.ports import reserve_port
 from waypoint.app.cli import app
 from waypoint.app.client import Waypoint
@@ -49,6 +49,28 @@ def test_the_readmes_links_reach_their_pages():
     root = Path(__file__).parent.parent
     missing = [link for link in links if not link.startswith("http") and not (root / link).is_file()]
     assert not missing, missing
+
+
+def test_the_reference_pages_are_generated_from_the_code():
+    """What `mkdocs build` puts in the reference pages (CI builds them with --strict): every command,
+    every setting's variable, every /v1 route, every public name, every error."""
+    import waypoint
+
+    hook = reference_hook()
+    cli = hook.cli()
+    for path, _ in hook.waypoint_commands():
+        assert f"waypoint {' '.join(path)}\n" in cli, path
+    configuration = hook.configuration()
+    for name, field in Settings.model_fields.items():
+        assert all(f"`{v}`" in configuration for v in hook.setting_variables(name, field)), name
+    http = hook.http()
+    routes = [path for path in hook.openapi()["paths"] if path.startswith("/v1")]
+    assert len(routes) > 40 and all(f" {path}`" in http for path in routes)
+    python = hook.python_api()
+    assert all(f"[`{name}`]" in python for name in waypoint.__all__)
+    assert "| `WaypointError` |" in hook.errors() and "| `NotFound` |" in hook.errors()
+    # a marker a page holds becomes the generated text
+    assert "waypoint cron create" in hook.on_page_markdown("<!-- reference: cli -->", None, None, None)
 
 
 def test_every_command_shown_exists_with_its_options():
