@@ -40,11 +40,13 @@ def tokenizer():  # noqa: ANN201 - the tokenizers type is only there with the ex
 
 
 def corpora() -> dict[str, str]:
-    prose = (ROOT / "README.md").read_text() + (ROOT / "benchmarks" / "README.md").read_text()
+    # the README as it was before its sections became the documentation pages: the README, then the pages
+    pages = "".join(p.read_text() for p in sorted((ROOT / "docs").rglob("*.md")))
+    prose = (ROOT / "README.md").read_text() + pages + (ROOT / "benchmarks" / "README.md").read_text()
     code = "".join(p.read_text() for p in sorted((ROOT / "waypoint").rglob("*.py")))
     history = json.loads((ROOT / "tests" / "histories" / "agent_run_calculator.json").read_text())
     as_json = json.dumps(history, indent=None)
-    return {"prose (the READMEs)": prose, "Python source": code, "JSON (a Temporal history)": as_json}
+    return {"prose (the READMEs and docs/)": prose, "Python source": code, "JSON (a Temporal history)": as_json}
 
 
 def main() -> None:

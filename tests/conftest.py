@@ -285,18 +285,18 @@ async def ts() -> AsyncIterator[WorkflowEnvironment]:
     await env.shutdown()
 
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-
-
 def role_sql() -> str:
-    """The README's worker-role SQL (a ```postgresql block, so the SQL-examples test leaves it alone)."""
-    section = README.split("## Database roles", 1)[1]
+    """The worker-role SQL of the security page (a ```postgresql block, so the SQL-examples test leaves
+    it alone)."""
+    from tests.docs import page
+
+    section = page("operations/security.md").split("## Database roles", 1)[1]
     return re.search(r"```postgresql\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
 
 
 @pytest.fixture
 async def worker_role(database_url: str, engine: AsyncEngine) -> Iterator[str]:
-    """A login role made by the README's SQL on the test database; its URL. Dropped afterwards."""
+    """A login role made by the security page's SQL on the test database; its URL. Dropped afterwards."""
     role, password = f"wp_worker_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     database = async_url(database_url).database
     sql = (

@@ -379,8 +379,10 @@ async def test_open_store_follows_settings(tmp_path: Path):
 
 
 def test_near_duplicate_threshold_is_documented():
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert f"{NEAR_DUPLICATE_COSINE}" in readme and "0.7 * similarity + 0.2 * recency + 0.1 * importance" in readme
+    from tests.docs import page
+
+    memory = page("guides/memory.md")
+    assert f"{NEAR_DUPLICATE_COSINE}" in memory and "0.7 * similarity + 0.2 * recency + 0.1 * importance" in memory
 
 
 def test_episode_ids_are_stable():

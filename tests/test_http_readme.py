@@ -1,15 +1,15 @@
-"""The README's curl examples, run by bash as a user would run them: `waypoint serve`, a key from
-`waypoint keys create`, curl against the API, a worker serving the demo agent."""
+"""The HTTP API guide's curl examples (docs/guides/http-api.md), run by bash as a user would run them:
+`waypoint serve`, a key from `waypoint keys create`, curl against the API, a worker serving the demo agent."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
-from pathlib import Path
 
 import pytest
 
+from tests.docs import first_block, page
 from tests.ports import reserve_port
 from waypoint.app.client import Waypoint
 from waypoint.config import Settings
@@ -17,12 +17,9 @@ from waypoint.demo import seed_workspace
 
 pytestmark = pytest.mark.postgres
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
-
 
 def curl_block() -> str:
-    section = README.split("### Try it with curl", 1)[1]
-    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return first_block(page("guides/http-api.md"), "## Try it with curl")
 
 
 @pytest.mark.timeout(240)

@@ -106,10 +106,11 @@ async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunSto
 
 
 def readme_mcp_config() -> dict[str, Any]:
-    """The stdio configuration the README gives an MCP client (the first JSON block of its section)."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("### Waypoint as an MCP server", 1)[1]
-    return json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])["mcpServers"]["waypoint"]
+    """The stdio configuration the MCP guide gives an MCP client (the first JSON block of its section)."""
+    from tests.docs import first_block, page
+
+    config = json.loads(first_block(page("guides/mcp.md"), "## Waypoint as an MCP server", "json"))
+    return config["mcpServers"]["waypoint"]
 
 
 async def test_an_mcp_client_starts_it_elsewhere_with_the_readmes_variables(

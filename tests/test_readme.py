@@ -1,4 +1,5 @@
-"""The README stays true: its agent example runs, and every setting and command is documented."""
+"""The README and the documentation pages stay true: their examples run as written, every setting and
+command is documented, and every command they show exists with the options it is shown with."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
+from tests.docs import README, everything, first_block, page, problems_of, reference_hook, shown_commands
 from tests.ports import reserve_port
 from waypoint.app.cli import app
 from waypoint.app.client import Waypoint
@@ -25,38 +27,92 @@ from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+DOCS = everything()
 
 
 def test_every_setting_is_documented():
     for name, field in Settings.model_fields.items():
         aliases = getattr(field.validation_alias, "choices", None) or [f"WAYPOINT_{name.upper()}"]
-        assert any(f"`{alias}`" in README for alias in aliases), f"{aliases[0]} is missing from the README"
+        assert any(f"`{alias}`" in DOCS for alias in aliases), f"{aliases[0]} is missing from the README and docs/"
 
 
 def test_every_command_is_documented():
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     for name in commands:
-        assert f"`waypoint {name}" in README, f"`waypoint {name}` is missing from the README"
+        assert f"`waypoint {name}" in DOCS, f"`waypoint {name}` is missing from the README and docs/"
+
+
+def test_the_readmes_links_reach_their_pages():
+    """mkdocs checks the pages' links (`mkdocs build --strict`); the README is no page of the site."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
+    assert len(links) > 20, links
+    root = Path(__file__).parent.parent
+    missing = [link for link in links if not link.startswith("http") and not (root / link).is_file()]
+    assert not missing, missing
+
+
+def test_the_reference_pages_are_generated_from_the_code():
+    """What `mkdocs build` puts in the reference pages (CI builds them with --strict): every command,
+    every setting's variable, every /v1 route, every public name, every error."""
+    import waypoint
+
+    hook = reference_hook()
+    cli = hook.cli()
+    for path, _ in hook.waypoint_commands():
+        assert f"waypoint {' '.join(path)}\n" in cli, path
+    configuration = hook.configuration()
+    for name, field in Settings.model_fields.items():
+        assert all(f"`{v}`" in configuration for v in hook.setting_variables(name, field)), name
+    http = hook.http()
+    routes = [path for path in hook.openapi()["paths"] if path.startswith("/v1")]
+    assert len(routes) > 40 and all(f" {path}`" in http for path in routes)
+    python = hook.python_api()
+    assert all(f"[`{name}`]" in python for name in waypoint.__all__)
+    assert "| `WaypointError` |" in hook.errors() and "| `NotFound` |" in hook.errors()
+    # a marker a page holds becomes the generated text
+    assert "waypoint cron create" in hook.on_page_markdown("<!-- reference: cli -->", None, None, None)
+
+
+def test_every_command_shown_exists_with_its_options():
+    """Each `waypoint ...` of the README and the pages, in a shell block or inline: its command and
+    subcommands exist, and so does every option it is shown with (a renamed command or option fails)."""
+    root = typer.main.get_command(app)
+    shown = list(shown_commands())
+    assert len(shown) > 200 and {s.where for s in shown} > {"README.md", "docs/guides/cli.md"}
+    problems = [f"{s.where}: {s.text}: {p}" for s in shown for p in problems_of(s, root)]
+    assert not problems, "\n".join(problems)
 
 
 def test_each_concept_is_explained_once():
-    concepts = re.findall(r"^- \*\*([^*]+)\*\*", README.split("## Concepts", 1)[1].split("\n## ", 1)[0], re.M)
+    concepts = re.findall(r"^- \*\*([^*]+)\*\*", page("getting-started/concepts.md"), re.M)
+    assert len(concepts) > 10, concepts
     assert len(concepts) == len(set(concepts)), concepts
 
 
 def test_quick_start_is_two_commands():
     block = README.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     assert block.strip().splitlines() == ['pip install -e ".[test]" && waypoint demo', "pytest"]
+    # the site's home page shows the README's quick start itself, not a copy
+    assert "<!-- --8<-- [start:quick-start] -->" in README.split("## Quick start", 1)[1]
+    assert '--8<-- "README.md:quick-start"' in page("index.md")
 
 
 def own_agent_commands() -> tuple[str, list[str]]:
-    """The "Your own agent" section: the module's code, and the shell lines that run it."""
-    section = README.split("## Your own agent", 1)[1]
+    """The first agent's page: the module's code, and the shell lines that run it."""
+    section = page("getting-started/first-agent.md")
     code = re.search(r"```python\n(from waypoint import Agent.*?)```", section, re.S).group(1)
     shell = section.split("Then point the worker at it and start a run:", 1)[1].split("```bash\n", 1)[1]
     lines = [line.split("#", 1)[0].strip() for line in shell.split("```", 1)[0].strip().splitlines()]
     return code, lines
+
+
+def test_the_readmes_agent_is_the_first_agent_pages():
+    """The README shows the first agent's code and commands; they are the page's, which the tests run."""
+    code, lines = own_agent_commands()
+    section = README.split("## Your own agent", 1)[1]
+    assert first_block(section, "Save this as", "python") == code
+    shell = first_block(section, "Then point the worker at it and start a run:")
+    assert [line.split("#", 1)[0].strip() for line in shell.strip().splitlines()] == lines
 
 
 def own_ports() -> dict[str, str]:
@@ -139,7 +195,7 @@ async def test_the_sql_examples_run(client, engine, settings: Settings, worker):
     wp = Waypoint(client, engine, settings)
     run_id = await wp.start_run("add", agent="calculator")
     await wp.result(run_id)
-    sql = "\n".join(re.findall(r"```sql\n(.*?)```", README, re.S))
+    sql = "\n".join(re.findall(r"```sql\n(.*?)```", DOCS, re.S))
     statements = [s.strip() for s in sql.replace("run-…", run_id).split(";") if s.strip()]
     assert len(statements) >= 6
     async with engine.connect() as conn:
@@ -152,10 +208,10 @@ async def test_the_sql_examples_run(client, engine, settings: Settings, worker):
 @pytest.mark.postgres
 @pytest.mark.timeout(240)
 async def test_the_python_api_example_runs_and_its_fork_completes(memory_worker, settings: Settings):
-    """The Python API section's block, as a script (in an `async def main()`), on the demo agent."""
+    """The Python client guide's first block, as a script (in an `async def main()`), on the demo agent."""
     wp, _ = memory_worker
     seed_workspace(settings.resolved_workspace)
-    block = README.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    block = first_block(page("guides/python-client.md"), "# The Python client", "python")
     script = "import asyncio\n\nasync def main():\n" + textwrap.indent(block, "    ")
     script += "    print(fork_id)\n\nasyncio.run(main())\n"
     proc = await asyncio.create_subprocess_exec(
@@ -175,7 +231,7 @@ async def test_the_python_api_example_runs_and_its_fork_completes(memory_worker,
 
 def fake_server_commands() -> list[str]:
     """The shell lines that try an `openai:` agent on the fake server: its script, the server, the export."""
-    section = README.split("To try an `openai:` agent without an API key", 1)[1]
+    section = page("getting-started/first-agent.md").split("To try an `openai:` agent without an API key", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     return [line.split("   #", 1)[0].strip() for line in block.strip().splitlines()]
 
@@ -216,7 +272,8 @@ async def test_the_fake_servers_script_answers_every_run(tmp_path: Path, client,
 
 def other_fake_commands() -> list[list[str]]:
     """The README's lines that run the treasurer on the Anthropic and Gemini fakes, three per provider."""
-    section = README.split("The same `turns.json` drives the fakes of the other providers", 1)[1]
+    text = page("getting-started/first-agent.md")
+    section = text.split("The same `turns.json` drives the fakes of the other providers", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     lines = [line.split("   #", 1)[0].strip() for line in block.strip().splitlines()]
     return [lines[i : i + 3] for i in range(0, len(lines), 3)]
@@ -264,9 +321,8 @@ async def test_the_treasurer_runs_on_each_providers_fake_as_typed(
 
 
 def evaluation_commands() -> list[str]:
-    """The Evaluations section's worked example: its first shell block, a command a line."""
-    section = README.split("## Evaluations", 1)[1]
-    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    """The evaluations guide's worked example: its first shell block, a command a line."""
+    block = first_block(page("guides/evaluations.md"), "# Evaluations")
     return [line.strip() for line in block.strip().splitlines()]
 
 

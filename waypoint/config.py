@@ -22,7 +22,7 @@ from waypoint.names import VersioningMode
 
 
 class Settings(BaseSettings):
-    """Every setting, with its `WAYPOINT_` variable name in the README."""
+    """Every setting, read from its `WAYPOINT_` variable (docs/reference/configuration.md lists them all)."""
 
     model_config = SettingsConfigDict(env_prefix="WAYPOINT_", extra="ignore")
 
