@@ -23,7 +23,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
-from waypoint import telemetry
+from waypoint import retry, telemetry
 from waypoint.activities.agents import AgentCallActivities
 from waypoint.activities.capacity import Capacity
 from waypoint.activities.checkpoints import CheckpointActivities
@@ -262,7 +262,7 @@ def build_worker(
         # Tracing (one trace per run), step metrics and run/step/trace ids in activity logs.
         interceptors=telemetry.worker_interceptors(client, settings),
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        sticky_queue_schedule_to_start_timeout=retry.STICKY_QUEUE_TIMEOUT,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
         **versioning(settings),
         **limits,
@@ -315,6 +315,7 @@ def build_memory_worker(
             tools.run_tool,
         ],
         interceptors=telemetry.worker_interceptors(client, settings),
+        sticky_queue_schedule_to_start_timeout=retry.STICKY_QUEUE_TIMEOUT,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
         **versioning(settings),
     )
