@@ -219,6 +219,8 @@ def build_worker(
         deltas=delta_publisher(store, settings),
     )
     models.warm()  # the SDKs' imports now, not inside the first call's heartbeat timeout
+    if any(agent.mcp for agent in agents):
+        mcp.warm()
     tools = ToolActivities(store, agents, settings, mcp=mcp)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
