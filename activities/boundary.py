@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -21,7 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from waypoint.errors import WaypointError
-from waypoint.retry import HEARTBEAT_EVERY
+from waypoint.retry import heartbeat_every
 from waypoint.store.db import database_error
 
 log = logging.getLogger("waypoint.activity")
@@ -134,22 +135,37 @@ def attempt() -> int:
     return activity.info().attempt if activity.in_activity() else 1
 
 
+# Set while a `heartbeating` block beats for the running activity: a block inside it adds no second beat.
+_beating: contextvars.ContextVar[bool] = contextvars.ContextVar("waypoint_heartbeating", default=False)
+
+
 @contextlib.asynccontextmanager
-async def heartbeating(*details: Any, every: float = HEARTBEAT_EVERY) -> AsyncIterator[None]:
+async def heartbeating(*details: Any, every: float | None = None) -> AsyncIterator[None]:
     """Heartbeat in the background while the body runs: a killed worker stops heartbeating, and
     Temporal retries the attempt elsewhere after the heartbeat timeout instead of waiting out the
-    whole start-to-close timeout."""
+    whole start-to-close timeout.
+
+    `every`: seconds between beats; by default a quarter of the activity's heartbeat timeout and at
+    most one second (`retry.heartbeat_every`). The details are sent as they are at each beat, so a
+    mutable one (a dict of progress) carries its latest state. A block inside another one of the same
+    activity beats nothing itself: the outer beat, with its details, goes on."""
+    info = activity.info()
+    if info.is_local or _beating.get():  # a local activity lives in its workflow task: nothing to heartbeat
+        yield
+        return
+    pace = every if every is not None else heartbeat_every(info.heartbeat_timeout)
 
     async def beat() -> None:
         while True:
             activity.heartbeat(*details)
-            await asyncio.sleep(every)
+            await asyncio.sleep(pace)
 
-    if activity.info().is_local:  # a local activity lives in its workflow task: nothing to heartbeat
-        yield
-        return
-    async with alongside(beat()):
-        yield
+    token = _beating.set(True)
+    try:
+        async with alongside(beat()):
+            yield
+    finally:
+        _beating.reset(token)
 
 
 @contextlib.asynccontextmanager

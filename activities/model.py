@@ -55,7 +55,7 @@ from waypoint.memory.steps import (
     saved_memory,
 )
 from waypoint.models import ModelAdapter, ScriptedModel
-from waypoint.models.spec import Provider, check_extra, parse_model_spec
+from waypoint.models.spec import ModelSpec, Provider, check_extra, configured_providers, parse_model_spec
 from waypoint.names import LOST_ATTEMPT, Activity
 from waypoint.pricing import cost_usd
 from waypoint.store import RunStore
@@ -72,6 +72,8 @@ log = logging.getLogger("waypoint.memory")
 
 # Temporal refuses payloads over 2 MB; stay well under it.
 MAX_TURN_BYTES = 1_000_000
+# The model name `warm` builds each provider's adapter with: it makes the client, never a request.
+WARM_MODEL = "warm-up"
 
 
 def call_record(
@@ -132,6 +134,11 @@ class ModelActivities:
                     f"agent {agent_name!r} has no scripted turns; pick a model with --model openai:<name>"
                 )
             return agent.model
+        return self._sdk_adapter(spec, agent.provider_key_env)
+
+    def _sdk_adapter(self, spec: ModelSpec, key_env: str | None) -> ModelAdapter:
+        """The adapter of a provider's model, through its SDK (imported on first need), with the key
+        from `key_env` (an agent's own variable) or the provider's usual ones."""
         if spec.provider != Provider.OPENAI:
             # Each SDK is imported by the workers that call it only; a missing extra names its pip install.
             check_extra(spec.provider)
@@ -139,7 +146,7 @@ class ModelActivities:
                 from waypoint.models.anthropic import make_adapter
             else:
                 from waypoint.models.google import make_adapter
-            return make_adapter(self.settings, spec.name, agent.provider_key_env, self._clients)
+            return make_adapter(self.settings, spec.name, key_env, self._clients)
         # The openai SDK takes about half a second to import: only workers that call it pay that.
         from waypoint.models.openai import OpenAIChatModel, openai_client
 
@@ -250,22 +257,25 @@ class ModelActivities:
         return self.deltas.attempt(inp.run_id, inp.step, attempt)
 
     def warm(self) -> None:
-        """Import the SDK of every provider the agents name and make its client, at worker start.
+        """Import the SDK of every provider this worker may call and make its client, at worker start:
+        those the agents name (with each agent's own key variable) and every one whose key or base URL
+        is set on the worker (`configured_providers`: a run's own `--model` may name it).
 
         The first call after a worker starts must not do it: an SDK import holds the event loop
         for half a second on an idle machine and seconds on a loaded one, long enough for the
         attempt to miss its heartbeat timeout and be made twice (billed twice by the provider).
         A provider this worker cannot call (no key, no extra) is left for the call to name."""
-        warmed = self._warmed
+        wanted: dict[Provider, set[str | None]] = {p: {None} for p in configured_providers(self.settings)}
         for agent in self.agents:
             if isinstance(agent.model, ScriptedModel):
                 continue
             for spec in agent.models:
-                provider = parse_model_spec(spec).provider
-                if provider not in warmed:
-                    warmed.add(provider)
-                    with contextlib.suppress(ConfigError):
-                        self.adapter(agent.name, spec)
+                wanted.setdefault(parse_model_spec(spec).provider, set()).add(agent.provider_key_env)
+        for provider, key_variables in wanted.items():
+            self._warmed.add(provider)
+            for key_env in key_variables:
+                with contextlib.suppress(ConfigError):
+                    self._sdk_adapter(ModelSpec(provider, WARM_MODEL), key_env)
 
     @activity.defn(name=Activity.CALL_MODEL)
     @boundary

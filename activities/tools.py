@@ -121,6 +121,14 @@ class ToolActivities:
     @activity.defn(name=Activity.RUN_TOOL)
     @boundary
     async def run_tool(self, inp: RunToolInput) -> ToolResult:
+        # Heartbeats start with the attempt and last to its end (ledger reads, a rerun's lookups, the
+        # tool, the ledger write), never more than a second apart. Their details: the call's key and,
+        # for an MCP task, its id (a retry after a worker crash resumes polling that task).
+        progress: dict[str, Any] = {"key": inp.idempotency_key, "mcp_task": previous_task()}
+        async with heartbeating(progress):
+            return await self._run_tool(inp, progress)
+
+    async def _run_tool(self, inp: RunToolInput, progress: dict[str, Any]) -> ToolResult:
         key = inp.idempotency_key
         call = inp.call
         done = await self._ledger(key, lambda: self.store.recorded_effect(inp.tenant_id, key))
@@ -133,8 +141,6 @@ class ToolActivities:
             return answered
         started = time.monotonic()
         attempt = activity.info().attempt
-        # Heartbeat details: the call's key and, for an MCP task, its id (a retry resumes polling it).
-        progress: dict[str, Any] = {"key": key, "mcp_task": previous_task()}
         try:
             invocation = await self._resolve(inp, attempt, progress)
         except UnknownTool as exc:
@@ -143,17 +149,16 @@ class ToolActivities:
             output, outcome = f"error: {exc}", ToolOutcome.BAD_CALL
         else:
             try:
-                async with heartbeating(progress):
-                    with tool_span(
-                        call.name,
-                        call.id,
-                        run_id=inp.run_id,
-                        step=inp.step,
-                        tenant=inp.tenant_id,
-                        attempt=attempt,
-                        mcp_server=invocation.mcp_server,
-                    ):
-                        output, outcome = await invocation.run(), ToolOutcome.OK
+                with tool_span(
+                    call.name,
+                    call.id,
+                    run_id=inp.run_id,
+                    step=inp.step,
+                    tenant=inp.tenant_id,
+                    attempt=attempt,
+                    mcp_server=invocation.mcp_server,
+                ):
+                    output, outcome = await invocation.run(), ToolOutcome.OK
             except ToolError as exc:
                 output, outcome = f"error: {exc}", ToolOutcome.TOOL_ERROR
         effect = Effect(

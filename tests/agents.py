@@ -703,3 +703,28 @@ staller = Agent(
     memory=False,
 )
 TEST_AGENTS.append(staller)
+
+
+COLD_EFFECTS = "cold-effects.log"  # one line per run of `stamp`: the call's idempotency key
+
+
+@tool
+async def stamp(ctx: ToolContext, step: int) -> str:
+    """Write that this step happened: one line per run of the tool, so a call made twice shows twice."""
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    with (ctx.workspace / COLD_EFFECTS).open("a") as effects:
+        effects.write(ctx.idempotency_key + "\n")
+    return f"step {step} stamped"
+
+
+# tests/test_cold_starts.py: each step's model call is the first request of a freshly started worker,
+# through the openai SDK to the test's fake provider (which says what to call), with the defaults
+# (memory on).
+cold_start = Agent(
+    name="cold_start",
+    instructions="Stamp each step with the stamp tool until told to stop.",
+    model="openai:cold-start",
+    tools=(stamp,),
+    max_steps=40,
+)
+TEST_AGENTS.append(cold_start)

@@ -53,8 +53,14 @@ NON_RETRYABLE = non_retryable_types()
 
 # A worker killed mid-activity stops heartbeating; Temporal retries the attempt elsewhere after this.
 HEARTBEAT_TIMEOUT = timedelta(seconds=2)
-# Seconds between heartbeat calls; the SDK sends at most one per 0.8 x HEARTBEAT_TIMEOUT anyway.
-HEARTBEAT_EVERY = 0.5
+# The longest gap between two heartbeat calls of a running activity, whatever its heartbeat timeout:
+# a beat that paced itself by a long timeout alone would leave a dead worker unnoticed for long.
+HEARTBEAT_MAX_GAP = 1.0
+# After a worker dies, its sticky queue holds the next workflow task of each of its runs until this
+# passes, then the task goes to the normal queue, where any worker takes it (Temporal's default is
+# 10 s: a kill between two steps cost that much, though a new worker was up in 1-2 s). A live
+# worker starts a sticky task in milliseconds, so a short wait costs nothing but a cache miss.
+STICKY_QUEUE_TIMEOUT = timedelta(seconds=1)
 # Delay before re-running an attempt whose worker vanished (HTTP errors bring their own delay).
 RECOVERY_INTERVAL = timedelta(milliseconds=200)
 # Postgres writes are single short statements: a short timeout means a worker killed mid-write
@@ -84,6 +90,16 @@ COMPACT_TIMEOUT = timedelta(minutes=10)
 # The tool ledger rides out a database outage this long (heartbeating), so an outage does not
 # spend the tool's own attempts and the model is never told a tool failed because Postgres blinked.
 LEDGER_PATIENCE_SECONDS = 60.0
+
+
+def heartbeat_every(timeout: timedelta | None) -> float:
+    """Seconds between heartbeat calls of an activity with heartbeat timeout `timeout`: a quarter of it,
+    so a beat or two may be late without the attempt being given up, and never more than
+    HEARTBEAT_MAX_GAP. (Temporal's client sends at most one per 0.8 x the timeout; the calls between
+    only refresh what it sends.)"""
+    if timeout is None or timeout <= timedelta(0):
+        return HEARTBEAT_MAX_GAP
+    return min(timeout.total_seconds() / 4, HEARTBEAT_MAX_GAP)
 
 
 def inline_compaction_timeout(spec: RetrySpec) -> timedelta:

@@ -23,7 +23,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
-from waypoint import telemetry
+from waypoint import retry, telemetry
 from waypoint.activities.agents import AgentCallActivities
 from waypoint.activities.capacity import Capacity
 from waypoint.activities.checkpoints import CheckpointActivities
@@ -219,6 +219,8 @@ def build_worker(
         deltas=delta_publisher(store, settings),
     )
     models.warm()  # the SDKs' imports now, not inside the first call's heartbeat timeout
+    if any(agent.mcp for agent in agents):
+        mcp.warm()
     tools = ToolActivities(store, agents, settings, mcp=mcp)
     telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
     compaction = CompactionActivities(store, settings)
@@ -262,7 +264,7 @@ def build_worker(
         # Tracing (one trace per run), step metrics and run/step/trace ids in activity logs.
         interceptors=telemetry.worker_interceptors(client, settings),
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        sticky_queue_schedule_to_start_timeout=retry.STICKY_QUEUE_TIMEOUT,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
         **versioning(settings),
         **limits,
@@ -315,6 +317,7 @@ def build_memory_worker(
             tools.run_tool,
         ],
         interceptors=telemetry.worker_interceptors(client, settings),
+        sticky_queue_schedule_to_start_timeout=retry.STICKY_QUEUE_TIMEOUT,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
         **versioning(settings),
     )

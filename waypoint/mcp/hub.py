@@ -9,8 +9,8 @@ Sessions open on first use and are kept: a stdio server is a child process of th
 once and started again when it died (the call that found it dead fails; its retry gets a fresh
 one). HTTP sessions need no worker affinity: any worker opens its own.
 
-The SDK is imported when the first session opens, so a worker whose agents use no MCP server
-never loads it.
+The SDK is imported when the worker is built if its agents use MCP servers (`warm`), else when the
+first session opens, so a worker whose agents use none never loads it.
 """
 
 from __future__ import annotations
@@ -51,6 +51,12 @@ class MCPHub:
         self._locks: dict[MCPServer, asyncio.Lock] = {}
         self._recorded: OrderedDict[tuple[str, str], dict[str, MCPTool]] = OrderedDict()
         self._closed = False
+
+    def warm(self) -> None:
+        """Import the SDK now, at worker start, for a worker whose agents use MCP servers: the first
+        session must not import it on the event loop inside a tool call, where on a loaded machine it
+        held the loop past the call's heartbeat timeout."""
+        import waypoint.mcp.session  # noqa: F401
 
     # --- sessions ----------------------------------------------------------------------------------
 

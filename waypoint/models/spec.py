@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from waypoint.errors import InvalidInput
 from waypoint.names import Provider
+
+if TYPE_CHECKING:
+    from waypoint.config import Settings
 
 # The variables a worker reads each provider's API key from, in order (an agent's `provider_key_env`
 # replaces them for its own calls).
@@ -13,6 +18,13 @@ KEY_VARIABLES = {
     Provider.OPENAI: ("OPENAI_API_KEY", "WAYPOINT_OPENAI_API_KEY"),
     Provider.ANTHROPIC: ("ANTHROPIC_API_KEY",),
     Provider.GOOGLE: ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+}
+
+# The variables that point a provider's SDK at another endpoint (a proxy, a gateway, a fake).
+BASE_URL_VARIABLES = {
+    Provider.OPENAI: ("OPENAI_BASE_URL", "WAYPOINT_OPENAI_BASE_URL"),
+    Provider.ANTHROPIC: ("ANTHROPIC_BASE_URL",),
+    Provider.GOOGLE: ("GOOGLE_GEMINI_BASE_URL",),
 }
 
 # The extra that installs each provider's SDK, and the module it imports.
@@ -52,6 +64,20 @@ def has_extra(provider: Provider) -> bool:
         return importlib.util.find_spec(PROVIDER_EXTRAS[provider][1]) is not None
     except ModuleNotFoundError:
         return False
+
+
+def configured_providers(settings: Settings) -> list[Provider]:
+    """The providers this process is set up to call: a key or a base URL is set for it (the settings'
+    for OpenAI, the provider's usual variables for the others) and its SDK is installed."""
+    found = []
+    for provider, keys in KEY_VARIABLES.items():
+        if provider == Provider.OPENAI:
+            configured = settings.openai_api_key is not None or settings.openai_base_url is not None
+        else:
+            configured = any(os.environ.get(name) for name in (*keys, *BASE_URL_VARIABLES[provider]))
+        if configured and has_extra(provider):
+            found.append(provider)
+    return found
 
 
 def check_extra(provider: Provider) -> None:
