@@ -7,24 +7,26 @@
   the providers' APIs, answering scripted turns (`python -m waypoint.testing.fake_openai` runs one).
 
 Names are imported on first use: importing one fake server loads neither the stack nor Temporal.
+The stack and time-skipping helpers stand on the app (`waypoint/app/embedded.py`, `scripted.py`),
+which uses the fake servers (`waypoint demo --chaos`): this package only hands their names on.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 _EXPORTS = {
     "FakeAnthropic": "waypoint.testing.fake_anthropic",
     "FakeGemini": "waypoint.testing.fake_gemini",
     "FakeOpenAI": "waypoint.testing.fake_openai",
     "Reply": "waypoint.testing.fake_openai",
-    "ScriptedRun": "waypoint.testing.timeskip",
+    "ScriptedRun": "waypoint.app.scripted",
     "Turn": "waypoint.testing.fake_openai",
-    "embedded_stack": "waypoint.testing.stack",
-    "run_scripted": "waypoint.testing.timeskip",
-    "stack_settings": "waypoint.testing.stack",
-    "time_skipping": "waypoint.testing.timeskip",
+    "embedded_stack": "waypoint.app.embedded",
+    "run_scripted": "waypoint.app.scripted",
+    "stack_settings": "waypoint.app.embedded",
+    "time_skipping": "waypoint.app.scripted",
 }
 
 __all__ = [
@@ -39,13 +41,6 @@ __all__ = [
     "stack_settings",
     "time_skipping",
 ]
-
-if TYPE_CHECKING:
-    from waypoint.testing.fake_anthropic import FakeAnthropic
-    from waypoint.testing.fake_gemini import FakeGemini
-    from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
-    from waypoint.testing.stack import embedded_stack, stack_settings
-    from waypoint.testing.timeskip import ScriptedRun, run_scripted, time_skipping
 
 
 def __getattr__(name: str) -> Any:
