@@ -12,6 +12,7 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio import activity, workflow
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -19,6 +20,7 @@ from waypoint import Settings, Waypoint, WaypointPlugin, worker_plugin
 from waypoint.agents import AgentRegistry
 from waypoint.app.plugin import WORKFLOWS
 from waypoint.app.worker import build_worker
+from waypoint.codec import EncryptionCodec
 from waypoint.demo import DEMO_TASK, seed_workspace
 from waypoint.demo import demo as demo_agent
 from waypoint.errors import ConfigError
@@ -102,3 +104,14 @@ async def test_codec_keys_with_a_client_that_does_not_encrypt_is_one_clear_error
             task_queue=settings.task_queue,
             plugins=[WaypointPlugin(keyed, agents=[demo_agent], engine=engine)],
         )
+
+
+async def test_on_the_client_the_plugin_brings_the_encrypting_converter_to_its_workers(
+    ts: WorkflowEnvironment, engine: AsyncEngine, settings: Settings
+) -> None:
+    keyed = settings.model_copy(update={"codec_keys": SecretStr("k1:" + base64.b64encode(bytes(32)).decode())})
+    plugin = WaypointPlugin(keyed, agents=[demo_agent], engine=engine)
+    client = await Client.connect(ts.client.service_client.config.target_host, plugins=[plugin])
+    assert isinstance(client.data_converter.payload_codec, EncryptionCodec)
+    worker = Worker(client, task_queue=settings.task_queue)  # the client's plugin configures it: no error
+    assert list(worker.config(active_config=True)["workflows"]) == WORKFLOWS
