@@ -20,10 +20,8 @@ import os
 import shlex
 import statistics
 import subprocess
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -31,11 +29,11 @@ from rich.table import Table
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
-from waypoint.app.embedded import EmbeddedStack, free_port
 from waypoint.app.temporal import connect
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
+from waypoint.testing import embedded_stack, stack_settings
 
 TARGETS = {"--help": 0.5, "runs --json": 1.0, "status RUN --json": 1.0, "--version": 0.5}
 
@@ -68,36 +66,24 @@ def main() -> None:
     parser.add_argument("--command", default="waypoint", help="How to call the CLI (split like a shell).")
     args = parser.parse_args()
     prefix = shlex.split(args.command)
-    with tempfile.TemporaryDirectory() as tmp:
-        state = Path(tmp) / "state"
-        stack = EmbeddedStack(state, temporal_port=free_port(), ui_port=None)
-        info = stack.start()
-        try:
-            settings = Settings(
-                state_dir=state,
-                temporal_address=info.temporal_address,
-                database_url=info.database_url,
-                task_queue=f"bench-{uuid.uuid4().hex[:6]}",
-                memory=False,
-            )
-            run_id = asyncio.run(one_run(settings))
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
-            env |= settings.child_environment()
-            table = Table(title=f"`{args.command}` wall time, {args.repeat} runs after a warm-up (seconds)")
-            for col in ("command", "median", "min", "max", "target", "met"):
-                table.add_column(col, justify="left" if col == "command" else "right")
-            for label, target in TARGETS.items():
-                argv = [*prefix, *label.replace("RUN", run_id).split()]
-                if timed(argv, env) is None:  # the warm-up run also tells whether it works
-                    table.add_row(label, "fails", "", "", f"{target}", "")
-                    continue
-                samples = [t for t in (timed(argv, env) for _ in range(args.repeat)) if t is not None]
-                median = statistics.median(samples)
-                met = "yes" if median <= target else "NO"
-                table.add_row(label, f"{median:.2f}", f"{min(samples):.2f}", f"{max(samples):.2f}", f"{target}", met)
-            Console().print(table)
-        finally:
-            stack.stop()
+    with embedded_stack() as stack:
+        settings = stack_settings(stack, task_queue=f"bench-{uuid.uuid4().hex[:6]}", memory=False)
+        run_id = asyncio.run(one_run(settings))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WAYPOINT_", "OPENAI_"))}
+        env |= settings.child_environment()
+        table = Table(title=f"`{args.command}` wall time, {args.repeat} runs after a warm-up (seconds)")
+        for col in ("command", "median", "min", "max", "target", "met"):
+            table.add_column(col, justify="left" if col == "command" else "right")
+        for label, target in TARGETS.items():
+            argv = [*prefix, *label.replace("RUN", run_id).split()]
+            if timed(argv, env) is None:  # the warm-up run also tells whether it works
+                table.add_row(label, "fails", "", "", f"{target}", "")
+                continue
+            samples = [t for t in (timed(argv, env) for _ in range(args.repeat)) if t is not None]
+            median = statistics.median(samples)
+            met = "yes" if median <= target else "NO"
+            table.add_row(label, f"{median:.2f}", f"{min(samples):.2f}", f"{max(samples):.2f}", f"{target}", met)
+        Console().print(table)
 
 
 if __name__ == "__main__":

@@ -48,9 +48,10 @@ from sqlalchemy import text
 
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
-from waypoint.app.embedded import EmbeddedStack, free_port
+from waypoint.app.embedded import EmbeddedStack
 from waypoint.config import Settings
 from waypoint.names import CaseStatus, EventKind, ExperimentStatus, RunStatus
+from waypoint.testing import embedded_stack
 
 HERE = Path(__file__).resolve().parent
 AGENT = EVALS_AGENT.name
@@ -351,13 +352,8 @@ def main() -> None:
     if min(args.cases, args.concurrency, args.rounds) < 1 or args.cases < 2:
         parser.error("--cases must be at least 2, --concurrency and --rounds at least 1")
     with tempfile.TemporaryDirectory(prefix="waypoint-bench-") as tmp:
-        stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
+        with embedded_stack(Path(tmp)) as stack:
             ok = asyncio.run(bench(args, stack, Path(tmp)))
-        finally:
-            stack.stop()
     sys.exit(0 if ok else 1)
 
 

@@ -55,10 +55,11 @@ from rich.table import Table
 
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
-from waypoint.app.embedded import EmbeddedStack, free_port
+from waypoint.app.embedded import EmbeddedStack
 from waypoint.config import Settings
 from waypoint.names import RunStatus
 from waypoint.store.rows import RunRow
+from waypoint.testing import embedded_stack
 from waypoint.testing.capacity import Capacity
 from waypoint.testing.fake_openai import FakeOpenAI
 
@@ -377,13 +378,8 @@ def main() -> None:
     for key in [k for k in os.environ if k.startswith(("WAYPOINT_", "OPENAI_"))]:
         del os.environ[key]
     with tempfile.TemporaryDirectory(prefix="waypoint-flow-") as tmp:
-        stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
+        with embedded_stack(Path(tmp)) as stack:
             asyncio.run(bench(args, stack, Path(tmp)))
-        finally:
-            stack.stop()
 
 
 if __name__ == "__main__":

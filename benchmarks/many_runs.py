@@ -41,9 +41,10 @@ from rich.table import Table
 
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
-from waypoint.app.embedded import EmbeddedStack, free_port
+from waypoint.app.embedded import EmbeddedStack
 from waypoint.config import Settings
 from waypoint.names import RunStatus
+from waypoint.testing import embedded_stack
 from waypoint.testing.fake_openai import FakeOpenAI
 
 HERE = Path(__file__).resolve().parent
@@ -198,17 +199,14 @@ def main() -> None:
     for key in [k for k in os.environ if k.startswith(("WAYPOINT_", "OPENAI_"))]:
         del os.environ[key]
     with tempfile.TemporaryDirectory(prefix="waypoint-many-") as tmp:
-        stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
-        ledger = common.Ledger()
-        fake = FakeOpenAI(common.responder(ledger, delay=args.delay))
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
-            fake.start()
-            asyncio.run(bench(args, stack, fake, ledger, Path(tmp)))
-        finally:
-            fake.stop()
-            stack.stop()
+        with embedded_stack(Path(tmp)) as stack:
+            ledger = common.Ledger()
+            fake = FakeOpenAI(common.responder(ledger, delay=args.delay))
+            try:
+                fake.start()
+                asyncio.run(bench(args, stack, fake, ledger, Path(tmp)))
+            finally:
+                fake.stop()
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from waypoint.mcp import MCPServer
 from waypoint.models.scripted import ScriptedModel, ScriptedTurn
 from waypoint.names import Activity
 from waypoint.store.schema import tool_effects
+from waypoint.testing import embedded_stack
 from waypoint.tools import tool
 
 HERE = Path(__file__).resolve().parent
@@ -228,16 +229,13 @@ def main() -> None:
     if min(args.steps, args.runs) < 1:
         parser.error("--steps and --runs must be at least 1")
     with tempfile.TemporaryDirectory(prefix="waypoint-bench-") as tmp:
-        stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
-        url, http = serve_http()
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
-            asyncio.run(bench(args, stack, Path(tmp), url))
-        finally:
-            http.terminate()
-            http.wait(10)
-            stack.stop()
+        with embedded_stack(Path(tmp)) as stack:
+            url, http = serve_http()
+            try:
+                asyncio.run(bench(args, stack, Path(tmp), url))
+            finally:
+                http.terminate()
+                http.wait(10)
 
 
 if __name__ == "__main__":

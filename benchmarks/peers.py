@@ -53,10 +53,11 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
-from waypoint.app.embedded import EmbeddedStack, free_port
+from waypoint.app.embedded import EmbeddedStack
 from waypoint.app.worker import run_worker
 from waypoint.config import Settings
 from waypoint.telemetry import span_file
+from waypoint.testing import embedded_stack
 from waypoint.testing.fake_openai import FakeOpenAI
 
 HERE = Path(__file__).resolve().parent
@@ -498,19 +499,16 @@ def main() -> None:
     for key in [k for k in os.environ if k.startswith(("WAYPOINT_", "OPENAI_"))]:
         del os.environ[key]
     with tempfile.TemporaryDirectory(prefix="waypoint-peers-") as tmp:
-        stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
-        ledger = common.Ledger()
-        fake = FakeOpenAI(common.responder(ledger))
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
-            fake.start()
-            # The peers' openai clients read these; Waypoint gets them through its Settings.
-            os.environ.update(OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="fake")
-            asyncio.run(bench(args, stack, fake, ledger, Path(tmp)))
-        finally:
-            fake.stop()
-            stack.stop()
+        with embedded_stack(Path(tmp)) as stack:
+            ledger = common.Ledger()
+            fake = FakeOpenAI(common.responder(ledger))
+            try:
+                fake.start()
+                # The peers' openai clients read these; Waypoint gets them through its Settings.
+                os.environ.update(OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="fake")
+                asyncio.run(bench(args, stack, fake, ledger, Path(tmp)))
+            finally:
+                fake.stop()
 
 
 if __name__ == "__main__":

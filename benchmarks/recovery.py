@@ -65,8 +65,9 @@ from temporalio.client import Client
 from waypoint import retry
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
-from waypoint.app.embedded import EmbeddedStack, StackInfo, free_port
+from waypoint.app.embedded import StackInfo
 from waypoint.config import Settings
+from waypoint.testing import embedded_stack
 
 HERE = Path(__file__).resolve().parent
 QUEUE = "bench-recovery"
@@ -329,13 +330,10 @@ def main() -> None:
         parser.error("--runs and --steps must be at least 1, --kills at least 0")
     conditions(args)
     with tempfile.TemporaryDirectory(prefix="waypoint-recovery-") as tmp:
-        stack = EmbeddedStack(Path(tmp) / "stack", temporal_port=free_port(), ui_port=None)
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                info = stack.start()
+        with embedded_stack(Path(tmp) / "stack") as stack:
+            info = stack.info
+            assert info is not None
             code = asyncio.run(bench(args, info, Path(tmp)))
-        finally:
-            stack.stop()
     sys.exit(code)
 
 

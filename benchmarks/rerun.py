@@ -29,9 +29,10 @@ from temporalio.client import Client
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
-from waypoint.app.embedded import EmbeddedStack, free_port
+from waypoint.app.embedded import EmbeddedStack
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
+from waypoint.testing import embedded_stack
 
 console = Console(width=150)
 
@@ -119,13 +120,8 @@ def main() -> None:
     if min(args.steps, args.runs, args.concurrency) < 1:
         parser.error("--runs, --steps and --concurrency must be at least 1")
     with tempfile.TemporaryDirectory(prefix="waypoint-bench-") as tmp:
-        stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
+        with embedded_stack(Path(tmp)) as stack:
             asyncio.run(bench(args, stack, Path(tmp)))
-        finally:
-            stack.stop()
 
 
 if __name__ == "__main__":

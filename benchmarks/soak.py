@@ -62,6 +62,7 @@ from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.embedded import EmbeddedStack, free_port
 from waypoint.app.temporal import connect
 from waypoint.config import Settings
+from waypoint.testing import embedded_stack
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
 HERE = Path(__file__).resolve().parent
@@ -747,13 +748,8 @@ def main() -> None:
     for key in [k for k in os.environ if k.startswith(("WAYPOINT_", "OPENAI_"))]:
         del os.environ[key]
     with tempfile.TemporaryDirectory(prefix="waypoint-soak-") as tmp:
-        stack = EmbeddedStack(Path(tmp) / "stack", temporal_port=free_port(), ui_port=None)
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
+        with embedded_stack(Path(tmp) / "stack") as stack:
             code = asyncio.run(soak(args, stack, Path(tmp), wall_began))
-        finally:
-            stack.stop()
     sys.exit(code)
 
 

@@ -33,11 +33,12 @@ from temporalio.worker import Worker
 
 from waypoint.agents import Agent, AgentRegistry
 from waypoint.app.devstack import prepare_database
-from waypoint.app.embedded import EmbeddedStack, free_port
+from waypoint.app.embedded import EmbeddedStack
 from waypoint.app.worker import build_worker
 from waypoint.config import Settings
 from waypoint.models.scripted import ScriptedModel, ScriptedTurn
 from waypoint.names import Activity, RunStatus
+from waypoint.testing import embedded_stack
 from waypoint.tools import tool
 from waypoint.types import Budget, RunInput
 from waypoint.workflows.agent_run import AgentRunWorkflow
@@ -240,15 +241,12 @@ def on_stack(
 ) -> None:
     """Run a benchmark on a fresh embedded stack in a temporary folder, and stop it after."""
     with tempfile.TemporaryDirectory(prefix="waypoint-bench-") as tmp:
-        stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
-            asyncio.run(run(args, stack, Path(tmp)))
-        finally:
-            if cleanup is not None:
-                cleanup()
-            stack.stop()
+        with embedded_stack(Path(tmp)) as stack:
+            try:
+                asyncio.run(run(args, stack, Path(tmp)))
+            finally:
+                if cleanup is not None:
+                    cleanup()
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import tempfile
 import uuid
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -26,10 +24,9 @@ from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
-from waypoint.app.embedded import EmbeddedStack, free_port
 from waypoint.app.temporal import connect
 from waypoint.app.worker import build_worker
-from waypoint.config import Settings
+from waypoint.testing import embedded_stack, stack_settings
 
 TABLES = ("events", "tool_effects", "checkpoints")
 
@@ -60,35 +57,24 @@ def agent(steps: int, output_kb: int) -> Agent:
 
 
 async def measure(steps: int, output_kb: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        stack = EmbeddedStack(Path(tmp) / "state", temporal_port=free_port(), ui_port=None)
-        info = stack.start()
-        try:
-            settings = Settings(
-                state_dir=Path(tmp) / "state",
-                temporal_address=info.temporal_address,
-                database_url=info.database_url,
-                task_queue=f"storage-{uuid.uuid4().hex[:6]}",
-                memory=False,
-                tracing=False,
+    with embedded_stack() as stack:
+        settings = stack_settings(stack, task_queue=f"storage-{uuid.uuid4().hex[:6]}", memory=False, tracing=False)
+        assert settings.database_url is not None
+        engine = await prepare_database(settings.database_url)
+        client = await connect(settings)
+        async with build_worker(client, engine, settings, AgentRegistry([agent(steps, output_kb)])):
+            wp = Waypoint(client, engine, settings)
+            run_id = await wp.start_run("read the document", agent="reader")
+            result = await wp.result(run_id)
+        sizes = {}
+        async with engine.connect() as conn:
+            await conn.execute(text("CHECKPOINT"))
+            for table in TABLES:
+                sizes[table] = int(await conn.scalar(text(f"SELECT pg_total_relation_size('{table}')")) or 0)
+            raw = await conn.scalar(
+                text("SELECT coalesce(sum(length(output)), 0) FROM tool_effects WHERE run_id = :r"), {"r": run_id}
             )
-            engine = await prepare_database(info.database_url)
-            client = await connect(settings)
-            async with build_worker(client, engine, settings, AgentRegistry([agent(steps, output_kb)])):
-                wp = Waypoint(client, engine, settings)
-                run_id = await wp.start_run("read the document", agent="reader")
-                result = await wp.result(run_id)
-            sizes = {}
-            async with engine.connect() as conn:
-                await conn.execute(text("CHECKPOINT"))
-                for table in TABLES:
-                    sizes[table] = int(await conn.scalar(text(f"SELECT pg_total_relation_size('{table}')")) or 0)
-                raw = await conn.scalar(
-                    text("SELECT coalesce(sum(length(output)), 0) FROM tool_effects WHERE run_id = :r"), {"r": run_id}
-                )
-            await engine.dispose()
-        finally:
-            stack.stop()
+        await engine.dispose()
     n = result.steps
     table = Table(title=f"bytes per step, {n} steps, {output_kb} KB tool outputs ({result.status})")
     for col in ("what", "bytes per step"):

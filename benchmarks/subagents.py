@@ -64,9 +64,10 @@ from temporalio.client import Client
 
 from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
-from waypoint.app.embedded import EmbeddedStack, free_port
+from waypoint.app.embedded import EmbeddedStack
 from waypoint.config import Settings
 from waypoint.names import Activity, child_run_id
+from waypoint.testing import embedded_stack
 from waypoint.testing.fake_openai import FakeOpenAI
 
 HERE = Path(__file__).resolve().parent
@@ -738,19 +739,18 @@ def main() -> None:
     for key in [k for k in os.environ if k.startswith(("WAYPOINT_", "OPENAI_"))]:
         del os.environ[key]
     with tempfile.TemporaryDirectory(prefix="waypoint-subagents-") as tmp:
-        stack = EmbeddedStack(Path(tmp), temporal_port=free_port(), ui_port=None)
-        ledger = common.Ledger()
-        fake = FakeOpenAI(responder(ledger))
-        try:
-            with console.status("starting Temporal and Postgres..."):
-                stack.start()
-            fake.start()
-            # The peer's openai client reads these; Waypoint gets them through its Settings.
-            os.environ.update(OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="fake", OPENAI_AGENTS_DISABLE_TRACING="1")
-            asyncio.run(bench(args, stack, fake, ledger, Path(tmp)))
-        finally:
-            fake.stop()
-            stack.stop()
+        with embedded_stack(Path(tmp)) as stack:
+            ledger = common.Ledger()
+            fake = FakeOpenAI(responder(ledger))
+            try:
+                fake.start()
+                # The peer's openai client reads these; Waypoint gets them through its Settings.
+                os.environ.update(
+                    OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="fake", OPENAI_AGENTS_DISABLE_TRACING="1"
+                )
+                asyncio.run(bench(args, stack, fake, ledger, Path(tmp)))
+            finally:
+                fake.stop()
 
 
 if __name__ == "__main__":

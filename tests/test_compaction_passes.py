@@ -1,5 +1,5 @@
 """Compaction on the real stack: a live run compacted while it runs, CompactionWorkflow passes, the
-Schedule, and the CLI (`schedule apply|show`, `compact`)."""
+Schedule, and the CLI (`compaction apply|show`, `compact`; `schedule`, its deprecated alias)."""
 
 from __future__ import annotations
 
@@ -166,19 +166,27 @@ async def test_schedule_apply_is_idempotent_and_a_scheduled_pass_runs(client, ag
         await engine.dispose()
 
 
-async def test_cli_schedule_and_compact(store: RunStore, settings, memory_worker):
+async def test_cli_compaction_schedule_and_compact(store: RunStore, settings, memory_worker):
     # With a memory worker, as `waypoint dev` and `serve` have: without one each pass would wait
     # 10 s for it (memory_timeout_seconds) before saying the episodes were not stored.
     cfg = settings.model_copy(
         update={"compaction_schedule_id": f"cli-{uuid.uuid4().hex[:8]}", "compaction_interval_seconds": 3600}
     )
-    missing = one_line_error(await waypoint(cfg, "schedule", "show"))
-    assert "waypoint schedule apply" in missing
+    missing = one_line_error(await waypoint(cfg, "compaction", "show"))
+    assert "waypoint compaction apply" in missing
     try:
-        applied = [await waypoint(cfg, "schedule", "apply", "--json") for _ in range(2)]
+        applied = [await waypoint(cfg, "compaction", "apply", "--json") for _ in range(2)]
         assert [json.loads(d.out)["outcome"] for d in applied] == ["created", "unchanged"]
-        shown = await waypoint(cfg, "schedule", "show")
+        shown = await waypoint(cfg, "compaction", "show")
         assert shown.code == 0 and "overlap SKIP" in shown.out and "3600 s" in shown.out, shown.err
+        # The old name still works for one release, and says so in one line on stderr.
+        old = await waypoint(cfg, "schedule", "show")
+        assert old.code == 0 and old.out == shown.out
+        assert old.err.strip().splitlines() == [
+            "warning: `waypoint schedule` is deprecated and will be removed: use `waypoint compaction` "
+            "(`waypoint cron` schedules agents)"
+        ]
+        assert json.loads((await waypoint(cfg, "schedule", "apply", "--json")).out)["outcome"] == "unchanged"
     finally:
         client = await Client.connect(settings.temporal_address)
         await client.get_schedule_handle(cfg.compaction_schedule_id).delete()
@@ -199,7 +207,7 @@ def test_waypoint_dev_applies_the_schedule(tmp_path: Path):
     env = env_for(state, reserve_port(), reserve_port())
     proc = start_dev(env, state)
     try:
-        shown = cli(env, "schedule", "show", "--json")
+        shown = cli(env, "compaction", "show", "--json")
         assert shown.returncode == 0, shown.stderr
         found = json.loads(shown.stdout)
         assert (found["id"], found["overlap"], found["every_seconds"]) == ("waypoint-compaction", "SKIP", [900.0])

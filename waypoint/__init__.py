@@ -2,7 +2,13 @@
 
     from waypoint import Agent, tool, Waypoint, Settings
 
-Names are imported on first use, so `import waypoint` (and the `waypoint` command) stays fast.
+The public API is `__all__` (pinned by tests/test_public_api.py): agents and tools, the client
+`Waypoint` and the types its methods return, the errors, the settings, the worker plugin. Every
+other module is the runtime's own, free to change.
+
+Names are imported on first use (PEP 562), so `import waypoint`, the `waypoint` command and
+`from waypoint import Agent` stay fast: defining an agent loads no database driver, no Temporal
+client and no model SDK.
 """
 
 from __future__ import annotations
@@ -10,47 +16,188 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# Each public name and the module that defines it, imported only when the name is first used.
 _EXPORTS = {
+    # agents, tools, models, scorers
     "Agent": "waypoint.agents",
+    "Budget": "waypoint.types",
+    "MCPServer": "waypoint.mcp.servers",
     "RetrySpec": "waypoint.types",
     "Score": "waypoint.evals.scorers",
     "ScriptedModel": "waypoint.models.scripted",
     "ScriptedTurn": "waypoint.models.scripted",
-    "Settings": "waypoint.config",
     "Tool": "waypoint.tools",
     "ToolContext": "waypoint.tools",
-    "ToolError": "waypoint.errors",
-    "Waypoint": "waypoint.app.client",
-    "WaypointError": "waypoint.errors",
     "scorer": "waypoint.evals.scorers",
     "tool": "waypoint.tools",
+    # the client, its settings, the worker plugin
+    "Settings": "waypoint.config",
+    "Waypoint": "waypoint.app.client",
+    "WaypointPlugin": "waypoint.app.plugin",
+    "worker_plugin": "waypoint.app.plugin",
+    # what the client's methods return
+    "AgentInfo": "waypoint.types",
+    "ApiKeyRow": "waypoint.store.rows",
+    "AssistantRow": "waypoint.store.rows",
+    "BatchReport": "waypoint.store.rows",
+    "CompactionReport": "waypoint.compaction_types",
+    "CompactionRow": "waypoint.store.rows",
+    "EventRow": "waypoint.store.rows",
+    "LineageLink": "waypoint.store.rows",
+    "Memory": "waypoint.types",
+    "ReplayOutcome": "waypoint.app.client",
+    "RunComparison": "waypoint.store.rows",
+    "RunProgress": "waypoint.types",
+    "RunResult": "waypoint.types",
+    "RunRow": "waypoint.store.rows",
+    "RunTree": "waypoint.store.trees",
+    "ScheduleInfo": "waypoint.app.schedule",
+    "ScheduleRow": "waypoint.store.rows",
+    "StateDiff": "waypoint.store.rows",
+    "StepLine": "waypoint.store.rows",
+    "StepState": "waypoint.store.rows",
+    "ThreadRow": "waypoint.store.rows",
+    "Verdict": "waypoint.store.rows",
+    "WebhookAttempt": "waypoint.store.rows",
+    "WebhookDelivery": "waypoint.store.rows",
+    # the errors a user catches (waypoint.errors draws the tree)
+    "ConfigError": "waypoint.errors",
+    "Conflict": "waypoint.errors",
+    "InvalidInput": "waypoint.errors",
+    "MCPCallFailed": "waypoint.errors",
+    "MCPStartFailed": "waypoint.errors",
+    "MalformedAnswer": "waypoint.errors",
+    "Mismatch": "waypoint.errors",
+    "ModelError": "waypoint.errors",
+    "ModelRequestRejected": "waypoint.errors",
+    "ModelUnavailable": "waypoint.errors",
+    "NotFound": "waypoint.errors",
+    "PayloadTooLarge": "waypoint.errors",
+    "ScriptError": "waypoint.errors",
+    "StackError": "waypoint.errors",
+    "ToolError": "waypoint.errors",
+    "Unavailable": "waypoint.errors",
+    "UnknownAgent": "waypoint.errors",
+    "UnknownScorer": "waypoint.errors",
+    "UnknownTool": "waypoint.errors",
+    "WaypointError": "waypoint.errors",
 }
 
 __all__ = [
     "Agent",
+    "AgentInfo",
+    "ApiKeyRow",
+    "AssistantRow",
+    "BatchReport",
+    "Budget",
+    "CompactionReport",
+    "CompactionRow",
+    "ConfigError",
+    "Conflict",
+    "EventRow",
+    "InvalidInput",
+    "LineageLink",
+    "MCPCallFailed",
+    "MCPServer",
+    "MCPStartFailed",
+    "MalformedAnswer",
+    "Memory",
+    "Mismatch",
+    "ModelError",
+    "ModelRequestRejected",
+    "ModelUnavailable",
+    "NotFound",
+    "PayloadTooLarge",
+    "ReplayOutcome",
     "RetrySpec",
+    "RunComparison",
+    "RunProgress",
+    "RunResult",
+    "RunRow",
+    "RunTree",
+    "ScheduleInfo",
+    "ScheduleRow",
     "Score",
+    "ScriptError",
     "ScriptedModel",
     "ScriptedTurn",
     "Settings",
+    "StackError",
+    "StateDiff",
+    "StepLine",
+    "StepState",
+    "ThreadRow",
     "Tool",
     "ToolContext",
     "ToolError",
+    "Unavailable",
+    "UnknownAgent",
+    "UnknownScorer",
+    "UnknownTool",
+    "Verdict",
     "Waypoint",
     "WaypointError",
+    "WaypointPlugin",
+    "WebhookAttempt",
+    "WebhookDelivery",
     "scorer",
     "tool",
+    "worker_plugin",
 ]
 
 if TYPE_CHECKING:
     from waypoint.agents import Agent
-    from waypoint.app.client import Waypoint
+    from waypoint.app.client import ReplayOutcome, Waypoint
+    from waypoint.app.plugin import WaypointPlugin, worker_plugin
+    from waypoint.app.schedule import ScheduleInfo
+    from waypoint.compaction_types import CompactionReport
     from waypoint.config import Settings
-    from waypoint.errors import ToolError, WaypointError
+    from waypoint.errors import (
+        ConfigError,
+        Conflict,
+        InvalidInput,
+        MalformedAnswer,
+        MCPCallFailed,
+        MCPStartFailed,
+        Mismatch,
+        ModelError,
+        ModelRequestRejected,
+        ModelUnavailable,
+        NotFound,
+        PayloadTooLarge,
+        ScriptError,
+        StackError,
+        ToolError,
+        Unavailable,
+        UnknownAgent,
+        UnknownScorer,
+        UnknownTool,
+        WaypointError,
+    )
     from waypoint.evals.scorers import Score, scorer
+    from waypoint.mcp.servers import MCPServer
     from waypoint.models.scripted import ScriptedModel, ScriptedTurn
+    from waypoint.store.rows import (
+        ApiKeyRow,
+        AssistantRow,
+        BatchReport,
+        CompactionRow,
+        EventRow,
+        LineageLink,
+        RunComparison,
+        RunRow,
+        ScheduleRow,
+        StateDiff,
+        StepLine,
+        StepState,
+        ThreadRow,
+        Verdict,
+        WebhookAttempt,
+        WebhookDelivery,
+    )
+    from waypoint.store.trees import RunTree
     from waypoint.tools import Tool, ToolContext, tool
-    from waypoint.types import RetrySpec
+    from waypoint.types import AgentInfo, Budget, Memory, RetrySpec, RunProgress, RunResult
 
 
 def __getattr__(name: str) -> Any:
@@ -60,3 +207,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -108,7 +108,7 @@ async def _serve(
         outcome = await apply_schedule(client, settings)
         out.console.print(
             f"compaction schedule {settings.compaction_schedule_id} {outcome} "
-            f"(every {settings.compaction_interval_seconds:g} s; `waypoint schedule show`)"
+            f"(every {settings.compaction_interval_seconds:g} s; `waypoint compaction show`)"
         )
         # Said once the worker has registered its agents and polls: a run typed after it is known.
         if agents is not None:

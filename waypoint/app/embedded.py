@@ -15,6 +15,8 @@ both servers when it exits. Other commands find the endpoints in `stack.json`.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import ctypes
 import fcntl
@@ -25,12 +27,15 @@ import signal
 import socket
 import subprocess
 import sysconfig
+import tempfile
 import time
 import warnings
+from collections.abc import Coroutine, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from waypoint.config import Settings
 from waypoint.errors import StackError
 
 DATABASE_NAME = "waypoint"
@@ -309,3 +314,66 @@ class EmbeddedStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# --- for tests and benchmarks (`waypoint.testing.embedded_stack`) ------------------------------------
+
+
+@contextlib.contextmanager
+def embedded_stack(
+    state_dir: Path | str | None = None,
+    *,
+    temporal_port: int | None = None,
+    ui_port: int | None = None,
+    postgres: bool = True,
+    migrate: bool = True,
+) -> Iterator[EmbeddedStack]:
+    """A running embedded stack in `state_dir` (default: a temporary folder, removed after), Temporal
+    on `temporal_port` (default: a free one) and headless unless `ui_port` is given; `postgres=False`
+    when the database is elsewhere. Its database exists and is migrated (`migrate=False`: left to
+    you). Its endpoints are `stack.info`; it stops when the block ends. Usable from async code too
+    (the start blocks for a second or two)."""
+    with contextlib.ExitStack() as exits:
+        if state_dir is None:
+            state_dir = exits.enter_context(tempfile.TemporaryDirectory(prefix="waypoint-stack-"))
+        stack = EmbeddedStack(
+            Path(state_dir), temporal_port=temporal_port or free_port(), ui_port=ui_port, postgres=postgres
+        )
+        exits.callback(stack.stop)
+        info = stack.start()
+        if postgres and migrate:
+            _in_own_loop(_prepare(info.database_url))
+        yield stack
+
+
+async def _prepare(url: str) -> None:
+    """Create the stack's database and migrate it, as `waypoint dev` does."""
+    from waypoint.store.db import create_engine, ensure_database, migrate
+
+    await ensure_database(url)
+    engine = create_engine(url)
+    try:
+        await migrate(engine)
+    finally:
+        await engine.dispose()
+
+
+def _in_own_loop(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` to its end on an event loop of its own, in a thread: the caller may be inside one."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, work).result()
+
+
+def stack_settings(stack: EmbeddedStack, **overrides: Any) -> Settings:
+    """Settings that point at a running embedded stack (its Temporal, Postgres and Qdrant folder),
+    with `overrides` over them (`task_queue=`, `memory=`, ...)."""
+    info = stack.info
+    if info is None:
+        raise RuntimeError("the embedded stack is not running: use it inside `with embedded_stack() as stack:`")
+    found: dict[str, Any] = {
+        "state_dir": stack.state_dir,
+        "temporal_address": info.temporal_address,
+        "database_url": info.database_url or None,
+        "qdrant_path": Path(info.qdrant_path),
+    }
+    return Settings(**{**found, **overrides})

@@ -136,7 +136,8 @@ async def describe_schedule(client: Client, settings: Settings, *, results: int 
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise NotFound(
-                f"no compaction Schedule {settings.compaction_schedule_id!r}: create it with `waypoint schedule apply`"
+                f"no compaction Schedule {settings.compaction_schedule_id!r}: "
+                "create it with `waypoint compaction apply`"
             ) from None
         raise rpc_error(exc, "describe the compaction Schedule") from None
     sched = desc.schedule

@@ -7,13 +7,10 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,42 +21,27 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from waypoint import retry, telemetry
-from waypoint.activities.agents import AgentCallActivities
-from waypoint.activities.capacity import Capacity
 from waypoint.activities.checkpoints import CheckpointActivities
-from waypoint.activities.compaction import CompactionActivities
-from waypoint.activities.evals import EvalActivities
 from waypoint.activities.memory import MemoryActivities
 from waypoint.activities.model import ModelActivities
-from waypoint.activities.starts import StartActivities
 from waypoint.activities.tools import ToolActivities
-from waypoint.activities.webhooks import WebhookActivities
-from waypoint.agents import Agent, AgentRegistry
+from waypoint.agents import AgentRegistry
 from waypoint.app.client_limits import FleetLimits
+from waypoint.app.plugin import WORKFLOWS, WaypointPlugin, delta_publisher, load_agents
 from waypoint.checks import check_deployment_version
 from waypoint.config import Settings
-from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, InvalidInput, StackError
-from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, open_store
-from waypoint.models.spec import KEY_VARIABLES, Provider, has_extra
 from waypoint.names import VersioningMode, memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
-from waypoint.store.streams import DELTAS_CHANNEL
-from waypoint.versions import current_version
 from waypoint.workflows.agent_run import AgentRunWorkflow
-from waypoint.workflows.compaction import CompactionWorkflow
-from waypoint.workflows.experiments import ExperimentWorkflow
 from waypoint.workflows.memory import MemoryRequestWorkflow
-from waypoint.workflows.webhooks import WebhookDeliveryWorkflow
 
 log = logging.getLogger(__name__)
 
 # Every workflow a worker registers, by task queue: the deploy gate replays histories against these.
-# The main task queue: runs (sub-agent and experiment runs among them), compaction, experiments,
-# webhook deliveries.
-WORKFLOWS: list[type] = [AgentRunWorkflow, CompactionWorkflow, ExperimentWorkflow, WebhookDeliveryWorkflow]
+# The main task queue's are the plugin's (`WORKFLOWS`).
 MEMORY_WORKFLOWS: list[type] = [MemoryRequestWorkflow]  # the memory task queue
 
 
@@ -105,67 +87,17 @@ def versioning(settings: Settings) -> dict[str, Any]:
     }
 
 
-def worker_identity() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 class CatalogWorker(Worker):
-    """A worker that registers its agents in the catalog before it polls, so a run of an agent it
-    serves can be checked (and started) the moment it polls. It owns the process's MCP sessions:
-    when it stops, so do the stdio MCP servers it started."""
+    """A worker whose agents are in the catalog once `async with` returns (its plugin writes them
+    before it polls in any case), so a run of an agent it serves can be started at once."""
 
-    def __init__(
-        self,
-        *args: Any,
-        store: RunStore,
-        agents: AgentRegistry,
-        settings: Settings,
-        mcp: MCPHub | None = None,
-        capacity: Capacity | None = None,
-        **kwargs: Any,
-    ):
-        super().__init__(*args, **kwargs)
-        self._catalog = (store, agents, settings)
-        self.mcp = mcp or MCPHub(store)
-        self.capacity = capacity
-
-    async def register(self) -> None:
-        store, agents, settings = self._catalog
-        found = [
-            replace(
-                a.info(callable_providers=callable_providers(settings, a), worker=worker_identity()),
-                fingerprint=current_version(a, agents).fingerprint,  # what a fresh run starts with (no MCP part)
-            )
-            for a in agents
-        ]
-        await store.register_agents(self.task_queue, found)
-        scorers = [(s.name, s.description) for s in agents.scorers.values()]
-        await store.register_scorers(self.task_queue, scorers, worker_identity())
+    def __init__(self, *args: Any, plugin: WaypointPlugin, **kwargs: Any):
+        super().__init__(*args, plugins=[plugin], **kwargs)
+        self.plugin = plugin
 
     async def __aenter__(self) -> Worker:
-        await self.register()
+        await self.plugin.register(self.task_queue)
         return await super().__aenter__()
-
-    async def run(self) -> None:
-        # `async with worker` runs this too: the sessions close once the worker has shut down.
-        try:
-            await self.register()
-            await super().run()
-        finally:
-            await self.mcp.close()
-            if self.capacity is not None:
-                await self.capacity.close()
-
-
-def delta_publisher(store: RunStore, settings: Settings) -> DeltaPublisher | None:
-    """Model token deltas go out as Postgres notifications, for the HTTP API's live streams."""
-    if not settings.model_deltas:
-        return None
-
-    async def send(payloads: list[str]) -> None:
-        await store.notify(DELTAS_CHANNEL, payloads)
-
-    return DeltaPublisher(send, flush_ms=settings.model_delta_flush_ms)
 
 
 def build_worker(
@@ -200,89 +132,17 @@ def build_worker(
         )
         if value is not None
     }
-    store = RunStore(engine)
-    mcp = MCPHub(store)  # one session per MCP server for this worker, shared by its activities
-    checkpoints = CheckpointActivities(
-        store,
-        agents,
-        memory_queue=memory_task_queue(queue) if memory else None,
-        memory_here=memory and memory_store is not None,
-        mcp=mcp,
-        settings=settings,
-    )
-    models = ModelActivities(
-        store,
-        agents,
-        settings,
-        memory=memory_store if memory else None,
-        mcp=mcp,
-        deltas=delta_publisher(store, settings),
-    )
-    models.warm()  # the SDKs' imports now, not inside the first call's heartbeat timeout
-    if any(agent.mcp for agent in agents):
-        mcp.warm()
-    tools = ToolActivities(store, agents, settings, mcp=mcp)
-    telemetry.instrument_engine(engine)  # Postgres spans under the activity spans
-    compaction = CompactionActivities(store, settings)
-    starts = StartActivities(store)
-    evals = EvalActivities(store, agents, settings, models.adapter)
-    webhooks = WebhookActivities(store, settings)
+    plugin = WaypointPlugin(settings, agents=agents, engine=engine, memory=memory, memory_store=memory_store)
     return CatalogWorker(
         client,
-        store=store,
-        agents=agents,
-        settings=settings,
-        mcp=mcp,
-        capacity=models.capacity,
+        plugin=plugin,  # the workflows, activities and interceptors
         task_queue=queue,
-        workflows=WORKFLOWS,
-        activities=[
-            checkpoints.start_run,
-            checkpoints.record_step,
-            checkpoints.set_run_status,
-            checkpoints.finish_run,
-            checkpoints.record_failover,
-            models.call_model,
-            tools.run_tool,
-            tools.recorded_calls,
-            AgentCallActivities(store).agent_result,
-            compaction.select_runs,
-            compaction.compact_run,
-            webhooks.deliver_webhook,
-            webhooks.open_webhook_delivery,
-            webhooks.post_webhook,
-            webhooks.close_webhook_delivery,
-            starts.hold_run,
-            starts.join_thread,
-            starts.await_run,
-            evals.experiment_plan,
-            evals.experiment_case,
-            evals.judge_case,
-            evals.score_case,
-            evals.finish_experiment,
-        ],
-        # Tracing (one trace per run), step metrics and run/step/trace ids in activity logs.
-        interceptors=telemetry.worker_interceptors(client, settings),
         # After a worker dies, its sticky queue holds the next workflow task until this passes (default 10 s).
         sticky_queue_schedule_to_start_timeout=retry.STICKY_QUEUE_TIMEOUT,
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_stop_grace_seconds),
         **versioning(settings),
         **limits,
     )
-
-
-def callable_providers(settings: Settings, agent: Agent) -> list[Provider]:
-    """The model providers this worker can call for `agent`: the SDK is installed and a key is set
-    (the agent's own `provider_key_env`, else the provider's usual variables)."""
-    found = []
-    for provider, variables in KEY_VARIABLES.items():
-        names = (agent.provider_key_env,) if agent.provider_key_env else variables
-        has_key = any(os.environ.get(name) for name in names)
-        if provider == Provider.OPENAI and not agent.provider_key_env:
-            has_key = settings.openai_api_key is not None
-        if has_key and has_extra(provider):
-            found.append(provider)
-    return found
 
 
 def build_memory_worker(
@@ -340,16 +200,6 @@ async def open_memory(settings: Settings) -> AsyncIterator[EpisodicStore]:
         yield memory
     finally:
         await memory.close()
-
-
-def load_agents(settings: Settings) -> AgentRegistry:
-    """The agents of the modules WAYPOINT_AGENTS names (and the built-in demo). The working folder is
-    on the import path first, as `python -m` and uvicorn put it, so `myapp.agents` next to you imports."""
-    here = os.getcwd()
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    _ = settings.limits  # a limits file that does not parse stops the worker here, before anything starts
-    return AgentRegistry.from_modules(settings.agent_modules)
 
 
 async def run_worker(

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 
-from waypoint.app.http.errors import HttpError, unauthorized
 from waypoint.app.http.limits import StreamSlot
+from waypoint.app.http.problems import HttpError, unauthorized
 from waypoint.app.http.state import ApiState, api_state
 
 

@@ -45,6 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocketClose
 
+from waypoint.app.http.problems import HttpError
 from waypoint.errors import (
     ConfigError,
     Conflict,
@@ -74,24 +75,6 @@ STATUS: list[tuple[type[WaypointError], int, str]] = [
     (Unavailable, 503, "unavailable"),
     (StackError, 503, "unavailable"),
 ]
-
-
-class HttpError(Exception):
-    """An error of the HTTP layer itself (no key, an unsupported feature), with its status and code."""
-
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.headers = headers or {}
-
-
-def unauthorized(message: str) -> HttpError:
-    return HttpError(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
-
-
-def not_supported(message: str) -> HttpError:
-    return HttpError(501, "not_supported", message)
 
 
 def body(code: str, message: str, **extra: Any) -> dict[str, Any]:

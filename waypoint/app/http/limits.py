@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from waypoint.app.http.errors import HttpError
+from waypoint.app.http.problems import HttpError
 
 Clock = Callable[[], float]
 Key = int | None

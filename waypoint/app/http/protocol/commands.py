@@ -27,7 +27,8 @@ from fastapi import APIRouter, WebSocket
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from waypoint.app.http.auth import Api, Tenant
-from waypoint.app.http.errors import HttpError, not_supported, status_of
+from waypoint.app.http.errors import status_of
+from waypoint.app.http.problems import HttpError, not_supported
 from waypoint.app.http.protocol.runs import RunCreate, start_on_thread
 from waypoint.app.http.protocol.threads import get_state, newest_started, thread_states
 from waypoint.app.http.state import ApiState

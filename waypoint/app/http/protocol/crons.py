@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from waypoint.app.client import ScheduleRow
 from waypoint.app.http.auth import Api, Tenant
-from waypoint.app.http.errors import not_supported
+from waypoint.app.http.problems import not_supported
 from waypoint.app.http.protocol.runs import RunCreate, _options
 from waypoint.app.http.protocol.shapes import cron_json, task_of
 from waypoint.app.http.protocol.threads import newest_started

@@ -22,7 +22,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 
 from waypoint.app.http.auth import Api, Tenant
-from waypoint.app.http.errors import not_supported
+from waypoint.app.http.problems import not_supported
 from waypoint.app.http.protocol.runs import RunCreate, _fork_point
 from waypoint.app.http.protocol.threads import checkpoint_ref
 from waypoint.checks import new_run_id

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sse_starlette import ServerSentEvent
 
@@ -23,7 +23,19 @@ from waypoint.deltas import AttemptText
 
 if TYPE_CHECKING:
     from waypoint.app.client import EventRow
-    from waypoint.app.http.protocol.stream import ProtocolFormat
+
+
+class RunView(Protocol):
+    """What a lens reads of the run it describes: its id, the conversation so far, its typed answer
+    and a part's metadata. `ProtocolFormat` (stream.py, which builds the lenses) is one; the lenses
+    name only this, so they do not import the module above them."""
+
+    run_id: str
+    messages: list[dict[str, Any]]
+    output_json: Any
+
+    def meta(self, step: int, node: str, attempt: int | None = None, spec: str | None = None) -> dict[str, Any]: ...
+
 
 GRAPH = "LangGraph"  # the name LangGraph gives the whole graph's chain in `events`
 
@@ -62,7 +74,7 @@ def partial_ai(run_id: str, text: AttemptText) -> dict[str, Any]:
 class Lens:
     """One mode's view of a run: each hook answers that mode's parts (none by default)."""
 
-    def __init__(self, fmt: ProtocolFormat):
+    def __init__(self, fmt: RunView):
         self.fmt = fmt
 
     def run_started(self, row: EventRow, new: list[dict[str, Any]]) -> list[ServerSentEvent]:
@@ -91,7 +103,7 @@ class MessagesLens(Lens):
     """`messages`: `messages/metadata` once per message, `messages/partial` with the answer so far
     after each token delta, `messages/complete` with each answer and tool result."""
 
-    def __init__(self, fmt: ProtocolFormat):
+    def __init__(self, fmt: RunView):
         super().__init__(fmt)
         self.announced: set[str] = set()
 
@@ -192,7 +204,7 @@ class TasksLens(Lens):
     checkpoints:  the checkpoint payloads
     """
 
-    def __init__(self, fmt: ProtocolFormat, mode: str):
+    def __init__(self, fmt: RunView, mode: str):
         super().__init__(fmt)
         self.mode = mode
         self.checkpointed = -1  # the step of the last checkpoint sent
@@ -279,7 +291,7 @@ class ToolsLens(Lens):
         return [sse("tools", {"event": "tool-finished", "tool_call_id": call, "output": message["content"]})]
 
 
-def lenses(fmt: ProtocolFormat, modes: set[str]) -> list[Lens]:
+def lenses(fmt: RunView, modes: set[str]) -> list[Lens]:
     out: list[Lens] = []
     if "messages" in modes:
         out.append(MessagesLens(fmt))

@@ -35,8 +35,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from waypoint.app.client import RunRow, ThreadRow, ThreadRun
 from waypoint.app.client_threads import MULTITASK_STRATEGIES as STRATEGIES
 from waypoint.app.http.auth import Api, OpenStream, Tenant
-from waypoint.app.http.errors import not_supported
 from waypoint.app.http.limits import StreamSlot
+from waypoint.app.http.problems import not_supported
 from waypoint.app.http.protocol import interrupts
 from waypoint.app.http.protocol.follow import follow_run, written
 from waypoint.app.http.protocol.interrupts import check_command

@@ -16,7 +16,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from waypoint.app.http.auth import Api, Tenant
-from waypoint.app.http.errors import not_supported
+from waypoint.app.http.problems import not_supported
 from waypoint.errors import InvalidInput
 
 router = APIRouter(tags=["agent protocol: store"])

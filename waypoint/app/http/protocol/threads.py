@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, OpenStream, Tenant
-from waypoint.app.http.errors import not_supported
+from waypoint.app.http.problems import not_supported
 from waypoint.app.http.protocol import interrupts
 from waypoint.app.http.protocol.follow import follow_thread
 from waypoint.app.http.protocol.shapes import (

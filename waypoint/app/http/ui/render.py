@@ -15,7 +15,8 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from fastapi.templating import Jinja2Templates
 
 from waypoint.app.http.auth import SAFE_METHODS, foreign_origin
-from waypoint.app.http.errors import HttpError, status_of
+from waypoint.app.http.errors import status_of
+from waypoint.app.http.problems import HttpError
 from waypoint.app.http.state import ApiState, api_state
 from waypoint.app.http.ui import session
 from waypoint.app.http.ui.reading import fields_of, highlight, shortened, text_of

@@ -1,22 +1,42 @@
-"""Compaction: `waypoint schedule apply|show` (the Schedule on Temporal) and `waypoint compact`."""
+"""Compaction: `waypoint compaction apply|show` (its Schedule on Temporal) and `waypoint compact`.
+
+`waypoint schedule apply|show`, the old name, still works for one release: hidden from the help, it
+says on stderr that it is deprecated (`cron` is what schedules agents).
+"""
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 
 from waypoint.app.cli._common import JsonOpt, command, connect
 
-schedule_app = typer.Typer(no_args_is_help=True, help="The compaction Schedule on Temporal.")
+compaction_app = typer.Typer(no_args_is_help=True, help="Compaction's Schedule on Temporal: apply it, show it.")
+
+
+def _deprecated() -> None:
+    print(
+        "warning: `waypoint schedule` is deprecated and will be removed: use `waypoint compaction` "
+        "(`waypoint cron` schedules agents)",
+        file=sys.stderr,
+    )
+
+
+deprecated_app = typer.Typer(
+    no_args_is_help=True, hidden=True, help="Deprecated: `waypoint compaction`.", callback=_deprecated
+)
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(schedule_app, name="schedule")
+    app.add_typer(compaction_app, name="compaction")
+    app.add_typer(deprecated_app, name="schedule")
     app.command()(compact)
 
 
-@schedule_app.command(name="apply")
+@compaction_app.command(name="apply")
+@deprecated_app.command(name="apply", hidden=True)
 @command
 async def schedule_apply(as_json: JsonOpt = False) -> None:
     """Create the compaction Schedule, or update it if its settings changed (idempotent)."""
@@ -34,7 +54,8 @@ async def schedule_apply(as_json: JsonOpt = False) -> None:
         )
 
 
-@schedule_app.command(name="show")
+@compaction_app.command(name="show")
+@deprecated_app.command(name="show", hidden=True)
 @command
 async def schedule_show(as_json: JsonOpt = False) -> None:
     """Show the compaction Schedule and the results of its last passes."""
