@@ -46,9 +46,9 @@ from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.embedded import EmbeddedStack, StackInfo, free_port
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 
 HERE = Path(__file__).resolve().parent

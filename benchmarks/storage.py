@@ -24,11 +24,11 @@ from sqlalchemy import text
 
 from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
 from waypoint.app.embedded import EmbeddedStack, free_port
 from waypoint.app.temporal import connect
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 
 TABLES = ("events", "tool_effects", "checkpoints")

@@ -14,8 +14,8 @@ from temporalio.client import Client
 
 from tests.helpers import cli_env, eventually
 from waypoint.agents import Agent, AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.testing.fake_openai import FakeOpenAI
 from waypoint.types import RetrySpec

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.ports import reserve_port
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 

@@ -60,10 +60,9 @@ from tests.ports import reserve_port
 from tests.workflow_doubles import Doubles, answer_at, bench
 from tests.workflow_helpers import plan, until_status
 from waypoint.app.agent_schedules import ScheduleGateway
-from waypoint.app.client import Waypoint
-from waypoint.app.client_schedules import CATCHUP_DEFAULT_SECONDS, Schedules
 from waypoint.app.embedded import temporal_binary
 from waypoint.checks import CATCHUP_MIN_SECONDS
+from waypoint.client import CATCHUP_DEFAULT_SECONDS, Schedules, Waypoint
 from waypoint.config import Settings
 from waypoint.names import RunStatus, Update
 from waypoint.store import RunStore

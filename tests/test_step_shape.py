@@ -13,8 +13,8 @@ from temporalio.testing import ActivityEnvironment
 
 from waypoint.activities.model import ModelActivities
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_memory_worker, build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.memory import Episode, open_store
 from waypoint.names import Activity

@@ -21,8 +21,8 @@ from tests.changed_workflow import ChangedAgentRunWorkflow
 from tests.helpers import eventually, waypoint
 from tests.telemetry_helpers import by, points
 from waypoint import retry, telemetry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import Conflict, NotFound, Unavailable
 

@@ -19,8 +19,8 @@ from tests.run_history import done_while_paused
 from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
 from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.demo_research import RESEARCH_TASK, research

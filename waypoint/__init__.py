@@ -20,7 +20,7 @@ _EXPORTS = {
     "Tool": "waypoint.tools",
     "ToolContext": "waypoint.tools",
     "ToolError": "waypoint.errors",
-    "Waypoint": "waypoint.app.client",
+    "Waypoint": "waypoint.client",
     "WaypointError": "waypoint.errors",
     "scorer": "waypoint.evals.scorers",
     "tool": "waypoint.tools",
@@ -44,7 +44,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from waypoint.agents import Agent
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
     from waypoint.config import Settings
     from waypoint.errors import ToolError, WaypointError
     from waypoint.evals.scorers import Score, scorer

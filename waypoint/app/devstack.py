@@ -16,11 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.agents import AgentRegistry
 from waypoint.app import console as out
-from waypoint.app.client import Waypoint, database_url
 from waypoint.app.embedded import EmbeddedStack, StackInfo
 from waypoint.app.loop import run
 from waypoint.app.temporal import connect
 from waypoint.app.worker import load_agents, run_worker, stop_event, versioning
+from waypoint.client import Waypoint, database_url
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.errors import WaypointError

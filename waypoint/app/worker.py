@@ -35,8 +35,8 @@ from waypoint.activities.starts import StartActivities
 from waypoint.activities.tools import ToolActivities
 from waypoint.activities.webhooks import WebhookActivities
 from waypoint.agents import Agent, AgentRegistry
-from waypoint.app.client_limits import FleetLimits
 from waypoint.checks import check_deployment_version
+from waypoint.client import FleetLimits
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, InvalidInput, StackError

@@ -11,7 +11,7 @@ import typer
 from waypoint.app.cli._common import JsonOpt, MemoryOpt, RunArg, command, connect
 
 if TYPE_CHECKING:
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
 
 FollowOpt = Annotated[bool, typer.Option("--follow", help="Show steps as they land, until the run ends.")]
 PriorityOpt = Annotated[

@@ -22,8 +22,8 @@ from waypoint.app.http.protocol.shapes import ai_id, values
 from waypoint.deltas import AttemptText
 
 if TYPE_CHECKING:
-    from waypoint.app.client import EventRow
     from waypoint.app.http.protocol.stream import ProtocolFormat
+    from waypoint.client import EventRow
 
 GRAPH = "LangGraph"  # the name LangGraph gives the whole graph's chain in `events`
 
