@@ -59,9 +59,9 @@ from temporalio.client import Client, WorkflowFailureError
 
 from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.embedded import EmbeddedStack, free_port
-from waypoint.app.temporal import connect
 from waypoint.client import Waypoint
 from waypoint.config import Settings
+from waypoint.gateway.temporal import connect
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
 HERE = Path(__file__).resolve().parent

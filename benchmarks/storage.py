@@ -26,10 +26,10 @@ from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
 from waypoint.agents import AgentRegistry
 from waypoint.app.devstack import prepare_database
 from waypoint.app.embedded import EmbeddedStack, free_port
-from waypoint.app.temporal import connect
 from waypoint.app.worker import build_worker
 from waypoint.client import Waypoint
 from waypoint.config import Settings
+from waypoint.gateway.temporal import connect
 
 TABLES = ("events", "tool_effects", "checkpoints")
 

@@ -300,8 +300,8 @@ async def test_a_sub_agent_runs_last_step_reaches_memory_with_the_next_compactio
 ):
     """Its caller waits for its end, so a sub-agent run does not store its last step on the way out
     (one remote activity less between its answer and its caller); the compaction pass stores it."""
-    from waypoint.app.schedule import compact_now
     from waypoint.app.worker import build_memory_worker
+    from waypoint.gateway.schedule import compact_now
     from waypoint.memory import open_store
 
     seed_workspace(settings.resolved_workspace)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
 import logging
 import os
 import signal
@@ -15,7 +13,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -40,6 +37,7 @@ from waypoint.client import FleetLimits
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError, InvalidInput, StackError
+from waypoint.gateway.code import MEMORY_WORKFLOWS, WORKFLOWS, build_id
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore, open_store
 from waypoint.models.spec import KEY_VARIABLES, Provider, has_extra
@@ -48,37 +46,8 @@ from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
 from waypoint.store.streams import DELTAS_CHANNEL
 from waypoint.versions import current_version
-from waypoint.workflows.agent_run import AgentRunWorkflow
-from waypoint.workflows.compaction import CompactionWorkflow
-from waypoint.workflows.experiments import ExperimentWorkflow
-from waypoint.workflows.memory import MemoryRequestWorkflow
-from waypoint.workflows.webhooks import WebhookDeliveryWorkflow
 
 log = logging.getLogger(__name__)
-
-# Every workflow a worker registers, by task queue: the deploy gate replays histories against these.
-# The main task queue: runs (sub-agent and experiment runs among them), compaction, experiments,
-# webhook deliveries.
-WORKFLOWS: list[type] = [AgentRunWorkflow, CompactionWorkflow, ExperimentWorkflow, WebhookDeliveryWorkflow]
-MEMORY_WORKFLOWS: list[type] = [MemoryRequestWorkflow]  # the memory task queue
-
-
-def deployed_workflows(settings: Settings) -> dict[str, list[type]]:
-    """The workflows this code registers, by the task queue its workers serve them on."""
-    return {settings.task_queue: WORKFLOWS, memory_task_queue(settings.task_queue): MEMORY_WORKFLOWS}
-
-
-@functools.cache
-def build_id() -> str:
-    """The worker's build id: a hash of Waypoint's own source (workflows, activities, the package).
-    Without one the SDK hashes the code of every module loaded in the process, about 0.25 s per
-    worker at start-up on 2 cores; ours changes when our code does, which is what the id is for."""
-    digest = hashlib.sha256()
-    for package in (AgentRunWorkflow, CheckpointActivities, Settings):
-        root = Path(sys.modules[package.__module__].__file__ or "").parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(path.read_bytes())
-    return f"waypoint-{digest.hexdigest()[:16]}"
 
 
 def versioning(settings: Settings) -> dict[str, Any]:

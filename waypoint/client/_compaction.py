@@ -11,7 +11,7 @@ from waypoint.store import RunStore
 from waypoint.store.rows import CompactionRow
 
 if TYPE_CHECKING:
-    from waypoint.app.schedule import ScheduleInfo
+    from waypoint.gateway.schedule import ScheduleInfo
 
 
 class Compaction:
@@ -23,19 +23,19 @@ class Compaction:
 
     async def apply_compaction_schedule(self) -> str:
         """Create or update the compaction Schedule; "created", "updated" or "unchanged"."""
-        from waypoint.app.schedule import apply_schedule
+        from waypoint.gateway.schedule import apply_schedule
 
         return await apply_schedule((await self._temporal()).client, self._scope.settings)
 
     async def compaction_schedule(self) -> ScheduleInfo:
         """The compaction Schedule and the outcome of its last passes."""
-        from waypoint.app.schedule import describe_schedule
+        from waypoint.gateway.schedule import describe_schedule
 
         return await describe_schedule((await self._temporal()).client, self._scope.settings)
 
     async def compact(self, run_id: str | None = None, *, tenant_id: str | None = None) -> CompactionReport:
         """Run a compaction pass now (of one run, or of the tenant's runs past the threshold) and wait."""
-        from waypoint.app.schedule import compact_now
+        from waypoint.gateway.schedule import compact_now
 
         tenant = self._scope.scoped(tenant_id, run_id)
         if run_id is not None:

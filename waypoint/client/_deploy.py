@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from waypoint.app.deploy import FINISHED_DEFAULT, FINISHED_MAX, DeployCheck
 from waypoint.checks import check_count, check_deployment_version, parse_when
 from waypoint.client._scope import Scope, TemporalLink
+from waypoint.gateway.deploy import FINISHED_DEFAULT, FINISHED_MAX, DeployCheck
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Deploys:
         check_count("finished", finished, low=0, high=FINISHED_MAX)
         when = parse_when("since", since) if isinstance(since, str) else since
         if workflows is None:
-            from waypoint.app.worker import deployed_workflows
+            from waypoint.gateway.code import deployed_workflows
 
             workflows = deployed_workflows(self._scope.settings)
         classes = list(dict.fromkeys(cls for group in workflows.values() for cls in group))
@@ -69,7 +69,7 @@ class Deploys:
         runs go to its workers, and open runs too at their next workflow task unless they are pinned.
         Returns the build id it replaced (None: there was no current version)."""
         if build_id is None:
-            from waypoint.app.worker import build_id as local_build_id
+            from waypoint.gateway.code import build_id as local_build_id
 
             build_id = local_build_id()
         deployment, build_id = check_deployment_version(deployment, build_id)

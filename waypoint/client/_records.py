@@ -15,7 +15,7 @@ from waypoint.store.rows import RunRow, Verdict
 from waypoint.types import MemoryRequest
 
 if TYPE_CHECKING:
-    from waypoint.app.invariants import VerifyAllReport
+    from waypoint.gateway.invariants import VerifyAllReport
 
 VERIFY_ALL_MAX = 100_000  # runs one `verify_all` call checks at most (`limit`)
 
@@ -44,8 +44,8 @@ class Records:
         ISO time; every run without), oldest first, at most `limit`: its Postgres mirror against its
         Temporal history (every completed model and tool activity has its event), its hash chain and
         checkpoints, its status against its workflow's, and that no tool effect is recorded twice.
-        `progress(done, total)` is called as runs are checked. See `waypoint.app.invariants`."""
-        from waypoint.app.invariants import SETTLE_SECONDS, VerifyAll
+        `progress(done, total)` is called as runs are checked. See `waypoint.gateway.invariants`."""
+        from waypoint.gateway.invariants import SETTLE_SECONDS, VerifyAll
 
         tenant = self._scope.tenant(tenant_id)
         when = parse_when("since", since) if isinstance(since, str) else since

@@ -39,7 +39,7 @@ from waypoint.store import RunStore
 from waypoint.store.rows import ScheduleRow
 
 if TYPE_CHECKING:
-    from waypoint.app.agent_schedules import ScheduleGateway
+    from waypoint.gateway.agent_schedules import ScheduleGateway
 
 CATCHUP_DEFAULT_SECONDS = 60.0
 RECENT_RUNS = 5  # fired runs a schedule lists
@@ -56,7 +56,7 @@ class Schedules:
         self._webhooks = webhooks
 
     async def _gateway(self) -> ScheduleGateway:
-        from waypoint.app.agent_schedules import ScheduleGateway
+        from waypoint.gateway.agent_schedules import ScheduleGateway
 
         return ScheduleGateway((await self._temporal()).client, self._scope.settings)
 

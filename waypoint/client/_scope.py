@@ -14,12 +14,12 @@ from waypoint.store import RunStore
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from waypoint.app.temporal import TemporalGateway
+    from waypoint.gateway.temporal import TemporalGateway
 
 
 def database_url(settings: Settings) -> str:
     """The configured database, else the one of the embedded stack running in the state folder."""
-    from waypoint.app.embedded import running_stack
+    from waypoint.gateway.stack import running_stack
 
     if settings.database_url:
         return settings.database_url
@@ -45,7 +45,7 @@ class TemporalLink:
 
     async def __call__(self) -> TemporalGateway:
         if self._gateway is None:
-            from waypoint.app.temporal import TemporalGateway, connect
+            from waypoint.gateway.temporal import TemporalGateway, connect
 
             client = self._client or await connect(self._settings)
             self._client = client

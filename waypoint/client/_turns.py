@@ -9,6 +9,7 @@ earlier; otherwise it is a Conflict. A turn that cannot start gives its place ba
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -27,6 +28,7 @@ from waypoint.types import Budget
 
 # What a new run on a busy thread does (the Agent Protocol's multitask strategies); the first is the default.
 MULTITASK_STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
+STARTED_WITHIN_SECONDS = 10.0  # how long a turn waits for the start of the turn it came in just after
 
 
 @dataclass(frozen=True)
@@ -155,9 +157,10 @@ class Turns:
         before = await self._store.join_thread(tenant, thread_id, run_id, multitask_strategy=strategy)
         try:
             if before != expected:  # another turn took a place meanwhile
-                if after is None or strategy not in ("enqueue", "interrupt"):
+                if after is None or before is None or strategy not in ("enqueue", "interrupt"):
                     raise Conflict(f"thread {thread_id!r} got another run meanwhile: wait for it, then try again")
                 after = before  # it waits for the newest turn, as it would have for the one it saw
+                await self._started(tenant, before)
             await self._start(run_id, tenant, turn, after if after is not None or parent is None else (parent, step))
         except BaseException:
             with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its place went with it
@@ -210,6 +213,18 @@ class Turns:
                 await self._store.release_thread_run(tenant, thread_id, run_id)
             raise
         return run_id, step
+
+    async def _started(self, tenant: str, run_id: str) -> None:
+        """Wait until a turn that took its place a moment ago is started (Postgres or Temporal knows
+        it): its start is in flight in another call, and a run can wait only for a run that exists."""
+        deadline = asyncio.get_running_loop().time() + STARTED_WITHIN_SECONDS
+        while True:
+            try:
+                return await self._scope.check_tenant(run_id, tenant)
+            except NotFound:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+            await asyncio.sleep(0.05)
 
     async def _thread(self, tenant: str, thread_id: str, create: bool) -> ThreadRow:
         try:

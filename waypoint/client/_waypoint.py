@@ -8,7 +8,7 @@ Temporal link and the tenant scope, and forwards today's method names to them; i
             print(line.step, line.action, line.tools)
 
 Reads go to Postgres through `waypoint.store.RunStore` (the same calls the HTTP API makes);
-starting, messaging and replaying runs go to Temporal (`waypoint.app.temporal`, connected on
+starting, messaging and replaying runs go to Temporal (`waypoint.gateway.temporal`, connected on
 first use). Every method takes `tenant_id`, default the configured tenant.
 """
 
@@ -46,7 +46,7 @@ from waypoint.store.db import engine_for
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from waypoint.app.temporal import TemporalGateway
+    from waypoint.gateway.temporal import TemporalGateway
 
 
 class Waypoint:

@@ -320,7 +320,7 @@ async def verify(
     matches its workflow's, no tool effect is recorded twice. One line per violation
     (`run <id>: <what>`), then a summary; exit 1 if there is any."""
     from waypoint.app import console as out
-    from waypoint.app.invariants import report_json
+    from waypoint.gateway.invariants import report_json
 
     if every and run_id is not None:
         raise InvalidInput("give a run id or --all, not both")

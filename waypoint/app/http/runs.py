@@ -472,7 +472,7 @@ async def verify_all(
     """Check every run of the tenant against Temporal (`waypoint verify --all`): each completed model and tool
     activity of its history has its event, its hash chain and checkpoints hold, its status matches its
     workflow's, and no tool effect is recorded twice."""
-    from waypoint.app.invariants import report_json
+    from waypoint.gateway.invariants import report_json
 
     return report_json(await api.wp.verify_all(since or None, limit=limit, tenant_id=tenant))
 
