@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tests.helpers import eventually
+from tests.helpers import eventually, waypoint
 from waypoint.client import Turn, Waypoint
 from waypoint.errors import Conflict
 from waypoint.names import FINISHED, RunStatus
@@ -75,3 +75,25 @@ async def test_the_status_view_answers_from_postgres_without_temporal(client, en
     assert view.live_error is not None and "Temporal is down" in view.live_error
     await wp.cancel(run_id)
     assert (await wp.result(run_id)).status == RunStatus.CANCELLED
+
+
+async def test_the_cli_takes_a_turn_on_a_thread(client, engine, settings, worker):
+    wp = Waypoint(client, engine, settings)
+    thread = await wp.threads.create()
+    first = await waypoint(settings, "run", "count", "--agent", "listener", "--thread", thread.thread_id)
+    assert first.code == 0, first.err
+    first_id = first.out.strip()
+    await stepped(wp, first_id)
+
+    busy = await waypoint(settings, "run", "stop now", "--agent", "listener", "--thread", thread.thread_id)
+    assert busy.code == 1 and first_id in busy.err and "Traceback" not in busy.err
+
+    queued = await waypoint(
+        settings, "run", "stop now", "--agent", "listener", "--thread", thread.thread_id, "--multitask", "enqueue"
+    )
+    assert queued.code == 0, queued.err
+    second_id = queued.out.strip()
+    assert [m.run_id for m in (await wp.threads.get(thread.thread_id)).runs] == [first_id, second_id]
+    assert (await wp.run_or_planned(second_id)).after_run_id == first_id
+    await wp.cancel(first_id)
+    assert (await wp.result(second_id)).status in FINISHED

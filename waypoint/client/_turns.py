@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from waypoint.checks import check_name, new_run_id
+from waypoint.checks import check_name, check_text, new_run_id
 from waypoint.client._live import Live
 from waypoint.client._scope import Scope
 from waypoint.client._starts import Starts
@@ -103,7 +103,7 @@ class Turns:
         busy with its own run (`request`: what the key stands for, default the turn)."""
         if strategy not in (None, *MULTITASK_STRATEGIES):
             raise InvalidInput(f"multitask_strategy={strategy!r} is not one of {', '.join(MULTITASK_STRATEGIES)}")
-        check_name("the thread id", thread_id)
+        check_text("the thread id", thread_id)
         tenant = self._scope.tenant(tenant_id)
         asked = request if request is not None else {"thread_id": thread_id, "turn": asdict(turn), "strategy": strategy}
         async with self._starts.idempotent(idempotency_key, asked, run_id=new_run_id(), tenant_id=tenant) as claim:
@@ -232,6 +232,7 @@ class Turns:
         except NotFound:
             if not create:
                 raise
+            check_name("the thread id", thread_id)
             return await self._store.create_thread(tenant, thread_id=thread_id, if_exists="do_nothing")
 
     async def _start(self, run_id: str, tenant: str, turn: Turn, source: str | tuple[RunRow, int] | None) -> None:
