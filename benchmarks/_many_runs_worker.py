@@ -14,10 +14,10 @@ import asyncio
 
 from _peers_common import READY_LINE
 
-from waypoint.app.client import database_url
-from waypoint.app.temporal import connect
 from waypoint.app.worker import run_worker, stop_event
+from waypoint.client import database_url
 from waypoint.config import Settings
+from waypoint.gateway.temporal import connect
 from waypoint.store.db import engine_for
 
 

@@ -27,12 +27,12 @@ from rich.console import Console
 from rich.table import Table
 
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
-from waypoint.app.temporal import connect
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
+from waypoint.gateway.temporal import connect
 from waypoint.testing import embedded_stack, stack_settings
 
 TARGETS = {"--help": 0.5, "runs --json": 1.0, "status RUN --json": 1.0, "--version": 0.5}

@@ -30,9 +30,9 @@ import _peers_common as common
 from rich.console import Console
 from rich.table import Table
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
 from waypoint.app.embedded import EmbeddedStack
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.testing import embedded_stack
 

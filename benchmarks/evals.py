@@ -46,9 +46,9 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.embedded import EmbeddedStack
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import CaseStatus, EventKind, ExperimentStatus, RunStatus
 from waypoint.testing import embedded_stack

@@ -53,9 +53,9 @@ from _flow_agents import AGENT, MODEL
 from rich.console import Console
 from rich.table import Table
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.embedded import EmbeddedStack
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import RunStatus
 from waypoint.store.rows import RunRow

@@ -39,9 +39,9 @@ from _peers_waypoint import AGENT
 from rich.console import Console
 from rich.table import Table
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
 from waypoint.app.embedded import EmbeddedStack
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import RunStatus
 from waypoint.testing import embedded_stack

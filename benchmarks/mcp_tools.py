@@ -29,10 +29,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
 from waypoint.agents import Agent, AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
 from waypoint.app.embedded import EmbeddedStack, free_port
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.mcp import MCPServer
 from waypoint.models.scripted import ScriptedModel, ScriptedTurn

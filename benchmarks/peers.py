@@ -51,10 +51,10 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.embedded import EmbeddedStack
 from waypoint.app.worker import run_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.telemetry import span_file
 from waypoint.testing import embedded_stack

@@ -63,9 +63,9 @@ from temporalio import __version__ as temporalio_version
 from temporalio.client import Client
 
 from waypoint import retry
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.embedded import StackInfo
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.testing import embedded_stack
 

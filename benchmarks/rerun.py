@@ -27,10 +27,10 @@ from rich.table import Table
 from temporalio.client import Client
 
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
 from waypoint.app.embedded import EmbeddedStack
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.testing import embedded_stack
 

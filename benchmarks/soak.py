@@ -57,11 +57,11 @@ from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowFailureError
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.embedded import EmbeddedStack, free_port
-from waypoint.app.temporal import connect
+from waypoint.client import Waypoint
 from waypoint.config import Settings
+from waypoint.gateway.temporal import connect
 from waypoint.testing import embedded_stack
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 

@@ -22,10 +22,10 @@ from sqlalchemy import text
 
 from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
-from waypoint.app.temporal import connect
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
+from waypoint.gateway.temporal import connect
 from waypoint.testing import embedded_stack, stack_settings
 
 TABLES = ("events", "tool_effects", "checkpoints")

@@ -39,14 +39,14 @@ import psutil
 from rich.table import Table
 from step_overhead import console, on_stack
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database
 from waypoint.app.embedded import EmbeddedStack, free_port
-from waypoint.app.temporal import connect
 from waypoint.app.worker import worker_identity
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
 from waypoint.demo import demo
+from waypoint.gateway.temporal import connect
 from waypoint.models.openai import OpenAIChatModel, openai_client
 from waypoint.names import RunStatus
 from waypoint.store import RunStore

@@ -62,9 +62,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.embedded import EmbeddedStack
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import Activity, child_run_id
 from waypoint.testing import embedded_stack

@@ -31,9 +31,9 @@ from tests.agents import TEST_AGENTS, TEST_SCORERS
 from tests.browser import CHROMIUM
 from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
 from waypoint.app.worker import StopDeadline, build_memory_worker, build_worker, run_worker, running
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
 from waypoint.memory import EpisodicStore, open_store

@@ -7,8 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from waypoint.app.client import Waypoint
-from waypoint.app.client_evals import ExperimentReport
+from waypoint.client import ExperimentReport, Waypoint
 from waypoint.evals.types import ScorerSpec
 from waypoint.testing.fake_openai import Turn
 

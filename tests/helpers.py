@@ -283,8 +283,8 @@ async def research_run(client: Any, engine: AsyncEngine, settings: Settings) -> 
     """The research demo (a lead run and its four sub-agent runs) to completion, on a worker of its
     own: the client, and the lead's run id."""
     from waypoint.agents import AgentRegistry
-    from waypoint.app.client import Waypoint
     from waypoint.app.worker import build_worker
+    from waypoint.client import Waypoint
     from waypoint.demo import seed_workspace
     from waypoint.demo_research import RESEARCH_TASK, research
 

@@ -12,9 +12,9 @@ from temporalio.client import Client
 
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.telemetry.spanfile import span_dict, span_tree, walk
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn

@@ -11,8 +11,8 @@ from temporalio.client import Client, WorkflowFailureError
 
 from tests.agents import EFFECTS
 from tests.helpers import rows
-from waypoint.app.client import Waypoint
 from waypoint.app.demo_run import wrote_report
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
 from waypoint.errors import InvalidInput, NotFound, UnknownAgent

@@ -19,8 +19,8 @@ from tests.helpers import eventually, one_line_error, waypoint
 from tests.mcp_client import call, over_stdio
 from tests.processes import kill
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.names import RunStatus

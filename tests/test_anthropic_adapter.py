@@ -19,7 +19,7 @@ from tests.conftest import ApiServer
 from tests.helpers import one_line_error, sse_events, waypoint
 from waypoint import Agent
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.demo import demo as demo_agent
 from waypoint.demo import seed_workspace
 from waypoint.errors import ConfigError

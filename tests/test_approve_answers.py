@@ -14,7 +14,7 @@ from tests.browser import form_token, sign_in
 from tests.conftest import ApiServer
 from tests.helpers import eventually, one_line_error, waypoint
 from tests.mcp_client import call, over_stdio
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 
 pytestmark = pytest.mark.postgres
 

@@ -26,10 +26,10 @@ from tests.helpers import HISTORIES, eventually, waypoint
 from tests.mcp_client import call, over_stdio
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
 from waypoint.app.http.ui import session
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 from waypoint.names import EventKind, RunStatus, Signal

@@ -31,8 +31,8 @@ from temporalio.client import Client
 from tests.helpers import waypoint
 from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import Conflict
 from waypoint.names import FINISHED, Activity, EventKind, RunStatus, Update

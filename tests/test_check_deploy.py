@@ -19,7 +19,7 @@ from temporalio.client import Client
 
 import waypoint as installed
 from tests.helpers import Done, cli_env, one_line_error, waypoint
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import InvalidInput
 

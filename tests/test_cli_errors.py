@@ -13,11 +13,11 @@ from temporalio.client import Client
 
 from tests.helpers import cli_env, eventually, one_line_error, waypoint
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
-from waypoint.app.temporal import connect
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
+from waypoint.gateway.temporal import connect
 from waypoint.names import RunStatus
 
 pytestmark = pytest.mark.postgres

@@ -24,12 +24,12 @@ from temporalio.worker import Replayer
 from tests.helpers import payloads_in
 from tests.ports import reserve_port
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
-from waypoint.app.temporal import connect as connect_temporal
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.codec import ENCODING, CodecServer, EncryptionCodec, parse_keys
 from waypoint.config import Settings
 from waypoint.errors import ConfigError
+from waypoint.gateway.temporal import connect as connect_temporal
 from waypoint.workflows.agent_run import AgentRunWorkflow
 
 

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.compaction import SUMMARY_HEADER
 from waypoint.store.compactions import latest_compaction
 from waypoint.store.schema import compactions, events

@@ -17,12 +17,12 @@ from tests.helpers import eventually, make_run, next_call_view, one_line_error, 
 from tests.ports import reserve_port
 from tests.processes import cli, env_for, stack_pids, start_dev, stop_dev
 from waypoint.activities.compaction import CompactionActivities
-from waypoint.app.client import Waypoint
-from waypoint.app.schedule import apply_schedule, compact_now, describe_schedule
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.compaction_types import CompactionInput, CompactionReport, CompactRunInput, RememberInput
 from waypoint.config import Settings
 from waypoint.errors import NotFound
+from waypoint.gateway.schedule import apply_schedule, compact_now, describe_schedule
 from waypoint.names import Activity, EventKind, RunStatus, Workflow, memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.compactions import latest_compaction

@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import ApiServer
 from tests.helpers import make_run, one_line_error, step, waypoint
-from waypoint.app.client import Waypoint
 from waypoint.calls import canonical_arguments
+from waypoint.client import Waypoint
 from waypoint.store import RunStore
 from waypoint.types import ModelTurn, Usage
 

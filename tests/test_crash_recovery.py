@@ -16,8 +16,8 @@ from temporalio.client import Client
 from tests.agents import FANOUT, FANOUT_ATTEMPTS, FANOUT_LOG
 from tests.helpers import eventually
 from tests.processes import kill, wait_for, worker_env
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import child_run_id, idempotency_key
 from waypoint.store.schema import checkpoints, events, runs, tool_effects

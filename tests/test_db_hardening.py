@@ -19,8 +19,8 @@ from tests.agents import add
 from tests.helpers import eventually
 from waypoint import Agent, ScriptedModel, ScriptedTurn
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.store.db import create_engine, engine_for, ensure_database, migrate
 from waypoint.store.schema import checkpoints, events, tool_effects

@@ -12,7 +12,7 @@ from tests.agents import EFFECTS
 from tests.helpers import eventually, run_events
 from waypoint.activities.tools import INLINE_OUTPUT_CHARS, ToolActivities
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.store import RunStore

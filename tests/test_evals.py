@@ -19,8 +19,8 @@ from tests.agents import PONDER_STARTED
 from tests.evals_helpers import JUDGE, VERDICT, demo_runs, finished_experiment
 from tests.helpers import eventually
 from tests.processes import kill, worker_env
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.errors import NotFound

@@ -16,7 +16,7 @@ from temporalio.client import Client
 
 from tests.evals_helpers import DEMO_TASK, demo_runs
 from tests.helpers import Done, one_line_error, waypoint
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 
 pytestmark = pytest.mark.postgres

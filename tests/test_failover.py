@@ -27,9 +27,9 @@ from tests.conftest import ApiServer
 from tests.helpers import HISTORIES, RECORD, cli_env, eventually, start, waypoint
 from waypoint import Agent, telemetry
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.http.ui import session
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import ConfigError
 from waypoint.store import RunStore

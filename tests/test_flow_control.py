@@ -18,8 +18,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.helpers import HISTORIES, RECORD, eventually
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import EventKind, RunStatus, Signal
 from waypoint.store.schema import capacity_leases, checkpoints, events

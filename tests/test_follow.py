@@ -14,8 +14,8 @@ from temporalio.client import Client
 
 from tests.helpers import cli_env, eventually
 from waypoint.agents import Agent, AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.testing.fake_openai import FakeOpenAI
 from waypoint.types import RetrySpec
@@ -126,7 +126,7 @@ async def test_a_model_call_that_keeps_failing_is_warned_about_once_not_per_atte
     """Following in this process, so the test sees each time it asks Temporal what blocks the run:
     once it has been told of the failing call on two different attempts, it has warned once."""
     from waypoint.app.follow import follow
-    from waypoint.app.temporal import Blocked, TemporalGateway
+    from waypoint.gateway.temporal import Blocked, TemporalGateway
 
     told: list[Blocked] = []
     ask = TemporalGateway.blocked

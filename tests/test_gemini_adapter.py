@@ -15,7 +15,7 @@ from tests.agents import TEST_AGENTS, add
 from tests.helpers import sse_events
 from waypoint import Agent
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import demo as demo_agent
 from waypoint.errors import ConfigError

@@ -13,7 +13,7 @@ from langgraph_sdk.errors import BadRequestError, ConflictError, NotFoundError
 from tests.browser import sign_in
 from tests.conftest import ApiServer
 from tests.helpers import cli_env, human, waypoint
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.errors import Conflict, NotFound
 
 pytestmark = pytest.mark.postgres

@@ -14,7 +14,7 @@ from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleOverl
 
 from tests.conftest import ApiServer
 from tests.helpers import eventually, human
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.names import RunStatus
 from waypoint.types import RunInput
 

@@ -15,8 +15,8 @@ from langgraph_sdk.errors import ConflictError
 
 from tests.conftest import ApiServer
 from tests.helpers import eventually, human
-from waypoint.app.client import Waypoint
 from waypoint.app.http.ui import session
+from waypoint.client import Waypoint
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 

@@ -16,7 +16,7 @@ from temporalio.client import Client
 from tests.conftest import ApiServer
 from tests.evals_helpers import DEMO_TASK, demo_runs
 from tests.helpers import eventually
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 
 pytestmark = pytest.mark.postgres
 

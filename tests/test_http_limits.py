@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from tests.helpers import eventually, start
-from waypoint.app.client import Waypoint
 from waypoint.app.http.limits import HttpLimits, TokenBucket
 from waypoint.app.http.server import api_server, start_api, stop_api, url_of
+from waypoint.client import Waypoint
 from waypoint.names import RunStatus
 
 pytestmark = pytest.mark.postgres

@@ -11,7 +11,7 @@ import pytest
 
 from tests.docs import first_block, page
 from tests.ports import reserve_port
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 

@@ -12,9 +12,9 @@ from sqlalchemy import select
 from tests.conftest import ApiServer
 from tests.helpers import Sse, sse_events, start, step
 from tests.processes import kill, wait_for, worker_env
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
 from waypoint.app.http.server import api_server, start_api, stop_api, url_of
+from waypoint.client import Waypoint
 from waypoint.names import RunStatus
 from waypoint.store.schema import events
 from waypoint.types import StepRecord

@@ -20,9 +20,9 @@ from tests.agents import TEST_AGENTS
 from tests.conftest import ApiServer
 from tests.helpers import eventually, human
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 

@@ -16,9 +16,9 @@ from tests.conftest import ApiServer
 from tests.helpers import Sse, sse_events
 from tests.mcp_client import call, over_stdio
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.http.trees import parse_tree_position
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.demo_research import RESEARCH_TASK, research

@@ -15,8 +15,8 @@ from temporalio.client import Client
 
 from tests.conftest import ApiServer
 from tests.helpers import human, waypoint
-from waypoint.app.client import Waypoint
 from waypoint.app.http.ui import session
+from waypoint.client import Waypoint
 
 pytestmark = pytest.mark.postgres
 

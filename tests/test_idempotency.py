@@ -14,10 +14,10 @@ from temporalio.client import Client
 
 from tests.conftest import ApiServer
 from tests.helpers import one_line_error, waypoint
-from waypoint.app.client import Waypoint
-from waypoint.app.temporal import TemporalGateway
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import Conflict, InvalidInput, NotFound
+from waypoint.gateway.temporal import TemporalGateway
 from waypoint.store import RunStore
 from waypoint.store.schema import idempotency_keys, runs
 from waypoint.types import RunInput

@@ -10,7 +10,7 @@ from temporalio.client import Client
 
 from tests.helpers import one_line_error, waypoint
 from waypoint import telemetry
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 from waypoint.store import RunStore

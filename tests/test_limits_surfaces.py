@@ -17,7 +17,7 @@ from temporalio.client import Client
 from tests.browser import sign_in
 from tests.conftest import ApiServer
 from tests.helpers import eventually, waypoint
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 from waypoint.names import RunStatus

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.helpers import rows
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import EventKind
 from waypoint.store.schema import events

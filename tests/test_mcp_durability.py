@@ -17,8 +17,8 @@ from temporalio.client import Client
 from tests.helpers import eventually
 from tests.mcp_agents import alive, lines, serving_http
 from tests.processes import kill
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.store.schema import tool_effects
 

@@ -11,7 +11,7 @@ from temporalio.client import Client
 from tests.evals_helpers import demo_runs, finished_experiment
 from tests.helpers import eventually
 from tests.mcp_client import READ_TOOLS, WRITE_TOOLS, call, error_of, over_stdio
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 
 pytestmark = pytest.mark.postgres

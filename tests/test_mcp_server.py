@@ -28,8 +28,8 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.helpers import cli_env, eventually, make_run, step, waypoint
 from tests.mcp_client import READ_TOOLS, WRITE_TOOLS, call, error_of, over_stdio
 from tests.ports import reserve_port
-from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.memory import Episode
 from waypoint.store import RunStore

@@ -22,8 +22,8 @@ from tests.helpers import eventually
 from tests.mcp_agents import alive, http_server, lines, serving_http, stdio_server
 from waypoint import Agent, ScriptedModel, ScriptedTurn, telemetry
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.mcp import MCPServer
 from waypoint.store import RunStore

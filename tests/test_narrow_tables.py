@@ -14,7 +14,7 @@ from rich.table import Table
 
 from tests.helpers import cli_env, waypoint
 from waypoint.app import console as out
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select
 from temporalio.client import Client
 
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.store.schema import events
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 

@@ -19,7 +19,7 @@ from temporalio.client import Client
 from tests.cache_steps import cache_share, simulate
 from tests.helpers import waypoint
 from waypoint import telemetry
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.models.anthropic import anthropic_request
 from waypoint.pricing import cost_usd, prices_of
 from waypoint.store.schema import events

@@ -22,7 +22,7 @@ import typer.main
 from tests.docs import README, everything, first_block, page, problems_of, reference_hook, shown_commands
 from tests.ports import reserve_port
 from waypoint.app.cli import app
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.testing.fake_openai import FakeOpenAI, Turn

@@ -17,7 +17,7 @@ from temporalio.workflow import NondeterminismError
 
 from tests.changed_workflow import ChangedAgentRunWorkflow
 from tests.helpers import HISTORIES, _fresh, recorded_histories, replays, tool_heavy
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.names import MemoryOp, Workflow, memory_task_queue
 from waypoint.store import RunStore

@@ -21,8 +21,8 @@ from tests.helpers import eventually, one_line_error, waypoint
 from tests.mcp_agents import stdio_server
 from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.demo import demo as demo_agent
 from waypoint.errors import NotFound
 from waypoint.store.schema import compactions, events, tool_effects

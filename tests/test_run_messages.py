@@ -13,7 +13,7 @@ from temporalio.client import Client
 from tests.agents import EFFECTS
 from tests.helpers import eventually
 from tests.run_history import done_while_paused
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import WaypointError
 from waypoint.store.schema import checkpoints, events, runs

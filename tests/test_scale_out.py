@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.store.schema import checkpoints
 

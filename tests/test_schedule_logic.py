@@ -59,14 +59,14 @@ from tests.helpers import eventually
 from tests.ports import reserve_port
 from tests.workflow_doubles import Doubles, answer_at, bench
 from tests.workflow_helpers import plan, until_status
-from waypoint.app.agent_schedules import ScheduleGateway
-from waypoint.app.client import Waypoint
-from waypoint.app.client_schedules import CATCHUP_DEFAULT_SECONDS, Schedules
 from waypoint.app.embedded import temporal_binary
 from waypoint.checks import CATCHUP_MIN_SECONDS
+from waypoint.client import CATCHUP_DEFAULT_SECONDS
+from waypoint.client._schedule_spec import schedule_spec as checked_spec
+from waypoint.client._webhooks import Webhooks
 from waypoint.config import Settings
+from waypoint.gateway.agent_schedules import ScheduleGateway
 from waypoint.names import RunStatus, Update
-from waypoint.store import RunStore
 from waypoint.store.rows import ScheduleRow
 from waypoint.types import RunInput, RunProgress, RunResult
 
@@ -96,8 +96,8 @@ def schedule_spec(**given: Any) -> dict[str, Any]:
         "priority": None,
         "webhook": None,
     }
-    wp = cast(Waypoint, SimpleNamespace(check_webhook=lambda url: None))
-    return Schedules(cast(RunStore, None), wp)._spec(**{**defaults, **given})
+    webhooks = cast(Webhooks, SimpleNamespace(check_url=lambda url: None))
+    return checked_spec(webhooks, **{**defaults, **given})
 
 
 def nominal(run_id: str) -> datetime:

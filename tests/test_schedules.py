@@ -17,10 +17,10 @@ from temporalio.client import Client, ScheduleOverlapPolicy
 from tests.conftest import ApiServer
 from tests.helpers import eventually, one_line_error, waypoint
 from waypoint.app import console as out
-from waypoint.app.client import Waypoint
-from waypoint.app.schedule import desired_schedule
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import Conflict, InvalidInput, NotFound
+from waypoint.gateway.schedule import desired_schedule
 from waypoint.names import RunStatus
 from waypoint.store.schema import schedules
 

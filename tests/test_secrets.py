@@ -16,8 +16,8 @@ from temporalio.client import Client
 from tests.helpers import payloads_in
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 

@@ -13,8 +13,8 @@ from temporalio.testing import ActivityEnvironment
 
 from waypoint.activities.model import ModelActivities
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_memory_worker, build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.memory import Episode, open_store
 from waypoint.names import Activity
@@ -124,7 +124,7 @@ async def test_an_episode_that_could_not_be_stored_is_stored_later(
 async def test_a_compaction_pass_stores_what_memory_missed_of_a_finished_run(
     client: Client, engine, settings: Settings, agents: AgentRegistry
 ):
-    from waypoint.app.schedule import compact_now
+    from waypoint.gateway.schedule import compact_now
 
     async with build_worker(client, engine, settings, agents, memory=True):  # memory on, no memory worker
         wp = Waypoint(client, engine, settings.model_copy(update={"memory": True}))

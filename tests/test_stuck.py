@@ -21,8 +21,8 @@ from tests.changed_workflow import ChangedAgentRunWorkflow
 from tests.helpers import eventually, waypoint
 from tests.telemetry_helpers import by, points
 from waypoint import retry, telemetry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import Conflict, NotFound, Unavailable
 
@@ -100,7 +100,7 @@ async def test_the_live_state_of_a_run_no_worker_serves_answers_within_the_bound
     the run's live state gives up after retry.ACTION_WAIT, and its GET and page answer from Postgres.
     Each read's query is timed apart from the rest of the read (a sign-in, a page's many reads),
     which a busy machine slows: each gives up within half of Temporal's hold."""
-    from waypoint.app.temporal import TemporalGateway
+    from waypoint.gateway.temporal import TemporalGateway
 
     wp = Waypoint(client, engine, settings)
     async with build_worker(client, engine, settings, agents):

@@ -16,8 +16,8 @@ from temporalio.client import Client
 from tests.conftest import ApiServer
 from tests.helpers import one_line_error, waypoint
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.demo_research import RESEARCH_TASK, research

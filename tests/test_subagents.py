@@ -19,8 +19,8 @@ from tests.run_history import done_while_paused
 from waypoint import Agent, ScriptedModel, ScriptedTurn, tool
 from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.demo_research import RESEARCH_TASK, research
@@ -300,8 +300,8 @@ async def test_a_sub_agent_runs_last_step_reaches_memory_with_the_next_compactio
 ):
     """Its caller waits for its end, so a sub-agent run does not store its last step on the way out
     (one remote activity less between its answer and its caller); the compaction pass stores it."""
-    from waypoint.app.schedule import compact_now
     from waypoint.app.worker import build_memory_worker
+    from waypoint.gateway.schedule import compact_now
     from waypoint.memory import open_store
 
     seed_workspace(settings.resolved_workspace)

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from tests.telemetry_helpers import dump, finished, script, traced_run
 from waypoint import telemetry
 from waypoint.app.cli import app
-from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.testing.fake_openai import FakeOpenAI
 from waypoint.workflows.agent_run import AgentRunWorkflow

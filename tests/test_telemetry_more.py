@@ -21,11 +21,11 @@ from temporalio.worker import Replayer
 from tests.helpers import make_run, research_run, tool_heavy, waypoint
 from tests.telemetry_helpers import by, dump, finished, points, script, traced_run
 from waypoint import telemetry
-from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
-from waypoint.app.schedule import apply_schedule
 from waypoint.app.worker import build_memory_worker, build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
+from waypoint.gateway.schedule import apply_schedule
 from waypoint.memory import open_store
 from waypoint.names import child_run_id
 from waypoint.store import RunStore

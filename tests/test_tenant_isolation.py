@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import waypoint
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.errors import NotFound
 
 pytestmark = pytest.mark.postgres

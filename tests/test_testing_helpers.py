@@ -17,7 +17,8 @@ from temporalio.testing import WorkflowEnvironment
 
 import waypoint.testing
 from waypoint import Agent, Budget, ScriptedTurn, ToolError, tool
-from waypoint.app.embedded import EmbeddedStack, port_is_free, running_stack
+from waypoint.app.embedded import EmbeddedStack, port_is_free
+from waypoint.gateway.stack import running_stack
 from waypoint.names import RunStatus, ToolOutcome
 from waypoint.store.db import create_engine, migrate
 from waypoint.testing import (

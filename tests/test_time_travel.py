@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from tests.changed_workflow import ChangedAgentRunWorkflow
 from tests.helpers import waypoint
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 from waypoint.store.schema import checkpoints

@@ -18,8 +18,8 @@ from tests.conftest import ApiServer
 from tests.helpers import _fresh, eventually, waypoint
 from waypoint import Agent, ScriptedModel, ScriptedTurn
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.console import run_table
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, Conflict
 from waypoint.names import EventKind, RunStatus

@@ -16,11 +16,11 @@ from temporalio.client import Client
 
 from tests.helpers import Done, eventually, one_line_error, waypoint
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
-from waypoint.app.temporal import connect as connect_temporal
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import ConfigError
+from waypoint.gateway.temporal import connect as connect_temporal
 from waypoint.store.hashing import event_hash
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]

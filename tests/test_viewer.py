@@ -129,7 +129,7 @@ async def test_fork_from_a_step_creates_a_run_and_jumps_to_it(browser, contexts,
 async def test_another_tenants_session_gets_a_404_page(browser, contexts, api: ApiServer, worker):
     run_id = await start(api, "mine", "calculator")
     await eventually(reached(api, run_id, "completed"), timeout=30)
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
 
     wp = await Waypoint.connect(api.settings, temporal=False)
     try:
@@ -281,7 +281,7 @@ async def test_session_cookies_are_signed_and_only_read(api: ApiServer):
 
 
 async def test_revoking_a_key_ends_its_viewer_sessions_at_once(api: ApiServer):
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
 
     wp = await Waypoint.connect(api.settings, temporal=False)
     try:
@@ -315,8 +315,8 @@ async def test_forms_from_another_site_are_refused_under_dev(client, engine, set
     """`waypoint dev` has no keys and no session: a form posted by another site's page, or
     without the token the viewer's page carries, is a 403 page and forks nothing; the /v1 API
     refuses a write from another site's page too; the viewer's own form works."""
-    from waypoint.app.client import Waypoint
     from waypoint.app.http.server import api_server, start_api, stop_api, url_of
+    from waypoint.client import Waypoint
 
     server = api_server(settings, host="127.0.0.1", port=0, auth=False, waypoint=Waypoint(client, engine, settings))
     task = await start_api(server)

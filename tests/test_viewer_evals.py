@@ -17,7 +17,7 @@ from tests.browser import logged_in, needs_browser, shot, sign_in
 from tests.conftest import ApiServer
 from tests.evals_helpers import finished_experiment
 from tests.helpers import eventually
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 
 pytestmark = pytest.mark.postgres
 

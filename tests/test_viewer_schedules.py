@@ -14,7 +14,7 @@ from tests import a11y
 from tests.browser import form_token, logged_in, needs_browser, shot, sign_in
 from tests.conftest import ApiServer
 from tests.helpers import eventually
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.names import RunStatus
 
 pytestmark = pytest.mark.postgres

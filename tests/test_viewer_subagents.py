@@ -14,8 +14,8 @@ from tests.browser import logged_in, needs_browser, shot
 from tests.conftest import ApiServer
 from tests.helpers import eventually, research_run
 from waypoint.agents import Agent, AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
 from waypoint.models.scripted import ScriptedModel, ScriptedTurn

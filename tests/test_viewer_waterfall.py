@@ -192,7 +192,7 @@ async def test_the_timeline_is_the_tenants_own_and_checks_its_input(api: ApiServ
 
 
 async def _other_tenant_key(api: ApiServer) -> tuple[str, object]:
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
 
     wp = await Waypoint.connect(api.settings, temporal=False)
     try:

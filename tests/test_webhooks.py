@@ -30,9 +30,9 @@ from tests.helpers import eventually, one_line_error, start, waypoint
 from tests.ports import reserve_port
 from tests.webhook_receiver import Received, Receiver, receiving
 from waypoint.activities.webhooks import WebhookActivities
-from waypoint.app.client import Waypoint
 from waypoint.app.embedded import StackInfo
 from waypoint.checks import check_webhook
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.store import RunStore

@@ -12,9 +12,9 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from tests.helpers import eventually
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import READY_LINE
 from waypoint.checks import new_run_id
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import Workflow
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn

@@ -12,8 +12,8 @@ from temporalio.common import VersioningBehavior
 
 from tests.helpers import eventually, one_line_error, waypoint
 from waypoint.agents import AgentRegistry
-from waypoint.app.client import Waypoint
 from waypoint.app.worker import build_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 
 pytestmark = pytest.mark.postgres

@@ -32,7 +32,7 @@ _EXPORTS = {
     "tool": "waypoint.tools",
     # the client, its settings, the worker plugin
     "Settings": "waypoint.config",
-    "Waypoint": "waypoint.app.client",
+    "Waypoint": "waypoint.client",
     "WaypointPlugin": "waypoint.app.plugin",
     "worker_plugin": "waypoint.app.plugin",
     # what the client's methods return
@@ -45,13 +45,13 @@ _EXPORTS = {
     "EventRow": "waypoint.store.rows",
     "LineageLink": "waypoint.store.rows",
     "Memory": "waypoint.types",
-    "ReplayOutcome": "waypoint.app.client",
+    "ReplayOutcome": "waypoint.client",
     "RunComparison": "waypoint.store.rows",
     "RunProgress": "waypoint.types",
     "RunResult": "waypoint.types",
     "RunRow": "waypoint.store.rows",
     "RunTree": "waypoint.store.trees",
-    "ScheduleInfo": "waypoint.app.schedule",
+    "ScheduleInfo": "waypoint.gateway.schedule",
     "ScheduleRow": "waypoint.store.rows",
     "StateDiff": "waypoint.store.rows",
     "StepLine": "waypoint.store.rows",
@@ -147,9 +147,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from waypoint.agents import Agent
-    from waypoint.app.client import ReplayOutcome, Waypoint
     from waypoint.app.plugin import WaypointPlugin, worker_plugin
-    from waypoint.app.schedule import ScheduleInfo
+    from waypoint.client import ReplayOutcome, Waypoint
     from waypoint.compaction_types import CompactionReport
     from waypoint.config import Settings
     from waypoint.errors import (
@@ -175,6 +174,7 @@ if TYPE_CHECKING:
         WaypointError,
     )
     from waypoint.evals.scorers import Score, scorer
+    from waypoint.gateway.schedule import ScheduleInfo
     from waypoint.mcp.servers import MCPServer
     from waypoint.models.scripted import ScriptedModel, ScriptedTurn
     from waypoint.store.rows import (

@@ -34,14 +34,14 @@ from pydantic import SecretStr
 from rich.table import Table
 
 from waypoint.app import console as out
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, spawn_worker
 from waypoint.app.follow import follow
-from waypoint.app.temporal import connect
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import ARCHIVE_ATTEMPTS, ARCHIVE_LOG, CHAOS_AGENT, DEMO_TASK, seed_workspace
 from waypoint.demo_chaos import demo_chaos
 from waypoint.errors import WaypointError
+from waypoint.gateway.temporal import connect
 from waypoint.models.scripted import ScriptedModel
 from waypoint.names import LOST_ATTEMPT, EventKind, RunStatus, idempotency_key
 from waypoint.retry import HEARTBEAT_TIMEOUT

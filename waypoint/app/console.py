@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from waypoint.app.client_limits import FleetRun, FleetStats
+from waypoint.client import FleetRun, FleetStats
 from waypoint.config import Settings
 from waypoint.names import STUCK, DeliveryStatus, EventKind, LineageKind, RunStatus
 from waypoint.pricing import format_usd

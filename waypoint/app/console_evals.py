@@ -11,8 +11,8 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from waypoint.app.client_evals import ExperimentComparison, ExperimentReport, GateFailure
 from waypoint.app.console import columns, one_line, short, status_text
+from waypoint.client import ExperimentComparison, ExperimentReport, GateFailure
 from waypoint.evals.cases import EvalCase, tools_line
 from waypoint.evals.stats import CaseDelta
 from waypoint.names import CaseStatus, ExperimentStatus

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from waypoint.app import console as out
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import prepare_database, start_stack, with_stack
-from waypoint.app.embedded import running_stack
 from waypoint.app.follow import follow
-from waypoint.app.temporal import TemporalGateway, connect
 from waypoint.app.worker import run_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import DEMO_TASK, seed_workspace
 from waypoint.demo_research import REPORT_PATH, RESEARCH_TASK
 from waypoint.errors import WaypointError
+from waypoint.gateway.stack import running_stack
+from waypoint.gateway.temporal import TemporalGateway, connect
 from waypoint.names import DemoAgent, RunStatus, ToolOutcome
 from waypoint.store.rows import RunRow
 

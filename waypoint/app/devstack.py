@@ -16,14 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.agents import AgentRegistry
 from waypoint.app import console as out
-from waypoint.app.client import Waypoint, database_url
 from waypoint.app.embedded import EmbeddedStack, StackInfo
 from waypoint.app.loop import run
-from waypoint.app.temporal import connect
 from waypoint.app.worker import load_agents, run_worker, stop_event, versioning
+from waypoint.client import Waypoint, database_url
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.errors import WaypointError
+from waypoint.gateway.temporal import connect
 from waypoint.store.db import create_engine, engine_for, ensure_database, migrate
 
 
@@ -103,7 +103,7 @@ async def _serve(
         here = f"running here, agents: {', '.join(agents.names())}" if agents else "none (start `waypoint worker`)"
         api, api_text = await _start_api(settings, Waypoint(client, engine, settings), api_sock)
         out.console.print(out.endpoints_table(settings, info, here, api_text))
-        from waypoint.app.schedule import apply_schedule
+        from waypoint.gateway.schedule import apply_schedule
 
         outcome = await apply_schedule(client, settings)
         out.console.print(

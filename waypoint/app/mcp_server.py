@@ -1,7 +1,7 @@
 """Waypoint as an MCP server (`waypoint mcp`): an assistant reads one tenant's runs, and with
 `WAYPOINT_MCP_WRITE=true` starts and steers them.
 
-Every tool is a call of the Python API (`waypoint.app.client.Waypoint`), so the MCP answers are
+Every tool is a call of the Python API (`waypoint.client.Waypoint`), so the MCP answers are
 the CLI's `--json` answers (typed results through `waypoint.store.rows.as_json`), and its errors
 the same one-line messages (as MCP error results). Over stdio the server acts for the configured
 tenant (`WAYPOINT_TENANT`); over streamable HTTP every request must carry
@@ -21,12 +21,11 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import ToolAnnotations
 from pydantic import ValidationError
 
-from waypoint.app.client import Waypoint
-from waypoint.app.invariants import report_json
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import WaypointError
 from waypoint.evals.scorers import DEFAULT_SCORERS
-from waypoint.names import FINISHED
+from waypoint.gateway.invariants import report_json
 from waypoint.store.rows import as_json
 from waypoint.store.trees import tree_json
 from waypoint.waterfall import waterfall_json
@@ -146,17 +145,10 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         step, pending approvals)."""
 
         async def status(tenant: str) -> dict[str, Any]:
-            row = await wp.run(run_id, tenant_id=tenant)
-            live = None
-            if row.status not in FINISHED:
-                try:
-                    live = await wp.progress(run_id, tenant_id=tenant)
-                except WaypointError:
-                    live = None  # Temporal unreachable: Postgres still answers
+            view = await wp.status(run_id, tenant_id=tenant, check_stuck=False)
             timeline = await wp.timeline(run_id, tenant_id=tenant)
-            pool = await wp.budget(run_id, tenant_id=tenant)
-            budget = pool.to_json() if pool is not None else None
-            return {"run": row, "timeline": timeline, "budget": budget, "live": live}
+            budget = view.budget.to_json() if view.budget is not None else None
+            return {"run": view.row, "timeline": timeline, "budget": budget, "live": view.live}
 
         return await answer(ctx, status)
 

@@ -48,6 +48,7 @@ from waypoint.codec import EncryptionCodec
 from waypoint.config import Settings
 from waypoint.deltas import DeltaPublisher
 from waypoint.errors import ConfigError
+from waypoint.gateway.code import WORKFLOWS
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore
 from waypoint.models.spec import KEY_VARIABLES, Provider, has_extra
@@ -55,14 +56,6 @@ from waypoint.names import memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.streams import DELTAS_CHANNEL
 from waypoint.versions import current_version
-from waypoint.workflows.agent_run import AgentRunWorkflow
-from waypoint.workflows.compaction import CompactionWorkflow
-from waypoint.workflows.experiments import ExperimentWorkflow
-from waypoint.workflows.webhooks import WebhookDeliveryWorkflow
-
-# Every workflow of the main task queue: runs (sub-agent and experiment runs among them),
-# compaction, experiments, webhook deliveries. The deploy gate replays histories against these.
-WORKFLOWS: list[type] = [AgentRunWorkflow, CompactionWorkflow, ExperimentWorkflow, WebhookDeliveryWorkflow]
 
 
 class WaypointPlugin(SimplePlugin):
@@ -280,7 +273,7 @@ def _registry(agents: AgentRegistry | Iterable[Agent] | None, settings: Settings
 
 def _engine(settings: Settings) -> AsyncEngine:
     """The configured database's engine, else the running embedded stack's (`waypoint dev`)."""
-    from waypoint.app.embedded import running_stack
+    from waypoint.gateway.stack import running_stack
     from waypoint.store.db import engine_for
 
     url = settings.database_url

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
 import logging
 import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,46 +18,22 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from waypoint import retry, telemetry
-from waypoint.activities.checkpoints import CheckpointActivities
 from waypoint.activities.memory import MemoryActivities
 from waypoint.activities.model import ModelActivities
 from waypoint.activities.tools import ToolActivities
 from waypoint.agents import AgentRegistry
-from waypoint.app.client_limits import FleetLimits
-from waypoint.app.plugin import WORKFLOWS, WaypointPlugin, delta_publisher, load_agents
+from waypoint.app.plugin import WaypointPlugin, delta_publisher, load_agents
 from waypoint.checks import check_deployment_version
+from waypoint.client import FleetLimits
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, StackError
+from waypoint.gateway.code import MEMORY_WORKFLOWS, build_id
 from waypoint.memory import EpisodicStore, open_store
 from waypoint.names import VersioningMode, memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.db import schema_revision
-from waypoint.workflows.agent_run import AgentRunWorkflow
-from waypoint.workflows.memory import MemoryRequestWorkflow
 
 log = logging.getLogger(__name__)
-
-# Every workflow a worker registers, by task queue: the deploy gate replays histories against these.
-# The main task queue's are the plugin's (`WORKFLOWS`).
-MEMORY_WORKFLOWS: list[type] = [MemoryRequestWorkflow]  # the memory task queue
-
-
-def deployed_workflows(settings: Settings) -> dict[str, list[type]]:
-    """The workflows this code registers, by the task queue its workers serve them on."""
-    return {settings.task_queue: WORKFLOWS, memory_task_queue(settings.task_queue): MEMORY_WORKFLOWS}
-
-
-@functools.cache
-def build_id() -> str:
-    """The worker's build id: a hash of Waypoint's own source (workflows, activities, the package).
-    Without one the SDK hashes the code of every module loaded in the process, about 0.25 s per
-    worker at start-up on 2 cores; ours changes when our code does, which is what the id is for."""
-    digest = hashlib.sha256()
-    for package in (AgentRunWorkflow, CheckpointActivities, Settings):
-        root = Path(sys.modules[package.__module__].__file__ or "").parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(path.read_bytes())
-    return f"waypoint-{digest.hexdigest()[:16]}"
 
 
 def versioning(settings: Settings) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 Temporal history is checked against (which steps have a checkpoint, a model response, which tool
 calls have a result event, what the ledger holds), plus the duplicates no history is needed for.
 
-The comparison with Temporal is the client's (`waypoint.app.invariants`): the store never imports
+The comparison with Temporal is the client's (`waypoint.gateway.invariants`): the store never imports
 temporalio.
 """
 

@@ -1,6 +1,6 @@
 """What the store's reads return: typed rows, one dataclass per shape.
 
-The Python API (`waypoint.app.client.Waypoint`) returns these as they are; `as_json` turns any
+The Python API (`waypoint.client.Waypoint`) returns these as they are; `as_json` turns any
 of them into JSON-ready data (timestamps as ISO 8601 text, decimals as floats) for the CLI's
 `--json` and the HTTP API.
 """

@@ -60,10 +60,13 @@ class Starts(StoreBase):
             )
             return await self._run(conn, hold.tenant_id, hold.run_id)
 
-    async def join_thread(self, tenant_id: str, thread_id: str, run_id: str) -> str | None:
-        """Take the thread's next place for `run_id` and return the run before it there (None on an
-        empty thread); the run's row records it as the run it waits for. A retry finds the place
-        taken already and answers the same. NotFound when the tenant has no such thread."""
+    async def join_thread(
+        self, tenant_id: str, thread_id: str, run_id: str, *, multitask_strategy: str | None = None
+    ) -> str | None:
+        """Take the thread's next place for `run_id` (created with `multitask_strategy`) and return the
+        run before it there (None on an empty thread); the run's row, if written, records it as the
+        run it waits for. A retry finds the place taken already and answers the same. NotFound when
+        the tenant has no such thread."""
         for _ in range(20):  # another run may take the next place between the read and the insert
             async with self.engine.begin() as conn:
                 owner = await conn.scalar(
@@ -86,7 +89,12 @@ class Starts(StoreBase):
                     try:
                         async with conn.begin_nested():
                             await conn.execute(
-                                thread_runs.insert().values(thread_id=thread_id, position=mine, run_id=run_id)
+                                thread_runs.insert().values(
+                                    thread_id=thread_id,
+                                    position=mine,
+                                    run_id=run_id,
+                                    multitask_strategy=multitask_strategy,
+                                )
                             )
                     except IntegrityError:
                         continue

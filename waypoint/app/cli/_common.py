@@ -17,7 +17,7 @@ from waypoint.app.loop import run
 from waypoint.errors import WaypointError
 
 if TYPE_CHECKING:
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
     from waypoint.config import Settings
 
 T = TypeVar("T")
@@ -80,6 +80,6 @@ def command(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
 async def connect(*, temporal: bool = False) -> Waypoint:
     """The client, on the configured stack (Temporal connected on first use unless `temporal`)."""
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
 
     return await Waypoint.connect(settings(), temporal=temporal)

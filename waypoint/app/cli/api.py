@@ -24,10 +24,10 @@ async def serve(
 ) -> None:
     """Serve the HTTP API (Waypoint's endpoints, live streams, the Agent Protocol) until Ctrl-C."""
     from waypoint.app import console as out
-    from waypoint.app.client import Waypoint
     from waypoint.app.http.server import api_server, listen_on, start_api, stop_api, url_of
     from waypoint.app.worker import stop_event
     from waypoint.checks import check_port
+    from waypoint.client import Waypoint
     from waypoint.store.db import schema_revision
 
     cfg = settings()

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from waypoint.app.cli._common import JsonOpt, command, connect
-from waypoint.app.deploy import FINISHED_DEFAULT
+from waypoint.gateway.deploy import FINISHED_DEFAULT
 
 deployment_app = typer.Typer(
     no_args_is_help=True, help="Worker Deployments: which version of the workers Temporal sends runs to."
@@ -86,7 +86,7 @@ async def set_current(
     """Make a version of the Worker Deployment current: new runs (and open runs at their next workflow task,
     unless pinned) go to its workers. Its workers must have polled first (`waypoint worker --deployment`)."""
     from waypoint.app import console as out
-    from waypoint.app.worker import build_id as local_build_id
+    from waypoint.gateway.code import build_id as local_build_id
 
     build = build_id or local_build_id()
     async with await connect() as wp:

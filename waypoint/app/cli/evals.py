@@ -23,8 +23,7 @@ from waypoint.checks import read_text_file
 if TYPE_CHECKING:
     from typer._click import Context
 
-    from waypoint.app.client import Waypoint
-    from waypoint.app.client_evals import ExperimentReport
+    from waypoint.client import ExperimentReport, Waypoint
     from waypoint.evals.types import ScorerSpec
     from waypoint.store.evals import ExperimentRow
 
@@ -214,8 +213,8 @@ async def eval_run(
     A progress bar, then the table: per scorer the mean, its 95% CI, the pass rate and the cases it
     scored; cost, tokens per case, latency p50/p95, the errored cases. With --fail-under, one line
     per failed gate and exit 1. Interrupted, the experiment goes on: `waypoint eval show EXP --wait`."""
-    from waypoint.app.client_evals import check_gates, parse_gates
     from waypoint.checks import read_instructions
+    from waypoint.client import check_gates, parse_gates
     from waypoint.evals.scorers import DEFAULT_SCORERS
 
     gates = parse_gates(fail_under or [])
@@ -251,7 +250,7 @@ async def eval_show(
     as_json: JsonOpt = False,
 ) -> None:
     """An experiment's table as far as it got (it goes on without the CLI that started it)."""
-    from waypoint.app.client_evals import parse_gates
+    from waypoint.client import parse_gates
 
     gates = parse_gates(fail_under or [])
     async with await connect() as wp:
@@ -319,7 +318,7 @@ async def eval_rescore(
     as_json: JsonOpt = False,
 ) -> None:
     """Score the runs of EXP again with other scorers, as a new experiment (no run starts)."""
-    from waypoint.app.client_evals import check_gates, parse_gates
+    from waypoint.client import check_gates, parse_gates
 
     gates = parse_gates(fail_under or [])
     specs = _scorers(scorer)
@@ -420,7 +419,7 @@ def _print_report(report: ExperimentReport, gates: dict[str, float], *, as_json:
     on an experiment that failed; a gate on an experiment still running fails (it has no verdict yet)."""
     from waypoint.app import console as out
     from waypoint.app import console_evals as show
-    from waypoint.app.client_evals import gate
+    from waypoint.client import gate
     from waypoint.names import ExperimentStatus
 
     e = report.experiment

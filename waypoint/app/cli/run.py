@@ -11,7 +11,7 @@ import typer
 from waypoint.app.cli._common import JsonOpt, MemoryOpt, RunArg, command, connect
 
 if TYPE_CHECKING:
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
 
 FollowOpt = Annotated[bool, typer.Option("--follow", help="Show steps as they land, until the run ends.")]
 PriorityOpt = Annotated[
@@ -51,13 +51,25 @@ async def run(
         typer.Option("--at", help="Start then: an ISO date and time, UTC unless it names its offset."),
     ] = None,
     after: Annotated[str | None, typer.Option("--after", help="Start after this delay: 90s, 30m, 2h, 1d.")] = None,
+    thread: Annotated[
+        str | None,
+        typer.Option(help="Run as this thread's next turn: it goes on from the thread's newest run."),
+    ] = None,
+    multitask: Annotated[
+        str | None,
+        typer.Option(
+            help="With --thread, what it does while the thread is busy: reject, enqueue, interrupt, rollback."
+        ),
+    ] = None,
     follow: FollowOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start a run on the configured Temporal and print its id. With --at or --after it is
-    `scheduled` until then (`waypoint cancel ID` before it starts ends it)."""
+    `scheduled` until then (`waypoint cancel ID` before it starts ends it). With --thread it is the
+    thread's next turn (`queued` behind a busy run with --multitask enqueue or interrupt)."""
     from waypoint.app import console as out
     from waypoint.checks import check_start_time, iso_time, parse_duration
+    from waypoint.client import Turn
     from waypoint.errors import InvalidInput
     from waypoint.types import Budget
 
@@ -71,19 +83,28 @@ async def run(
         raise InvalidInput(
             "a delayed run is not followed: `waypoint status ID --follow` once it starts, or drop --follow"
         )
+    if thread is None and multitask is not None:
+        raise InvalidInput("--multitask says what a turn on a busy thread does: give the thread with --thread")
+    if thread is not None and start_at is not None:
+        raise InvalidInput("a thread's turn starts --after a delay, not --at a time: use --after")
     starts = check_start_time(start_at, delay)  # refused before connecting: an --at in the past starts nothing
     async with await connect(temporal=True) as wp:
         budget = Budget(max_steps=max_steps, max_tokens=max_tokens, max_cost_usd=max_cost, deadline_seconds=deadline)
-        run_id = await wp.start_run(
-            task,
-            agent=agent,
-            model=model,
-            budget=budget,
-            priority=priority,
-            start_at=starts,
-            idempotency_key=idempotency_key,
-            webhook=webhook,
-        )
+        if thread is not None:
+            turn = Turn(task, agent, model, budget, priority, after_seconds=delay, webhook=webhook)
+            started = await wp.threads.start_turn(thread, turn, multitask, idempotency_key=idempotency_key)
+            run_id = started.run_id
+        else:
+            run_id = await wp.start_run(
+                task,
+                agent=agent,
+                model=model,
+                budget=budget,
+                priority=priority,
+                start_at=starts,
+                idempotency_key=idempotency_key,
+                webhook=webhook,
+            )
         trace = wp.started_trace(run_id)
         if not follow:
             if as_json:

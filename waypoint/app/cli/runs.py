@@ -62,8 +62,6 @@ async def status(
 ) -> None:
     """Show one run, its step timeline and, while it runs, its live state (pending approvals)."""
     from waypoint.app import console as out
-    from waypoint.errors import WaypointError
-    from waypoint.names import FINISHED
 
     if follow:
         from waypoint.app.cli.run import follow_to_end
@@ -73,18 +71,15 @@ async def status(
             await follow_to_end(wp, run_id, as_json)
         return
     async with await connect() as wp:
-        row = await wp.run(run_id, check_stuck=True)
+        view = await wp.status(run_id)
+        row, live = view.row, view.live
+        if view.live_error is not None:  # Temporal unreachable, or the run unreadable: Postgres still answers
+            print(f"warning: no live state from Temporal: {view.live_error}", file=sys.stderr)
         lines = await wp.timeline(run_id)
         family = await wp.tree(run_id)
         hooks = await wp.webhook_attempts(run_id) if row.webhook else []
         deliveries = await wp.webhooks.list(run_id=run_id) if row.webhook else []
         hook_line = await wp.webhook_summary(run_id) if row.webhook else None
-        live = None
-        if row.status not in FINISHED and not row.stuck:  # a stuck run answers no query
-            try:
-                live = await wp.progress(run_id)
-            except WaypointError as exc:  # Temporal unreachable, or the run unreadable: Postgres still answers
-                print(f"warning: no live state from Temporal: {exc}", file=sys.stderr)
     if as_json:
         from waypoint.store.trees import node_json
 
@@ -325,7 +320,7 @@ async def verify(
     matches its workflow's, no tool effect is recorded twice. One line per violation
     (`run <id>: <what>`), then a summary; exit 1 if there is any."""
     from waypoint.app import console as out
-    from waypoint.app.invariants import report_json
+    from waypoint.gateway.invariants import report_json
 
     if every and run_id is not None:
         raise InvalidInput("give a run id or --all, not both")

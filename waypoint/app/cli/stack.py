@@ -103,7 +103,7 @@ async def worker(
 async def migrate() -> None:
     """Apply the database migrations (Alembic) to the configured Postgres."""
     from waypoint.app import console as out
-    from waypoint.app.client import database_url
+    from waypoint.client import database_url
     from waypoint.store.db import create_engine, schema_revision
     from waypoint.store.db import migrate as apply
 

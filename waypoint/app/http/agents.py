@@ -9,9 +9,9 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from waypoint.app.client import as_json
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
+from waypoint.client import as_json
 
 router = APIRouter(prefix="/v1", tags=["agents"], responses=errors.KEYED)
 

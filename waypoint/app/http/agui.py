@@ -22,9 +22,9 @@ from typing import Any
 
 from sse_starlette import ServerSentEvent
 
-from waypoint.app.client import EventRow
 from waypoint.app.http.protocol.shapes import ai_id
 from waypoint.app.http.streams import StreamItem, merged
+from waypoint.client import EventRow
 from waypoint.deltas import AttemptText
 from waypoint.names import EventKind, RunStatus
 

@@ -28,12 +28,12 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from waypoint.app.client import Waypoint
 from waypoint.app.http import errors
 from waypoint.app.http.hub import StreamHub
 from waypoint.app.http.limits import HttpLimits
 from waypoint.app.http.state import ApiState
 from waypoint.checks import check_text
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 
 

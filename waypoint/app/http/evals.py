@@ -17,12 +17,11 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 
-from waypoint.app.client import as_json
-from waypoint.app.client_evals import CONCURRENCY_MAX, REPEAT_MAX, RUN_IDS_MAX, gate, parse_gates
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.runs import Body, Ndjson
 from waypoint.checks import INSTRUCTIONS_MAX, NAME_MAX
+from waypoint.client import CONCURRENCY_MAX, REPEAT_MAX, RUN_IDS_MAX, as_json, gate, parse_gates
 from waypoint.errors import InvalidInput
 from waypoint.evals.cases import CASES_MAX
 from waypoint.evals.scorers import DEFAULT_SCORERS, SCORERS_MAX

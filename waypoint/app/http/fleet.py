@@ -16,9 +16,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from waypoint.app.client import as_json
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
+from waypoint.client import as_json
 from waypoint.names import FleetPeriod
 
 router = APIRouter(prefix="/v1", tags=["limits"], responses=errors.KEYED)

@@ -32,7 +32,7 @@ from waypoint.errors import NotFound
 from waypoint.names import EventKind
 
 if TYPE_CHECKING:
-    from waypoint.app.client import EventRow, Listener, Waypoint
+    from waypoint.client import EventRow, Listener, Waypoint
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from waypoint.app.client import as_json
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
+from waypoint.client import as_json
 
 router = APIRouter(prefix="/v1", tags=["memory"], responses=errors.KEYED)
 

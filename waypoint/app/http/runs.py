@@ -15,14 +15,14 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse
 
-from waypoint.app.client import RunRow, StartedRun, as_json
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.streams import SSE_DOCUMENTED, NativeFormat, run_items, sse_response
 from waypoint.app.http.trees import TreeFormat, TreeStream, parse_tree_position
 from waypoint.checks import parse_step
-from waypoint.errors import InvalidInput, NotFound, WaypointError
-from waypoint.names import FINISHED, STUCK, EventKind, RunSort, RunStatus
+from waypoint.client import RunRow, StartedRun, as_json
+from waypoint.errors import InvalidInput
+from waypoint.names import EventKind, RunSort, RunStatus
 from waypoint.store.trees import caller_json, child_json
 from waypoint.types import Budget
 
@@ -229,36 +229,17 @@ async def get_run(run_id: str, api: Api, tenant: Tenant) -> dict[str, Any]:
     A run started a moment ago whose worker has not written its row yet is the row its start asks
     for (`Waypoint.run_or_planned`): `starting`, or `queued` or `scheduled`, no steps; an unfinished
     run whose workflow task keeps failing is `stuck`, with the failure in `stuck`."""
-    try:
-        row = await api.wp.run(run_id, tenant_id=tenant, check_stuck=True)
-    except NotFound:
-        if not await api.wp.starting(run_id, tenant_id=tenant):  # its worker wrote the row meanwhile
-            return await get_run(run_id, api, tenant)
-        why = await api.wp.stuck(run_id, tenant_id=tenant)
-        planned = await api.wp.run_or_planned(run_id, tenant_id=tenant)  # (or its row, written meanwhile)
-        return {
-            **run_json(planned),
-            "status": STUCK if why else planned.status,
-            "stuck": why,
-            "live": None,
-            "parent": None,
-            "children": [],
-            "budget": None,
-        }
-    live = None
-    if row.status not in FINISHED and not row.stuck:  # a stuck run answers no query
-        try:
-            live = await api.wp.progress(run_id, tenant_id=tenant)
-        except WaypointError:
-            live = None  # Temporal unreachable: Postgres still answers
+    view = await api.wp.status(run_id, tenant_id=tenant, planned=True)
+    row = view.row
+    if view.planned:
+        return {**run_json(row), "live": None, "parent": None, "children": [], "budget": None}
     children = [child_json(c) for c in await api.wp.children(run_id, tenant_id=tenant)]
-    pool = await api.wp.budget(run_id, tenant_id=tenant)
     return {
         **run_json(row),
-        "live": as_json(live),
+        "live": as_json(view.live),
         "parent": caller_json(row),
         "children": children,
-        "budget": pool.to_json() if pool is not None else None,
+        "budget": view.budget.to_json() if view.budget is not None else None,
     }
 
 
@@ -491,7 +472,7 @@ async def verify_all(
     """Check every run of the tenant against Temporal (`waypoint verify --all`): each completed model and tool
     activity of its history has its event, its hash chain and checkpoints hold, its status matches its
     workflow's, and no tool effect is recorded twice."""
-    from waypoint.app.invariants import report_json
+    from waypoint.gateway.invariants import report_json
 
     return report_json(await api.wp.verify_all(since or None, limit=limit, tenant_id=tenant))
 

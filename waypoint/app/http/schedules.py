@@ -13,8 +13,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
-from waypoint.app.client import as_json
-from waypoint.app.client_schedules import CATCHUP_DEFAULT_SECONDS
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.runs import Body
@@ -26,6 +24,7 @@ from waypoint.checks import (
     JITTER_MAX_SECONDS,
     NAME_MAX,
 )
+from waypoint.client import CATCHUP_DEFAULT_SECONDS, as_json
 from waypoint.names import ScheduleOverlap
 
 router = APIRouter(prefix="/v1", tags=["schedules"], responses=errors.KEYED)

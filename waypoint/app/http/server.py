@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from waypoint.app.client import Waypoint
 from waypoint.app.http.app import create_app
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, WaypointError
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from waypoint.app.client import Waypoint
 from waypoint.app.http.hub import StreamHub
 from waypoint.app.http.limits import HttpLimits
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 
 

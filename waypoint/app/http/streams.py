@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
-from waypoint.app.client import EventRow, as_json
 from waypoint.app.http.hub import PAGE, StreamHub, read_log
 from waypoint.app.http.limits import StreamSlot
+from waypoint.client import EventRow, as_json
 from waypoint.deltas import AttemptText, DeltaBatch
 from waypoint.errors import NotFound
 from waypoint.names import FINISHED, EventKind
 
 if TYPE_CHECKING:
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
 
 SEND_TIMEOUT_SECONDS = 60.0  # a client that takes no bytes for this long is dropped
 

@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from sse_starlette import ServerSentEvent
 
-from waypoint.app.client import RunRow
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.streams import NativeFormat, StreamItem, overflow_event, run_items
+from waypoint.client import RunRow
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.store.trees import tree_json
 
 if TYPE_CHECKING:
-    from waypoint.app.client import Waypoint
     from waypoint.app.http.hub import StreamHub
+    from waypoint.client import Waypoint
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=errors.KEYED)
 

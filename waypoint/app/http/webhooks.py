@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 
-from waypoint.app.client import as_json
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.checks import NAME_MAX
+from waypoint.client import as_json
 from waypoint.store.webhooks import DELIVERIES_MAX, delivery_summary
 
 router = APIRouter(prefix="/v1", tags=["webhooks"], responses=errors.KEYED)

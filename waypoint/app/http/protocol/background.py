@@ -14,11 +14,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from waypoint.app.client import RunRow
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.protocol.runs import member_json, shown_run
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_json, spec_messages, spec_run, values
 from waypoint.app.http.state import ApiState
+from waypoint.client import RunRow
 from waypoint.errors import NotFound
 
 router = APIRouter(tags=["agent protocol (open spec): background runs"])
@@ -88,11 +88,7 @@ async def _on_thread(api: ApiState, tenant: str, row: RunRow, shaped: dict[str, 
 async def delete_run(run_id: str, api: Api, tenant: Tenant) -> Response:
     """Delete a run that ended (and everything it wrote), and take it off its thread; a live run is
     a conflict: cancel it first."""
-    thread_id = await api.wp.threads.of_run(run_id, tenant_id=tenant)
-    await api.wp.delete(run_id, tenant_id=tenant)
-    if thread_id is not None:
-        with contextlib.suppress(NotFound):
-            await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
+    await api.wp.threads.delete_run(run_id, tenant_id=tenant)
     return Response(status_code=204)
 
 
@@ -117,10 +113,8 @@ async def cancel_run(
     """Cancel the run after its current step. `rollback` also takes it off its thread (its steps are
     no part of the thread's state; the run stays in the log, cancelled); `wait=true` answers when it ended."""
     await _row(api, tenant, run_id)
-    await api.wp.cancel(run_id, f"cancelled through the Agent Protocol ({action})", tenant_id=tenant)
-    if action == "rollback" and (thread_id := await api.wp.threads.of_run(run_id, tenant_id=tenant)):
-        with contextlib.suppress(NotFound):
-            await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
+    reason = f"cancelled through the Agent Protocol ({action})"
+    await api.wp.threads.cancel_run(run_id, reason, rollback=action == "rollback", tenant_id=tenant)
     if wait:
         await api.wp.result(run_id, tenant_id=tenant)
     return Response(status_code=204)

@@ -25,13 +25,13 @@ from typing import Any, Literal
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from waypoint.app.client import ScheduleRow
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.problems import not_supported
 from waypoint.app.http.protocol.runs import RunCreate, _options
 from waypoint.app.http.protocol.shapes import cron_json, task_of
 from waypoint.app.http.protocol.threads import newest_started
 from waypoint.app.http.state import ApiState
+from waypoint.client import ScheduleRow
 from waypoint.errors import InvalidInput
 from waypoint.names import ScheduleOverlap
 from waypoint.run_config import RunConfig

@@ -23,11 +23,9 @@ from pydantic import BaseModel, ConfigDict
 
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.problems import not_supported
-from waypoint.app.http.protocol.runs import RunCreate, _fork_point
 from waypoint.app.http.protocol.threads import checkpoint_ref
-from waypoint.checks import new_run_id
-from waypoint.errors import Conflict, InvalidInput, NotFound
-from waypoint.names import FINISHED, MemoryView, RunStatus
+from waypoint.errors import Conflict, InvalidInput
+from waypoint.names import RunStatus
 
 router = APIRouter(tags=["agent protocol: threads"])
 
@@ -98,38 +96,9 @@ async def update_state(thread_id: str, body: StateUpdate, api: Api, tenant: Tena
     """Add a user message to the thread's state (or to an earlier checkpoint's: a branch) as a new
     checkpoint: a fork that ends before its first step. Answers the new checkpoint."""
     message = user_message(body)
-    thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
-    last = thread.last
-    if last is not None and (last.run is None or last.run.status not in FINISHED):
-        raise Conflict(
-            f"thread {thread_id} is busy with run {last.run_id}: its state changes when the run ends "
-            f"(join it, or cancel it: POST /threads/{thread_id}/runs/{last.run_id}/cancel)"
-        )
     wanted = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
-    parent, step = _fork_point(thread, RunCreate(assistant_id="", checkpoint_id=wanted))
-    if parent is None:
-        raise NotFound(f"thread {thread_id} has no checkpoint yet: start a run on it (its input is the first message)")
-    if step == 0:
-        raise InvalidInput(
-            f"checkpoint {parent.run_id}:0 is a run's input: update a later checkpoint, or start a run "
-            f"from it (runs with checkpoint_id {parent.run_id}:0)"
-        )
-    run_id = new_run_id()
-    await api.wp.threads.reserve_run(thread_id, last.position + 1 if last else 0, run_id, tenant_id=tenant)
-    try:
-        await api.wp.fork(
-            parent.run_id,
-            step,
-            message=message,
-            memory=MemoryView.NOW,
-            tenant_id=tenant,
-            new_run_id=run_id,
-            message_only=True,
-        )
-    except BaseException:
-        with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it
-            await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
-        raise
+    checkpoint = str(wanted) if wanted else None
+    run_id, step = await api.wp.threads.add_message(thread_id, message, checkpoint=checkpoint, tenant_id=tenant)
     # The fork ends in moments (no model call); answering after it ends means the thread is idle
     # again and its state shows the new checkpoint when the client reads it next.
     with contextlib.suppress(TimeoutError):

@@ -26,12 +26,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from fastapi import Response
 from sse_starlette import ServerSentEvent
 
-from waypoint.app.client import RunRow
 from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.protocol.shapes import conversation, flatten, run_status
 from waypoint.app.http.protocol.stream import SUPPORTED_MODES, ProtocolFormat, sse, wants_deltas
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.streams import StreamItem, parts_response, run_items
+from waypoint.client import RunRow
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.names import FINISHED, WAITING_TO_START
 

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from waypoint.app.client import EventRow, RunRow
 from waypoint.app.http.problems import not_supported
 from waypoint.app.http.state import ApiState
+from waypoint.client import EventRow, RunRow
 from waypoint.errors import Conflict, InvalidInput, Mismatch
 from waypoint.names import ASK_HUMAN_TOOL, EventKind, RunStatus
 from waypoint.types import PendingApproval

@@ -22,7 +22,7 @@ from waypoint.app.http.protocol.shapes import ai_id, values
 from waypoint.deltas import AttemptText
 
 if TYPE_CHECKING:
-    from waypoint.app.client import EventRow
+    from waypoint.client import EventRow
 
 
 class RunView(Protocol):

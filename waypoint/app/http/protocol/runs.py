@@ -25,15 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from waypoint.app.client import RunRow, ThreadRow, ThreadRun
-from waypoint.app.client_threads import MULTITASK_STRATEGIES as STRATEGIES
 from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.problems import not_supported
@@ -50,14 +48,14 @@ from waypoint.app.http.protocol.shapes import (
     values,
 )
 from waypoint.app.http.protocol.stream import ProtocolFormat, SubgraphFormat, stream_modes, wants_deltas
-from waypoint.app.http.protocol.threads import live_status, newest_started
+from waypoint.app.http.protocol.threads import live_status
 from waypoint.app.http.runs import IdempotencyKey, resume_point
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.streams import StreamItem, sse_response
 from waypoint.app.http.trees import TreeStream
-from waypoint.checks import new_run_id
-from waypoint.errors import Conflict, InvalidInput, NotFound
-from waypoint.names import FINISHED, STARTING, MemoryView, RunStatus
+from waypoint.client import MULTITASK_STRATEGIES as STRATEGIES
+from waypoint.client import RunRow, ThreadRun, Turn
+from waypoint.errors import InvalidInput, NotFound
 from waypoint.run_config import RunConfig, run_config
 
 router = APIRouter(tags=["agent protocol: runs"])
@@ -146,9 +144,7 @@ async def _run_options(api: ApiState, tenant: str, body: RunCreate) -> Options:
 async def start_on_thread(
     api: ApiState, tenant: str, thread_id: str | None, body: RunCreate, idempotency_key: str | None = None
 ) -> RunRow:
-    """Start the run (a fork of the thread's newest run, or a new run). With an idempotency key, a
-    repeat answers the key's run: the key is claimed before the thread's slot is taken, so a repeat
-    neither takes a second slot nor meets the thread busy with its own run. With
+    """Start the run: the thread's next turn (`wp.threads.start_turn`), or a run on no thread. With
     `command={'resume': ...}`, no run starts: the thread's waiting run is answered and goes on (see
     protocol/interrupts.py). Answers the run: the row of one that existed before (a repeat's, a
     resumed one), or the row a new one's start asks for (its worker writes it in a moment)."""
@@ -159,12 +155,34 @@ async def start_on_thread(
     api.wp.check_webhook(body.webhook)  # before the run takes a place on its thread
     task = task_of(body.input or {})
     options = await _run_options(api, tenant, body)
+    settings = options.settings
+    turn = Turn(
+        task,
+        agent=options.agent,
+        model=settings.model,
+        budget=settings.budget(),
+        priority=settings.priority,
+        after_seconds=float(body.after_seconds) if body.after_seconds else None,
+        webhook=body.webhook,
+        instructions=settings.instructions,
+        assistant=options.assistant,
+        checkpoint=_checkpoint(body),
+        create_thread=body.if_not_exists == "create",
+    )
+    # The request a key stands for: the whole body, on its thread.
     request = {"thread_id": thread_id, "body": body.model_dump(mode="json")}
-    async with api.wp.idempotent(idempotency_key, request, run_id=new_run_id(), tenant_id=tenant) as claim:
-        if claim.created:
-            status = await _start(api, tenant, thread_id, body, claim.run_id, task, options)
-            return _planned(tenant, claim.run_id, task, options, status)
-    return await api.wp.run_or_planned(claim.run_id, tenant_id=tenant)
+    started = await api.wp.threads.start_turn(
+        thread_id, turn, body.multitask_strategy, idempotency_key=idempotency_key, request=request, tenant_id=tenant
+    )
+    if started.repeat or started.status is None:
+        return await api.wp.run_or_planned(started.run_id, tenant_id=tenant)
+    return _planned(tenant, started.run_id, task, options, started.status)
+
+
+def _checkpoint(body: RunCreate) -> str | None:
+    """The `<run_id>:<step>` of the thread the run goes on from, if the body names one."""
+    wanted = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
+    return str(wanted) if wanted else None
 
 
 def _planned(tenant: str, run_id: str, task: str, options: Options, status: str) -> RunRow:
@@ -204,140 +222,6 @@ async def _resume_run(
 ) -> tuple[str, int]:
     position = await api.wp.last_seq(row.run_id, tenant_id=tenant) if row is not None else 0
     return await interrupts.resume(api, tenant, row, status, where, value), position
-
-
-async def _start(
-    api: ApiState,
-    tenant: str,
-    thread_id: str | None,
-    body: RunCreate,
-    run_id: str,
-    task: str,
-    options: Options,
-) -> str:
-    """Start the run; answers the Waypoint status it starts in: queued (after a busy run),
-    scheduled (after_seconds) or starting."""
-    settings = options.settings
-    model, priority = settings.model, settings.priority
-    delay = float(body.after_seconds) if body.after_seconds else None
-    if thread_id is None:
-        await api.wp.start_run(
-            task,
-            agent=options.agent,
-            model=model,
-            budget=settings.budget(),
-            tenant_id=tenant,
-            run_id=run_id,
-            priority=priority,
-            after_seconds=delay,
-            webhook=body.webhook,
-            instructions=settings.instructions,
-            assistant=options.assistant,
-        )
-        return RunStatus.SCHEDULED if delay is not None else STARTING
-    thread = await _thread_for_run(api, tenant, thread_id, body)
-    strategy = body.multitask_strategy or STRATEGIES[0]
-    last = thread.last
-    busy = last is not None and (last.run is None or last.run.status not in FINISHED)
-    if busy and strategy == "reject":
-        assert last is not None
-        raise Conflict(
-            f"thread {thread_id} is busy with run {last.run_id}: wait for it (join), cancel it "
-            f"(POST /threads/{thread_id}/runs/{last.run_id}/cancel), or pass multitask_strategy enqueue, "
-            "interrupt or rollback"
-        )
-    owner = newest_started(thread)
-    if owner is not None and owner.agent != options.agent:
-        raise InvalidInput(f"thread {thread_id} talks to graph {owner.agent!r}: a thread keeps its graph (agent)")
-    after: str | None = None  # the run the new one waits for
-    if busy and last is not None:
-        if body.checkpoint_id or body.checkpoint:
-            raise Conflict(f"thread {thread_id} is busy with run {last.run_id}: a run from a checkpoint waits for none")
-        if strategy in ("interrupt", "rollback"):
-            await _interrupt(api, tenant, last.run_id, strategy)
-        if strategy == "rollback":
-            with contextlib.suppress(NotFound):  # taken off already (a rollback racing this one)
-                await api.wp.threads.release_run(thread_id, last.run_id, tenant_id=tenant)
-            thread = await api.wp.threads.get(thread_id, tenant_id=tenant)
-            last = thread.last
-        else:
-            after = last.run_id
-    parent, step = _fork_point(thread, body)
-    if delay is not None and after is None and parent is not None:
-        if body.checkpoint_id or body.checkpoint:
-            raise InvalidInput("after_seconds with a checkpoint_id is not supported: start the run when it should run")
-        after = parent.run_id  # a delayed next turn goes on from that run's last step when it starts
-    position = last.position + 1 if last else 0
-    await api.wp.threads.reserve_run(thread_id, position, run_id, multitask_strategy=strategy, tenant_id=tenant)
-    try:
-        if after is not None or parent is None:
-            await api.wp.start_run(
-                task,
-                agent=options.agent,
-                model=model,
-                budget=settings.budget(),
-                tenant_id=tenant,
-                run_id=run_id,
-                priority=priority,
-                after_seconds=delay,
-                after_run=after,
-                webhook=body.webhook,
-                instructions=settings.instructions,
-                assistant=options.assistant,
-            )
-        else:
-            # A thread's next turn goes on with long-term memory as it is now (other threads' included),
-            # never with what a turn after the checkpoint it starts from stored (an abandoned branch).
-            await api.wp.fork(
-                parent.run_id,
-                step,
-                message=task,
-                model=model,
-                memory=MemoryView.NOW,
-                tenant_id=tenant,
-                new_run_id=run_id,
-                priority=priority,
-                webhook=body.webhook,
-                # max_steps counts this turn's steps (a run's step numbers go on from its parent's)
-                budget=replace(b, max_steps=step + b.max_steps) if (b := settings.budget()).max_steps else b,
-                instructions=settings.instructions,
-                assistant=options.assistant,
-            )
-    except BaseException:
-        with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its slot went with it
-            await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
-        raise
-    if after is not None:
-        return RunStatus.QUEUED
-    return RunStatus.SCHEDULED if delay is not None else STARTING
-
-
-async def _interrupt(api: ApiState, tenant: str, run_id: str, strategy: str) -> None:
-    """Cancel the thread's busy run for a new one (it stops after its current step); a run that
-    ended meanwhile needs nothing."""
-    with contextlib.suppress(Conflict, InvalidInput):
-        await api.wp.cancel(run_id, f"a new run on its thread (multitask_strategy {strategy})", tenant_id=tenant)
-
-
-async def _thread_for_run(api: ApiState, tenant: str, thread_id: str, body: RunCreate) -> ThreadRow:
-    try:
-        return await api.wp.threads.get(thread_id, tenant_id=tenant)
-    except NotFound:
-        if body.if_not_exists != "create":
-            raise
-        return await api.wp.threads.create(thread_id=thread_id, if_exists="do_nothing", tenant_id=tenant)
-
-
-def _fork_point(thread: ThreadRow, body: RunCreate) -> tuple[RunRow | None, int]:
-    wanted = body.checkpoint_id or (body.checkpoint or {}).get("checkpoint_id")
-    if wanted:
-        run_id, _, step = str(wanted).rpartition(":")
-        for member in thread.runs:
-            if member.run_id == run_id and member.run is not None and step.isascii() and step.isdigit():
-                return member.run, int(step)
-        raise NotFound(f"thread {thread.thread_id} has no checkpoint {wanted!r}: its history lists them")
-    last = newest_started(thread)
-    return (last, last.steps) if last is not None else (None, 0)
 
 
 async def _member(api: ApiState, tenant: str, thread_id: str, run_id: str) -> ThreadRun:
@@ -544,8 +428,7 @@ async def join_stream(
 async def delete_run(thread_id: str, run_id: str, api: Api, tenant: Tenant) -> Response:
     """Delete a finished run (and everything it wrote) and take it off the thread."""
     await _member(api, tenant, thread_id, run_id)
-    await api.wp.delete(run_id, tenant_id=tenant)
-    await api.wp.threads.release_run(thread_id, run_id, tenant_id=tenant)
+    await api.wp.threads.delete_run(run_id, thread_id=thread_id, tenant_id=tenant)
     return Response(status_code=204)
 
 

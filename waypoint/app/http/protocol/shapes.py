@@ -22,17 +22,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from waypoint.app.client import AssistantRow, EventRow, RunRow, ScheduleRow, ThreadRow
-from waypoint.app.client_assistants import builtin
-from waypoint.app.client_threads import MULTITASK_STRATEGIES as STRATEGIES
 from waypoint.checks import duration_text
+from waypoint.client import MULTITASK_STRATEGIES as STRATEGIES
+from waypoint.client import AssistantRow, EventRow, RunRow, ScheduleRow, ThreadRow, builtin
 from waypoint.errors import InvalidInput
 from waypoint.names import MESSAGE_KINDS, STARTING, EventKind, RunStatus
 from waypoint.transcript import event_messages
 from waypoint.types import AgentInfo
 
 if TYPE_CHECKING:
-    from waypoint.app.client import Waypoint
+    from waypoint.client import Waypoint
 
 RUN_STATUS = {
     RunStatus.RUNNING: "running",

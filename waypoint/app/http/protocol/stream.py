@@ -32,13 +32,13 @@ from typing import Any
 
 from sse_starlette import ServerSentEvent
 
-from waypoint.app.client import EventRow
 from waypoint.app.http.protocol.interrupts import from_log
 from waypoint.app.http.protocol.parts import lenses
 from waypoint.app.http.protocol.parts import now as parts_now
 from waypoint.app.http.protocol.shapes import ai_id, lc_messages, values
 from waypoint.app.http.streams import StreamItem, delta_data, event_data, merged
 from waypoint.app.http.trees import TreeStream
+from waypoint.client import EventRow
 from waypoint.deltas import AttemptText
 from waypoint.errors import InvalidInput
 from waypoint.names import EventKind, RunStatus

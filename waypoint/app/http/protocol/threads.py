@@ -9,7 +9,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from waypoint.app.client import RunRow, ThreadRow
 from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.problems import not_supported
 from waypoint.app.http.protocol import interrupts
@@ -23,6 +22,7 @@ from waypoint.app.http.protocol.shapes import (
     values,
 )
 from waypoint.app.http.state import ApiState
+from waypoint.client import RunRow, ThreadRow, newest_started
 from waypoint.errors import NotFound
 from waypoint.names import FINISHED
 
@@ -94,14 +94,6 @@ async def live_status(api: ApiState, tenant: str, thread: ThreadRow) -> str:
     if status != "interrupted":
         return status
     return "interrupted" if await _waiting(api, tenant, thread) else "busy"
-
-
-def newest_started(thread: ThreadRow) -> RunRow | None:
-    """The newest run of the thread that started (has a checkpoint): where the next run forks."""
-    for member in reversed(thread.runs):
-        if member.run is not None and member.run.max_steps > 0:
-            return member.run
-    return None
 
 
 @router.post("/threads")

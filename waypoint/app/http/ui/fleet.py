@@ -14,9 +14,9 @@ from datetime import datetime
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from waypoint.app.client_limits import FleetBucket, ModelKeyStats
 from waypoint.app.http.ui.render import Api, Tenant, own_form, render
 from waypoint.checks import duration_text
+from waypoint.client import FleetBucket, ModelKeyStats
 from waypoint.names import FleetPeriod, RunStatus
 
 router = APIRouter(prefix="/ui", include_in_schema=False, dependencies=[Depends(own_form)])

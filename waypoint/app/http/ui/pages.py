@@ -10,7 +10,6 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
-from waypoint.app.client import EventRow, RunRow, StepState, as_json
 from waypoint.app.http.state import ApiState
 from waypoint.app.http.ui import session
 from waypoint.app.http.ui.reading import content_text, output_text, read_step
@@ -23,6 +22,7 @@ from waypoint.app.http.ui.render import (
     render,
     unless_unavailable,
 )
+from waypoint.client import EventRow, RunRow, StepState, as_json
 from waypoint.errors import InvalidInput, NotFound, WaypointError
 from waypoint.names import FINISHED, EventKind, RunSort, RunStatus
 from waypoint.working_memory import recalled_texts

@@ -16,18 +16,15 @@ from __future__ import annotations
 import builtins
 import json
 import uuid
-from typing import TYPE_CHECKING
 
-from waypoint.checks import check_count, check_name
+from waypoint.checks import check_count, check_name, check_webhook
+from waypoint.client._scope import Scope, TemporalLink
 from waypoint.errors import Conflict
 from waypoint.names import DeliveryStatus
 from waypoint.store import RunStore
-from waypoint.store.rows import WebhookAttempt, WebhookDelivery
-from waypoint.store.webhooks import DELIVERIES_MAX, DELIVERY_PREFIX
+from waypoint.store.rows import WebhookAttempt, WebhookDelivery, WebhookSecret
+from waypoint.store.webhooks import DELIVERIES_MAX, DELIVERY_PREFIX, delivery_summary
 from waypoint.types import WebhookDeliveryInput
-
-if TYPE_CHECKING:
-    from waypoint.app.client import Waypoint
 
 
 def new_delivery_id() -> str:
@@ -44,13 +41,36 @@ def redelivered_body(body: str, delivery_id: str, original: str) -> str:
 
 
 class Webhooks:
-    def __init__(self, store: RunStore, wp: Waypoint):
+    def __init__(self, store: RunStore, temporal: TemporalLink, scope: Scope):
         self._store = store
-        self._wp = wp
+        self._temporal = temporal
+        self._scope = scope
 
     def _tenant(self, tenant_id: str | None, delivery_id: str | None = None) -> str:
         check_name("the delivery id", delivery_id)
-        return self._wp.tenant(tenant_id)
+        return self._scope.tenant(tenant_id)
+
+    def check_url(self, url: str | None) -> str | None:
+        """A run's webhook URL as the settings allow it (`checks.check_webhook`), or InvalidInput."""
+        return check_webhook(url, allow_private=self._scope.settings.webhook_allow_private)
+
+    async def secret(self, *, rotate: bool = False, tenant_id: str | None = None) -> WebhookSecret:
+        """The tenant's webhook signing secret, made on first use; `rotate=True` replaces it (posts
+        signed from then on use the new one: give it to the receivers, which may accept both a while)."""
+        return await self._store.webhook_secret(self._scope.tenant(tenant_id), rotate=rotate)
+
+    async def run_attempts(self, run_id: str, *, tenant_id: str | None = None) -> builtins.list[WebhookAttempt]:
+        """Every attempt to post the run to its webhook, oldest first (empty: none yet, or no webhook);
+        its deliveries (and redeliveries) are `wp.webhooks.list(run_id=...)`."""
+        return await self._store.webhook_attempts(self._scope.scoped(tenant_id, run_id), run_id)
+
+    async def summary(self, run_id: str, *, tenant_id: str | None = None) -> str:
+        """One line on how the run's webhook fared: its newest delivery (delivered, pending and when
+        next, or failed), or for runs from before deliveries its attempts."""
+        tenant = self._scope.scoped(tenant_id, run_id)
+        deliveries = await self._store.webhook_deliveries(tenant, run_id=run_id, limit=1)
+        attempts = [] if deliveries else await self._store.webhook_attempts(tenant, run_id)
+        return delivery_summary(attempts, deliveries)
 
     async def list(
         self, *, failed: bool = False, run_id: str | None = None, limit: int = 50, tenant_id: str | None = None
@@ -91,7 +111,7 @@ class Webhooks:
             redelivery_of=delivery_id,
         )
         try:
-            gateway = await self._wp.temporal()
+            gateway = await self._temporal()
             await gateway.start_delivery(WebhookDeliveryInput(again, tenant, original.run_id, original.event))
         except BaseException:
             await self._store.forget_delivery(tenant, again)  # no workflow took it up: no row waits forever

@@ -6,7 +6,7 @@ that code is deployed. It must run with the NEW code (a CI step, a release job),
 command and a Python API, never an HTTP route: a running API server holds the old code.
 
 Kept free of the Temporal SDK (the client and the CLI import it before connecting); the fetching and
-replaying is `TemporalGateway.check_deploy` in `waypoint.app.temporal`.
+replaying is `TemporalGateway.check_deploy` in `waypoint.gateway.temporal`.
 """
 
 from __future__ import annotations

@@ -20,35 +20,26 @@ from __future__ import annotations
 import asyncio
 import builtins
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from waypoint.checks import (
-    CATCHUP_MAX_SECONDS,
-    CATCHUP_MIN_SECONDS,
-    EVERY_MAX_SECONDS,
-    EVERY_MIN_SECONDS,
-    JITTER_MAX_SECONDS,
-    check_budget,
-    check_choice,
     check_count,
-    check_cron,
     check_name,
-    check_priority,
-    check_seconds,
     check_text,
-    check_time_zone,
     new_schedule_id,
-    spoken_duration,
 )
+from waypoint.client._catalog import Catalog
+from waypoint.client._schedule_spec import schedule_spec
+from waypoint.client._scope import Scope, TemporalLink
+from waypoint.client._webhooks import Webhooks
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.names import ScheduleOverlap
 from waypoint.store import RunStore
 from waypoint.store.rows import ScheduleRow
 
 if TYPE_CHECKING:
-    from waypoint.app.agent_schedules import ScheduleGateway
-    from waypoint.app.client import Waypoint
+    from waypoint.gateway.agent_schedules import ScheduleGateway
 
 CATCHUP_DEFAULT_SECONDS = 60.0
 RECENT_RUNS = 5  # fired runs a schedule lists
@@ -57,73 +48,21 @@ _UNSET: Any = object()  # update(): "leave as it is", where None means "clear"
 
 
 class Schedules:
-    def __init__(self, store: RunStore, wp: Waypoint):
+    def __init__(self, store: RunStore, temporal: TemporalLink, scope: Scope, catalog: Catalog, webhooks: Webhooks):
         self._store = store
-        self._wp = wp
+        self._temporal = temporal
+        self._scope = scope
+        self._catalog = catalog
+        self._webhooks = webhooks
 
     async def _gateway(self) -> ScheduleGateway:
-        from waypoint.app.agent_schedules import ScheduleGateway
+        from waypoint.gateway.agent_schedules import ScheduleGateway
 
-        return ScheduleGateway((await self._wp.temporal()).client, self._wp.settings)
+        return ScheduleGateway((await self._temporal()).client, self._scope.settings)
 
     def _tenant(self, tenant_id: str | None, schedule_id: str | None = None) -> str:
         check_name("the schedule id", schedule_id)
-        return self._wp.tenant(tenant_id)
-
-    def _spec(
-        self,
-        *,
-        every: float | None,
-        cron: str | None,
-        tz: str,
-        overlap: str,
-        catchup_seconds: float,
-        jitter_seconds: float,
-        end_at: datetime | None,
-        model: str | None,
-        max_steps: int | None,
-        priority: int | None,
-        webhook: str | None,
-    ) -> dict[str, Any]:
-        """The schedule's spec, every part checked (InvalidInput naming the rule it breaks)."""
-        if (every is None) == (cron is None):
-            raise InvalidInput("give a schedule exactly one of every (seconds between runs) or cron (an expression)")
-        if every is not None:
-            check_seconds("every", every, EVERY_MIN_SECONDS, EVERY_MAX_SECONDS)
-            if tz != "UTC":
-                raise InvalidInput("a time zone applies to a cron expression: give cron with tz, or every without it")
-        else:
-            check_cron(cron or "")
-        check_time_zone(tz)
-        check_choice("overlap policy", overlap, ScheduleOverlap)
-        check_seconds("the catch-up window", catchup_seconds, CATCHUP_MIN_SECONDS, CATCHUP_MAX_SECONDS)
-        check_seconds("the jitter", jitter_seconds, 0, JITTER_MAX_SECONDS)
-        if every is not None and jitter_seconds >= every:
-            raise InvalidInput(
-                f"the jitter ({spoken_duration(jitter_seconds)}) must be shorter than every ({spoken_duration(every)})"
-            )
-        if end_at is not None:
-            if end_at.tzinfo is None:
-                end_at = end_at.replace(tzinfo=UTC)
-            if end_at <= datetime.now(UTC):
-                raise InvalidInput(f"the end {end_at.isoformat()} is in the past: give a time ahead, or none")
-        check_name("the model", model)
-        check_budget({"max_steps": max_steps})
-        check_priority(priority)
-        self._wp.check_webhook(webhook)  # as the settings allow it
-        return {
-            "every": float(every) if every is not None else None,
-            "cron": cron.strip() if cron is not None else None,
-            "tz": tz,
-            "overlap": str(ScheduleOverlap(overlap)),
-            "catchup": float(catchup_seconds),
-            "jitter": float(jitter_seconds),
-            "end_at": end_at.astimezone(UTC).isoformat() if end_at is not None else None,
-            "model": model,
-            "max_steps": max_steps,
-            "priority": priority,
-            "webhook": webhook,
-        }
+        return self._scope.tenant(tenant_id)
 
     async def create(
         self,
@@ -157,7 +96,8 @@ class Schedules:
         if not check_text("the task", task).strip():
             raise InvalidInput("the task is empty: say what the agent should do")
         check_name("the thread id", thread_id)
-        spec = self._spec(
+        spec = schedule_spec(
+            self._webhooks,
             every=every,
             cron=cron,
             tz=tz,
@@ -170,7 +110,7 @@ class Schedules:
             priority=priority,
             webhook=webhook,
         )
-        await self._wp.check_start(agent, model or self._wp.settings.model)
+        await self._catalog.check_start(agent, model or self._scope.settings.model)
         if thread_id is not None:
             await self._store.get_thread(tenant, thread_id)  # the tenant's own thread
         gateway = await self._gateway()  # Temporal is reachable before anything is written
@@ -293,7 +233,8 @@ class Schedules:
         }
         kept: dict[str, Any] = {k: (old.get(k) if v is _UNSET else v) for k, v in given.items()}
         old_end = kept["end_at"]
-        spec = self._spec(
+        spec = schedule_spec(
+            self._webhooks,
             every=every if every is not None else (old.get("every") if keep_cron else None),
             cron=cron if cron is not None else (old.get("cron") if keep_cron else None),
             tz=tz if tz is not None else ("UTC" if every is not None else old.get("tz", "UTC")),
@@ -307,7 +248,7 @@ class Schedules:
             webhook=kept["webhook"],
         )
         if spec["model"] != old.get("model"):
-            await self._wp.check_start(row.agent, spec["model"] or self._wp.settings.model)
+            await self._catalog.check_start(row.agent, spec["model"] or self._scope.settings.model)
         gateway = await self._gateway()
         changed = replace(row, task=task if task is not None else row.task, spec=spec)
         await gateway.update(changed)

@@ -35,7 +35,11 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from waypoint import retry, telemetry
-from waypoint.app.deploy import (
+from waypoint.codec import data_converter, header_codec_behavior
+from waypoint.config import Settings
+from waypoint.errors import ConfigError, Conflict, InvalidInput, NotFound, Unavailable, WaypointError
+from waypoint.evals.types import ExperimentInput
+from waypoint.gateway.deploy import (
     FETCHES_AT_ONCE,
     BrokenReplay,
     DeployCheck,
@@ -44,10 +48,6 @@ from waypoint.app.deploy import (
     since_clause,
     visibility_query,
 )
-from waypoint.codec import data_converter, header_codec_behavior
-from waypoint.config import Settings
-from waypoint.errors import ConfigError, Conflict, InvalidInput, NotFound, Unavailable, WaypointError
-from waypoint.evals.types import ExperimentInput
 from waypoint.names import Activity, Query, Workflow, memory_task_queue
 from waypoint.types import MemoryAnswer, MemoryRequest, RunInput, RunProgress, RunResult, WebhookDeliveryInput
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from waypoint.names import FINISHED, LIVE, WAITING_TO_START, Activity, RunStatus, idempotency_key
 
 if TYPE_CHECKING:
-    from waypoint.app.temporal import HistoryFacts, TemporalGateway
+    from waypoint.gateway.temporal import HistoryFacts, TemporalGateway
     from waypoint.store import RunStore
     from waypoint.store.invariants import MirrorFacts
 

@@ -2,28 +2,55 @@
 and validated here for every surface, as the rest of the client does for runs.
 
     thread = await wp.threads.create(metadata={"user": "ada"}, tenant_id="acme")
-    await wp.threads.reserve_run(thread.thread_id, 0, run_id, tenant_id="acme")
+    turn = await wp.threads.start_turn(thread.thread_id, Turn("Hello", agent="demo"), tenant_id="acme")
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from waypoint.checks import check_json, check_name, check_text
-from waypoint.errors import InvalidInput
+from waypoint.client._live import Live
+from waypoint.client._records import Records
+from waypoint.client._scope import Scope
+from waypoint.client._turns import MULTITASK_STRATEGIES, StartedTurn, Turn, Turns
+from waypoint.errors import InvalidInput, NotFound
 from waypoint.store import RunStore
 from waypoint.store.rows import ThreadRow
+from waypoint.types import RunProgress
 
 IF_EXISTS = ("raise", "do_nothing")
-# What a new run on a busy thread does (the Agent Protocol's multitask strategies); the first is the default.
-MULTITASK_STRATEGIES = ("reject", "enqueue", "interrupt", "rollback")
 
 
 class Threads:
-    def __init__(self, store: RunStore, scoped: Callable[..., str]):
+    def __init__(self, store: RunStore, scope: Scope, turns: Turns, live: Live, records: Records):
         self._store = store
-        self._scoped = scoped  # Waypoint._scoped: the tenant, once the run ids it names are checked
+        self._scoped = scope.scoped  # the tenant, once the run ids it names are checked
+        self._turns = turns
+        self._live = live
+        self._records = records
+        self.add_message = turns.add_message
+
+    async def start_turn(
+        self,
+        thread_id: str | None,
+        input: Turn,
+        strategy: str | None = None,
+        *,
+        idempotency_key: str | None = None,
+        request: Mapping[str, Any] | None = None,
+        tenant_id: str | None = None,
+    ) -> StartedTurn:
+        """Start the thread's next turn: `input.task` for `input.agent`, forking the thread's newest
+        run that started (or `input.checkpoint`), under `strategy` when the thread is busy (reject,
+        the default; enqueue, interrupt or rollback). Two turns sent at once never take one place:
+        see `waypoint.client._turns`. With an idempotency key, a repeat answers the key's run
+        (`request`: what the key stands for, default the turn). `thread_id` None: a run on no thread."""
+        return await self._turns.start_turn(
+            thread_id, input, strategy, idempotency_key=idempotency_key, request=request, tenant_id=tenant_id
+        )
 
     def _tenant(self, tenant_id: str | None, thread_id: str | None, *run_ids: str | None) -> str:
         check_text("the thread id", thread_id)
@@ -104,9 +131,33 @@ class Threads:
         tenant = self._tenant(tenant_id, thread_id, run_id)
         await self._store.release_thread_run(tenant, thread_id, run_id)
 
+    async def cancel_run(
+        self, run_id: str, reason: str | None = None, *, rollback: bool = False, tenant_id: str | None = None
+    ) -> RunProgress:
+        """Cancel the run (as `wp.cancel`); `rollback` also takes it off its thread (its steps are no
+        part of the thread's state; the run stays in the log, cancelled)."""
+        progress = await self._live.cancel(run_id, reason, tenant_id=tenant_id)
+        if rollback and (thread_id := await self.of_run(run_id, tenant_id=tenant_id)):
+            with contextlib.suppress(NotFound):
+                await self.release_run(thread_id, run_id, tenant_id=tenant_id)
+        return progress
+
+    async def delete_run(self, run_id: str, *, thread_id: str | None = None, tenant_id: str | None = None) -> None:
+        """Delete a finished run (as `wp.delete`) and take it off `thread_id`, else off the first thread
+        that holds it, if one does."""
+        held = thread_id or await self.of_run(run_id, tenant_id=tenant_id)
+        await self._records.delete(run_id, tenant_id=tenant_id)
+        if held is None:
+            return
+        if thread_id is not None:
+            await self.release_run(thread_id, run_id, tenant_id=tenant_id)
+            return
+        with contextlib.suppress(NotFound):
+            await self.release_run(held, run_id, tenant_id=tenant_id)
+
     async def of_run(self, run_id: str, *, tenant_id: str | None = None) -> str | None:
         """The first thread (of this tenant) that holds the run, if any."""
         return await self._store.thread_of_run(self._scoped(tenant_id, run_id), run_id)
 
 
-__all__ = ["Threads"]
+__all__ = ["MULTITASK_STRATEGIES", "Threads"]

@@ -13,18 +13,16 @@ version; `set_latest` picks the version runs use. Each agent of the catalog is a
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from waypoint.checks import check_count, check_json, check_name, check_text
+from waypoint.client._catalog import Catalog
+from waypoint.client._scope import Scope
 from waypoint.errors import Conflict, InvalidInput, NotFound, UnknownAgent
 from waypoint.run_config import RunConfig, run_config
 from waypoint.store import RunStore
 from waypoint.store.rows import AssistantRow
 from waypoint.types import AgentInfo
-
-if TYPE_CHECKING:
-    from waypoint.app.client import Waypoint
 
 IF_EXISTS = ("raise", "do_nothing")
 
@@ -67,13 +65,13 @@ def _matches(row: AssistantRow, graph_id: str | None, name: str | None, metadata
 
 
 class Assistants:
-    def __init__(self, store: RunStore, wp: Waypoint, scoped: Callable[..., str]):
+    def __init__(self, store: RunStore, scope: Scope, catalog: Catalog):
         self._store = store
-        self._wp = wp
-        self._scoped = scoped  # Waypoint._scoped: the tenant
+        self._scoped = scope.scoped  # the tenant a call acts for
+        self._agents = catalog
 
     async def _catalog(self, assistant_id: str) -> AssistantRow | None:
-        for info in await self._wp.agents():
+        for info in await self._agents.agents():
             if info.name == assistant_id:
                 return builtin(info)
         return None
@@ -81,7 +79,7 @@ class Assistants:
     async def _graph(self, graph_id: str) -> None:
         check_name("the graph id", graph_id)
         try:
-            await self._wp.agent(graph_id)
+            await self._agents.agent(graph_id)
         except UnknownAgent as exc:
             raise InvalidInput(f"graph_id {graph_id!r} is no agent of this deployment: {exc}") from None
 
@@ -156,7 +154,7 @@ class Assistants:
         check_count("the offset", offset, low=0, high=2**31 - 1)
         check_json("the metadata", metadata)
         tenant = self._scoped(tenant_id)
-        catalog = [a for a in map(builtin, await self._wp.agents()) if _matches(a, graph_id, name, metadata)]
+        catalog = [a for a in map(builtin, await self._agents.agents()) if _matches(a, graph_id, name, metadata)]
         wanted = offset + limit - len(catalog)
         own = await self._store.search_assistants(
             tenant, graph_id=graph_id, name=name, metadata=metadata, limit=max(wanted, 1), offset=0
@@ -173,7 +171,7 @@ class Assistants:
     ) -> int:
         check_json("the metadata", metadata)
         tenant = self._scoped(tenant_id)
-        catalog = [a for a in map(builtin, await self._wp.agents()) if _matches(a, graph_id, name, metadata)]
+        catalog = [a for a in map(builtin, await self._agents.agents()) if _matches(a, graph_id, name, metadata)]
         own = await self._store.count_assistants(tenant, graph_id=graph_id, name=name, metadata=metadata)
         return len(catalog) + own
 

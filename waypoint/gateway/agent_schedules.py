@@ -33,9 +33,9 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from waypoint import retry
-from waypoint.app.temporal import fair_share, rpc_error
 from waypoint.config import Settings
 from waypoint.errors import Conflict
+from waypoint.gateway.temporal import fair_share, rpc_error
 from waypoint.names import ScheduleOverlap, Workflow
 from waypoint.store.rows import ScheduleRow
 from waypoint.store.schedules import schedule_not_found

@@ -32,10 +32,10 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from waypoint import retry
-from waypoint.app.temporal import rpc_error
 from waypoint.compaction_types import CompactionInput, CompactionReport
 from waypoint.config import Settings
 from waypoint.errors import NotFound, WaypointError
+from waypoint.gateway.temporal import rpc_error
 from waypoint.names import Workflow
 
 NOTE_PREFIX = "waypoint compaction, config "
