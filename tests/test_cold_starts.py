@@ -26,8 +26,8 @@ from temporalio.client import Client
 from tests.agents import COLD_EFFECTS
 from tests.helpers import eventually
 from tests.processes import kill, worker_env
-from waypoint.app.client import Waypoint
 from waypoint.app.devstack import spawn_worker
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import EventKind, idempotency_key
 from waypoint.store.schema import checkpoints, events, runs, tool_effects

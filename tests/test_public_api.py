@@ -9,11 +9,9 @@ import importlib
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import waypoint
-
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.docs import everything
 
 PUBLIC = [
     # agents, tools, models, scorers
@@ -107,9 +105,10 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 def readme_imports() -> list[tuple[str, str]]:
-    """(module, name) of every `from waypoint... import name` in the README's Python blocks."""
+    """(module, name) of every `from waypoint... import name` in the Python blocks of the README and
+    the documentation's pages."""
     found: list[tuple[str, str]] = []
-    for block in re.findall(r"```python\n(.*?)```", README.read_text(), re.S):
+    for block in re.findall(r"```python\n(.*?)```", everything(), re.S):
         try:
             tree = ast.parse(block)
         except SyntaxError:  # a fragment (`...` bodies, a shell prompt): read its import lines alone
@@ -136,7 +135,7 @@ def test_the_readme_imports_only_public_names() -> None:
 
 
 def test_the_readmes_python_api_types_are_exported() -> None:
-    text = README.read_text()
+    text = everything()
     for name in ("RunRow", "StepLine", "RunResult", "RunProgress", "Budget", "StepState", "StateDiff", "RunTree"):
         assert f"`{name}" in text or f"{name}(" in text or f"# {name}" in text, name
         assert name in waypoint.__all__, name

@@ -278,8 +278,13 @@ class Settings(BaseSettings):
         "(Waypoint guards workflow changes with patches; `waypoint check-deploy` proves they replay); "
         "pinned: a run stays on the version it started on.",
     )
-    db_pool_size: int = Field(5, ge=1, description="Postgres connections each process keeps open.")
-    db_max_overflow: int = Field(10, ge=0, description="Extra Postgres connections a process may open under load.")
+    # Opened as needed and kept: an overflow connection is closed when it comes back, and the next
+    # one costs Postgres a new backend, cold catalog caches and every statement prepared again (at
+    # 10 runs at once with 5 + 10, about 0.25 new connections a step and a third of Postgres' CPU).
+    db_pool_size: int = Field(15, ge=1, description="Postgres connections each process may keep open.")
+    db_max_overflow: int = Field(
+        0, ge=0, description="Extra Postgres connections a process may open under load, closed after use."
+    )
     db_statement_timeout_ms: int = Field(
         60_000, ge=0, description="Postgres statement_timeout of Waypoint's connections, in ms (0: none)."
     )

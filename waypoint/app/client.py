@@ -1,5 +1,5 @@
-"""Moved to `waypoint.client`; this name stays for code written against it (the README's
-`waypoint.app.client.as_json`). Import from `waypoint.client`."""
+"""Moved to `waypoint.client`; this name stays one release for code written against it (earlier
+docs showed `waypoint.app.client.as_json`). Import from `waypoint.client`."""
 
 from waypoint.client import *  # noqa: F403
 from waypoint.client import __all__ as __all__

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Integer, Text, and_, bindparam, func, select
+from sqlalchemy import Integer, Text, bindparam, func, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -42,16 +42,24 @@ _RANGES = (
     .table_valued("run_id", "first_seq", "last_seq")
     .render_derived()
 )
-_RANGE_READ = (
+# Each range's events, read through the (run_id, seq) key: a LATERAL subquery, kept apart from the
+# outer query by its ORDER BY (Postgres does not flatten a subquery that sorts), so the only plan is
+# one index range scan per range, whatever the table's size. As a plain join of events to the
+# ranges, the planner hashed the ranges and scanned all of `events` once per step while the table
+# held up to some thousands of rows (its generic plan, once a connection had run it five times, kept
+# doing so on bigger tables): Postgres work per step that grew with the fleet (issue 43).
+_IN_RANGE = (
     select(events.c.run_id, events.c.seq, events.c.kind, events.c.payload, LEDGER_OUTPUT)
-    .select_from(
-        EVENTS_WITH_OUTPUTS.join(
-            _RANGES,
-            and_(events.c.run_id == _RANGES.c.run_id, events.c.seq.between(_RANGES.c.first_seq, _RANGES.c.last_seq)),
-        )
+    .select_from(EVENTS_WITH_OUTPUTS)
+    .where(
+        events.c.run_id == _RANGES.c.run_id,
+        events.c.seq.between(_RANGES.c.first_seq, _RANGES.c.last_seq),
+        events.c.kind.in_((*MESSAGE_KINDS, EventKind.DECISION)),
     )
-    .where(events.c.kind.in_((*MESSAGE_KINDS, EventKind.DECISION)))
+    .order_by(events.c.seq)
+    .lateral("in_range")
 )
+_RANGE_READ = select(_IN_RANGE).select_from(_RANGES).join(_IN_RANGE, true())
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def async_url(url: str) -> URL:
 
 
 def create_engine(
-    url: str, *, pool_size: int = 5, max_overflow: int = 10, statement_timeout_ms: int = 0, **kwargs: Any
+    url: str, *, pool_size: int = 15, max_overflow: int = 0, statement_timeout_ms: int = 0, **kwargs: Any
 ) -> AsyncEngine:
     """An engine that survives a Postgres restart: a connection that sat idle in the pool for
     more than IDLE_PING_SECONDS is pinged before it is handed out, and replaced if the server

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import literal, select, update
+from sqlalchemy import literal, select, true, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -15,17 +15,35 @@ from waypoint.errors import NotFound
 from waypoint.names import FINISHED, TURN_KINDS, EventKind
 from waypoint.store import context
 from waypoint.store.base import StoreBase, not_found, run_filter
-from waypoint.store.compactions import latest_compaction
 from waypoint.store.hashing import text_digest
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
 from waypoint.store.rows import ForkLink
-from waypoint.store.schema import checkpoints, events, recalled_texts, runs
+from waypoint.store.schema import checkpoints, compactions, events, recalled_texts, runs
 from waypoint.working_memory import HeldRecall, Parts, held_recall
 
 StepEvents = list[tuple[str, dict[str, Any]]]  # (kind, payload) in log order
 
 # Steps whose episodes one model call stores at most (after an outage, the next calls catch up).
 CATCH_UP_STEPS = 20
+
+
+# The checkpoint a step starts from, its run's row and the run's newest compaction: one round trip.
+_NEWEST_COMPACTION = (
+    select(compactions.c.id, compactions.c.last_seq, compactions.c.summary)
+    .where(compactions.c.run_id == runs.c.run_id)
+    .order_by(compactions.c.last_seq.desc(), compactions.c.id.desc())
+    .limit(1)
+    .lateral("newest_compaction")
+)
+_CHECKPOINT_READ = select(
+    checkpoints.c.state,
+    runs.c.task,
+    runs.c.remembered_step,
+    runs.c.root_run_id,
+    _NEWEST_COMPACTION.c.id.label("compaction_id"),
+    _NEWEST_COMPACTION.c.last_seq.label("compacted_seq"),
+    _NEWEST_COMPACTION.c.summary,
+).select_from(checkpoints.join(runs, runs.c.run_id == checkpoints.c.run_id).outerjoin(_NEWEST_COMPACTION, true()))
 
 
 @dataclass
@@ -69,14 +87,23 @@ async def recalled_text(conn: AsyncConnection, run_id: str, sha256: str) -> str 
     return await conn.scalar(query)
 
 
-async def previous_recall(conn: AsyncConnection, run_id: str, last: StepEvents) -> HeldRecall | None:
-    """The recalled episodes the model call of the newest step received (`last`: its events), as the
-    next call may hold them; None when it recorded none it could hold."""
+def previous_recall(last: StepEvents, text: str | None) -> HeldRecall | None:
+    """The recalled episodes the model call of the newest step received (`last`: its events; `text`:
+    the recalled-memory message its last model response names), as the next call may hold them;
+    None when it recorded none it could hold."""
     request = next((p.get("request") for k, p in reversed(last) if k == EventKind.MODEL_RESPONSE), None)
     if not request or not request.get("window_key"):
         return None
-    text = await recalled_text(conn, run_id, request["recalled_sha256"]) if request.get("recalled_sha256") else None
-    return held_recall(request, text)
+    return held_recall(request, text if request.get("recalled_sha256") else None)
+
+
+# The recalled-memory message a model response's call received, beside its event (NULL for the rest).
+_RECALLED = recalled_texts.c.text.label("recalled")
+_EVENTS_WITH_RECALLED = EVENTS_WITH_OUTPUTS.outerjoin(
+    recalled_texts,
+    (recalled_texts.c.run_id == events.c.run_id)
+    & (recalled_texts.c.sha256 == events.c.payload["request"]["recalled_sha256"].astext),
+)
 
 
 class WorkingReads(StoreBase):
@@ -99,15 +126,15 @@ class WorkingReads(StoreBase):
         async with self.engine.connect() as conn:
             found = (
                 await conn.execute(
-                    select(checkpoints.c.state, runs.c.task, runs.c.remembered_step, runs.c.root_run_id)
-                    .join(runs, runs.c.run_id == checkpoints.c.run_id)
-                    .where(checkpoints.c.step == step - 1, run_filter(tenant_id, run_id))
+                    _CHECKPOINT_READ.where(checkpoints.c.step == step - 1, run_filter(tenant_id, run_id))
                 )
             ).first()
             if found is None:
                 await self._run(conn, tenant_id, run_id)  # an unknown run is "not found" first
                 raise NotFound(f"run {run_id} has no checkpoint for step {step - 1}")
-            compaction = await latest_compaction(conn, run_id)
+            compaction = None
+            if found.compaction_id is not None:
+                compaction = {"id": found.compaction_id, "last_seq": found.compacted_seq, "summary": found.summary}
             parts = await read_parts(conn, run_id, found.state, compaction)
             compaction_id = compaction["id"] if compaction else None
             context = ModelContext(parts, compaction_id, found.task, found.remembered_step)
@@ -119,17 +146,20 @@ class WorkingReads(StoreBase):
             wanted = [*range(first, last + 1), step - 1] if memory and step > 1 else []
             if wanted:
                 rows = await conn.execute(
-                    select(events.c.step, events.c.kind, events.c.payload, LEDGER_OUTPUT)
-                    .select_from(EVENTS_WITH_OUTPUTS)
+                    select(events.c.step, events.c.kind, events.c.payload, LEDGER_OUTPUT, _RECALLED)
+                    .select_from(_EVENTS_WITH_RECALLED)
                     .where(events.c.run_id == run_id, events.c.step.in_(wanted), events.c.kind.in_(TURN_KINDS))
                     .order_by(events.c.seq)
                 )
                 read: dict[int, StepEvents] = {}
+                recalled = None  # what the newest step's (last) model call was given
                 for r in rows:
                     read.setdefault(r.step, []).append((r.kind, resolved(r.payload, r.ledger_output)))
+                    if r.step == step - 1 and r.kind == EventKind.MODEL_RESPONSE:
+                        recalled = r.recalled
                 context.pending = {n: read.get(n, []) for n in range(first, last + 1)}
                 context.last = read.get(step - 1, [])
-                context.held = await previous_recall(conn, run_id, context.last)
+                context.held = previous_recall(context.last, recalled)
         return context
 
     async def fork_chain(self, tenant_id: str, run_id: str) -> list[ForkLink]:
