@@ -66,10 +66,11 @@ async def test_a_stuck_run_is_shown_stuck_refuses_messages_at_once_and_cancel_en
             await wp.pause(run_id)
         progress = await wp.cancel(run_id, "the deploy broke it")
     assert progress.status == "cancelled"
-    # Looked at again once it ended, it is not stuck. (The gauge's reset to 0 is not asserted here:
-    # the API's client in this process saw it stuck too and keeps its own point; see the note of
-    # 2026-12-04: the stuck gauge belongs in one place per process.)
+    # Looked at again once it ended, it is not stuck, and the client that cancelled it set its
+    # point back to 0. (The API server of this process reports through a meter of its own, whose
+    # point stays 1: the gauge's instrument is per telemetry setup, not yet per process.)
     assert await wp.stuck(run_id) is None
+    assert 0 in {p.value for p in points(metrics)["waypoint.run.stuck"]}
     assert (await handle.describe()).status == WorkflowExecutionStatus.TERMINATED
     row = await wp.run(run_id)
     assert row.status == "cancelled" and row.error is not None

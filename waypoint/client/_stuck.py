@@ -16,12 +16,15 @@ from waypoint.store.rows import RunRow
 # however long the page (a listing of 500 live runs must not open 500 calls at once).
 STUCK_CHECKS_AT_ONCE = 16
 
+# Runs this process reported stuck (their gauge point went to 1). One set per process, as the gauge
+# is: a cancel through one client resets the point another client of the process set.
+_SEEN: set[str] = set()
+
 
 class Stuck:
     def __init__(self, temporal: TemporalLink, scope: Scope):
         self._temporal = temporal
         self._scope = scope
-        self._seen: set[str] = set()  # runs this process reported stuck (the gauge went to 1)
 
     async def stuck(self, run_id: str, *, tenant_id: str | None = None) -> str | None:
         """Why the run cannot make progress (its workflow task keeps failing, with the last
@@ -42,14 +45,17 @@ class Stuck:
         this process saw stuck, not per run it read)."""
         from waypoint import telemetry  # only a look at a live run needs it
 
-        if why or run_id in self._seen:
+
+        if why or run_id in _SEEN:
             telemetry.metrics().stuck.set(1 if why else 0, {"waypoint.run_id": run_id, "waypoint.tenant": tenant})
-            (self._seen.add if why else self._seen.discard)(run_id)
+            (_SEEN.add if why else _SEEN.discard)(run_id)
 
     async def with_stuck(self, rows: Sequence[RunRow]) -> list[RunRow]:
         """The rows, each unfinished one marked with why it is stuck if it is (one Temporal call
         per unfinished run, STUCK_CHECKS_AT_ONCE at a time; none when every run has ended)."""
         live = [r for r in rows if r.status not in FINISHED]
+        for ended in (r for r in rows if r.status in FINISHED and r.run_id in _SEEN):
+            self.gauge(ended.run_id, ended.tenant_id, None)  # a run seen stuck that ended since
         gate = asyncio.Semaphore(STUCK_CHECKS_AT_ONCE)
 
         async def check(row: RunRow) -> str | None:
