@@ -6,7 +6,6 @@ loaded when the worker is built."""
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -17,6 +16,7 @@ from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from waypoint import retry
+from waypoint.activities import boundary
 from waypoint.activities.boundary import heartbeating
 from waypoint.activities.model import ModelActivities
 from waypoint.agents import AgentRegistry
@@ -34,43 +34,67 @@ def test_heartbeat_pace_is_a_quarter_of_the_timeout_and_at_most_a_second() -> No
     assert retry.heartbeat_every(None) == 1.0
 
 
-def beats_of(timeout: timedelta | None, body: Any) -> list[tuple[float, tuple[Any, ...]]]:
-    """Run `body` as an activity with heartbeat timeout `timeout`; each heartbeat's time and details."""
-    env = ActivityEnvironment()
-    env.info = replace(env.info, heartbeat_timeout=timeout)
-    beats: list[tuple[float, tuple[Any, ...]]] = []
-    env.on_heartbeat = lambda *details: beats.append((time.monotonic(), details))
-    asyncio.run(env.run(body))
-    return beats
+class Beats:
+    """An activity's heartbeats, each with its details, and the pauses its beat loop asked for. The
+    loop's `asyncio.sleep` is made instant (it yields once), so the pacing is read from what it asked
+    for, not from a wall clock a busy machine stretches."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.details: list[tuple[Any, ...]] = []
+        self.pauses: list[float] = []
+        real = asyncio.sleep
+
+        async def sleep(delay: float, result: Any = None) -> Any:
+            if delay:
+                self.pauses.append(delay)
+            return await real(0, result)
+
+        monkeypatch.setattr(boundary.asyncio, "sleep", sleep)
+
+    def run(self, timeout: timedelta | None, body: Any) -> None:
+        env = ActivityEnvironment()
+        env.info = replace(env.info, heartbeat_timeout=timeout)
+        env.on_heartbeat = lambda *details: self.details.append(details)
+        asyncio.run(env.run(body))
+
+    async def until(self, count: int) -> None:
+        """Yield to the beat loop until it has sent `count` beats in all."""
+        while len(self.details) < count:
+            await asyncio.sleep(0)
 
 
 @pytest.mark.parametrize(("timeout", "gap"), [(timedelta(seconds=2), 0.5), (timedelta(minutes=5), 1.0), (None, 1.0)])
-def test_an_activity_beats_at_its_pace(timeout: timedelta | None, gap: float) -> None:
+def test_an_activity_beats_at_its_pace(timeout: timedelta | None, gap: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    beats = Beats(monkeypatch)
+
     async def body() -> None:
         async with heartbeating("step-1"):
-            await asyncio.sleep(2.2)
+            await beats.until(5)
 
-    beats = beats_of(timeout, body)
-    times = [at for at, _ in beats]
-    # The first at once, then one per gap: never a longer silence than the pace (plus scheduling slack).
-    assert len(beats) == int(2.2 / gap) + 1
-    assert max(b - a for a, b in zip(times, times[1:], strict=False)) < gap + 0.25
-    assert {details for _, details in beats} == {("step-1",)}
+    beats.run(timeout, body)
+    # The first beat at once, then one after each pause of the pace: never a longer silence.
+    assert len(beats.details) == 5 and set(beats.pauses) == {gap} and len(beats.pauses) >= 4
+    assert set(beats.details) == {("step-1",)}
 
 
-def test_a_block_inside_another_adds_no_beat_and_the_details_are_the_latest() -> None:
+def test_a_block_inside_another_adds_no_beat_and_the_details_are_the_latest(monkeypatch: pytest.MonkeyPatch) -> None:
     progress: dict[str, Any] = {"key": "run:1:0", "mcp_task": None}
+    beats = Beats(monkeypatch)
+    sent: list[Any] = []
 
     async def body() -> None:
         async with heartbeating(progress):
+            await beats.until(2)
             async with heartbeating("run:1:0"):  # a ledger read inside the tool call's beat
-                await asyncio.sleep(0.6)
+                await beats.until(4)
             progress["mcp_task"] = "task-7"
-            await asyncio.sleep(0.6)
+            await beats.until(5)
+            sent.extend(dict(d[0]) for d in beats.details[-1:])
 
-    beats = beats_of(timedelta(seconds=2), body)
-    assert len(beats) == 3  # 0, 0.5, 1.0 s: one beat, not two
-    assert all(details == (progress,) for _, details in beats)  # the same dict, sent as it is at each beat
+    beats.run(timedelta(seconds=2), body)
+    assert all(details == (progress,) for details in beats.details)  # the outer beat only: one loop
+    assert len(beats.pauses) == len(beats.details) - 1 or len(beats.pauses) == len(beats.details)  # one loop's pauses
+    assert sent == [{"key": "run:1:0", "mcp_task": "task-7"}]  # the details as they are at each beat
 
 
 async def test_the_worker_hands_its_sticky_queue_over_fast(
