@@ -45,7 +45,6 @@ class Stuck:
         this process saw stuck, not per run it read)."""
         from waypoint import telemetry  # only a look at a live run needs it
 
-
         if why or run_id in _SEEN:
             telemetry.metrics().stuck.set(1 if why else 0, {"waypoint.run_id": run_id, "waypoint.tenant": tenant})
             (_SEEN.add if why else _SEEN.discard)(run_id)
