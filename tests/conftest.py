@@ -10,6 +10,7 @@ and dropped after. Every test gets its own task queue and tenant, which keeps te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -265,7 +266,9 @@ async def contexts(browser, api: ApiServer) -> AsyncIterator[list]:
     opened: list = []
     yield opened
     for context in opened:
-        await context.close()
+        # Bounded: a browser starved by a busy machine must not hold the session's teardown for ever.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(context.close(), 30)
 
 
 # --- Temporal's time-skipping environment --------------------------------------------------------

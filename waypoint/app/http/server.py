@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import ipaddress
+import logging
 import socket
 from collections.abc import Iterator
 
@@ -15,6 +16,8 @@ from waypoint.app.http.app import create_app
 from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, InvalidInput, WaypointError
+
+log = logging.getLogger(__name__)
 
 
 def is_loopback(host: str) -> bool:
@@ -36,6 +39,8 @@ class ApiServer(uvicorn.Server):
 
 
 STOP_GRACE_SECONDS = 5
+# Past its grace, a stop that still waits is forced, and past this again, its task is cancelled.
+STOP_FORCE_SECONDS = 10
 
 
 def api_server(
@@ -118,7 +123,20 @@ async def stop_api(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
     server.should_exit = True
     AppStatus.should_exit = True
     try:
-        await task
+        done, _ = await asyncio.wait({task}, timeout=STOP_GRACE_SECONDS + STOP_FORCE_SECONDS)
+        if not done:  # something holds the stop past its grace (a stream, the app's shutdown): cut it
+            log.warning(
+                "the HTTP API did not stop within %g s: its open connections and tasks are cut",
+                STOP_GRACE_SECONDS + STOP_FORCE_SECONDS,
+            )
+            server.force_exit = True
+            done, _ = await asyncio.wait({task}, timeout=STOP_FORCE_SECONDS)
+            if not done:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return
+        await task  # its own failure, if it failed
     finally:
         AppStatus.should_exit = False
 
