@@ -15,6 +15,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from waypoint import Settings, Waypoint, WaypointPlugin, worker_plugin
 from waypoint.agents import AgentRegistry
@@ -24,7 +25,7 @@ from waypoint.codec import EncryptionCodec
 from waypoint.demo import DEMO_TASK, seed_workspace
 from waypoint.demo import demo as demo_agent
 from waypoint.errors import ConfigError
-from waypoint.names import Activity
+from waypoint.names import Activity, WorkflowSandbox
 from waypoint.telemetry.temporal import StepInterceptor
 
 pytestmark = pytest.mark.postgres
@@ -92,6 +93,20 @@ async def test_build_worker_is_the_plugin_on_a_worker(ts: WorkflowEnvironment, e
     assert [type(p) for p in config["plugins"]] == [WaypointPlugin]
     assert list(config["workflows"]) == WORKFLOWS
     assert isinstance(worker_plugin(settings, engine=engine, agents=[demo_agent]), WaypointPlugin)
+
+
+@pytest.mark.parametrize("sandbox", list(WorkflowSandbox))
+async def test_the_workflow_sandbox_passes_waypoint_through_unless_told_not_to(
+    ts: WorkflowEnvironment, engine: AsyncEngine, settings: Settings, sandbox: WorkflowSandbox
+):
+    worker = build_worker(
+        ts.client, engine, settings.model_copy(update={"workflow_sandbox": sandbox}), AgentRegistry([])
+    )
+    runner = worker.config(active_config=True)["workflow_runner"]
+    assert isinstance(runner, SandboxedWorkflowRunner)
+    passed = runner.restrictions.passthrough_modules
+    assert ("waypoint" in passed) == (sandbox == WorkflowSandbox.PASSTHROUGH)
+    assert passed >= SandboxRestrictions.default.passthrough_modules  # the SDK's own list kept
 
 
 async def test_codec_keys_with_a_client_that_does_not_encrypt_is_one_clear_error(

@@ -18,7 +18,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from waypoint.limits import Limits, load_limits
-from waypoint.names import VersioningMode
+from waypoint.names import VersioningMode, WorkflowSandbox
 
 
 class Settings(BaseSettings):
@@ -277,6 +277,12 @@ class Settings(BaseSettings):
         description="auto-upgrade: an open run moves to the next current version at its next workflow task "
         "(Waypoint guards workflow changes with patches; `waypoint check-deploy` proves they replay); "
         "pinned: a run stays on the version it started on.",
+    )
+    workflow_sandbox: WorkflowSandbox = Field(
+        WorkflowSandbox.PASSTHROUGH,
+        description="passthrough: Waypoint's own modules are imported once and shared by the workflow runs "
+        "of a worker (each run's first task skips re-importing them); full: imported afresh in the "
+        "workflow sandbox for each run, every call in them checked.",
     )
     # Opened as needed and kept: an overflow connection is closed when it comes back, and the next
     # one costs Postgres a new backend, cold catalog caches and every statement prepared again (at

@@ -31,7 +31,8 @@ from temporalio.client import ClientConfig
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Worker, WorkerConfig
+from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from waypoint import telemetry
 from waypoint.activities.agents import AgentCallActivities
@@ -52,7 +53,7 @@ from waypoint.gateway.code import WORKFLOWS
 from waypoint.mcp import MCPHub
 from waypoint.memory import EpisodicStore
 from waypoint.models.spec import KEY_VARIABLES, Provider, has_extra
-from waypoint.names import memory_task_queue
+from waypoint.names import WorkflowSandbox, memory_task_queue
 from waypoint.store import RunStore
 from waypoint.store.streams import DELTAS_CHANNEL
 from waypoint.versions import current_version
@@ -92,6 +93,18 @@ class WaypointPlugin(SimplePlugin):
             "waypoint.WaypointPlugin",
             data_converter=self._converter,
             workflows=WORKFLOWS,
+            workflow_runner=self._runner,
+        )
+
+    def _runner(self, existing: WorkflowRunner | None) -> WorkflowRunner:
+        """The worker's workflow sandbox, with Waypoint's own modules passed through unless
+        WAYPOINT_WORKFLOW_SANDBOX=full (see `WorkflowSandbox`). A runner of the user's own that is no
+        sandbox is kept as it is."""
+        base = existing if existing is not None else SandboxedWorkflowRunner()
+        if self.settings.workflow_sandbox == WorkflowSandbox.FULL or not isinstance(base, SandboxedWorkflowRunner):
+            return base
+        return SandboxedWorkflowRunner(
+            restrictions=base.restrictions.with_passthrough_modules("waypoint"), runner_class=base.runner_class
         )
 
     # --- Client and Replayer ----------------------------------------------------------------------
