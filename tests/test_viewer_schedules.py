@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from tests import a11y
 from tests.browser import form_token, logged_in, needs_browser, shot, sign_in
@@ -30,6 +30,12 @@ async def fired_runs(wp: Waypoint, schedule_id: str, count: int) -> list[str]:
 
     # A fire goes through Temporal's scheduler, then a worker: generous under CI's load (30 s ran out once).
     return await eventually(ended, timeout=60, what=f"{count} completed run(s) of {schedule_id}")
+
+
+async def closed(client: Client, run_id: str) -> bool:
+    """Whether the run's workflow has closed: its row says `completed` a moment before, and a fire
+    while it is open is skipped (the schedule's overlap policy)."""
+    return (await client.get_workflow_handle(run_id).describe()).status != WorkflowExecutionStatus.RUNNING
 
 
 async def paused(client: Client, schedule_id: str) -> bool:
@@ -81,6 +87,7 @@ async def test_schedules_page_lists_next_fires_and_runs_and_its_buttons_reach_te
         assert r.status_code == 303 and r.headers["location"].startswith(f"/ui/schedules/{sid}?notice=resumed")
         assert not await paused(client, sid)
 
+        await eventually(lambda: closed(client, first), what=f"the close of {first}'s workflow")
         r = await http.post(f"/ui/schedules/{sid}/trigger", data=form, headers=origin, follow_redirects=False)
         assert r.status_code == 303 and "notice=fired" in r.headers["location"]
         _, second = await fired_runs(wp, sid, 2)
