@@ -23,7 +23,6 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -285,20 +284,12 @@ def _registry(agents: AgentRegistry | Iterable[Agent] | None, settings: Settings
 
 
 def _engine(settings: Settings) -> AsyncEngine:
-    """The configured database's engine, else the running embedded stack's (`waypoint dev`)."""
-    from waypoint.gateway.stack import running_stack
+    """The configured database's engine, else the running embedded stack's (`waypoint dev`): the
+    client's own lookup, whose error names the fix."""
+    from waypoint.client import database_url
     from waypoint.store.db import engine_for
 
-    url = settings.database_url
-    if not url:
-        stack = running_stack(Path(settings.state_dir))
-        url = stack.database_url if stack is not None else None
-    if not url:
-        raise ConfigError(
-            f"no database for the Waypoint plugin: set WAYPOINT_DATABASE_URL, pass engine=, or run "
-            f"`waypoint dev` in the state folder {Path(settings.state_dir).resolve()}"
-        )
-    return engine_for(settings, url)
+    return engine_for(settings, database_url(settings))
 
 
 __all__ = ["WaypointPlugin", "worker_plugin"]
