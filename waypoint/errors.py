@@ -11,6 +11,8 @@
         UnknownAgent
         UnknownTool
         UnknownScorer          a scorer no worker has (not built in, no `@scorer` of that name)
+      Forbidden                the caller's role does not allow the action (names the role it needs):
+                               HTTP 403
       Conflict                 the request does not fit the run's state (a message to a finished run,
                                deleting a running run)
       StackError               an embedded component failed to start (names which, and the fix)
@@ -85,6 +87,10 @@ class UnknownTool(NotFound):
 
 class UnknownScorer(NotFound):
     pass
+
+
+class Forbidden(WaypointError):
+    """The caller's role does not allow the action; the message names the role it needs."""
 
 
 class Conflict(WaypointError):

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 
+from waypoint.access import Role
 from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.problems import HttpError, unauthorized
 from waypoint.app.http.state import ApiState, api_state
@@ -84,10 +85,20 @@ def check_origin(request: Request) -> None:
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a request is from: its tenant, and the id of the key it used (None with auth off)."""
+    """Who a request is from: its tenant, the id of the key it used (None with auth off or for a
+    signed-in user), its role, and the subject of a signed-in user's token (None for a key)."""
 
     tenant: str
     key_id: int | None
+    role: Role = Role.ADMIN
+    subject: str | None = None
+
+    @property
+    def actor_id(self) -> str:
+        """The audit log's name for this caller: never a secret."""
+        if self.subject is not None:
+            return f"user:{self.subject}"
+        return f"key:{self.key_id}" if self.key_id is not None else "local"
 
 
 async def caller_of(request: Request) -> Caller:

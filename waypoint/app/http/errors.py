@@ -49,6 +49,7 @@ from waypoint.app.http.problems import HttpError
 from waypoint.errors import (
     ConfigError,
     Conflict,
+    Forbidden,
     InvalidInput,
     Mismatch,
     NotFound,
@@ -67,6 +68,7 @@ STATUS: list[tuple[type[WaypointError], int, str]] = [
     (UnknownScorer, 400, "unknown_scorer"),  # a name the request gave, not a thing it looked up: bad input
     (UnknownAgent, 404, "unknown_agent"),
     (NotFound, 404, "not_found"),
+    (Forbidden, 403, "forbidden"),
     (Conflict, 409, "conflict"),
     (Mismatch, 422, "mismatch"),
     (InvalidInput, 400, "invalid_input"),
