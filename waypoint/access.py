@@ -132,6 +132,44 @@ class Actor:
         return replace(self, surface=surface, address=address)
 
 
+class Outcome(StrEnum):
+    """How an audited action ended."""
+
+    OK = "ok"
+    REFUSED = "refused"  # the actor's role or tenant does not allow it
+    FAILED = "failed"  # allowed, then failed (an unknown run, a conflict, ...)
+
+
+class TargetKind(StrEnum):
+    RUN = "run"
+    THREAD = "thread"
+    SCHEDULE = "schedule"
+    KEY = "key"
+    SETTING = "setting"  # limits, policies, deployments, compaction, webhooks
+    ASSISTANT = "assistant"
+    EVAL = "eval"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an action was on: a run, thread, schedule, key or setting, by id (never a secret)."""
+
+    kind: TargetKind
+    id: str
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One audited action, as `Scope.act` hands it to the audit log."""
+
+    actor: Actor
+    action: Action
+    tenant: str
+    target: Target | None
+    outcome: Outcome
+    detail: str | None = None  # the refusal's or failure's message (never a secret)
+
+
 LOCAL = Actor("local", Role.ADMIN, None, Surface.PYTHON)
 
 _ACTOR: ContextVar[Actor] = ContextVar("waypoint_actor", default=LOCAL)
@@ -157,4 +195,18 @@ def enter(actor: Actor) -> None:
     _ACTOR.set(actor)
 
 
-__all__ = ["LOCAL", "NEEDS", "Action", "Actor", "Role", "Surface", "acting_as", "current_actor", "enter"]
+__all__ = [
+    "LOCAL",
+    "NEEDS",
+    "Action",
+    "Actor",
+    "AuditEntry",
+    "Outcome",
+    "Target",
+    "TargetKind",
+    "Role",
+    "Surface",
+    "acting_as",
+    "current_actor",
+    "enter",
+]

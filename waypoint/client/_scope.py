@@ -3,12 +3,15 @@ first use) and the tenant scope (which tenant a call acts for, and whether a run
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from waypoint.access import NEEDS, Action, AuditEntry, Outcome, Target, current_actor
 from waypoint.checks import check_name, check_tenant
 from waypoint.config import Settings
-from waypoint.errors import ConfigError, NotFound, Unavailable
+from waypoint.errors import ConfigError, Forbidden, NotFound, Unavailable, WaypointError
 from waypoint.store import RunStore
 
 if TYPE_CHECKING:
@@ -59,13 +62,51 @@ class TemporalLink:
         return self._client
 
 
+AuditSink = Callable[[AuditEntry], Awaitable[None]]
+
+
+async def _no_audit(entry: AuditEntry) -> None:
+    return None
+
+
 class Scope:
-    """The tenant a call acts for, checked once for every service."""
+    """The tenant a call acts for, checked once for every service, and whether the current actor
+    may act (`act`)."""
 
     def __init__(self, settings: Settings, store: RunStore, temporal: TemporalLink):
         self.settings = settings
         self._store = store
         self._temporal = temporal
+        self.audit_sink: AuditSink = _no_audit  # the audit log sets itself here
+
+    @asynccontextmanager
+    async def act(self, action: Action, tenant_id: str | None, target: Target | None = None) -> AsyncIterator[str]:
+        """The tenant `action` acts for, once the current actor may do it there; its outcome (done,
+        refused, failed) is written to the audit log when the block ends.
+
+            async with self._scope.act(Action.CANCEL, tenant_id, Target(TargetKind.RUN, run_id)) as tenant:
+                ...
+        """
+        actor = current_actor()
+        tenant = self.tenant(tenant_id)
+        refusal = None
+        if actor.tenant is not None and actor.tenant != tenant:
+            refusal = f"{actor.id} acts for tenant {actor.tenant!r}, not {tenant!r}"
+        elif not actor.role.allows(action):
+            needed = NEEDS[action]
+            refusal = (
+                f"{action} needs the role {needed}; {actor.id} has the role {actor.role}: "
+                f"ask an admin for a key or a sign-in with the role {needed}"
+            )
+        if refusal is not None:
+            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.REFUSED, refusal))
+            raise Forbidden(refusal, details={"needs": NEEDS[action].value})
+        try:
+            yield tenant
+        except WaypointError as failed:
+            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.FAILED, failed.message))
+            raise
+        await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.OK))
 
     def tenant(self, tenant_id: str | None = None) -> str:
         """The tenant a call acts for: the one given, else the configured one."""
