@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     ForeignKeyConstraint,
     Identity,
+    Index,
     Integer,
     MetaData,
     Numeric,
@@ -197,6 +198,31 @@ api_keys = Table(
     Column("name", Text, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Column("role", Text, nullable=False, server_default="admin"),  # waypoint.access.Role
+)
+
+# Every human or application action, append-only, hash-chained per tenant (migration 0025).
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("seq", BigInteger, nullable=False),  # 1, 2, 3... per tenant
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("actor", Text, nullable=False),  # key:<id>, user:<subject>, local: never a secret
+    Column("role", Text, nullable=False),
+    Column("surface", Text, nullable=False),  # waypoint.access.Surface
+    Column("address", Text, nullable=True),
+    Column("action", Text, nullable=False),  # waypoint.access.Action
+    Column("target_kind", Text, nullable=True),
+    Column("target_id", Text, nullable=True),
+    Column("outcome", Text, nullable=False),  # waypoint.access.Outcome
+    Column("detail", JSONB, nullable=True),
+    Column("prev_hash", Text, nullable=True),
+    Column("hash", Text, nullable=False),
+    UniqueConstraint("tenant_id", "seq", name="audit_log_tenant_seq_key"),
+    Index("audit_log_tenant_actor", "tenant_id", "actor", "seq"),
+    Index("audit_log_tenant_at", "tenant_id", "at"),
 )
 
 threads = Table(
