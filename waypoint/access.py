@@ -64,6 +64,7 @@ class Action(StrEnum):
     POLICY_WRITE = "policy.write"  # tool policies, webhooks, assistants' settings
     DEPLOY = "deploy.write"
     COMPACTION_WRITE = "compaction.write"
+    AUDIT_READ = "audit.read"  # the audit log is an admin's to read: it names every actor
 
 
 NEEDS: dict[Action, Role] = {
@@ -95,6 +96,7 @@ NEEDS: dict[Action, Role] = {
             Action.POLICY_WRITE,
             Action.DEPLOY,
             Action.COMPACTION_WRITE,
+            Action.AUDIT_READ,
         )
     },
 }
