@@ -25,9 +25,9 @@ from temporalio.worker import Worker
 from tests.experiment_doubles import CASE_FAIL, CASE_HANG, CaseRunWorkflow, ExperimentDoubles
 from tests.ports import reserve_port
 from waypoint import retry
-from waypoint.app.embedded import temporal_binary
 from waypoint.evals.types import ExperimentInput, ExperimentResult, FinishInput
 from waypoint.names import ExperimentStatus, experiment_run_id
+from waypoint.testing import time_skipping
 from waypoint.workflows.experiments import PAGE, ExperimentWorkflow
 
 pytestmark = pytest.mark.timeout(60)
@@ -228,18 +228,9 @@ async def test_a_cancelled_experiment_says_so_and_cancels_its_runs(ts: WorkflowE
 async def short_history() -> AsyncIterator[WorkflowEnvironment]:
     """A dev server that suggests continue-as-new after 60 events (Temporal's default is 4 Ki events,
     which would take hundreds of cases)."""
-    env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=temporal_binary(),
-        port=reserve_port(),
-        dev_server_extra_args=[
-            "--dynamic-config-value",
-            "frontend.WorkflowTimeSkippingEnabled=true",
-            "--dynamic-config-value",
-            "limit.historyCount.suggestContinueAsNew=60",
-        ],
-    )
-    yield env
-    await env.shutdown()
+    sooner = {"limit.historyCount.suggestContinueAsNew": 60}
+    async with time_skipping(port=reserve_port(), dynamic_config=sooner) as env:
+        yield env
 
 
 async def test_continues_as_new_and_plans_again_without_the_finished_cases(short_history: WorkflowEnvironment) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,6 +31,8 @@ from waypoint.testing import (
     run_scripted,
     stack_settings,
 )
+from waypoint.testing.capacity import Capacity
+from waypoint.testing.fake_server import FakeServer
 
 
 @tool
@@ -131,11 +134,53 @@ def test_embedded_stack_runs_temporal_postgres_and_gives_its_settings(tmp_path: 
 
 
 @pytest.mark.parametrize("fake_class", [FakeOpenAI, FakeAnthropic, FakeGemini])
-def test_the_fake_providers_are_exported_and_serve(fake_class: type[FakeOpenAI]) -> None:
+def test_the_fake_providers_are_exported_and_serve(fake_class: type[FakeServer]) -> None:
     fake = fake_class().start()
     try:
         assert fake.base_url.startswith("http://127.0.0.1:")
         assert httpx.get(fake.base_url.rstrip("/") + "/nothing-here", timeout=5).status_code == 404
+    finally:
+        fake.stop()
+
+
+# Each fake's model route, and where its error body says what went wrong.
+MODEL_CALLS = [
+    (FakeOpenAI, "/chat/completions", lambda body: body["error"]["type"]),
+    (FakeAnthropic, "/v1/messages", lambda body: body["error"]["type"]),
+    (FakeGemini, "/v1beta/models/m:generateContent", lambda body: body["error"]["status"]),
+]
+
+
+@pytest.mark.parametrize(("fake_class", "path", "kind"), MODEL_CALLS)
+def test_every_fake_takes_bursts_and_a_capacity_from_the_shared_base(
+    fake_class: type[FakeServer], path: str, kind: Any
+) -> None:
+    fake = fake_class(capacity=Capacity(per_minute=1)).start()
+    try:
+        url = fake.base_url.rstrip("/") + path
+        call = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        fake.burst(503, 30.0, retry_after=2)
+        stormed = httpx.post(url, json=call, timeout=5)
+        fake.burst(503, 0.0)
+        fake.answer(Turn(content="after the storm"), Turn(content="never sent"))
+        answered = httpx.post(url, json=call, timeout=5)
+        refused = httpx.post(url, json=call, timeout=5)
+
+        assert (stormed.status_code, stormed.headers["retry-after"]) == (503, "2")
+        assert answered.status_code == 200 and "after the storm" in answered.text
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        # Each answers in its provider's own error body.
+        assert {kind(stormed.json()), kind(refused.json())} <= {
+            "server_error",
+            "requests",
+            "overloaded_error",
+            "rate_limit_error",
+            "UNAVAILABLE",
+            "RESOURCE_EXHAUSTED",
+        }
+        # Neither the storm's answer nor the refusal took a scripted item or entered the request log.
+        assert (fake.burst_answers[503], fake.served, fake.refused, len(fake.seen)) == (1, 1, 1, 1)
+        assert [type(item) for item in fake.script] == [Turn]
     finally:
         fake.stop()
 

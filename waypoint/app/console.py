@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from waypoint.client import FleetRun, FleetStats
+from waypoint.client import FleetRun, FleetStats, as_json
 from waypoint.config import Settings
 from waypoint.names import STUCK, DeliveryStatus, EventKind, LineageKind, RunStatus
 from waypoint.pricing import format_usd
@@ -34,7 +34,6 @@ from waypoint.store.rows import (
     StepSide,
     WebhookAttempt,
     WebhookDelivery,
-    as_json,
 )
 from waypoint.store.trees import RunTree
 from waypoint.types import AgentInfo
@@ -856,7 +855,7 @@ def deliveries_table(rows: Sequence[WebhookDelivery], tenant: str, *, failed: bo
 
 def delivery_table(d: WebhookDelivery, attempts: Sequence[WebhookAttempt]) -> Group:
     """A delivery (where it stands, its window) and each of its attempts."""
-    from waypoint.store.webhooks import delivery_line
+    from waypoint.client import delivery_line
 
     table = Table(show_header=False, box=None)
     table.add_column(style="bold")

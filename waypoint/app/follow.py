@@ -18,11 +18,11 @@ import time
 from collections.abc import AsyncIterator
 
 from waypoint.app import console as out
-from waypoint.client import Waypoint
+from waypoint.client import Waypoint, as_json
 from waypoint.errors import NotFound, WaypointError
 from waypoint.names import FINISHED
 from waypoint.store.listen import Listener
-from waypoint.store.rows import RunRow, as_json
+from waypoint.store.rows import RunRow
 from waypoint.store.streams import EVENTS_CHANNEL
 
 # Seconds without a new step before following asks Temporal what blocks the run (and between asks).

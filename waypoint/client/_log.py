@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 from waypoint.checks import check_choice, check_count, check_seq
 from waypoint.client._scope import Scope
+from waypoint.client._views import json_lines
 from waypoint.names import EventKind
 from waypoint.store import RunStore
 from waypoint.store.budget import BudgetView
@@ -109,7 +110,7 @@ class RunLog:
 
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
         """The full transcript as JSON lines (streamed)."""
-        return self._store.export(self._scope.scoped(tenant_id, run_id), run_id)
+        return json_lines(self._store.export(self._scope.scoped(tenant_id, run_id), run_id))
 
     async def compare(self, run_a: str, run_b: str, *, tenant_id: str | None = None) -> RunComparison:
         """Two runs of the tenant step by step: tool calls, answers, tokens, cost, model time, outcome."""

@@ -19,11 +19,12 @@ import uuid
 
 from waypoint.checks import check_count, check_name, check_webhook
 from waypoint.client._scope import Scope, TemporalLink
+from waypoint.client._views import delivery_summary
 from waypoint.errors import Conflict
 from waypoint.names import DeliveryStatus
 from waypoint.store import RunStore
 from waypoint.store.rows import WebhookAttempt, WebhookDelivery, WebhookSecret
-from waypoint.store.webhooks import DELIVERIES_MAX, DELIVERY_PREFIX, delivery_summary
+from waypoint.store.webhooks import DELIVERIES_MAX, DELIVERY_PREFIX
 from waypoint.types import WebhookDeliveryInput
 
 

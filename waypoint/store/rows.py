@@ -1,8 +1,8 @@
 """What the store's reads return: typed rows, one dataclass per shape.
 
-The Python API (`waypoint.client.Waypoint`) returns these as they are; `as_json` turns any
-of them into JSON-ready data (timestamps as ISO 8601 text, decimals as floats) for the CLI's
-`--json` and the HTTP API.
+The Python API (`waypoint.client.Waypoint`) returns these as they are; `waypoint.client.as_json`
+turns any of them into JSON-ready data (timestamps as ISO 8601 text, decimals as floats) for the
+CLI's `--json` and the HTTP API.
 """
 
 from __future__ import annotations
@@ -12,14 +12,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
-from enum import Enum
 from typing import Any
 
 from waypoint.calls import CallLine
 from waypoint.names import STUCK, RunStatus
 from waypoint.types import Message, RunResult
-from waypoint.versions import AgentVersion
 
 
 @dataclass(frozen=True)
@@ -545,40 +542,6 @@ class LimitsReport:
     # The tenant's daily budget today (UTC): used, reserved by calls in flight, runs waiting; None
     # without a daily budget (or before its first call of the day).
     today: dict[str, Any] | None = None
-
-
-def as_json(value: Any) -> Any:
-    """Dataclasses, datetimes, decimals and enums as JSON-ready values, recursively."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        data = {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        if isinstance(value, Verdict):
-            data["ok"] = value.ok
-        if isinstance(value, StepComparison | ChildPair):
-            data["same"] = value.same
-        if isinstance(value, RunComparison):
-            data["diverged"] = value.diverged
-        if isinstance(value, AgentVersion):
-            data["fingerprint"] = value.fingerprint
-        if isinstance(value, BatchReport):
-            data.update(
-                runs=value.runs,
-                diverged_pct=value.diverged_pct,
-                completed_pct=value.completed_pct,
-                tokens_delta_p50_p95=list(value.tokens_delta),
-                cost_delta_usd_p50_p95=list(value.cost_delta_usd),
-            )
-        return data
-    if isinstance(value, Mapping):
-        return {str(k): as_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [as_json(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, Enum):
-        return value.value
-    return value
 
 
 @dataclass(frozen=True)

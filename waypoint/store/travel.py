@@ -16,7 +16,7 @@ from waypoint.store.base import StoreBase, of_tenant
 from waypoint.store.compactions import compaction_by_id
 from waypoint.store.hashing import hashed_json
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, event_row
-from waypoint.store.rows import AgentCall, EventRow, LineageLink, StateDiff, StepState, as_json
+from waypoint.store.rows import AgentCall, EventRow, LineageLink, RunRow, StateDiff, StepState
 from waypoint.store.schema import events, runs
 from waypoint.store.tree_travel import agent_calls, caller_of_step
 from waypoint.store.working import read_parts, recalled_text
@@ -148,10 +148,9 @@ class TimeTravel(StoreBase):
             tokens_b=estimate_tokens(sb.messages),
         )
 
-    async def export(self, tenant_id: str, run_id: str) -> AsyncIterator[str]:
-        """The full transcript as JSON lines: the run row, then every event in order (streamed)."""
-        run = await self.get_run(tenant_id, run_id)
-        yield json.dumps({"type": "run", **as_json(run)})
+    async def export(self, tenant_id: str, run_id: str) -> AsyncIterator[RunRow | EventRow]:
+        """The full transcript: the run row, then every event in order (streamed)."""
+        yield await self.get_run(tenant_id, run_id)
         async with self.engine.connect() as conn:
             rows = await conn.stream(
                 select(events, LEDGER_OUTPUT)
@@ -160,7 +159,7 @@ class TimeTravel(StoreBase):
                 .order_by(events.c.seq)
             )
             async for e in rows.mappings():
-                yield json.dumps({"type": "event", **as_json(event_row(e))})
+                yield event_row(e)
 
     async def lineage(self, tenant_id: str, run_id: str) -> list[LineageLink]:
         """Ancestors (oldest first) with the step each fork was taken at, then the runs started from

@@ -70,68 +70,6 @@ def tree_totals(nodes: list[TreeNode]) -> TreeTotals:
     )
 
 
-def caller_json(run: RunRow) -> dict[str, Any] | None:
-    """The call that started a sub-agent run (None for a run no agent started)."""
-    if run.caller_run_id is None:
-        return None
-    return {"run_id": run.caller_run_id, "step": run.caller_step, "call_index": run.caller_call_index}
-
-
-def child_json(run: RunRow) -> dict[str, Any]:
-    """A sub-agent run as its caller lists it: who, how far, what it cost, and the call (step,
-    index) of the caller that started it."""
-    return {
-        "run_id": run.run_id,
-        "agent": run.agent,
-        "status": run.shown_status,
-        "steps": run.steps,
-        "step": run.caller_step,
-        "call_index": run.caller_call_index,
-        "input_tokens": run.input_tokens,
-        "output_tokens": run.output_tokens,
-        "cost_usd": run.cost_usd,
-    }
-
-
-def node_json(node: TreeNode) -> dict[str, Any]:
-    """One run of a tree: its figures, its depth and the call that started it."""
-    r = node.run
-    return {
-        "run_id": r.run_id,
-        "agent": r.agent,
-        "status": r.shown_status,
-        "steps": r.steps,
-        "input_tokens": r.input_tokens,
-        "output_tokens": r.output_tokens,
-        "tokens": r.input_tokens + r.output_tokens,
-        "cost_usd": r.cost_usd,
-        "depth": node.depth,
-        "caller_run_id": r.caller_run_id,
-        "caller_step": r.caller_step,
-        "caller_call_index": r.caller_call_index,
-    }
-
-
-def tree_json(tree: RunTree) -> dict[str, Any]:
-    """A tree as the surfaces answer it: each node's figures, depth and caller, then the totals, and its
-    budget pool (limit, used, reserved and left per measure; null without one)."""
-    nodes = [node_json(n) for n in tree.nodes]
-    totals = tree.totals
-    return {
-        "run_id": tree.root.run_id,
-        "nodes": nodes,
-        "totals": {
-            "runs": totals.runs,
-            "steps": totals.steps,
-            "input_tokens": totals.input_tokens,
-            "output_tokens": totals.output_tokens,
-            "tokens": totals.tokens,
-            "cost_usd": totals.cost_usd,
-        },
-        "budget": tree.budget.to_json() if tree.budget is not None else None,
-    }
-
-
 def subtree_query(tenant_id: str, run_id: str) -> Any:
     """(run_id, depth) of `run_id` and every run below it, as a CTE."""
     top = select(runs.c.run_id, literal(0).label("depth")).where(runs.c.run_id == run_id, of_tenant(tenant_id))

@@ -9,7 +9,6 @@ it is: the worker needs it to sign, and the tenant may show it again to configur
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -281,42 +280,10 @@ class Webhooks(StoreBase):
         return [WebhookAttempt.of(r) for r in rows]
 
 
-def _attempts(n: int) -> str:
-    return f"{n} attempt{'s' if n != 1 else ''}"
-
-
-def delivery_summary(attempts: list[WebhookAttempt], deliveries: Sequence[WebhookDelivery] = ()) -> str:
-    """One line on how a run's webhook fared: "delivered after 3 attempts (HTTP 200)". With the run's
-    deliveries (newest first), the newest one's line; else (runs from before deliveries) the attempts'."""
-    if deliveries:
-        return delivery_line(deliveries[0])
-    if not attempts:
-        return "not posted yet"
-    last = attempts[-1]
-    if any(a.delivered for a in attempts):
-        return f"delivered after {_attempts(len(attempts))} (HTTP {last.status_code})"
-    return f"not delivered after {_attempts(len(attempts))}; last: {last.error}"
-
-
-def delivery_line(d: WebhookDelivery) -> str:
-    """One line on where a delivery stands: delivered, pending (when its next attempt is due) or failed."""
-    if d.status == DeliveryStatus.DELIVERED:
-        return f"delivered after {_attempts(d.attempts)} (HTTP {d.last_status_code})"
-    last = f"; last: {d.last_error}" if d.last_error else ""
-    if d.status == DeliveryStatus.FAILED:
-        return f"failed after {_attempts(d.attempts)}, on the dead-letter list{last}"
-    if d.attempts == 0:
-        return "pending: not posted yet"
-    due = f", next attempt at {d.next_attempt_at:%Y-%m-%d %H:%M:%S} UTC" if d.next_attempt_at else ""
-    return f"pending after {_attempts(d.attempts)}{due}{last}"
-
-
 __all__ = [
     "DELIVERY_PREFIX",
     "SECRET_PREFIX",
     "Webhooks",
-    "delivery_line",
     "delivery_not_found",
-    "delivery_summary",
     "new_secret",
 ]

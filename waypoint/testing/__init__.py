@@ -4,7 +4,9 @@
 - `run_scripted()`, `time_skipping()`: an agent's run in Temporal's time-skipping environment with
   scripted model answers, no database (`ScriptedRun` says what it did).
 - `FakeOpenAI`, `FakeAnthropic`, `FakeGemini` (with `Turn`, `Reply`): real local servers that speak
-  the providers' APIs, answering scripted turns (`python -m waypoint.testing.fake_openai` runs one).
+  the providers' APIs, answering scripted turns (`python -m waypoint.testing.fake_openai` runs one);
+  each fills in the hooks of one base, `waypoint.testing.fake_server.FakeServer` (routes, error bodies,
+  wire format), which holds the script, the request log, bursts and capacity.
 
 Names are imported on first use: importing one fake server loads neither the stack nor Temporal.
 The stack and time-skipping helpers stand on the app (`waypoint/app/embedded.py`, `scripted.py`),

@@ -1,9 +1,10 @@
 """A real local HTTP server that speaks Anthropic's Messages API, for tests, benchmarks and trying
 an `anthropic:` agent offline: `python -m waypoint.testing.fake_anthropic --port 8766 --script turns.json`.
 
-It is `waypoint.testing.fake_openai` with another wire format: the same script (`load_script`:
-turns with content and tool calls, raw `status` replies with headers, `chunk_delay`, `cut_after`,
-played in a loop from the command line), the same queue, request log (`seen`) and server. A
+It is a `FakeServer` (waypoint/testing/fake_server.py) like `FakeOpenAI`, in Anthropic's wire format:
+the same script (`load_script`: turns with content and tool calls, raw `status` replies with
+headers, `chunk_delay`, `cut_after`, played in a loop from the command line), the same queue,
+request log (`seen`), capacity and bursts (answered with Anthropic's error bodies). A
 `ClaudeTurn` may also carry `thinking` (a signed thinking block before its text: the signature is
 derived from the text, and a request that sends a thinking block back altered gets the API's 400),
 `redacted_thinking` (its opaque data) and `stream_error` (an `error` event in the 200 stream, as
@@ -33,25 +34,23 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from waypoint.testing.fake_openai import (
-    FakeOpenAI,
+from waypoint.testing.capacity import Capacity
+from waypoint.testing.fake_server import MODEL, STATS, FakeServer, serve_script
+from waypoint.testing.prompt_cache import conversation_key
+from waypoint.testing.script import (
     Reply,
+    Request,
     Responder,
     Seen,
+    Stream,
     Turn,
     load_script,
     pieces,
     script_parser,
-    send_reply,
-    send_stream,
-    serve_script,
 )
-from waypoint.testing.prompt_cache import conversation_key
 
 __all__ = ["ClaudeTurn", "FakeAnthropic", "Reply", "Seen", "load_script", "repeated_prefix", "sent_key", "signature_of"]
 
@@ -210,6 +209,20 @@ def sent_key(headers: dict[str, str]) -> str | None:
     return headers.get("x-api-key") or (bearer[len("Bearer ") :] if bearer.startswith("Bearer ") else None)
 
 
+# The API's error types by HTTP status (a burst of 503s or 529s is `overloaded_error`).
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
 def error_body(kind: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
@@ -277,10 +290,10 @@ def stream_events(turn: Turn, model: str, index: int, usage: dict[str, int]) -> 
     return events
 
 
-class FakeAnthropic(FakeOpenAI):
+class FakeAnthropic(FakeServer):
     """`FakeAnthropic(api_key="k").start()`; point `ANTHROPIC_BASE_URL` at `.base_url`; `.stop()` when done.
 
-    Answers as FakeOpenAI does (`answer()`, a `responder`, `repeat`), in Anthropic's format. With
+    Answers as every fake does (`answer()`, a `responder`, `repeat`), in Anthropic's format. With
     `api_key`, a request without that key (`sent_key`) gets the API's 401."""
 
     def __init__(
@@ -290,21 +303,14 @@ class FakeAnthropic(FakeOpenAI):
         port: int = 0,
         repeat: bool = False,
         api_key: str | None = None,
+        capacity: Capacity | None = None,
         min_cached_tokens: int | None = None,
     ) -> None:
         self.api_key = api_key
         self.cache = PromptCache(min_cached_tokens)
         self.usage_log: list[dict[str, Any]] = []
         self._previous: dict[str, Any] | None = None  # the body of the last request answered with a turn
-        super().__init__(responder, port=port, repeat=repeat)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def start(self) -> FakeAnthropic:
-        super().start()
-        return self
+        super().__init__(responder, port=port, repeat=repeat, capacity=capacity)
 
     def stats(self) -> list[dict[str, Any]]:
         """Per request answered with a turn: tokens, the tokens repeating the previous request's
@@ -335,56 +341,33 @@ class FakeAnthropic(FakeOpenAI):
             )
         return usage
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+    def route(self, method: str, path: str) -> str | None:
+        if method == "GET":
+            return STATS if path.rstrip("/") == "/stats" else None
+        return MODEL if path.rstrip("/") == "/v1/messages" else None
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+    def error(self, status: int, message: str) -> Reply:
+        return Reply(status, error_body(ERROR_TYPES.get(status, "api_error"), message))
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                if self.path.rstrip("/") == "/stats":
-                    self._send(Reply(200, {"requests": fake.stats()}))
-                else:
-                    self._send(Reply(404, error_body("not_found_error", f"no route {self.path}")))
+    def refuse(self, request: Request, item: Turn | Reply | None) -> Reply | None:
+        if self.api_key is not None and sent_key(request.headers) != self.api_key:
+            return self.error(401, "invalid x-api-key")
+        why = refusal(request.body)
+        if why is not None and isinstance(item, Turn):
+            return self.error(400, why)
+        return None
 
-            def do_POST(self) -> None:  # noqa: N802
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                try:
-                    body = json.loads(raw or b"{}")
-                except json.JSONDecodeError:
-                    body = {"unparsed": raw.decode(errors="replace")}
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                item, index = fake._next(body, self.path, headers)
-                why = refusal(body)
-                if self.path.rstrip("/") != "/v1/messages":
-                    item = Reply(404, error_body("not_found_error", f"no route {self.path}"))
-                elif fake.api_key is not None and sent_key(headers) != fake.api_key:
-                    item = Reply(401, error_body("authentication_error", "invalid x-api-key"))
-                elif why is not None and isinstance(item, Turn):
-                    item = Reply(400, error_body("invalid_request_error", why))
-                elif item is None:
-                    item = Reply(500, error_body("api_error", "fake server: no scripted answer left"))
-                if isinstance(item, Turn):
-                    model, usage = body.get("model", "fake"), fake._usage(body)
-                    if body.get("stream"):
-                        self._stream(item, stream_events(item, model, index, usage))
-                        return
-                    item = Reply(200, message(item, model, index, usage))
-                if item.delay:
-                    time.sleep(item.delay)
-                self._send(item)
+    def answer_turn(self, request: Request, turn: Turn, index: int) -> Reply | Stream:
+        body = request.body
+        model, usage = body.get("model", "fake"), self._usage(body)
+        if body.get("stream"):
+            # A cut drops the connection before message_stop.
+            events = stream_events(turn, model, index, usage)
+            return Stream(turn, [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events])
+        return Reply(200, message(turn, model, index, usage))
 
-            def _stream(self, turn: Turn, events: list[tuple[str, dict[str, Any]]]) -> None:
-                # A cut drops the connection before message_stop.
-                send_stream(
-                    self, turn, [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
-                )
-
-            def _send(self, item: Reply) -> None:
-                send_reply(self, item)
-
-        return Handler
+    def stats_body(self) -> Any:
+        return {"requests": self.stats()}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,32 +17,21 @@ implicit caching does (from `min_cached_tokens`, 1024 by default as for Gemini 2
 `waypoint.testing.prompt_cache.ImplicitCache`). The
 share per request is in `stats()` and at `GET /stats`, for benchmarks. With `api_key` set, a
 request without that key (the `x-goog-api-key` header or the `key` parameter) gets Google's
-400 API_KEY_INVALID.
+400 API_KEY_INVALID. Capacity and bursts are every fake's (waypoint/testing/fake_server.py),
+answered with Google's error bodies.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import time
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from waypoint.testing.fake_openai import (
-    FakeOpenAI,
-    Reply,
-    Responder,
-    Seen,
-    Turn,
-    load_script,
-    pieces,
-    script_parser,
-    send_reply,
-    send_stream,
-    serve_script,
-)
+from waypoint.testing.capacity import Capacity
+from waypoint.testing.fake_server import MODEL, STATS, FakeServer, serve_script
 from waypoint.testing.prompt_cache import GEMINI_MIN_CACHED, ImplicitCache, conversation_key
+from waypoint.testing.script import Reply, Request, Responder, Seen, Stream, Turn, load_script, pieces, script_parser
 
 # google.rpc.Code names of the HTTP statuses Gemini answers with.
 STATUS_NAMES = {
@@ -119,9 +108,11 @@ def stream_chunks(turn: Turn, model: str, index: int, prompt: int, cached: int) 
     return chunks
 
 
-class FakeGemini(FakeOpenAI):
+class FakeGemini(FakeServer):
     """`FakeGemini().start()`; set GOOGLE_GEMINI_BASE_URL to `.base_url`; `.stop()` when done.
-    Answers come from `answer()` (or a `responder`), as with FakeOpenAI."""
+    Answers come from `answer()` (or a `responder`), as with every fake."""
+
+    content_type = "application/json; charset=UTF-8"
 
     def __init__(
         self,
@@ -130,18 +121,14 @@ class FakeGemini(FakeOpenAI):
         port: int = 0,
         repeat: bool = False,
         api_key: str | None = None,
+        capacity: Capacity | None = None,
         min_cached_tokens: int = GEMINI_MIN_CACHED,
     ) -> None:
         self.api_key = api_key
         self.cache = ImplicitCache(min_cached_tokens)
         self.rejected: list[Seen] = []  # requests refused for their key (they take no scripted answer)
         self.usage: list[dict[str, Any]] = []  # per answered request: model, prompt and cached tokens
-        super().__init__(responder, port=port, repeat=repeat)
-
-    @property
-    def base_url(self) -> str:
-        port = self._server.server_address[1]
-        return f"http://127.0.0.1:{port}"
+        super().__init__(responder, port=port, repeat=repeat, capacity=capacity)
 
     def stats(self) -> dict[str, Any]:
         """Prompt and cached tokens so far, with the cached share per request and overall."""
@@ -176,65 +163,53 @@ class FakeGemini(FakeOpenAI):
             )
         return prompt, cached
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+    def route(self, method: str, path: str) -> str | None:
+        url = urlsplit(path)
+        if method == "GET":
+            return STATS if url.path == "/stats" else None
+        route, _, call = url.path.rpartition(":")
+        return MODEL if "/models/" in route and call in ("generateContent", "streamGenerateContent") else None
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # keep output clean
-                pass
+    def error(self, status: int, message: str) -> Reply:
+        return rpc_error(status, message)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                if urlsplit(self.path).path == "/stats":
-                    self._send(Reply(200, fake.stats()))
-                else:
-                    self._send(rpc_error(404, f"no route {self.path}"))
+    def not_found(self, path: str) -> Reply:
+        return rpc_error(404, f"no route {urlsplit(path).path}")
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                try:
-                    body = json.loads(raw or b"{}")
-                except json.JSONDecodeError:
-                    body = {"unparsed": raw.decode(errors="replace")}
-                url = urlsplit(self.path)
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                given = headers.get("x-goog-api-key") or next(iter(parse_qs(url.query).get("key", [])), None)
-                if fake.api_key is not None and given != fake.api_key:
-                    with fake._lock:
-                        fake.rejected.append(Seen(path=self.path, headers=headers, body=body))
-                    refused = rpc_error(400, "API key not valid. Please pass a valid API key.")
-                    assert isinstance(refused.body, dict)
-                    refused.body["error"]["details"] = [
-                        {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}
-                    ]
-                    self._send(refused)
-                    return
-                route, _, method = url.path.rpartition(":")
-                model = route.rpartition("/models/")[2]
-                item, index = fake._next(body, self.path, headers)
-                if "/models/" not in route or method not in ("generateContent", "streamGenerateContent"):
-                    item = rpc_error(404, f"no route {url.path}")
-                elif item is None:
-                    item = rpc_error(500, "fake server: no scripted answer left")
-                if isinstance(item, Turn):
-                    prompt, cached = fake.measure(model, body)
-                    if method == "streamGenerateContent":
-                        self._stream(item, stream_chunks(item, model, index, prompt, cached))
-                        return
-                    item = Reply(200, response(item, model, index, prompt, cached))
-                if item.delay:
-                    time.sleep(item.delay)
-                if item.status != 200 and not item.body:
-                    item = Reply(item.status, rpc_error(item.status).body, item.headers)
-                self._send(item)
+    def unscripted(self, request: Request) -> Reply | None:
+        """A request without the key: Google's 400 API_KEY_INVALID, before any route."""
+        given = request.headers.get("x-goog-api-key") or next(
+            iter(parse_qs(urlsplit(request.path).query).get("key", [])), None
+        )
+        if self.api_key is None or given == self.api_key:
+            return None
+        with self._lock:
+            self.rejected.append(Seen(path=request.path, headers=request.headers, body=request.body))
+        refused = rpc_error(400, "API key not valid. Please pass a valid API key.")
+        assert isinstance(refused.body, dict)
+        refused.body["error"]["details"] = [
+            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}
+        ]
+        return refused
 
-            def _stream(self, turn: Turn, chunks: list[dict[str, Any]]) -> None:
-                # A cut drops the connection before the finish reason.
-                send_stream(self, turn, [f"data: {json.dumps(c)}\r\n\r\n".encode() for c in chunks])
+    def answer_turn(self, request: Request, turn: Turn, index: int) -> Reply | Stream:
+        route, _, call = urlsplit(request.path).path.rpartition(":")
+        model = route.rpartition("/models/")[2]
+        prompt, cached = self.measure(model, request.body)
+        if call == "streamGenerateContent":
+            # A cut drops the connection before the finish reason.
+            chunks = stream_chunks(turn, model, index, prompt, cached)
+            return Stream(turn, [f"data: {json.dumps(c)}\r\n\r\n".encode() for c in chunks])
+        return Reply(200, response(turn, model, index, prompt, cached))
 
-            def _send(self, item: Reply) -> None:
-                send_reply(self, item, "application/json; charset=UTF-8")
+    def finish(self, reply: Reply) -> Reply:
+        """An error status scripted without a body gets Google's error body for it."""
+        if reply.status != 200 and not reply.body:
+            return Reply(reply.status, rpc_error(reply.status).body, reply.headers)
+        return reply
 
-        return Handler
+    def stats_body(self) -> Any:
+        return self.stats()
 
 
 def main(argv: list[str] | None = None) -> None:

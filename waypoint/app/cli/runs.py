@@ -81,7 +81,7 @@ async def status(
         deliveries = await wp.webhooks.list(run_id=run_id) if row.webhook else []
         hook_line = await wp.webhook_summary(run_id) if row.webhook else None
     if as_json:
-        from waypoint.store.trees import node_json
+        from waypoint.client import node_json
 
         below = [node_json(n) for n in family.nodes[1:]]
         attempts = [a.to_json() for a in hooks]
@@ -119,7 +119,7 @@ async def tree(run_id: RunArg, as_json: JsonOpt = False) -> None:
     """The run and the sub-agent runs below it: one line per run, each with its id, status, steps,
     tokens and cost, then the tree's totals and its budget pool (used, reserved, left)."""
     from waypoint.app import console as out
-    from waypoint.store.trees import tree_json
+    from waypoint.client import tree_json
 
     async with await connect() as wp:
         found = await wp.tree(run_id)

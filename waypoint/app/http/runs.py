@@ -20,10 +20,9 @@ from waypoint.app.http.auth import Api, OpenStream, Tenant
 from waypoint.app.http.streams import SSE_DOCUMENTED, NativeFormat, run_items, sse_response
 from waypoint.app.http.trees import TreeFormat, TreeStream, parse_tree_position
 from waypoint.checks import parse_step
-from waypoint.client import RunRow, StartedRun, as_json
+from waypoint.client import RunRow, StartedRun, as_json, caller_json, child_json
 from waypoint.errors import InvalidInput
 from waypoint.names import EventKind, RunSort, RunStatus
-from waypoint.store.trees import caller_json, child_json
 from waypoint.types import Budget
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=errors.KEYED)

@@ -36,9 +36,8 @@ from sse_starlette import ServerSentEvent
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.app.http.streams import NativeFormat, StreamItem, overflow_event, run_items
-from waypoint.client import RunRow
+from waypoint.client import RunRow, tree_json
 from waypoint.errors import InvalidInput, NotFound
-from waypoint.store.trees import tree_json
 
 if TYPE_CHECKING:
     from waypoint.app.http.hub import StreamHub

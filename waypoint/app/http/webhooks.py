@@ -10,8 +10,8 @@ from fastapi import APIRouter, Query, Response
 from waypoint.app.http import errors
 from waypoint.app.http.auth import Api, Tenant
 from waypoint.checks import NAME_MAX
-from waypoint.client import as_json
-from waypoint.store.webhooks import DELIVERIES_MAX, delivery_summary
+from waypoint.client import as_json, delivery_summary
+from waypoint.store.webhooks import DELIVERIES_MAX
 
 router = APIRouter(prefix="/v1", tags=["webhooks"], responses=errors.KEYED)
 

@@ -13,9 +13,9 @@ from fastapi.responses import RedirectResponse, Response
 
 from waypoint.app.http.ui.render import Api, Tenant, answers_errors, own_form, render, templates
 from waypoint.checks import NAME_MAX
+from waypoint.client import delivery_line
 from waypoint.errors import WaypointError
 from waypoint.names import DeliveryStatus
-from waypoint.store.webhooks import delivery_line
 from waypoint.webhooks import shown_url
 
 LISTED = 200  # deliveries on the page (newest first)
