@@ -5,8 +5,11 @@ clients send). No key, an unknown key and a revoked key are all 401; a key is ch
 the database on every request, so a revoked key stops working at once. The web viewer's session
 cookie (`ui/session.py`) is accepted on GET requests only, so no cookie can make a /v1 write; the
 cookie names its key, which is looked up the same way, so revoking a key ends its sessions too.
-With auth off (only `waypoint dev`, on a loopback address) every request acts for the configured
-tenant. Each authenticated request is counted against its key's rate limit (`limits.py`).
+With WAYPOINT_OIDC_ISSUER set, a bearer value that is not a Waypoint key (`wp_...`) is a JWT of that
+issuer (`oidc.py`), and a person the viewer signed in through it has a session cookie of their own;
+both act for the tenant and role their claims map to. With auth off (only `waypoint dev`, on a
+loopback address) every request acts for the configured tenant. Each authenticated request is
+counted against its key's rate limit (`limits.py`).
 
 A browser sends its cookies (and, with auth off, needs none) whichever page makes it post, so
 a write without a key is refused (403) when it comes from a page of another origin: its
@@ -26,8 +29,10 @@ from fastapi import Depends, Request
 
 from waypoint.access import Role
 from waypoint.app.http.limits import StreamSlot
+from waypoint.app.http.oidc import issuer_of
 from waypoint.app.http.problems import HttpError, unauthorized
 from waypoint.app.http.state import ApiState, api_state
+from waypoint.store.keys import KEY_PREFIX
 
 
 def presented_key(request: Request) -> str | None:
@@ -116,8 +121,11 @@ async def _authenticate(request: Request, api: ApiState) -> Caller:
         return Caller(api.settings.tenant, None)
     key = presented_key(request)
     if key is None and request.method == "GET":
-        from waypoint.app.http.ui.session import COOKIE, key_in, secret_of
+        from waypoint.app.http.ui.session import COOKIE, USER_COOKIE, key_in, secret_of, user_in
 
+        user = user_in(secret_of(api.settings.ui_secret), api.settings.oidc_issuer, request.cookies.get(USER_COOKIE))
+        if user is not None:  # signed in through the identity provider (ui/sso.py)
+            return Caller(user.tenant, None, user.role, user.subject)
         key_id = key_in(secret_of(api.settings.ui_secret), request.cookies.get(COOKIE))
         if key_id is not None:
             tenant = await api.wp.keys.tenant_of_id(key_id)
@@ -128,6 +136,9 @@ async def _authenticate(request: Request, api: ApiState) -> Caller:
         raise unauthorized(
             "no API key: send `Authorization: Bearer <key>`; create a key with `waypoint keys create --tenant T`"
         )
+    if api.settings.oidc_issuer and not key.startswith(KEY_PREFIX):  # a JWT of the identity provider
+        user = await issuer_of(request.app.state, api.settings).identity(key)
+        return Caller(user.tenant, None, user.role, user.subject)
     row = await api.wp.keys.valid(key)
     if row is None:
         raise unauthorized("unknown or revoked API key: `waypoint keys list` shows the valid ones")
