@@ -140,8 +140,9 @@ class OidcIssuer:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._server.server_close()
 
     def discovery(self) -> dict[str, Any]:
         return {

@@ -201,6 +201,11 @@ async def test_keys_are_kept_for_their_ttl(issuer: OidcIssuer) -> None:
     now[0] = 61.0
     await checker.identity(issuer.token())
     assert issuer.hits["/jwks"] == 2 and issuer.hits["/.well-known/openid-configuration"] == 2
+    # Due again while the issuer is away: the kept keys serve on.
+    token = issuer.token()
+    issuer.stop()
+    now[0] = 130.0
+    assert (await checker.identity(token)).subject == "u1"
 
 
 # --- the viewer's sign-in ------------------------------------------------------------------------

@@ -105,12 +105,17 @@ class Caller:
             return f"user:{self.subject}"
         return f"key:{self.key_id}" if self.key_id is not None else "local"
 
+    @property
+    def limit_key(self) -> int | str | None:
+        """Whose rate limit and stream slots a request counts against: its key's, or the user's own."""
+        return self.actor_id if self.subject is not None else self.key_id
+
 
 async def caller_of(request: Request) -> Caller:
     """The request's key, checked, and one request counted against it (429 over its rate)."""
     api = api_state(request)
     caller = await _authenticate(request, api)
-    api.limits.spend(caller.key_id)
+    api.limits.spend(caller.limit_key)
     request.state.tenant = caller.tenant  # for the error handler (errors.still_starting)
     return caller
 
@@ -152,7 +157,7 @@ async def tenant_of(caller: Annotated[Caller, Depends(caller_of)]) -> str:
 async def stream_slot(request: Request, caller: Annotated[Caller, Depends(caller_of)]) -> AsyncIterator[StreamSlot]:
     """A live stream's slot of the caller's key (429 when it holds WAYPOINT_HTTP_OPEN_STREAMS), taken
     before the route does anything; given back here unless the route's response took it over."""
-    slot = api_state(request).limits.open_stream(caller.key_id)
+    slot = api_state(request).limits.open_stream(caller.limit_key)
     try:
         yield slot
     finally:

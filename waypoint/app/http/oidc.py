@@ -6,6 +6,8 @@ ID token it gets back the same way. Both go through one `Issuer`:
 
 - its discovery document (`<issuer>/.well-known/openid-configuration`), whose `issuer` must be the
   configured one exactly, and its signing keys (`jwks_uri`), both kept `WAYPOINT_OIDC_JWKS_TTL_SECONDS`;
+- when they are due again and the issuer does not answer, the kept keys serve on (asked again in
+  `REFETCH_SECONDS`); without any, a token is 503;
 - a token naming a key id (`kid`) the kept keys lack fetches the keys again (the issuer rotated
   them), at most once every `REFETCH_SECONDS` whatever the tokens say, so made-up key ids cannot
   make Waypoint hammer the issuer;
@@ -86,6 +88,7 @@ class Issuer:
         self.refetch_seconds = refetch_seconds
         self.clock = clock
         self._metadata: dict[str, Any] | None = None
+        self._metadata_at: float | None = None
         self._keys: dict[str, dict[str, Any]] = {}  # by key id, as the issuer publishes them
         self._fetched_at: float | None = None  # when the keys were last fetched
         self._refetched_at: float | None = None  # when an unknown key id last fetched them
@@ -113,7 +116,7 @@ class Issuer:
 
     async def metadata(self) -> dict[str, Any]:
         """The discovery document (kept with the keys, fetched again when they are)."""
-        if self._metadata is None or self._stale():
+        if self._metadata is None or self._stale(self._metadata_at):
             document = await self._get(self.url.rstrip("/") + "/.well-known/openid-configuration")
             if document.get("issuer") != self.url:
                 raise unavailable(
@@ -123,7 +126,7 @@ class Issuer:
                 )
             if not isinstance(document.get("jwks_uri"), str):
                 raise unavailable(self.url, "its discovery document has no jwks_uri")
-            self._metadata = document
+            self._metadata, self._metadata_at = document, self.clock()
         return self._metadata
 
     async def endpoint(self, name: str) -> str:
@@ -173,8 +176,8 @@ class Issuer:
             raise unauthorized("the identity provider's answer has no ID token: put `openid` in WAYPOINT_OIDC_SCOPES")
         return token
 
-    def _stale(self) -> bool:
-        return self._fetched_at is None or self.clock() - self._fetched_at > self.settings.oidc_jwks_ttl_seconds
+    def _stale(self, at: float | None) -> bool:
+        return at is None or self.clock() - at > self.settings.oidc_jwks_ttl_seconds
 
     async def _fetch_keys(self) -> None:
         document = await self._get((await self.metadata())["jwks_uri"])
@@ -193,9 +196,14 @@ class Issuer:
     async def key_for(self, kid: str) -> dict[str, Any]:
         """The signing key `kid` names: from the kept keys, else after one fetch (see the module's docstring)."""
         async with self._lock:
-            if self._stale():
-                self._metadata = None
-                await self._fetch_keys()
+            if self._stale(self._fetched_at):
+                try:
+                    await self._fetch_keys()
+                except HttpError:
+                    if not self._keys:
+                        raise
+                    # The kept keys serve on while the issuer is away; asked again in REFETCH_SECONDS.
+                    self._fetched_at = self.clock() - self.settings.oidc_jwks_ttl_seconds + self.refetch_seconds
             elif kid not in self._keys:
                 now = self.clock()
                 if self._refetched_at is None or now - self._refetched_at >= self.refetch_seconds:

@@ -36,12 +36,12 @@ async def tenant_of(request: Request) -> str:
     while the key it was made with is valid (one lookup by its id); the page counts against that
     key's rate limit, as the API's requests do."""
     api = api_state(request)
-    key_id = None
+    key_id: int | str | None = None
     tenant: str | None
     secret = session.secret_of(api.settings.ui_secret)
     user = session.user_in(secret, api.settings.oidc_issuer, request.cookies.get(session.USER_COOKIE))
     if api.auth and user is not None:
-        tenant = user.tenant
+        tenant, key_id = user.tenant, f"user:{user.subject}"  # a user's own rate limit
         request.state.user = user  # the header shows who is signed in
     elif api.auth:
         key_id = session.key_in(secret, request.cookies.get(session.COOKIE))
