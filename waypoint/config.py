@@ -164,8 +164,8 @@ class Settings(BaseSettings):
         "in `oidc_roles`; the highest role found wins.",
     )
     oidc_roles: dict[str, Role] = Field(
-        default_factory=lambda: {r.value: r for r in Role},
-        description='Claim values to roles, as JSON: {"wp-admins": "admin", "sre": "operator"}. Default: the '
+        default_factory=dict,
+        description='Claim values to roles, as JSON: `{"wp-admins": "admin", "sre": "operator"}`. Empty: the '
         "role names themselves (viewer, operator, admin).",
     )
     oidc_default_role: Role | None = Field(

@@ -304,7 +304,8 @@ def identity_of(settings: Settings, claims: dict[str, Any]) -> Identity:
         if isinstance(found, list)
         else []
     )
-    roles = [settings.oidc_roles[v] for v in values if v in settings.oidc_roles]
+    mapping = settings.oidc_roles or {r.value: r for r in Role}
+    roles = [mapping[v] for v in values if v in mapping]
     role = max(roles, key=lambda r: r.rank) if roles else settings.oidc_default_role
     if role is None:
         raise forbidden(
