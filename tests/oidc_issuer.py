@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import html
 import json
 import secrets
 import threading
@@ -67,6 +68,7 @@ class Grant:
 class OidcIssuer:
     host: str = "127.0.0.1"
     client_secret: str | None = None
+    consent: bool = False  # /authorize answers a page with a link back, as a real provider's sign-in page
     user: dict[str, Any] = field(default_factory=dict)  # the claims of whoever signs in at /authorize
     keys: list[SigningKey] = field(default_factory=lambda: [SigningKey.make()])
     hits: Counter[str] = field(default_factory=Counter)  # requests per path
@@ -106,10 +108,20 @@ class OidcIssuer:
                 code = secrets.token_urlsafe(16)
                 claims = {**issuer.user, "nonce": q["nonce"]}
                 issuer.grants[code] = Grant(claims, q["code_challenge"], q["redirect_uri"])
-                self.send_response(302)
-                self.send_header("Location", f"{q['redirect_uri']}?{urlencode({'code': code, 'state': q['state']})}")
-                self.send_header("Content-Length", "0")
+                back = f"{q['redirect_uri']}?{urlencode({'code': code, 'state': q['state']})}"
+                if issuer.consent:  # a page of the issuer's own sends the browser back: a cross-site navigation
+                    name = html.escape(str(issuer.user.get("name")))
+                    link = f'<a id="consent" href="{html.escape(back)}">Continue as {name}</a>'
+                    data = f"<!doctype html><title>Sign in</title>{link}".encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                else:
+                    data = b""
+                    self.send_response(302)
+                    self.send_header("Location", back)
+                self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self) -> None:
                 issuer.hits[self.path] += 1

@@ -235,12 +235,21 @@ async def test_the_viewer_signs_in_with_pkce_and_refuses_a_foreign_state(api: Ap
         again = await browser.get(callback)
         assert again.status_code in (400, 401)
 
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as stranger:
+        # A callback without the sign-in's cookie (too late, or another browser's), and a refusal.
+        r = await stranger.get("/ui/sso/callback", params=callback.params)
+        assert r.status_code == 400 and "start again" in r.text and "waypoint_user" not in stranger.cookies
+        r = await stranger.get("/ui/sso/callback", params={"error": "access_denied"})
+        assert r.status_code == 401 and "refused the sign-in (access_denied)" in r.text
+
 
 @needs_browser
-@pytest.mark.parametrize("issuer", [{"host": "localhost", "client_secret": "s3cret"}], indirect=True)
+@pytest.mark.parametrize("issuer", [{"host": "localhost", "client_secret": "s3cret", "consent": True}], indirect=True)
 async def test_sign_in_with_sso_in_chromium(browser, contexts: list, api: ApiServer, issuer: OidcIssuer) -> None:
-    """The issuer at another site (localhost; the viewer at 127.0.0.1), so the cookies cross sites as
-    they do in production, and a confidential client (its secret sent to the token endpoint)."""
+    """The issuer at another site (localhost; the viewer at 127.0.0.1) whose own page sends the browser
+    back, so the cookies cross sites as they do in production (the sign-in's cookie must be Lax, the
+    session's Strict cookie is set on a page that moves on by itself), and a confidential client (its
+    secret sent to the token endpoint)."""
     context = await browser.new_context(base_url=api.url)
     contexts.append(context)
     page = await context.new_page()
@@ -248,6 +257,8 @@ async def test_sign_in_with_sso_in_chromium(browser, contexts: list, api: ApiSer
     await page.goto("/ui")
     assert "/ui/login" in page.url
     await page.click("text=Sign in with SSO")
+    await page.wait_for_url(f"{issuer.url}/authorize?**")
+    await page.click("#consent")  # the way back starts on the issuer's page: another site
     await page.wait_for_url(f"{api.url}/ui")
     who = await page.locator("header .who").inner_text()
     assert "Alice Example" in who and "operator" in who

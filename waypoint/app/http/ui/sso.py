@@ -9,10 +9,11 @@ PKCE (S256), a state and a nonce, against WAYPOINT_OIDC_ISSUER (`oidc.py` fetche
                                  is checked as a bearer token is, with the viewer's client id as its
                                  audience and the cookie's nonce; then a user session (`session.py`)
 
-The flow's cookie is SameSite=Lax, the one cookie a cross-site redirect back from the issuer must
-bring. The session cookie is Strict like a key's; a browser does not send a Strict cookie on a
-navigation that a cross-site redirect started, so the callback answers with a page that moves on
-to `next` by itself, a navigation of this site's own. Logging out (POST /ui/logout) clears it.
+The flow's cookie is SameSite=Lax: the way back is a navigation the provider's page starts, another
+site's, which brings no Strict cookie. For the same reason the callback does not redirect to `next`
+(that navigation would still be the provider's, and the new Strict session cookie would stay home):
+it answers a page that moves on by itself, a navigation of this site's own. Logging out (POST
+/ui/logout) clears the session.
 """
 
 from __future__ import annotations
