@@ -164,6 +164,7 @@ async def test_an_unreachable_issuer_is_503_in_one_line(
 def test_claims_map_to_tenant_and_role_by_configuration() -> None:
     settings = Settings(
         oidc_issuer="https://id.example",
+        oidc_audience="waypoint-api",
         oidc_role_claim="groups",
         oidc_roles={"eng": "viewer", "wp-ops": "operator", "wp-admins": "admin"},
         oidc_tenant="acme",
@@ -182,11 +183,16 @@ def test_claims_map_to_tenant_and_role_by_configuration() -> None:
     assert identity_of(fallback, {**claims}).role is Role.VIEWER
 
 
-def test_algorithms_are_asymmetric_only() -> None:
+def test_oidc_settings_are_checked() -> None:
+    """Algorithms are asymmetric only; an issuer needs an audience and is a URL."""
     for bad in ("none", "HS256", "RS256,HS512", ""):
         with pytest.raises(ValueError, match="WAYPOINT_OIDC_ALGORITHMS"):
             Settings(oidc_algorithms=bad)
     assert Settings(oidc_algorithms="ES256, PS256").oidc_algorithm_list == ["ES256", "PS256"]
+    with pytest.raises(ValueError, match="WAYPOINT_OIDC_AUDIENCE"):
+        Settings(oidc_issuer="https://id.example")  # no audience: every token would be refused
+    with pytest.raises(ValueError, match="WAYPOINT_OIDC_ISSUER"):
+        Settings(oidc_issuer="id.example", oidc_audience="a")
 
 
 async def test_keys_are_kept_for_their_ttl(issuer: OidcIssuer) -> None:

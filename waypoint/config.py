@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from waypoint.access import Role
@@ -386,6 +386,15 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith(("https://", "http://")):
             raise ValueError(f"{value!r} is no URL: set WAYPOINT_OIDC_ISSUER to the issuer's https:// URL")
         return value or None
+
+    @model_validator(mode="after")
+    def _oidc_audience(self) -> Settings:
+        if self.oidc_issuer and not (self.oidc_audience or self.oidc_client_id):
+            raise ValueError(
+                "WAYPOINT_OIDC_ISSUER is set, but no audience to check tokens against: set WAYPOINT_OIDC_AUDIENCE "
+                "(bearer tokens) or WAYPOINT_OIDC_CLIENT_ID (the viewer's sign-in)"
+            )
+        return self
 
     @field_validator("api_port")
     @classmethod
