@@ -18,6 +18,7 @@ from tests.conftest import ApiServer
 from tests.oidc_issuer import AUDIENCE, CLIENT_ID, OidcIssuer, SigningKey
 from waypoint.access import Role
 from waypoint.app.http.oidc import Issuer, identity_of
+from waypoint.app.http.problems import HttpError
 from waypoint.config import Settings
 
 pytestmark = pytest.mark.postgres
@@ -212,6 +213,23 @@ async def test_keys_are_kept_for_their_ttl(issuer: OidcIssuer) -> None:
     issuer.stop()
     now[0] = 130.0
     assert (await checker.identity(token)).subject == "u1"
+
+
+async def test_an_id_token_must_carry_the_sign_ins_nonce_and_be_issued_to_the_viewer(issuer: OidcIssuer) -> None:
+    settings = Settings(oidc_issuer=issuer.url, oidc_client_id=CLIENT_ID, oidc_tenant="acme")
+    checker = Issuer(settings)
+    issuer.user = {"sub": "u1", "waypoint_role": "viewer"}
+    assert (await checker.identity(issuer.token(aud=CLIENT_ID, nonce="n1"), nonce="n1")).subject == "u1"
+    for token, says in [
+        (issuer.token(aud=CLIENT_ID, nonce="n2"), "nonce"),
+        (issuer.token(aud=CLIENT_ID), "nonce"),
+        (issuer.token(aud=[CLIENT_ID, "other"], nonce="n1"), "azp"),
+    ]:
+        with pytest.raises(HttpError, match=says) as refused:
+            await checker.identity(token, nonce="n1")
+        assert refused.value.status == 401
+    both = issuer.token(aud=[CLIENT_ID, "other"], azp=CLIENT_ID, nonce="n1")
+    assert (await checker.identity(both, nonce="n1")).role is Role.VIEWER
 
 
 # --- the viewer's sign-in ------------------------------------------------------------------------

@@ -266,8 +266,11 @@ class Issuer:
             raise unauthorized("the token's signature does not verify with the issuer's key") from None
         except jwt.PyJWTError as exc:
             raise unauthorized(f"the token is invalid ({type(exc).__name__})") from None
-        if nonce is not None and not hmac.compare_digest(str(claims.get("nonce", "")), nonce):
-            raise unauthorized("the ID token's nonce is not the sign-in's: sign in again")
+        if nonce is not None:  # an ID token of the viewer's sign-in
+            if not hmac.compare_digest(str(claims.get("nonce", "")), nonce):
+                raise unauthorized("the ID token's nonce is not the sign-in's: sign in again")
+            if isinstance(claims["aud"], list) and len(claims["aud"]) > 1 and claims.get("azp") != audience:
+                raise unauthorized("the ID token names several audiences and was not issued to this viewer (azp)")
         return claims
 
     async def identity(self, token: str, *, audience: str | None = None, nonce: str | None = None) -> Identity:
