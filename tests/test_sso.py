@@ -13,7 +13,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from tests.browser import STEP_MS, needs_browser
+from tests.browser import STEP_MS, needs_browser, sign_in
 from tests.conftest import ApiServer
 from tests.oidc_issuer import AUDIENCE, CLIENT_ID, OidcIssuer, SigningKey
 from waypoint.access import Role
@@ -258,6 +258,11 @@ async def test_the_viewer_signs_in_with_pkce_and_refuses_a_foreign_state(api: Ap
         assert (await browser.get(f"{api.url}/v1/runs")).status_code == 200
         again = await browser.get(callback)
         assert again.status_code in (400, 401)
+        # Logging in with a key ends the user's session: one session at a time.
+        browser.base_url = httpx.URL(api.url)
+        assert (await sign_in(browser, api.key)).status_code == 303
+        assert "waypoint_user" not in browser.cookies
+        assert "Alice Example" not in (await browser.get("/ui")).text
 
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as stranger:
         # A callback without the sign-in's cookie (too late, or another browser's), and a refusal.

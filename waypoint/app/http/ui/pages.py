@@ -53,7 +53,7 @@ async def login(
     response = RedirectResponse(target, status_code=303)
     cookie = session.issue(session.secret_of(api.settings.ui_secret), row.id)
     session.set_cookie(request, response, session.COOKIE, cookie, max_age=session.LIFETIME_SECONDS)
-    return response
+    return sso.logout(response)  # one session at a time: a signed-in user's ends
 
 
 @router.post("/logout")
