@@ -13,6 +13,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from tests import a11y
 from tests.browser import STEP_MS, needs_browser, sign_in
 from tests.conftest import ApiServer
 from tests.oidc_issuer import AUDIENCE, CLIENT_ID, OidcIssuer, SigningKey
@@ -285,12 +286,14 @@ async def test_sign_in_with_sso_in_chromium(browser, contexts: list, api: ApiSer
     page.set_default_timeout(STEP_MS)
     await page.goto("/ui")
     assert "/ui/login" in page.url
+    assert await a11y.problems(page) == []
     await page.click("text=Sign in with SSO")
     await page.wait_for_url(f"{issuer.url}/authorize?**")
     await page.click("#consent")  # the way back starts on the issuer's page: another site
     await page.wait_for_url(f"{api.url}/ui")
     who = await page.locator("header .who").inner_text()
     assert "Alice Example" in who and "operator" in who
+    assert await a11y.problems(page) == []
     assert await page.locator("h1").count() >= 1 and "/ui/login" not in page.url
     assert issuer.hits["/token"] == 1
     await page.click("button:has-text('Log out')")
