@@ -14,11 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from waypoint.access import Role
 from waypoint.limits import Limits, load_limits
 from waypoint.names import VersioningMode, WorkflowSandbox
+
+# Signature algorithms a bearer token may use: asymmetric only, so the issuer's public keys can never
+# verify a token someone signed with one of them as an HMAC secret.
+ASYMMETRIC = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"})
 
 
 class Settings(BaseSettings):
@@ -120,6 +125,63 @@ class Settings(BaseSettings):
     )
     temporal_metrics: bool = Field(
         False, description="Export the Temporal SDK's own worker metrics to the OTLP endpoint as well."
+    )
+    # Single sign-on (waypoint/app/http/oidc.py, docs/guides/sso.md): bearer JWTs on /v1 and the Agent
+    # Protocol, and the viewer's sign-in (authorization code with PKCE), both against one OIDC issuer.
+    oidc_issuer: str | None = Field(
+        None,
+        description="OIDC issuer URL (its `iss`, exactly as its discovery document says it). Set: `/v1` and the "
+        'Agent Protocol accept a bearer JWT it signed beside API keys, and the viewer offers "Sign in with '
+        'SSO". Unset: API keys only.',
+    )
+    oidc_audience: str | None = Field(
+        None,
+        description="The `aud` a bearer token must carry (the API's identifier at the identity provider); "
+        "unset: `oidc_client_id`. ID tokens of the viewer's sign-in are checked against `oidc_client_id`.",
+    )
+    oidc_client_id: str | None = Field(
+        None, description="Client id of the viewer at the identity provider (its sign-in needs one)."
+    )
+    oidc_client_secret: SecretStr | None = Field(
+        None,
+        description="Client secret of the viewer, sent to the token endpoint when set; unset: a public client, "
+        "PKCE only.",
+    )
+    oidc_scopes: str = Field(
+        "openid profile email", description="Scopes the viewer's sign-in asks for (space-separated; `openid` first)."
+    )
+    oidc_tenant_claim: str = Field(
+        "waypoint_tenant", description="Claim naming the caller's tenant (a string; a one-item list is accepted)."
+    )
+    oidc_tenant: str | None = Field(
+        None,
+        description="Tenant of a token without `oidc_tenant_claim` (one identity provider per tenant); unset: "
+        "such a token is refused with 403.",
+    )
+    oidc_role_claim: str = Field(
+        "waypoint_role",
+        description="Claim holding the caller's role or groups: a string or a list of strings, each looked up "
+        "in `oidc_roles`; the highest role found wins.",
+    )
+    oidc_roles: dict[str, Role] = Field(
+        default_factory=dict,
+        description='Claim values to roles, as JSON: `{"wp-admins": "admin", "sre": "operator"}`. Empty: the '
+        "role names themselves (viewer, operator, admin).",
+    )
+    oidc_default_role: Role | None = Field(
+        None,
+        description="Role of a token whose claim maps to no role; unset: such a token is refused with 403.",
+    )
+    oidc_algorithms: str = Field(
+        "RS256,ES256",
+        description="Comma-separated signature algorithms a token may use (asymmetric only: RS*, PS*, ES*, "
+        "EdDSA; `none` and HS* are refused).",
+    )
+    oidc_jwks_ttl_seconds: float = Field(
+        3600, gt=0, description="How long the issuer's signing keys (JWKS) are kept before they are fetched again."
+    )
+    oidc_leeway_seconds: float = Field(
+        30, ge=0, le=300, description="Clock skew allowed when checking a token's exp, nbf and iat."
     )
     # Sub-agents (Agent(agents=...)).
     max_parallel_agents: int = Field(
@@ -306,6 +368,34 @@ class Settings(BaseSettings):
         except InvalidInput as exc:  # pydantic reports a ValueError with the setting's name
             raise ValueError(str(exc)) from None
 
+    @field_validator("oidc_algorithms")
+    @classmethod
+    def _oidc_algorithms(cls, value: str) -> str:
+        names = [a.strip() for a in value.split(",") if a.strip()]
+        refused = [a for a in names if a.lower() == "none" or a.upper().startswith("HS") or a not in ASYMMETRIC]
+        if refused or not names:
+            raise ValueError(
+                f"{', '.join(refused) or 'no algorithm'}: set WAYPOINT_OIDC_ALGORITHMS to asymmetric ones "
+                f"from {', '.join(sorted(ASYMMETRIC))}"
+            )
+        return ",".join(names)
+
+    @field_validator("oidc_issuer")
+    @classmethod
+    def _oidc_issuer(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("https://", "http://")):
+            raise ValueError(f"{value!r} is no URL: set WAYPOINT_OIDC_ISSUER to the issuer's https:// URL")
+        return value or None
+
+    @model_validator(mode="after")
+    def _oidc_audience(self) -> Settings:
+        if self.oidc_issuer and not (self.oidc_audience or self.oidc_client_id):
+            raise ValueError(
+                "WAYPOINT_OIDC_ISSUER is set, but no audience to check tokens against: set WAYPOINT_OIDC_AUDIENCE "
+                "(bearer tokens) or WAYPOINT_OIDC_CLIENT_ID (the viewer's sign-in)"
+            )
+        return self
+
     @field_validator("api_port")
     @classmethod
     def _api_port(cls, value: int) -> int:
@@ -362,6 +452,10 @@ class Settings(BaseSettings):
     @property
     def agent_modules(self) -> list[str]:
         return [m.strip() for m in self.agents.split(",") if m.strip()]
+
+    @property
+    def oidc_algorithm_list(self) -> list[str]:
+        return [a.strip() for a in self.oidc_algorithms.split(",") if a.strip()]
 
     @property
     def cors_origins(self) -> list[str]:

@@ -5,8 +5,11 @@ clients send). No key, an unknown key and a revoked key are all 401; a key is ch
 the database on every request, so a revoked key stops working at once. The web viewer's session
 cookie (`ui/session.py`) is accepted on GET requests only, so no cookie can make a /v1 write; the
 cookie names its key, which is looked up the same way, so revoking a key ends its sessions too.
-With auth off (only `waypoint dev`, on a loopback address) every request acts for the configured
-tenant. Each authenticated request is counted against its key's rate limit (`limits.py`).
+With WAYPOINT_OIDC_ISSUER set, a bearer value that is not a Waypoint key (`wp_...`) is a JWT of that
+issuer (`oidc.py`), and a person the viewer signed in through it has a session cookie of their own;
+both act for the tenant and role their claims map to. With auth off (only `waypoint dev`, on a
+loopback address) every request acts for the configured tenant. Each authenticated request is
+counted against its key's rate limit (`limits.py`).
 
 A browser sends its cookies (and, with auth off, needs none) whichever page makes it post, so
 a write without a key is refused (403) when it comes from a page of another origin: its
@@ -26,8 +29,10 @@ from fastapi import Depends, Request
 
 from waypoint.access import Role
 from waypoint.app.http.limits import StreamSlot
+from waypoint.app.http.oidc import issuer_of
 from waypoint.app.http.problems import HttpError, unauthorized
 from waypoint.app.http.state import ApiState, api_state
+from waypoint.store.keys import KEY_PREFIX
 
 
 def presented_key(request: Request) -> str | None:
@@ -100,12 +105,17 @@ class Caller:
             return f"user:{self.subject}"
         return f"key:{self.key_id}" if self.key_id is not None else "local"
 
+    @property
+    def limit_key(self) -> int | str | None:
+        """Whose rate limit and stream slots a request counts against: its key's, or the user's own."""
+        return self.actor_id if self.subject is not None else self.key_id
+
 
 async def caller_of(request: Request) -> Caller:
     """The request's key, checked, and one request counted against it (429 over its rate)."""
     api = api_state(request)
     caller = await _authenticate(request, api)
-    api.limits.spend(caller.key_id)
+    api.limits.spend(caller.limit_key)
     request.state.tenant = caller.tenant  # for the error handler (errors.still_starting)
     return caller
 
@@ -116,8 +126,11 @@ async def _authenticate(request: Request, api: ApiState) -> Caller:
         return Caller(api.settings.tenant, None)
     key = presented_key(request)
     if key is None and request.method == "GET":
-        from waypoint.app.http.ui.session import COOKIE, key_in, secret_of
+        from waypoint.app.http.ui.session import COOKIE, USER_COOKIE, key_in, secret_of, user_in
 
+        user = user_in(secret_of(api.settings.ui_secret), api.settings.oidc_issuer, request.cookies.get(USER_COOKIE))
+        if user is not None:  # signed in through the identity provider (ui/sso.py)
+            return Caller(user.tenant, None, user.role, user.subject)
         key_id = key_in(secret_of(api.settings.ui_secret), request.cookies.get(COOKIE))
         if key_id is not None:
             tenant = await api.wp.keys.tenant_of_id(key_id)
@@ -128,6 +141,9 @@ async def _authenticate(request: Request, api: ApiState) -> Caller:
         raise unauthorized(
             "no API key: send `Authorization: Bearer <key>`; create a key with `waypoint keys create --tenant T`"
         )
+    if api.settings.oidc_issuer and not key.startswith(KEY_PREFIX):  # a JWT of the identity provider
+        user = await issuer_of(request.app.state, api.settings).identity(key)
+        return Caller(user.tenant, None, user.role, user.subject)
     row = await api.wp.keys.valid(key)
     if row is None:
         raise unauthorized("unknown or revoked API key: `waypoint keys list` shows the valid ones")
@@ -141,7 +157,7 @@ async def tenant_of(caller: Annotated[Caller, Depends(caller_of)]) -> str:
 async def stream_slot(request: Request, caller: Annotated[Caller, Depends(caller_of)]) -> AsyncIterator[StreamSlot]:
     """A live stream's slot of the caller's key (429 when it holds WAYPOINT_HTTP_OPEN_STREAMS), taken
     before the route does anything; given back here unless the route's response took it over."""
-    slot = api_state(request).limits.open_stream(caller.key_id)
+    slot = api_state(request).limits.open_stream(caller.limit_key)
     try:
         yield slot
     finally:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from waypoint.app.http.problems import HttpError
 
 Clock = Callable[[], float]
-Key = int | None
-"""Whom a limit counts: an API key's id, or None with auth off (all requests, one bucket)."""
+Key = int | str | None
+"""Whom a limit counts: an API key's id, a signed-in user's (`user:<subject>`, single sign-on), or
+None with auth off (all requests, one bucket)."""
 
 STREAM_RETRY_SECONDS = 5  # when a stream slot frees is unknown: a live run's stream lasts as long as the run
 

@@ -26,13 +26,15 @@
     GET  /ui/experiments/{a}/compare/{b}   B against A per scorer (wins, losses, significance) and per case
     POST /ui/runs/{id}/{action}      pause, resume, cancel, send, approve, deny, fork
     GET|POST /ui/login, POST /ui/logout
+    GET  /ui/sso/start, /ui/sso/callback   sign-in through the identity provider (WAYPOINT_OIDC_ISSUER)
     GET  /favicon.ico                the viewer's icon (an SVG; open, like the static files)
 
 Auth: the tenant comes from the session cookie (an API key exchanged at /ui/login), whose key
-is looked up on every request, so revoking it ends the session; with auth off (`waypoint dev`)
-every page acts for the configured tenant. Every POST is one of the viewer's own forms: it carries
-the CSRF token its page was rendered with and comes from a page of this server (`Origin`, else
-`Referer`), or it is refused with a 403 page, with auth on or off.
+is looked up on every request, so revoking it ends the session, or from a person's session after
+signing in through the identity provider (`sso.py`: tenant and role from the ID token's claims);
+with auth off (`waypoint dev`) every page acts for the configured tenant. Every POST is one of the
+viewer's own forms: it carries the CSRF token its page was rendered with and comes from a page of
+this server (`Origin`, else `Referer`), or it is refused with a 403 page, with auth on or off.
 
 Errors are pages, never tracebacks or JSON: the app's error handlers (`errors.install`) answer
 under /ui with `error_page`, the same status, code and message the API would send; another
@@ -48,7 +50,7 @@ from fastapi import Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from waypoint.app.http.ui import actions, experiments, fleet, pages, schedules, webhooks
+from waypoint.app.http.ui import actions, experiments, fleet, pages, schedules, sso, webhooks
 from waypoint.app.http.ui.render import HERE, LoginNeeded, error_page
 
 ICON_CACHE = {"Cache-Control": "public, max-age=86400"}
@@ -63,6 +65,7 @@ def install(app: Any) -> None:
     app.include_router(webhooks.router)
     app.include_router(experiments.router)
     app.include_router(fleet.router)
+    app.include_router(sso.router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
 
     @app.get("/favicon.ico", include_in_schema=False)

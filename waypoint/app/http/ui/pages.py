@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
 from waypoint.app.http.state import ApiState
-from waypoint.app.http.ui import session
+from waypoint.app.http.ui import session, sso
 from waypoint.app.http.ui.reading import content_text, output_text, read_step
 from waypoint.app.http.ui.render import (
     Api,
@@ -53,14 +53,14 @@ async def login(
     response = RedirectResponse(target, status_code=303)
     cookie = session.issue(session.secret_of(api.settings.ui_secret), row.id)
     session.set_cookie(request, response, session.COOKIE, cookie, max_age=session.LIFETIME_SECONDS)
-    return response
+    return sso.logout(response)  # one session at a time: a signed-in user's ends
 
 
 @router.post("/logout")
 async def logout() -> Response:
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(session.COOKIE)
-    return response
+    return sso.logout(response)
 
 
 # --- pages ---------------------------------------------------------------------------------------

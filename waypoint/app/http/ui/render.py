@@ -32,12 +32,19 @@ class LoginNeeded(Exception):
 
 
 async def tenant_of(request: Request) -> str:
-    """The session's tenant, while the key it was made with is valid (one lookup by its id); the
-    page counts against that key's rate limit, as the API's requests do."""
+    """The session's tenant: a signed-in user's (ui/sso.py, until the session ends), or the key's
+    while the key it was made with is valid (one lookup by its id); the page counts against that
+    key's rate limit, as the API's requests do."""
     api = api_state(request)
-    key_id = None
-    if api.auth:
-        key_id = session.key_in(session.secret_of(api.settings.ui_secret), request.cookies.get(session.COOKIE))
+    key_id: int | str | None = None
+    tenant: str | None
+    secret = session.secret_of(api.settings.ui_secret)
+    user = session.user_in(secret, api.settings.oidc_issuer, request.cookies.get(session.USER_COOKIE))
+    if api.auth and user is not None:
+        tenant, key_id = user.tenant, f"user:{user.subject}"  # a user's own rate limit
+        request.state.user = user  # the header shows who is signed in
+    elif api.auth:
+        key_id = session.key_in(secret, request.cookies.get(session.COOKIE))
         tenant = await api.wp.keys.tenant_of_id(key_id) if key_id is not None else None
         if tenant is None:
             raise LoginNeeded()
@@ -88,6 +95,8 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
     context.setdefault("signed_in", api.auth and getattr(request.state, "tenant", None) is not None)
     context.setdefault("notice", request.query_params.get("notice"))
     context.setdefault("refusal", request.query_params.get("refusal"))
+    context.setdefault("user", getattr(request.state, "user", None))
+    context.setdefault("sso", bool(api.settings.oidc_issuer and api.settings.oidc_client_id))
     context["csrf"] = session.csrf_token(secret, anchor)
     response = templates.TemplateResponse(request, name, context, status_code=status)
     if fresh:
