@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -265,3 +267,9 @@ async def test_mcp_tools_act_as_the_bearer_key(engine, store: RunStore, settings
     finally:
         http.should_exit = True
         await task
+
+
+def test_the_roles_page_names_the_role_each_action_needs():
+    page = (Path(__file__).parents[1] / "docs" / "guides" / "roles.md").read_text()
+    rows = re.findall(r"^\| `([a-z.]+)` \| (viewer|operator|admin) \|$", page, re.M)
+    assert dict(rows) == {a.value: r.value for a, r in NEEDS.items()}

@@ -197,8 +197,8 @@ class Settings(BaseSettings):
     )
     mcp_api_key: SecretStr | None = Field(
         None,
-        description="Bearer key every request to `waypoint mcp --transport http` must carry; it acts for "
-        "`WAYPOINT_TENANT`. Required for HTTP (stdio acts for the configured tenant).",
+        description="Bearer key requests to `waypoint mcp --transport http` may carry (besides Waypoint API "
+        "keys); it acts as an admin of `WAYPOINT_TENANT`. Required for HTTP (stdio acts for the configured tenant).",
     )
     api_key: SecretStr | None = Field(
         None,
