@@ -215,8 +215,9 @@ async def test_the_cli_acts_as_waypoint_api_key(engine, store: RunStore, setting
         as_(None, "keys", "create", "--tenant", settings.tenant, "--role", "boss"),
         as_(Role.ADMIN, "keys", "create", "--tenant", settings.tenant, "--role", "viewer", "--json"),
         as_(Role.ADMIN, "keys", "create", "--tenant", "someone-else"),
+        as_(Role.VIEWER, "--tenant", "someone-else", "runs"),
     )
-    listed, viewer_cancel, operator_delete, operator_key, admin_delete, unknown, bad_role, made, other = done
+    listed, viewer_cancel, operator_delete, operator_key, admin_delete, unknown, bad_role, made, other, named = done
     assert listed.code == 0 and runs[0] in {r["run_id"] for r in json.loads(listed.out)}  # (runs[1] may be gone)
     assert "run.cancel needs the role operator" in one_line_error(viewer_cancel)
     assert "run.delete needs the role admin" in one_line_error(operator_delete)
@@ -227,6 +228,7 @@ async def test_the_cli_acts_as_waypoint_api_key(engine, store: RunStore, setting
     assert made.code == 0 and json.loads(made.out)["role"] == "viewer"
     assert f"acts for tenant {settings.tenant!r}, not 'someone-else'" in one_line_error(other)
     assert await wp.keys.list("someone-else") == []
+    assert f"WAYPOINT_API_KEY acts for tenant {settings.tenant!r}, not 'someone-else'" in one_line_error(named)
 
     listing = await waypoint(settings, "keys", "list", "--tenant", settings.tenant)
     assert listing.code == 0 and "role" in listing.out and "operator" in listing.out

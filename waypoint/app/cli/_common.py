@@ -107,4 +107,9 @@ async def act_as_key(wp: Waypoint, cfg: Settings) -> None:
             "WAYPOINT_API_KEY is an unknown or revoked key: unset it to act as the installation's admin, "
             "or set a key `waypoint keys list` shows as valid"
         )
+    if "tenant" in cfg.model_fields_set and cfg.tenant != row.tenant_id:  # named, not the default
+        raise WaypointError(
+            f"WAYPOINT_API_KEY acts for tenant {row.tenant_id!r}, not {cfg.tenant!r} (--tenant or WAYPOINT_TENANT): "
+            "leave the tenant out, or use a key of that tenant"
+        )
     enter(Actor(f"key:{row.id}", row.role, row.tenant_id, Surface.CLI))
