@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import httpx2
@@ -166,6 +167,12 @@ async def test_the_http_api_and_the_agent_protocol_refuse_by_role(api: ApiServer
     assert "forbidden" in described["403"]["description"]
 
 
+def refusal_of(posted: httpx.Response) -> str:
+    """The refusal a form's post went back to its page with."""
+    assert posted.status_code == 303, posted.text
+    return parse_qs(urlsplit(posted.headers["location"]).query)["refusal"][0]
+
+
 @pytest.mark.postgres
 async def test_the_viewer_shows_and_takes_only_the_forms_a_role_may_use(api: ApiServer, engine, store: RunStore):
     wp = Waypoint(None, engine, api.settings)
@@ -191,8 +198,21 @@ async def test_the_viewer_shows_and_takes_only_the_forms_a_role_may_use(api: Api
         await sign_in(operator, keys[Role.OPERATOR])
         shown = await operator.get(page)
         assert f"/ui/runs/{run_id}/cancel" in shown.text and "need the operator role" not in shown.text
-        schedules = await operator.get("/ui/schedules")
-        assert schedules.status_code == 200
+        # schedules are an admin's: an operator's post is refused before the schedule is looked up
+        token = form_token((await operator.get("/ui/schedules")).text)
+        posted = await operator.post(
+            "/ui/schedules/nightly/pause", data={"csrf": token, "back": "schedule"}, headers={"Origin": api.url}
+        )
+        assert "schedule.write needs the role admin" in refusal_of(posted)
+
+    async with httpx.AsyncClient(base_url=api.url) as admin:
+        await sign_in(admin, keys[Role.ADMIN])
+        token = form_token((await admin.get("/ui/schedules")).text)
+        posted = await admin.post(
+            "/ui/schedules/nightly/pause", data={"csrf": token, "back": "schedule"}, headers={"Origin": api.url}
+        )
+        said = refusal_of(posted)
+        assert "needs the role" not in said and "nightly" in said  # allowed: then not found
 
 
 @pytest.mark.postgres
@@ -261,6 +281,12 @@ async def test_mcp_tools_act_as_the_bearer_key(engine, store: RunStore, settings
                         assert refused in said
                     else:  # allowed: the client went on, and found no workflow to cancel
                         assert "needs the role" not in said
+        schedule = {"schedule_id": "nightly", "action": "pause"}
+        for key, refused in ((keys[Role.OPERATOR], "schedule.write needs the role admin"), ("s3cret-key", None)):
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as h:
+                async with Client(streamable_http_client(url, http_client=h)) as client:
+                    said = await error_of(client, "change_schedule", **schedule)
+                    assert (refused in said) if refused else ("needs the role" not in said and "nightly" in said)
         async with httpx2.AsyncClient() as plain:
             answer = await plain.post(
                 url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers={"Authorization": "Bearer no"}
