@@ -2,6 +2,8 @@
 every surface (`waypoint keys`, the API's auth, the viewer's login and session, the CLI's
 WAYPOINT_API_KEY). Making, revoking and changing keys is an admin's action (`Scope.act`).
 
+    from waypoint import Role
+
     key, row = await wp.keys.create("acme", name="ci", role=Role.OPERATOR)  # the key is shown this once
     assert await wp.keys.tenant_of(key) == "acme"
 """
