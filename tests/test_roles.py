@@ -141,6 +141,10 @@ async def test_the_http_api_and_the_agent_protocol_refuse_by_role(api: ApiServer
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "forbidden" and refused.json()["error"]["needs"] == "operator"
     assert "run.cancel needs the role operator" in refused.json()["error"]["message"]
+    # the webhook signing secret signs deliveries receivers believe: an admin's, even to read
+    refused = await as_(Role.OPERATOR, "GET", "/v1/webhooks/secret")
+    assert refused.status_code == 403 and refused.json()["error"]["needs"] == "admin"
+    assert (await as_(Role.ADMIN, "GET", "/v1/webhooks/secret")).status_code == 200
     # an operator may not delete; an admin may
     refused = await as_(Role.OPERATOR, "DELETE", f"/v1/runs/{runs[0]}")
     assert refused.status_code == 403 and refused.json()["error"]["needs"] == "admin"

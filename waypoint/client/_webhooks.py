@@ -57,12 +57,11 @@ class Webhooks:
 
     async def secret(self, *, rotate: bool = False, tenant_id: str | None = None) -> WebhookSecret:
         """The tenant's webhook signing secret, made on first use; `rotate=True` replaces it (posts
-        signed from then on use the new one: give it to the receivers, which may accept both a while)."""
-        if not rotate:
-            return await self._store.webhook_secret(self._scope.tenant(tenant_id))
+        signed from then on use the new one: give it to the receivers, which may accept both a while).
+        An admin's, read or rotated: whoever holds it can sign a delivery a receiver believes."""
         secret = Target(TargetKind.SETTING, "webhook_secret")
         async with self._scope.act(Action.POLICY_WRITE, tenant_id, secret) as tenant:
-            return await self._store.webhook_secret(tenant, rotate=True)
+            return await self._store.webhook_secret(tenant, rotate=rotate)
 
     async def run_attempts(self, run_id: str, *, tenant_id: str | None = None) -> builtins.list[WebhookAttempt]:
         """Every attempt to post the run to its webhook, oldest first (empty: none yet, or no webhook);
