@@ -76,8 +76,7 @@ def refused(actor: Actor, action: Action, tenant: str, target: Target | None = N
     if actor.tenant is not None and actor.tenant != tenant:
         if target is not None and target.kind == TargetKind.RUN:
             return not_found(tenant, target.id)
-        why = f"{actor.id} acts for tenant {actor.tenant!r}, not {tenant!r}: use a key of {tenant!r}"
-        return Forbidden(why, details={"needs": needed.value})
+        return Forbidden(f"{actor.id} acts for tenant {actor.tenant!r}, not {tenant!r}: use a key of {tenant!r}")
     if not actor.role.allows(action):
         return Forbidden(
             f"{action} needs the role {needed}; {actor.id} has the role {actor.role}: "
