@@ -29,6 +29,7 @@ PUBLIC = [
     # the client, its settings, the worker plugin
     "Settings",
     "Waypoint",
+    "Role",
     "WaypointPlugin",
     "worker_plugin",
     # what the client's methods return
@@ -59,6 +60,7 @@ PUBLIC = [
     # errors
     "ConfigError",
     "Conflict",
+    "Forbidden",
     "InvalidInput",
     "MCPCallFailed",
     "MCPStartFailed",

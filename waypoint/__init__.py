@@ -33,6 +33,7 @@ _EXPORTS = {
     # the client, its settings, the worker plugin
     "Settings": "waypoint.config",
     "Waypoint": "waypoint.client",
+    "Role": "waypoint.access",
     "WaypointPlugin": "waypoint.app.plugin",
     "worker_plugin": "waypoint.app.plugin",
     # what the client's methods return
@@ -63,6 +64,7 @@ _EXPORTS = {
     # the errors a user catches (waypoint.errors draws the tree)
     "ConfigError": "waypoint.errors",
     "Conflict": "waypoint.errors",
+    "Forbidden": "waypoint.errors",
     "InvalidInput": "waypoint.errors",
     "MCPCallFailed": "waypoint.errors",
     "MCPStartFailed": "waypoint.errors",
@@ -95,6 +97,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "EventRow",
+    "Forbidden",
     "InvalidInput",
     "LineageLink",
     "MCPCallFailed",
@@ -110,6 +113,7 @@ __all__ = [
     "PayloadTooLarge",
     "ReplayOutcome",
     "RetrySpec",
+    "Role",
     "RunComparison",
     "RunProgress",
     "RunResult",
@@ -146,6 +150,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from waypoint.access import Role
     from waypoint.agents import Agent
     from waypoint.app.plugin import WaypointPlugin, worker_plugin
     from waypoint.client import ReplayOutcome, Waypoint
@@ -154,6 +159,7 @@ if TYPE_CHECKING:
     from waypoint.errors import (
         ConfigError,
         Conflict,
+        Forbidden,
         InvalidInput,
         MalformedAnswer,
         MCPCallFailed,

@@ -259,8 +259,13 @@ class Settings(BaseSettings):
     )
     mcp_api_key: SecretStr | None = Field(
         None,
-        description="Bearer key every request to `waypoint mcp --transport http` must carry; it acts for "
-        "`WAYPOINT_TENANT`. Required for HTTP (stdio acts for the configured tenant).",
+        description="Bearer key requests to `waypoint mcp --transport http` may carry (besides Waypoint API "
+        "keys); it acts as an admin of `WAYPOINT_TENANT`. Required for HTTP (stdio acts for the configured tenant).",
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="A Waypoint API key the CLI acts as: its tenant and role (`waypoint keys create --role`). "
+        "Unset: the CLI acts as the installation's own admin, for every tenant.",
     )
     # The HTTP API (waypoint/app/http/) and live streams.
     api_host: str = Field("127.0.0.1", description="Address `waypoint serve` (and `waypoint dev`) listens on.")

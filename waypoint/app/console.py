@@ -550,9 +550,10 @@ def keys_table(rows: Sequence[ApiKeyRow]) -> Table:
         return at.strftime("%Y-%m-%d %H:%M") if at else "-"
 
     lines = [
-        (str(k.id), k.prefix + "...", k.tenant_id, k.name or "", when(k.created_at), when(k.revoked_at)) for k in rows
+        (str(k.id), k.prefix + "...", k.tenant_id, k.role, k.name or "", when(k.created_at), when(k.revoked_at))
+        for k in rows
     ]
-    return columns("API keys", ("id", "prefix", "tenant", "name", "created", "revoked"), lines)
+    return columns("API keys", ("id", "prefix", "tenant", "role", "name", "created", "revoked"), lines)
 
 
 def columns(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from importlib.metadata import version
 from typing import Any, Literal
 
@@ -21,6 +22,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import ToolAnnotations
 from pydantic import ValidationError
 
+from waypoint.access import LOCAL, Actor, Role, Surface, acting_as
 from waypoint.client import Waypoint, as_json, tree_json
 from waypoint.config import Settings
 from waypoint.errors import WaypointError
@@ -58,6 +60,19 @@ def tenant_for_key(settings: Settings, presented: str | None) -> str | None:
     if not expected or not presented:
         return None
     return settings.tenant if hmac.compare_digest(presented.encode(), expected.encode()) else None
+
+
+async def actor_for_key(wp: Waypoint, settings: Settings, presented: str | None) -> Actor | None:
+    """Who a request over HTTP acts as, or None (no key, or an unknown or revoked one): the
+    configured key (`WAYPOINT_MCP_API_KEY`) is an admin of `WAYPOINT_TENANT`; a Waypoint API key
+    (`waypoint keys create`) acts for its own tenant with its own role."""
+    if not presented:
+        return None
+    tenant = tenant_for_key(settings, presented)
+    if tenant is not None:
+        return Actor("mcp-key", Role.ADMIN, tenant, Surface.MCP)
+    row = await wp.keys.valid(presented)
+    return Actor(f"key:{row.id}", row.role, row.tenant_id, Surface.MCP) if row is not None else None
 
 
 def bearer(authorization: str | None) -> str | None:
@@ -106,18 +121,23 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         version=version("waypoint"),
     )
 
-    def tenant_of(ctx: Context) -> str:
+    async def actor_of(ctx: Context) -> Actor:
+        """Over stdio, the installation's own admin (the assistant runs the command where its owner
+        does) for the configured tenant; over HTTP, the bearer key's actor."""
         if transport == "stdio":
-            return settings.tenant
-        tenant = tenant_for_key(settings, bearer((ctx.headers or {}).get("authorization")))
-        if tenant is None:
-            raise ToolError("unauthorized: send Authorization: Bearer <WAYPOINT_MCP_API_KEY>")
-        return tenant
+            return replace(LOCAL.at(Surface.MCP), tenant=settings.tenant)
+        actor = await actor_for_key(wp, settings, bearer((ctx.headers or {}).get("authorization")))
+        if actor is None:
+            raise ToolError("unauthorized: send Authorization: Bearer <WAYPOINT_MCP_API_KEY or a Waypoint API key>")
+        return actor
 
     async def answer(ctx: Context, call: Callable[[str], Awaitable[Any]]) -> str:
-        """The call's result as JSON text; a Waypoint error as an error result with its message."""
+        """The call's result as JSON text, acting as the caller (its role checked by the client); a
+        Waypoint error (a refusal names the role it needs) as an error result with its message."""
+        actor = await actor_of(ctx)
         try:
-            value = await call(tenant_of(ctx))
+            with acting_as(actor):
+                value = await call(actor.tenant or settings.tenant)
         except WaypointError as exc:
             raise ToolError(str(exc)) from None
         return json.dumps(as_json(value), ensure_ascii=False)
@@ -446,17 +466,21 @@ def _write_tools(server: MCPServer, wp: Waypoint, answer: Callable[..., Awaitabl
 class RequireKey:
     """ASGI middleware: an HTTP request without a valid bearer key gets 401 and never reaches MCP."""
 
-    def __init__(self, app: Any, settings: Settings):
+    def __init__(self, app: Any, settings: Settings, wp: Waypoint):
         self.app = app
         self.settings = settings
+        self.wp = wp
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-            if tenant_for_key(self.settings, bearer(headers.get("authorization"))) is None:
+            if await actor_for_key(self.wp, self.settings, bearer(headers.get("authorization"))) is None:
                 from starlette.responses import JSONResponse
 
-                message = "send Authorization: Bearer <key>, the key in WAYPOINT_MCP_API_KEY where `waypoint mcp` runs"
+                message = (
+                    "send Authorization: Bearer <key>: the key in WAYPOINT_MCP_API_KEY where `waypoint mcp` runs, "
+                    "or a Waypoint API key (`waypoint keys create`)"
+                )
                 response = JSONResponse(
                     {"error": {"code": "unauthorized", "message": message}},
                     status_code=401,
@@ -484,7 +508,7 @@ async def serve(settings: Settings, transport: Transport, *, host: str = "127.0.
             return
         import uvicorn
 
-        app = RequireKey(server.streamable_http_app(host=host), settings)
+        app = RequireKey(server.streamable_http_app(host=host), settings, wp)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
         http = uvicorn.Server(config)
         print(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from waypoint.access import Action, Target, TargetKind
 from waypoint.checks import check_count, check_json, check_name, check_text
 from waypoint.client._catalog import Catalog
 from waypoint.client._scope import Scope
@@ -64,9 +65,14 @@ def _matches(row: AssistantRow, graph_id: str | None, name: str | None, metadata
     return not metadata or all(row.metadata.get(k) == v for k, v in metadata.items())
 
 
+def assistant_target(assistant_id: str | None) -> Target | None:
+    return Target(TargetKind.ASSISTANT, assistant_id) if assistant_id is not None else None
+
+
 class Assistants:
     def __init__(self, store: RunStore, scope: Scope, catalog: Catalog):
         self._store = store
+        self._scope = scope
         self._scoped = scope.scoped  # the tenant a call acts for
         self._agents = catalog
 
@@ -98,26 +104,29 @@ class Assistants:
     ) -> AssistantRow:
         """A new assistant of agent `graph_id` at version 1. An existing id is a Conflict, or with
         `if_exists="do_nothing"` that assistant; an agent's name is taken (its built-in assistant)."""
-        if if_exists not in IF_EXISTS:
-            raise InvalidInput("if_exists is raise or do_nothing")
-        tenant = self._scoped(tenant_id)
-        await self._graph(graph_id)
-        run_config(config, context)  # what they say must mean something, before anything is stored
-        for label, value in (("the config", config), ("the context", context), ("the metadata", metadata)):
-            check_json(label, value)
-        check_text("the description", description)
-        assistant_id = check_name("the assistant id", assistant_id) or str(uuid.uuid4())
-        if await self._catalog(assistant_id) is not None:
-            raise Conflict(f"assistant id {assistant_id!r} is an agent's name (its built-in assistant): pick another")
-        values = {
-            "graph_id": graph_id,
-            "config": config or {},
-            "context": context or {},
-            "metadata": metadata or {},
-            "name": check_name("the name", name) or graph_id,
-            "description": description,
-        }
-        return await self._store.create_assistant(tenant, assistant_id, values, if_exists=if_exists)
+        async with self._scope.act(Action.POLICY_WRITE, tenant_id, assistant_target(assistant_id)) as tenant_id:
+            if if_exists not in IF_EXISTS:
+                raise InvalidInput("if_exists is raise or do_nothing")
+            tenant = self._scoped(tenant_id)
+            await self._graph(graph_id)
+            run_config(config, context)  # what they say must mean something, before anything is stored
+            for label, value in (("the config", config), ("the context", context), ("the metadata", metadata)):
+                check_json(label, value)
+            check_text("the description", description)
+            assistant_id = check_name("the assistant id", assistant_id) or str(uuid.uuid4())
+            if await self._catalog(assistant_id) is not None:
+                raise Conflict(
+                    f"assistant id {assistant_id!r} is an agent's name (its built-in assistant): pick another"
+                )
+            values = {
+                "graph_id": graph_id,
+                "config": config or {},
+                "context": context or {},
+                "metadata": metadata or {},
+                "name": check_name("the name", name) or graph_id,
+                "description": description,
+            }
+            return await self._store.create_assistant(tenant, assistant_id, values, if_exists=if_exists)
 
     async def get(self, assistant_id: str, *, version: int | None = None, tenant_id: str | None = None) -> AssistantRow:
         """The tenant's assistant (at its current version, or `version`), or a catalog agent's."""
@@ -189,28 +198,29 @@ class Assistants:
     ) -> AssistantRow:
         """A new version, made the current one: what is given replaces the current version's
         (metadata is merged into it). An assistant keeps its graph: another `graph_id` is refused."""
-        current = await self.get(assistant_id, tenant_id=tenant_id)
-        if current.builtin:
-            raise _read_only(assistant_id)
-        if graph_id is not None and graph_id != current.graph_id:
-            raise InvalidInput(
-                f"assistant {assistant_id!r} runs graph {current.graph_id!r}: an assistant keeps its graph; "
-                f"create a new assistant with graph_id {graph_id!r} instead"
+        async with self._scope.act(Action.POLICY_WRITE, tenant_id, assistant_target(assistant_id)) as tenant_id:
+            current = await self.get(assistant_id, tenant_id=tenant_id)
+            if current.builtin:
+                raise _read_only(assistant_id)
+            if graph_id is not None and graph_id != current.graph_id:
+                raise InvalidInput(
+                    f"assistant {assistant_id!r} runs graph {current.graph_id!r}: an assistant keeps its graph; "
+                    f"create a new assistant with graph_id {graph_id!r} instead"
+                )
+            run_config(
+                config if config is not None else current.config, context if context is not None else current.context
             )
-        run_config(
-            config if config is not None else current.config, context if context is not None else current.context
-        )
-        for label, value in (("the config", config), ("the context", context), ("the metadata", metadata)):
-            check_json(label, value)
-        check_text("the description", description)
-        changes = {
-            "config": config,
-            "context": context,
-            "metadata": metadata,
-            "name": check_name("the name", name),
-            "description": description,
-        }
-        return await self._store.update_assistant(self._scoped(tenant_id), assistant_id, changes)
+            for label, value in (("the config", config), ("the context", context), ("the metadata", metadata)):
+                check_json(label, value)
+            check_text("the description", description)
+            changes = {
+                "config": config,
+                "context": context,
+                "metadata": metadata,
+                "name": check_name("the name", name),
+                "description": description,
+            }
+            return await self._store.update_assistant(self._scoped(tenant_id), assistant_id, changes)
 
     async def versions(
         self,
@@ -235,18 +245,20 @@ class Assistants:
 
     async def set_latest(self, assistant_id: str, version: int, *, tenant_id: str | None = None) -> AssistantRow:
         """Make `version` the one new runs use (the versions after it stay, for a later set_latest)."""
-        check_count("the version", version, high=2**31 - 1)
-        current = await self.get(assistant_id, tenant_id=tenant_id)
-        if current.builtin:
-            return await self.get(assistant_id, version=version, tenant_id=tenant_id)
-        return await self._store.set_latest_assistant(self._scoped(tenant_id), assistant_id, version)
+        async with self._scope.act(Action.POLICY_WRITE, tenant_id, assistant_target(assistant_id)) as tenant_id:
+            check_count("the version", version, high=2**31 - 1)
+            current = await self.get(assistant_id, tenant_id=tenant_id)
+            if current.builtin:
+                return await self.get(assistant_id, version=version, tenant_id=tenant_id)
+            return await self._store.set_latest_assistant(self._scoped(tenant_id), assistant_id, version)
 
     async def delete(self, assistant_id: str, *, tenant_id: str | None = None) -> None:
         """Forget the assistant and its versions; its runs keep the id and version they ran."""
-        current = await self.get(assistant_id, tenant_id=tenant_id)
-        if current.builtin:
-            raise _read_only(assistant_id)
-        await self._store.delete_assistant(self._scoped(tenant_id), assistant_id)
+        async with self._scope.act(Action.POLICY_WRITE, tenant_id, assistant_target(assistant_id)) as tenant_id:
+            current = await self.get(assistant_id, tenant_id=tenant_id)
+            if current.builtin:
+                raise _read_only(assistant_id)
+            await self._store.delete_assistant(self._scoped(tenant_id), assistant_id)
 
     async def run_settings(self, assistant_id: str, *, tenant_id: str | None = None) -> tuple[AssistantRow, RunConfig]:
         """What a run of the assistant starts with: its current version and that version's settings."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from waypoint.access import Action, Target, TargetKind
 from waypoint.client._runs import Runs
-from waypoint.client._scope import Scope, TemporalLink
+from waypoint.client._scope import Scope, TemporalLink, run_target
 from waypoint.compaction_types import CompactionReport
 from waypoint.store import RunStore
 from waypoint.store.rows import CompactionRow
@@ -23,9 +24,10 @@ class Compaction:
 
     async def apply_compaction_schedule(self) -> str:
         """Create or update the compaction Schedule; "created", "updated" or "unchanged"."""
-        from waypoint.gateway.schedule import apply_schedule
+        async with self._scope.act(Action.COMPACTION_WRITE, None, Target(TargetKind.SETTING, "compaction")):
+            from waypoint.gateway.schedule import apply_schedule
 
-        return await apply_schedule((await self._temporal()).client, self._scope.settings)
+            return await apply_schedule((await self._temporal()).client, self._scope.settings)
 
     async def compaction_schedule(self) -> ScheduleInfo:
         """The compaction Schedule and the outcome of its last passes."""
@@ -35,13 +37,14 @@ class Compaction:
 
     async def compact(self, run_id: str | None = None, *, tenant_id: str | None = None) -> CompactionReport:
         """Run a compaction pass now (of one run, or of the tenant's runs past the threshold) and wait."""
-        from waypoint.gateway.schedule import compact_now
+        async with self._scope.act(Action.COMPACTION_WRITE, tenant_id, run_target(run_id)) as tenant_id:
+            from waypoint.gateway.schedule import compact_now
 
-        tenant = self._scope.scoped(tenant_id, run_id)
-        if run_id is not None:
-            await self._runs.run(run_id, tenant_id=tenant)  # an unknown run is named before Temporal is asked
-        client = (await self._temporal()).client
-        return await compact_now(client, self._scope.settings, run_id=run_id, tenant_id=tenant)
+            tenant = self._scope.scoped(tenant_id, run_id)
+            if run_id is not None:
+                await self._runs.run(run_id, tenant_id=tenant)  # an unknown run is named before Temporal is asked
+            client = (await self._temporal()).client
+            return await compact_now(client, self._scope.settings, run_id=run_id, tenant_id=tenant)
 
     async def compactions(
         self, run_id: str | None = None, *, tenant_id: str | None = None, limit: int = 20

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from waypoint.access import Action, Target, TargetKind
 from waypoint.checks import (
     NAME_MAX,
     check_choice,
@@ -46,23 +47,31 @@ class Datasets:
         `rerun --select`, newest first, reruns left out, at most `limit`; and/or `run_ids`), each run
         a case whose expected output and tools are what it answered and called; or from cases
         (`lines` of JSONL, or `cases`), `source` naming their file."""
-        check_dataset_name(name)
-        tenant = self._scope.tenant(tenant_id)
-        from_runs = select is not None or bool(run_ids)
-        if from_runs == (lines is not None or cases is not None):
-            raise InvalidInput("make a dataset from runs (--from-runs with --select or --run) or from a file, not both")
-        if from_runs:
-            made = await self._cases_from_runs(tenant, select, run_ids, limit)
-            origin: dict[str, Any] = {"kind": "runs", "select": select, "run_ids": list(run_ids)[:50], "limit": limit}
-        else:
-            where = check_text("the file name", source or "the cases", high=NAME_MAX)
-            made = list(cases) if cases is not None else read_cases(lines or [], where)
-            if not made:
-                raise InvalidInput(f"{where} has no cases: write one JSON object a line, each with a task")
-            if len(made) > CASES_MAX:
-                raise InvalidInput(f"{len(made)} cases: keep a dataset to {CASES_MAX}")
-            origin = {"kind": "file", "file": where}
-        return await self._store.create_dataset(tenant, name, origin, made)
+        async with self._scope.act(Action.EVALUATE, tenant_id, Target(TargetKind.EVAL, f"dataset:{name}")) as tenant_id:
+            check_dataset_name(name)
+            tenant = self._scope.tenant(tenant_id)
+            from_runs = select is not None or bool(run_ids)
+            if from_runs == (lines is not None or cases is not None):
+                raise InvalidInput(
+                    "make a dataset from runs (--from-runs with --select or --run) or from a file, not both"
+                )
+            if from_runs:
+                made = await self._cases_from_runs(tenant, select, run_ids, limit)
+                origin: dict[str, Any] = {
+                    "kind": "runs",
+                    "select": select,
+                    "run_ids": list(run_ids)[:50],
+                    "limit": limit,
+                }
+            else:
+                where = check_text("the file name", source or "the cases", high=NAME_MAX)
+                made = list(cases) if cases is not None else read_cases(lines or [], where)
+                if not made:
+                    raise InvalidInput(f"{where} has no cases: write one JSON object a line, each with a task")
+                if len(made) > CASES_MAX:
+                    raise InvalidInput(f"{len(made)} cases: keep a dataset to {CASES_MAX}")
+                origin = {"kind": "file", "file": where}
+            return await self._store.create_dataset(tenant, name, origin, made)
 
     async def _cases_from_runs(
         self, tenant: str, select: str | None, run_ids: Sequence[str], limit: int

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from waypoint.access import Action, Target, TargetKind
 from waypoint.checks import check_count, check_deployment_version, parse_when
 from waypoint.client._scope import Scope, TemporalLink
 from waypoint.gateway.deploy import FINISHED_DEFAULT, FINISHED_MAX, DeployCheck
@@ -68,12 +69,13 @@ class Deploys:
         of the code installed here, which `waypoint worker --deployment` uses when given none): new
         runs go to its workers, and open runs too at their next workflow task unless they are pinned.
         Returns the build id it replaced (None: there was no current version)."""
-        if build_id is None:
-            from waypoint.gateway.code import build_id as local_build_id
+        async with self._scope.act(Action.DEPLOY, None, Target(TargetKind.SETTING, f"deployment:{deployment}")):
+            if build_id is None:
+                from waypoint.gateway.code import build_id as local_build_id
 
-            build_id = local_build_id()
-        deployment, build_id = check_deployment_version(deployment, build_id)
-        return await (await self._temporal()).set_current_version(deployment, build_id)
+                build_id = local_build_id()
+            deployment, build_id = check_deployment_version(deployment, build_id)
+            return await (await self._temporal()).set_current_version(deployment, build_id)
 
     async def deployment(self, deployment: str) -> tuple[str | None, list[str]]:
         """The current build id of the Worker Deployment (None: none yet) and the build ids of its versions."""

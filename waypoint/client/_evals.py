@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from waypoint.access import Action, Target, TargetKind
 from waypoint.checks import (
     check_count,
     check_instructions,
@@ -50,6 +51,10 @@ from waypoint.store.evals import ExperimentRow
 REPEAT_MAX = 10
 CONCURRENCY_MAX = 100
 POLL_SECONDS = 0.5
+
+
+def eval_target(experiment_id: str | None) -> Target | None:
+    return Target(TargetKind.EVAL, experiment_id) if experiment_id is not None else None
 
 
 class Evals(Datasets):
@@ -90,72 +95,74 @@ class Evals(Datasets):
         and score each; answers at once with the experiment (`wait` follows it). A case made from a
         run is a rerun of that run from step 0; `recorded_tools` answers its tool calls from the
         record (the dataset must then be made from runs)."""
-        check_count("the repeat count", repeat, high=REPEAT_MAX)
-        check_count("the concurrency", concurrency, high=CONCURRENCY_MAX)
-        check_instructions(instructions)
-        check_name("the agent", agent)
-        check_name("the model", model)
-        check_priority(priority)
-        found = await self.dataset(dataset, version=version, tenant_id=tenant_id)
-        tenant = found.tenant_id
-        checked = await self.check_scorers(scorers)
-        await self._catalog.check_start(agent, model)
-        cases = await self._store.dataset_cases(tenant, found.name, found.version)
-        if not cases:
-            raise InvalidInput(f"dataset {found.name!r} version {found.version} is empty: add cases to it")
-        if recorded_tools:
-            live = next((c for c in cases if c.source_run_id is None), None)
-            if live is not None:
-                raise InvalidInput(
-                    f"case {live.case_id!r} of dataset {found.name!r} has no recorded run, so --recorded-tools "
-                    "cannot answer its tools: drop --recorded-tools, or make the dataset --from-runs"
-                )
-        row = ExperimentRow(
-            experiment_id=experiment_id or new_experiment_id(),
-            tenant_id=tenant,
-            dataset=found.name,
-            dataset_version=found.version,
-            agent=agent,
-            model=model,
-            instructions=instructions,
-            recorded_tools=recorded_tools,
-            repeat=repeat,
-            concurrency=concurrency,
-            scorers=checked,
-            status=ExperimentStatus.RUNNING,
-            cases_total=len(cases) * repeat,
-            priority=priority,
-        )
-        return await self._launch(row)
+        async with self._scope.act(Action.EVALUATE, tenant_id, eval_target(experiment_id)) as tenant_id:
+            check_count("the repeat count", repeat, high=REPEAT_MAX)
+            check_count("the concurrency", concurrency, high=CONCURRENCY_MAX)
+            check_instructions(instructions)
+            check_name("the agent", agent)
+            check_name("the model", model)
+            check_priority(priority)
+            found = await self.dataset(dataset, version=version, tenant_id=tenant_id)
+            tenant = found.tenant_id
+            checked = await self.check_scorers(scorers)
+            await self._catalog.check_start(agent, model)
+            cases = await self._store.dataset_cases(tenant, found.name, found.version)
+            if not cases:
+                raise InvalidInput(f"dataset {found.name!r} version {found.version} is empty: add cases to it")
+            if recorded_tools:
+                live = next((c for c in cases if c.source_run_id is None), None)
+                if live is not None:
+                    raise InvalidInput(
+                        f"case {live.case_id!r} of dataset {found.name!r} has no recorded run, so --recorded-tools "
+                        "cannot answer its tools: drop --recorded-tools, or make the dataset --from-runs"
+                    )
+            row = ExperimentRow(
+                experiment_id=experiment_id or new_experiment_id(),
+                tenant_id=tenant,
+                dataset=found.name,
+                dataset_version=found.version,
+                agent=agent,
+                model=model,
+                instructions=instructions,
+                recorded_tools=recorded_tools,
+                repeat=repeat,
+                concurrency=concurrency,
+                scorers=checked,
+                status=ExperimentStatus.RUNNING,
+                cases_total=len(cases) * repeat,
+                priority=priority,
+            )
+            return await self._launch(row)
 
     async def rescore(
         self, experiment_id: str, *, scorers: Sequence[str | ScorerSpec], tenant_id: str | None = None
     ) -> ExperimentRow:
         """A new experiment that scores the runs of `experiment_id` again with `scorers` (no run starts;
         a judge's recorded verdict on the same run, model and rubric is reused, not asked again)."""
-        source = await self.experiment(experiment_id, tenant_id=tenant_id)
-        if source.status == ExperimentStatus.RUNNING:
-            raise Conflict(f"experiment {experiment_id} is still running: rescore it once it ends")
-        checked = await self.check_scorers(scorers)
-        scored = await self._store.experiment_results(source.tenant_id, experiment_id)
-        row = ExperimentRow(
-            experiment_id=new_experiment_id(),
-            tenant_id=source.tenant_id,
-            dataset=source.dataset,
-            dataset_version=source.dataset_version,
-            agent=source.agent,
-            model=source.model,
-            instructions=source.instructions,
-            recorded_tools=source.recorded_tools,
-            repeat=source.repeat,
-            concurrency=max(source.concurrency, 8),
-            scorers=checked,
-            status=ExperimentStatus.RUNNING,
-            cases_total=sum(1 for r in scored if r.run_id),
-            rescored_from=experiment_id,
-            priority=source.priority,
-        )
-        return await self._launch(row)
+        async with self._scope.act(Action.EVALUATE, tenant_id, eval_target(experiment_id)) as tenant_id:
+            source = await self.experiment(experiment_id, tenant_id=tenant_id)
+            if source.status == ExperimentStatus.RUNNING:
+                raise Conflict(f"experiment {experiment_id} is still running: rescore it once it ends")
+            checked = await self.check_scorers(scorers)
+            scored = await self._store.experiment_results(source.tenant_id, experiment_id)
+            row = ExperimentRow(
+                experiment_id=new_experiment_id(),
+                tenant_id=source.tenant_id,
+                dataset=source.dataset,
+                dataset_version=source.dataset_version,
+                agent=source.agent,
+                model=source.model,
+                instructions=source.instructions,
+                recorded_tools=source.recorded_tools,
+                repeat=source.repeat,
+                concurrency=max(source.concurrency, 8),
+                scorers=checked,
+                status=ExperimentStatus.RUNNING,
+                cases_total=sum(1 for r in scored if r.run_id),
+                rescored_from=experiment_id,
+                priority=source.priority,
+            )
+            return await self._launch(row)
 
     async def _launch(self, row: ExperimentRow) -> ExperimentRow:
         created = await self._store.create_experiment(row)
@@ -240,12 +247,13 @@ class Evals(Datasets):
             await asyncio.sleep(POLL_SECONDS)
 
     async def cancel(self, experiment_id: str, *, tenant_id: str | None = None) -> ExperimentRow:
-        exp = await self.experiment(experiment_id, tenant_id=tenant_id)
-        if exp.status != ExperimentStatus.RUNNING:
-            raise Conflict(f"experiment {experiment_id} is {exp.status} already")
-        gateway = await self._temporal()
-        await gateway.cancel_experiment(experiment_id)
-        return exp
+        async with self._scope.act(Action.EVALUATE, tenant_id, eval_target(experiment_id)) as tenant_id:
+            exp = await self.experiment(experiment_id, tenant_id=tenant_id)
+            if exp.status != ExperimentStatus.RUNNING:
+                raise Conflict(f"experiment {experiment_id} is {exp.status} already")
+            gateway = await self._temporal()
+            await gateway.cancel_experiment(experiment_id)
+            return exp
 
     async def compare(
         self, experiment_a: str, experiment_b: str, *, tenant_id: str | None = None

@@ -7,6 +7,7 @@ import contextlib
 from dataclasses import replace
 from typing import Any, overload
 
+from waypoint.access import Action
 from waypoint.checks import check_edited_input, check_name, check_text
 from waypoint.client._catalog import Catalog
 from waypoint.client._runs import Runs
@@ -71,15 +72,17 @@ class Live:
     async def pause(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
         """Pause before the next step (the current one finishes); its live sub-agent runs pause too.
         A run whose step waits on its sub-agent runs is `paused` at once (its tree holds still)."""
-        progress = await self._update(run_id, Update.PAUSE, None, tenant_id)
-        await self._below(run_id, Update.PAUSE, tenant_id)
-        return progress
+        async with self._scope.on_run(Action.PAUSE, tenant_id, run_id) as tenant_id:
+            progress = await self._update(run_id, Update.PAUSE, None, tenant_id)
+            await self._below(run_id, Update.PAUSE, tenant_id)
+            return progress
 
     async def resume(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:
         """Go on after a pause; its paused sub-agent runs go on too."""
-        progress = await self._update(run_id, Update.RESUME, None, tenant_id)
-        await self._below(run_id, Update.RESUME, tenant_id)
-        return progress
+        async with self._scope.on_run(Action.RESUME, tenant_id, run_id) as tenant_id:
+            progress = await self._update(run_id, Update.RESUME, None, tenant_id)
+            await self._below(run_id, Update.RESUME, tenant_id)
+            return progress
 
     async def _below(self, run_id: str, name: Update, tenant_id: str | None) -> None:
         """Deliver a pause or a resume to the live runs below `run_id` in its tree (a workflow cannot
@@ -98,13 +101,15 @@ class Live:
         after it, a model call in flight is cancelled, tools in flight finish, and the step gets a
         `step_cancelled` event naming what was in flight (workflows/cancels.py); a stuck run's
         workflow is terminated and its row marked cancelled. Answers once the cancel is accepted."""
-        return await self._update(run_id, Update.CANCEL, check_text("the reason", reason), tenant_id)
+        async with self._scope.on_run(Action.CANCEL, tenant_id, run_id) as tenant_id:
+            return await self._update(run_id, Update.CANCEL, check_text("the reason", reason), tenant_id)
 
     async def send(self, run_id: str, text: str, *, tenant_id: str | None = None) -> RunProgress:
         """Add a user message, read by the run's next model call."""
-        if not check_text("the message", text).strip():
-            raise InvalidInput("the message is empty: send some text")
-        return await self._update(run_id, Update.SEND, text, tenant_id)
+        async with self._scope.on_run(Action.SEND, tenant_id, run_id) as tenant_id:
+            if not check_text("the message", text).strip():
+                raise InvalidInput("the message is empty: send some text")
+            return await self._update(run_id, Update.SEND, text, tenant_id)
 
     async def approve(
         self,
@@ -120,15 +125,16 @@ class Live:
         above it) that of the one run of its tree that waits. `edited_input`: the arguments the tool
         runs with instead of the model's (checked against its schema); `answer`: the answer to an
         `ask_human` call (its result). Both are recorded with the decision."""
-        target = await self._waiting_run(run_id, call_id, tenant_id)
-        chosen = decision(call_id, reason)
-        if edited_input is not None or answer is not None:
-            check_text("the answer", answer)
-            pending = await self._pending(target, call_id, tenant_id)
-            if pending is not None:
-                edited_input = await self._check_answer(target, pending, edited_input, answer, tenant_id)
-            chosen = replace(chosen, edited_input=edited_input, answer=answer)
-        return await self._update(target, Update.APPROVE, chosen, tenant_id)
+        async with self._scope.on_run(Action.APPROVE, tenant_id, run_id) as tenant_id:
+            target = await self._waiting_run(run_id, call_id, tenant_id)
+            chosen = decision(call_id, reason)
+            if edited_input is not None or answer is not None:
+                check_text("the answer", answer)
+                pending = await self._pending(target, call_id, tenant_id)
+                if pending is not None:
+                    edited_input = await self._check_answer(target, pending, edited_input, answer, tenant_id)
+                chosen = replace(chosen, edited_input=edited_input, answer=answer)
+            return await self._update(target, Update.APPROVE, chosen, tenant_id)
 
     async def _pending(self, run_id: str, call_id: str | None, tenant_id: str | None) -> PendingApproval | None:
         """The call a decision is about, if it waits (the update itself says why when none does)."""
@@ -167,8 +173,9 @@ class Live:
     ) -> RunProgress:
         """Refuse a waiting tool call; the model is told, with the reason. As `approve`, the id of a
         run above the waiting one reaches it."""
-        target = await self._waiting_run(run_id, call_id, tenant_id)
-        return await self._update(target, Update.DENY, decision(call_id, reason), tenant_id)
+        async with self._scope.on_run(Action.DENY, tenant_id, run_id) as tenant_id:
+            target = await self._waiting_run(run_id, call_id, tenant_id)
+            return await self._update(target, Update.DENY, decision(call_id, reason), tenant_id)
 
     async def _waiting_run(self, run_id: str, call_id: str | None, tenant_id: str | None) -> str:
         """The run whose call a decision given for `run_id` is about: `run_id` itself, unless it is not

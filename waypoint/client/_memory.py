@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from waypoint.access import Action
 from waypoint.checks import check_count, check_name, check_text
 from waypoint.client._runs import Runs
 from waypoint.client._scope import Scope, TemporalLink
@@ -44,9 +45,10 @@ class EpisodicMemory:
     async def memory_forget(self, run_id: str, *, tenant_id: str | None = None) -> int:
         """Delete a run's episodes (this tenant's only), whether or not the run's row still exists;
         returns how many went."""
-        tenant = self._scope.scoped(tenant_id, run_id)
-        request = MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id)
-        deleted = (await (await self._temporal()).memory(request)).deleted
-        if deleted == 0:
-            await self._runs.run(run_id, tenant_id=tenant)  # neither episodes nor a run: say so
-        return deleted
+        async with self._scope.on_run(Action.ERASE, tenant_id, run_id) as tenant_id:
+            tenant = self._scope.scoped(tenant_id, run_id)
+            request = MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id)
+            deleted = (await (await self._temporal()).memory(request)).deleted
+            if deleted == 0:
+                await self._runs.run(run_id, tenant_id=tenant)  # neither episodes nor a run: say so
+            return deleted

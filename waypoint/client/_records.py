@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from waypoint.access import Action
 from waypoint.checks import check_count, parse_when
 from waypoint.client._scope import Scope, TemporalLink
 from waypoint.names import MemoryOp
@@ -65,10 +66,11 @@ class Records:
         the local span file, then its rows (the only way rows leave the append-only log). In that
         order, so a delete cut half-way (a crash, an unreachable memory worker) finishes when run again:
         the run's row is the last thing to go."""
-        tenant = self._scope.scoped(tenant_id, run_id)
-        for node in reversed((await self._store.tree(tenant, run_id))[1:]):  # its sub-agent runs first
-            await self._delete_one(tenant, node.run.run_id)
-        await self._delete_one(tenant, run_id)
+        async with self._scope.on_run(Action.DELETE, tenant_id, run_id) as tenant_id:
+            tenant = self._scope.scoped(tenant_id, run_id)
+            for node in reversed((await self._store.tree(tenant, run_id))[1:]):  # its sub-agent runs first
+                await self._delete_one(tenant, node.run.run_id)
+            await self._delete_one(tenant, run_id)
 
     async def _delete_one(self, tenant: str, run_id: str) -> None:
         run = await self._store.deletable(tenant, run_id)

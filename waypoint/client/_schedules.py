@@ -23,6 +23,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from waypoint.access import Action, Target, TargetKind
 from waypoint.checks import (
     check_count,
     check_name,
@@ -45,6 +46,10 @@ CATCHUP_DEFAULT_SECONDS = 60.0
 RECENT_RUNS = 5  # fired runs a schedule lists
 DESCRIBES_AT_ONCE = 16  # Temporal calls a listing makes at a time
 _UNSET: Any = object()  # update(): "leave as it is", where None means "clear"
+
+
+def schedule_target(schedule_id: str | None) -> Target | None:
+    return Target(TargetKind.SCHEDULE, schedule_id) if schedule_id is not None else None
 
 
 class Schedules:
@@ -91,38 +96,39 @@ class Schedules:
         fire after an outage; `jitter_seconds`, a random delay up to this much per fire; `end_at`,
         no fire after it. Each fired run gets `model`, `max_steps`, `priority`, `webhook` and,
         with `thread_id`, joins that thread. `paused` creates it paused."""
-        tenant = self._tenant(tenant_id, schedule_id)
-        check_name("the agent", agent)
-        if not check_text("the task", task).strip():
-            raise InvalidInput("the task is empty: say what the agent should do")
-        check_name("the thread id", thread_id)
-        spec = schedule_spec(
-            self._webhooks,
-            every=every,
-            cron=cron,
-            tz=tz,
-            overlap=overlap,
-            catchup_seconds=catchup_seconds,
-            jitter_seconds=jitter_seconds,
-            end_at=end_at,
-            model=model,
-            max_steps=max_steps,
-            priority=priority,
-            webhook=webhook,
-        )
-        await self._catalog.check_start(agent, model or self._scope.settings.model)
-        if thread_id is not None:
-            await self._store.get_thread(tenant, thread_id)  # the tenant's own thread
-        gateway = await self._gateway()  # Temporal is reachable before anything is written
-        row = await self._store.create_schedule(
-            tenant, schedule_id or new_schedule_id(), agent=agent, task=task, thread_id=thread_id, spec=spec
-        )
-        try:
-            await gateway.create(row, paused=paused)
-        except BaseException:
-            await self._store.delete_schedule(tenant, row.schedule_id)  # no half-made schedule
-            raise
-        return await self._live(gateway, row)
+        async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
+            tenant = self._tenant(tenant_id, schedule_id)
+            check_name("the agent", agent)
+            if not check_text("the task", task).strip():
+                raise InvalidInput("the task is empty: say what the agent should do")
+            check_name("the thread id", thread_id)
+            spec = schedule_spec(
+                self._webhooks,
+                every=every,
+                cron=cron,
+                tz=tz,
+                overlap=overlap,
+                catchup_seconds=catchup_seconds,
+                jitter_seconds=jitter_seconds,
+                end_at=end_at,
+                model=model,
+                max_steps=max_steps,
+                priority=priority,
+                webhook=webhook,
+            )
+            await self._catalog.check_start(agent, model or self._scope.settings.model)
+            if thread_id is not None:
+                await self._store.get_thread(tenant, thread_id)  # the tenant's own thread
+            gateway = await self._gateway()  # Temporal is reachable before anything is written
+            row = await self._store.create_schedule(
+                tenant, schedule_id or new_schedule_id(), agent=agent, task=task, thread_id=thread_id, spec=spec
+            )
+            try:
+                await gateway.create(row, paused=paused)
+            except BaseException:
+                await self._store.delete_schedule(tenant, row.schedule_id)  # no half-made schedule
+                raise
+            return await self._live(gateway, row)
 
     async def _live(self, gateway: ScheduleGateway, row: ScheduleRow) -> ScheduleRow:
         """The row with what Temporal says now and the last runs it fired. A row whose Schedule
@@ -171,29 +177,32 @@ class Schedules:
 
     async def pause(self, schedule_id: str, *, note: str | None = None, tenant_id: str | None = None) -> ScheduleRow:
         """Stop firing until resumed (a run already fired goes on); `note` says why."""
-        tenant = self._tenant(tenant_id, schedule_id)
-        check_text("the note", note, high=1000)
-        row = await self._store.get_schedule(tenant, schedule_id)
-        gateway = await self._gateway()
-        await gateway.pause(schedule_id, note)
-        return await self._live(gateway, row)
+        async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
+            tenant = self._tenant(tenant_id, schedule_id)
+            check_text("the note", note, high=1000)
+            row = await self._store.get_schedule(tenant, schedule_id)
+            gateway = await self._gateway()
+            await gateway.pause(schedule_id, note)
+            return await self._live(gateway, row)
 
     async def resume(self, schedule_id: str, *, note: str | None = None, tenant_id: str | None = None) -> ScheduleRow:
-        tenant = self._tenant(tenant_id, schedule_id)
-        check_text("the note", note, high=1000)
-        row = await self._store.get_schedule(tenant, schedule_id)
-        gateway = await self._gateway()
-        await gateway.resume(schedule_id, note)
-        return await self._live(gateway, row)
+        async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
+            tenant = self._tenant(tenant_id, schedule_id)
+            check_text("the note", note, high=1000)
+            row = await self._store.get_schedule(tenant, schedule_id)
+            gateway = await self._gateway()
+            await gateway.resume(schedule_id, note)
+            return await self._live(gateway, row)
 
     async def trigger(self, schedule_id: str, *, tenant_id: str | None = None) -> ScheduleRow:
         """Fire now, paused or not, under the schedule's overlap policy (a skip policy fires nothing
         while the last fired run still runs). The fired run appears in `recent` once it starts."""
-        tenant = self._tenant(tenant_id, schedule_id)
-        row = await self._store.get_schedule(tenant, schedule_id)
-        gateway = await self._gateway()
-        await gateway.trigger(row)
-        return await self._live(gateway, row)
+        async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
+            tenant = self._tenant(tenant_id, schedule_id)
+            row = await self._store.get_schedule(tenant, schedule_id)
+            gateway = await self._gateway()
+            await gateway.trigger(row)
+            return await self._live(gateway, row)
 
     async def update(
         self,
@@ -216,52 +225,56 @@ class Schedules:
         """Change a schedule; what is not given stays. Giving `every` replaces a cron and giving
         `cron` replaces an interval; `end_at`, `model`, `max_steps`, `priority` and `webhook`
         are cleared with None. Paused stays paused."""
-        tenant = self._tenant(tenant_id, schedule_id)
-        row = await self._store.get_schedule(tenant, schedule_id)
-        if task is not None and not check_text("the task", task).strip():
-            raise InvalidInput("the task is empty: say what the agent should do")
-        if every is not None and cron is not None:
-            raise InvalidInput("give a schedule exactly one of every (seconds between runs) or cron (an expression)")
-        old = row.spec
-        keep_cron = cron is None and every is None
-        given: dict[str, Any] = {
-            "end_at": end_at,
-            "model": model,
-            "max_steps": max_steps,
-            "priority": priority,
-            "webhook": webhook,
-        }
-        kept: dict[str, Any] = {k: (old.get(k) if v is _UNSET else v) for k, v in given.items()}
-        old_end = kept["end_at"]
-        spec = schedule_spec(
-            self._webhooks,
-            every=every if every is not None else (old.get("every") if keep_cron else None),
-            cron=cron if cron is not None else (old.get("cron") if keep_cron else None),
-            tz=tz if tz is not None else ("UTC" if every is not None else old.get("tz", "UTC")),
-            overlap=overlap or old.get("overlap", ScheduleOverlap.SKIP),
-            catchup_seconds=catchup_seconds if catchup_seconds is not None else old["catchup"],
-            jitter_seconds=jitter_seconds if jitter_seconds is not None else old.get("jitter", 0),
-            end_at=datetime.fromisoformat(old_end) if isinstance(old_end, str) else old_end,
-            model=kept["model"],
-            max_steps=kept["max_steps"],
-            priority=kept["priority"],
-            webhook=kept["webhook"],
-        )
-        if spec["model"] != old.get("model"):
-            await self._catalog.check_start(row.agent, spec["model"] or self._scope.settings.model)
-        gateway = await self._gateway()
-        changed = replace(row, task=task if task is not None else row.task, spec=spec)
-        await gateway.update(changed)
-        row = await self._store.update_schedule(tenant, schedule_id, task=changed.task, spec=spec)
-        return await self._live(gateway, row)
+        async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
+            tenant = self._tenant(tenant_id, schedule_id)
+            row = await self._store.get_schedule(tenant, schedule_id)
+            if task is not None and not check_text("the task", task).strip():
+                raise InvalidInput("the task is empty: say what the agent should do")
+            if every is not None and cron is not None:
+                raise InvalidInput(
+                    "give a schedule exactly one of every (seconds between runs) or cron (an expression)"
+                )
+            old = row.spec
+            keep_cron = cron is None and every is None
+            given: dict[str, Any] = {
+                "end_at": end_at,
+                "model": model,
+                "max_steps": max_steps,
+                "priority": priority,
+                "webhook": webhook,
+            }
+            kept: dict[str, Any] = {k: (old.get(k) if v is _UNSET else v) for k, v in given.items()}
+            old_end = kept["end_at"]
+            spec = schedule_spec(
+                self._webhooks,
+                every=every if every is not None else (old.get("every") if keep_cron else None),
+                cron=cron if cron is not None else (old.get("cron") if keep_cron else None),
+                tz=tz if tz is not None else ("UTC" if every is not None else old.get("tz", "UTC")),
+                overlap=overlap or old.get("overlap", ScheduleOverlap.SKIP),
+                catchup_seconds=catchup_seconds if catchup_seconds is not None else old["catchup"],
+                jitter_seconds=jitter_seconds if jitter_seconds is not None else old.get("jitter", 0),
+                end_at=datetime.fromisoformat(old_end) if isinstance(old_end, str) else old_end,
+                model=kept["model"],
+                max_steps=kept["max_steps"],
+                priority=kept["priority"],
+                webhook=kept["webhook"],
+            )
+            if spec["model"] != old.get("model"):
+                await self._catalog.check_start(row.agent, spec["model"] or self._scope.settings.model)
+            gateway = await self._gateway()
+            changed = replace(row, task=task if task is not None else row.task, spec=spec)
+            await gateway.update(changed)
+            row = await self._store.update_schedule(tenant, schedule_id, task=changed.task, spec=spec)
+            return await self._live(gateway, row)
 
     async def delete(self, schedule_id: str, *, tenant_id: str | None = None) -> None:
         """Delete the schedule: Temporal's Schedule, then the row. The runs it fired stay (with
         their schedule id); a run still running goes on."""
-        tenant = self._tenant(tenant_id, schedule_id)
-        await self._store.get_schedule(tenant, schedule_id)  # the tenant's, or NotFound
-        await (await self._gateway()).delete(schedule_id)
-        await self._store.delete_schedule(tenant, schedule_id)
+        async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
+            tenant = self._tenant(tenant_id, schedule_id)
+            await self._store.get_schedule(tenant, schedule_id)  # the tenant's, or NotFound
+            await (await self._gateway()).delete(schedule_id)
+            await self._store.delete_schedule(tenant, schedule_id)
 
 
 __all__ = ["CATCHUP_DEFAULT_SECONDS", "Schedules"]

@@ -4,15 +4,17 @@ first use) and the tenant scope (which tenant a call acts for, and whether a run
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from waypoint.access import NEEDS, Action, AuditEntry, Outcome, Target, current_actor
+from waypoint.access import NEEDS, Action, Actor, AuditEntry, Outcome, Target, TargetKind, current_actor
 from waypoint.checks import check_name, check_tenant
 from waypoint.config import Settings
 from waypoint.errors import ConfigError, Forbidden, NotFound, Unavailable, WaypointError
 from waypoint.store import RunStore
+from waypoint.store.base import not_found
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -64,9 +66,37 @@ class TemporalLink:
 
 AuditSink = Callable[[AuditEntry], Awaitable[None]]
 
+_ACTING: ContextVar[bool] = ContextVar("waypoint_acting", default=False)  # inside a Scope.act block
+
+
+def refused(actor: Actor, action: Action, tenant: str, target: Target | None = None) -> WaypointError | None:
+    """Why `actor` may not do `action` for `tenant` (None: it may): the role it needs, or its tenant
+    (a run of a tenant it does not act for is "not found", as another tenant's run always is)."""
+    needed = NEEDS[action]
+    if actor.tenant is not None and actor.tenant != tenant:
+        if target is not None and target.kind == TargetKind.RUN:
+            return not_found(tenant, target.id)
+        return Forbidden(f"{actor.id} acts for tenant {actor.tenant!r}, not {tenant!r}: use a key of {tenant!r}")
+    if not actor.role.allows(action):
+        return Forbidden(
+            f"{action} needs the role {needed}; {actor.id} has the role {actor.role}: "
+            f"ask an admin for a key or a sign-in with the role {needed}",
+            details={"needs": needed.value},
+        )
+    return None
+
 
 async def _no_audit(entry: AuditEntry) -> None:
     return None
+
+
+def run_target(run_id: str | None) -> Target | None:
+    """The audit log's target for an action on run `run_id` (None: a run not named yet)."""
+    return Target(TargetKind.RUN, run_id) if run_id is not None else None
+
+
+def thread_target(thread_id: str | None) -> Target | None:
+    return Target(TargetKind.THREAD, thread_id) if thread_id is not None else None
 
 
 class Scope:
@@ -82,40 +112,68 @@ class Scope:
     @asynccontextmanager
     async def act(self, action: Action, tenant_id: str | None, target: Target | None = None) -> AsyncIterator[str]:
         """The tenant `action` acts for, once the current actor may do it there; its outcome (done,
-        refused, failed) is written to the audit log when the block ends.
+        refused, failed) is written to the audit log when the block ends. An action inside another
+        (a thread's turn starts a run, a batch reruns runs) is checked the same way and written
+        once, as the outer one.
 
             async with self._scope.act(Action.CANCEL, tenant_id, Target(TargetKind.RUN, run_id)) as tenant:
                 ...
         """
         actor = current_actor()
-        tenant = self.tenant(tenant_id)
-        refusal = None
-        if actor.tenant is not None and actor.tenant != tenant:
-            refusal = f"{actor.id} acts for tenant {actor.tenant!r}, not {tenant!r}"
-        elif not actor.role.allows(action):
-            needed = NEEDS[action]
-            refusal = (
-                f"{action} needs the role {needed}; {actor.id} has the role {actor.role}: "
-                f"ask an admin for a key or a sign-in with the role {needed}"
-            )
+        tenant = self._chosen(tenant_id)
+        refusal = refused(actor, action, tenant, target)
+        outer = not _ACTING.get()
         if refusal is not None:
-            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.REFUSED, refusal))
-            raise Forbidden(refusal, details={"needs": NEEDS[action].value})
+            if outer:
+                await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.REFUSED, refusal.message))
+            raise refusal
+        if not outer:
+            yield tenant
+            return
+        token = _ACTING.set(True)
         try:
             yield tenant
+        except Forbidden as inner:  # an action inside it was refused
+            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.REFUSED, inner.message))
+            raise
         except WaypointError as failed:
             await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.FAILED, failed.message))
             raise
+        finally:
+            _ACTING.reset(token)
         await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.OK))
 
+    def on_run(self, action: Action, tenant_id: str | None, run_id: str) -> AbstractAsyncContextManager[str]:
+        """`act` on one run: `async with self._scope.on_run(Action.PAUSE, tenant_id, run_id) as tenant_id:`."""
+        check_name("the run id", run_id)
+        return self.act(action, tenant_id, Target(TargetKind.RUN, run_id))
+
+    def _chosen(self, tenant_id: str | None) -> str:
+        """The tenant given, else the current actor's (a key's), else the configured one."""
+        if tenant_id is not None:
+            return check_tenant(tenant_id)
+        return current_actor().tenant or self.settings.tenant
+
     def tenant(self, tenant_id: str | None = None) -> str:
-        """The tenant a call acts for: the one given, else the configured one."""
-        return self.settings.tenant if tenant_id is None else check_tenant(tenant_id)
+        """The tenant a call acts for: the one given, else the current actor's, else the configured
+        one. Forbidden when the current actor acts for another tenant (a key of tenant A never reads
+        B's runs)."""
+        tenant = self._chosen(tenant_id)
+        actor = current_actor()
+        if actor.tenant is not None and actor.tenant != tenant:
+            raise Forbidden(f"{actor.id} acts for tenant {actor.tenant!r}, not {tenant!r}: use a key of {tenant!r}")
+        return tenant
 
     def scoped(self, tenant_id: str | None, *run_ids: str | None) -> str:
-        """The tenant a call acts for, once the run ids it names are ids the store can hold."""
+        """The tenant a call acts for, once the run ids it names are ids the store can hold. A run
+        named for a tenant the current actor does not act for is "not found", as another tenant's
+        run always is."""
         for run_id in run_ids:
             check_name("the run id", run_id)
+        actor, tenant = current_actor(), self._chosen(tenant_id)
+        named = [r for r in run_ids if r is not None]
+        if actor.tenant is not None and actor.tenant != tenant and named:
+            raise not_found(tenant, named[0])
         return self.tenant(tenant_id)
 
     async def check_tenant(self, run_id: str, tenant_id: str | None) -> None:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from waypoint.access import Action
 from waypoint.checks import (
     check_budget,
     check_count,
@@ -25,7 +26,7 @@ from waypoint.checks import (
 from waypoint.checks import new_run_id as make_run_id
 from waypoint.client._catalog import Catalog
 from waypoint.client._runs import Runs
-from waypoint.client._scope import Scope, TemporalLink
+from waypoint.client._scope import Scope, TemporalLink, run_target
 from waypoint.client._webhooks import Webhooks
 from waypoint.errors import Conflict, InvalidInput
 from waypoint.store import RunStore
@@ -118,34 +119,35 @@ class Starts:
 
         `instructions`: the system prompt in place of the agent's own; `assistant`: the (assistant id,
         version) it runs, recorded on its row (the Agent Protocol passes it)."""
-        if not check_text("the task", task).strip():
-            raise InvalidInput("the task is empty: say what the agent should do")
-        check_name("the agent", agent)
-        check_name("the model", model)
-        budget = budget or Budget()
-        if max_steps is not None:
-            budget = replace(budget, max_steps=max_steps)
-        check_budget(asdict(budget))
-        settings = self._scope.settings
-        inp = RunInput(
-            agent=agent,
-            task=task,
-            tenant_id=self._scope.scoped(tenant_id, run_id),
-            model=model or settings.model,
-            budget=budget,
-            pin_model=bool(model or settings.model),
-            priority=check_priority(priority),
-            start_at=check_start_time(start_at, after_seconds),
-            after_run=check_name("the run to wait for", after_run),
-            webhook=self._webhooks.check_url(webhook),
-            instructions=check_instructions(instructions),
-            **assistant_fields(assistant),
-        )
-        check_idempotency_key(idempotency_key)
-        await self._catalog.check_start(inp.agent, inp.model)
-        if after_run is not None:
-            await self._scope.check_tenant(after_run, inp.tenant_id)
-        return await self.launch(run_id, inp, idempotency_key)
+        async with self._scope.act(Action.START, tenant_id, run_target(run_id)) as tenant_id:
+            if not check_text("the task", task).strip():
+                raise InvalidInput("the task is empty: say what the agent should do")
+            check_name("the agent", agent)
+            check_name("the model", model)
+            budget = budget or Budget()
+            if max_steps is not None:
+                budget = replace(budget, max_steps=max_steps)
+            check_budget(asdict(budget))
+            settings = self._scope.settings
+            inp = RunInput(
+                agent=agent,
+                task=task,
+                tenant_id=self._scope.scoped(tenant_id, run_id),
+                model=model or settings.model,
+                budget=budget,
+                pin_model=bool(model or settings.model),
+                priority=check_priority(priority),
+                start_at=check_start_time(start_at, after_seconds),
+                after_run=check_name("the run to wait for", after_run),
+                webhook=self._webhooks.check_url(webhook),
+                instructions=check_instructions(instructions),
+                **assistant_fields(assistant),
+            )
+            check_idempotency_key(idempotency_key)
+            await self._catalog.check_start(inp.agent, inp.model)
+            if after_run is not None:
+                await self._scope.check_tenant(after_run, inp.tenant_id)
+            return await self.launch(run_id, inp, idempotency_key)
 
     async def launch(self, chosen: str | None, inp: RunInput, idempotency_key: str | None = None) -> StartedRun:
         """Start the run (under `chosen`, a caller's run id, else a new one) once it is checked; with

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 
+from waypoint.access import Action
 from waypoint.checks import (
     check_budget,
     check_choice,
@@ -100,40 +101,41 @@ class Travel:
         as for `start_run`. `message_only`: the fork only adds `message` to the state, as a new
         checkpoint at `step` (the Agent Protocol's update_state): it takes no step, calls no model,
         and ends `completed`; a later fork of it goes on from there."""
-        if message_only and not (message or "").strip():
-            raise InvalidInput("a fork that only adds a message needs the message: give its text")
-        if budget is not None:
-            check_budget(asdict(budget))
-        check_text("the message", message)
+        async with self._scope.on_run(Action.FORK, tenant_id, run_id) as tenant_id:
+            if message_only and not (message or "").strip():
+                raise InvalidInput("a fork that only adds a message needs the message: give its text")
+            if budget is not None:
+                check_budget(asdict(budget))
+            check_text("the message", message)
 
-        def input_of(parent: RunRow, tenant: str) -> RunInput:
-            return RunInput(
-                agent=parent.agent,
-                task=message if message is not None else parent.task,  # a thread's next turn is its own task
-                tenant_id=tenant,
-                model=model,
-                fork=ForkOrigin(
-                    run_id=run_id, step=step, message=message, memory=MemoryView(memory), message_only=message_only
-                ),
-                pin_model=model is not None,
-                priority=priority or parent.priority,
-                webhook=webhook,
-                # A message-only fork's budget allows no step of its own (its steps go on from the fork
-                # step): a worker from before message_only ends it there too, if with `max_steps`.
-                budget=Budget(max_steps=step) if message_only and budget is None else budget,
-                instructions=instructions,
-                **assistant_fields(assistant),
+            def input_of(parent: RunRow, tenant: str) -> RunInput:
+                return RunInput(
+                    agent=parent.agent,
+                    task=message if message is not None else parent.task,  # a thread's next turn is its own task
+                    tenant_id=tenant,
+                    model=model,
+                    fork=ForkOrigin(
+                        run_id=run_id, step=step, message=message, memory=MemoryView(memory), message_only=message_only
+                    ),
+                    pin_model=model is not None,
+                    priority=priority or parent.priority,
+                    webhook=webhook,
+                    # A message-only fork's budget allows no step of its own (its steps go on from the fork
+                    # step): a worker from before message_only ends it there too, if with `max_steps`.
+                    budget=Budget(max_steps=step) if message_only and budget is None else budget,
+                    instructions=instructions,
+                    **assistant_fields(assistant),
+                )
+
+            return await self._start_from(
+                run_id,
+                step,
+                input_of,
+                tenant_id=tenant_id,
+                new_run_id=new_run_id,
+                idempotency_key=idempotency_key,
+                checked=(memory, webhook, instructions, model, priority),
             )
-
-        return await self._start_from(
-            run_id,
-            step,
-            input_of,
-            tenant_id=tenant_id,
-            new_run_id=new_run_id,
-            idempotency_key=idempotency_key,
-            checked=(memory, webhook, instructions, model, priority),
-        )
 
     async def rerun(
         self,
@@ -165,42 +167,43 @@ class Travel:
         (`tools="live"` always does). The original is untouched; `compare(run_id, new_id)` shows what
         changed. It keeps the original's priority unless given one. `idempotency_key` as for
         `start_run`; it has a webhook only if given one (`webhook`, as for `start_run`)."""
-        check_choice("tool mode", tools, ToolMode)
-        check_choice("memory", memory, MemoryView)
-        check_name("the agent", agent)
+        async with self._scope.on_run(Action.RERUN, tenant_id, run_id) as tenant_id:
+            check_choice("tool mode", tools, ToolMode)
+            check_choice("memory", memory, MemoryView)
+            check_name("the agent", agent)
 
-        def input_of(source: RunRow, tenant: str) -> RunInput:
-            chosen = agent or source.agent
-            return RunInput(
-                agent=chosen,
-                task=source.task,
-                tenant_id=tenant,
-                # else the source's model, with its agent's failover list
-                model=model or (source.model if chosen == source.agent else None),
-                pin_model=model is not None,
-                priority=priority or source.priority,
-                webhook=webhook,
-                fork=ForkOrigin(
-                    run_id=run_id,
-                    step=from_step,
-                    kind=LineageKind.RERUN,
-                    tools=ToolMode(tools),
-                    batch_id=batch_id,
-                    instructions=instructions,
-                    memory=MemoryView(memory),
-                    rerun_children=rerun_children,
-                ),
+            def input_of(source: RunRow, tenant: str) -> RunInput:
+                chosen = agent or source.agent
+                return RunInput(
+                    agent=chosen,
+                    task=source.task,
+                    tenant_id=tenant,
+                    # else the source's model, with its agent's failover list
+                    model=model or (source.model if chosen == source.agent else None),
+                    pin_model=model is not None,
+                    priority=priority or source.priority,
+                    webhook=webhook,
+                    fork=ForkOrigin(
+                        run_id=run_id,
+                        step=from_step,
+                        kind=LineageKind.RERUN,
+                        tools=ToolMode(tools),
+                        batch_id=batch_id,
+                        instructions=instructions,
+                        memory=MemoryView(memory),
+                        rerun_children=rerun_children,
+                    ),
+                )
+
+            return await self._start_from(
+                run_id,
+                from_step,
+                input_of,
+                tenant_id=tenant_id,
+                new_run_id=new_run_id,
+                idempotency_key=idempotency_key,
+                checked=(memory, webhook, instructions, model, priority),
             )
-
-        return await self._start_from(
-            run_id,
-            from_step,
-            input_of,
-            tenant_id=tenant_id,
-            new_run_id=new_run_id,
-            idempotency_key=idempotency_key,
-            checked=(memory, webhook, instructions, model, priority),
-        )
 
     async def rerun_batch(
         self,
@@ -223,68 +226,69 @@ class Travel:
         first, reruns left out, at most `limit`) with the same change, `concurrency` at a time; wait
         for each and compare it with its source. Every rerun is an ordinary run tagged with the
         batch id (`runs(batch_id=...)`); `memory`, `rerun_children` and `priority` as for `rerun`."""
-        check_count("the limit", limit)
-        check_priority(priority)
-        check_count("the concurrency", concurrency, high=100)
-        check_choice("tool mode", tools, ToolMode)
-        check_choice("memory", memory, MemoryView)
-        check_instructions(instructions)
-        check_seq("the step", from_step)
-        check_name("the model", model)
-        check_name("the agent", agent)
-        chosen = parse_selection(check_text("the selection", select))
-        if "status" in chosen:
-            check_choice("status", str(chosen["status"]), RunStatus)
-        since = datetime.now(UTC) - timedelta(seconds=int(chosen["since"])) if "since" in chosen else None
-        tenant = self._scope.tenant(tenant_id)
-        sources = await self._store.list_runs(
-            tenant,
-            limit=limit,
-            status=str(chosen["status"]) if "status" in chosen else None,
-            agent=str(chosen["agent"]) if "agent" in chosen else None,
-            since=since,
-            originals=True,
-        )
-        if not sources:
-            raise NotFound(f"no run matches {select!r}: list runs with `waypoint runs`")
-        batch_id = f"batch-{uuid.uuid4().hex[:12]}"
-        gate = asyncio.Semaphore(concurrency)
+        async with self._scope.act(Action.RERUN, tenant_id) as tenant_id:
+            check_count("the limit", limit)
+            check_priority(priority)
+            check_count("the concurrency", concurrency, high=100)
+            check_choice("tool mode", tools, ToolMode)
+            check_choice("memory", memory, MemoryView)
+            check_instructions(instructions)
+            check_seq("the step", from_step)
+            check_name("the model", model)
+            check_name("the agent", agent)
+            chosen = parse_selection(check_text("the selection", select))
+            if "status" in chosen:
+                check_choice("status", str(chosen["status"]), RunStatus)
+            since = datetime.now(UTC) - timedelta(seconds=int(chosen["since"])) if "since" in chosen else None
+            tenant = self._scope.tenant(tenant_id)
+            sources = await self._store.list_runs(
+                tenant,
+                limit=limit,
+                status=str(chosen["status"]) if "status" in chosen else None,
+                agent=str(chosen["agent"]) if "agent" in chosen else None,
+                since=since,
+                originals=True,
+            )
+            if not sources:
+                raise NotFound(f"no run matches {select!r}: list runs with `waypoint runs`")
+            batch_id = f"batch-{uuid.uuid4().hex[:12]}"
+            gate = asyncio.Semaphore(concurrency)
 
-        async def one(source: RunRow) -> BatchItem:
-            async with gate:
-                try:
-                    new_id = await self.rerun(
-                        source.run_id,
-                        from_step=from_step,
-                        model=model,
-                        agent=agent,
-                        tools=tools,
-                        instructions=instructions,
-                        memory=memory,
-                        batch_id=batch_id,
-                        tenant_id=tenant,
-                        rerun_children=rerun_children,
-                        priority=priority,
-                    )
-                except WaypointError as exc:
-                    item = BatchItem(source.run_id, None, error=str(exc))
-                else:
-                    result = await self._live.result(new_id, tenant_id=tenant)
-                    found = await self._store.compare(tenant, source.run_id, new_id)
-                    item = BatchItem(
-                        source.run_id,
-                        new_id,
-                        status=result.status,
-                        diverged=found.diverged,
-                        first_divergence=found.first_divergence,
-                        steps_delta=found.steps_delta,
-                        tokens_delta=found.input_tokens_delta + found.output_tokens_delta,
-                        cost_delta_usd=found.cost_delta_usd,
-                        not_recorded=found.not_recorded_b,
-                    )
-            if on_done is not None:
-                on_done(item)
-            return item
+            async def one(source: RunRow) -> BatchItem:
+                async with gate:
+                    try:
+                        new_id = await self.rerun(
+                            source.run_id,
+                            from_step=from_step,
+                            model=model,
+                            agent=agent,
+                            tools=tools,
+                            instructions=instructions,
+                            memory=memory,
+                            batch_id=batch_id,
+                            tenant_id=tenant,
+                            rerun_children=rerun_children,
+                            priority=priority,
+                        )
+                    except WaypointError as exc:
+                        item = BatchItem(source.run_id, None, error=str(exc))
+                    else:
+                        result = await self._live.result(new_id, tenant_id=tenant)
+                        found = await self._store.compare(tenant, source.run_id, new_id)
+                        item = BatchItem(
+                            source.run_id,
+                            new_id,
+                            status=result.status,
+                            diverged=found.diverged,
+                            first_divergence=found.first_divergence,
+                            steps_delta=found.steps_delta,
+                            tokens_delta=found.input_tokens_delta + found.output_tokens_delta,
+                            cost_delta_usd=found.cost_delta_usd,
+                            not_recorded=found.not_recorded_b,
+                        )
+                if on_done is not None:
+                    on_done(item)
+                return item
 
-        items = await asyncio.gather(*(one(s) for s in sources))
-        return BatchReport(batch_id, list(items))
+            items = await asyncio.gather(*(one(s) for s in sources))
+            return BatchReport(batch_id, list(items))

@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from waypoint.access import Action
 from waypoint.checks import check_name, check_text, new_run_id
 from waypoint.client._live import Live
-from waypoint.client._scope import Scope
+from waypoint.client._scope import Scope, thread_target
 from waypoint.client._starts import Starts
 from waypoint.client._travel import Travel
 from waypoint.errors import Conflict, InvalidInput, NotFound
@@ -101,19 +102,24 @@ class Turns:
         reject). With an idempotency key, a repeat answers the key's run: the key is claimed before
         the thread's place is taken, so a repeat neither takes a second place nor meets the thread
         busy with its own run (`request`: what the key stands for, default the turn)."""
-        if strategy not in (None, *MULTITASK_STRATEGIES):
-            raise InvalidInput(f"multitask_strategy={strategy!r} is not one of {', '.join(MULTITASK_STRATEGIES)}")
-        check_text("the thread id", thread_id)
-        tenant = self._scope.tenant(tenant_id)
-        asked = request if request is not None else {"thread_id": thread_id, "turn": asdict(turn), "strategy": strategy}
-        async with self._starts.idempotent(idempotency_key, asked, run_id=new_run_id(), tenant_id=tenant) as claim:
-            if not claim.created:
-                return StartedTurn(claim.run_id, None, repeat=True)
-            if thread_id is None:
-                await self._start(claim.run_id, tenant, turn, None)
-                return StartedTurn(claim.run_id, RunStatus.SCHEDULED if turn.after_seconds else STARTING)
-            status = await self._take_turn(tenant, thread_id, turn, strategy or MULTITASK_STRATEGIES[0], claim.run_id)
-            return StartedTurn(claim.run_id, status)
+        async with self._scope.act(Action.START, tenant_id, thread_target(thread_id)) as tenant_id:
+            if strategy not in (None, *MULTITASK_STRATEGIES):
+                raise InvalidInput(f"multitask_strategy={strategy!r} is not one of {', '.join(MULTITASK_STRATEGIES)}")
+            check_text("the thread id", thread_id)
+            tenant = self._scope.tenant(tenant_id)
+            asked = (
+                request if request is not None else {"thread_id": thread_id, "turn": asdict(turn), "strategy": strategy}
+            )
+            async with self._starts.idempotent(idempotency_key, asked, run_id=new_run_id(), tenant_id=tenant) as claim:
+                if not claim.created:
+                    return StartedTurn(claim.run_id, None, repeat=True)
+                if thread_id is None:
+                    await self._start(claim.run_id, tenant, turn, None)
+                    return StartedTurn(claim.run_id, RunStatus.SCHEDULED if turn.after_seconds else STARTING)
+                status = await self._take_turn(
+                    tenant, thread_id, turn, strategy or MULTITASK_STRATEGIES[0], claim.run_id
+                )
+                return StartedTurn(claim.run_id, status)
 
     async def _take_turn(self, tenant: str, thread_id: str, turn: Turn, strategy: str, run_id: str) -> str:
         thread = await self._thread(tenant, thread_id, turn.create_thread)
@@ -176,43 +182,44 @@ class Turns:
         """Add a user message to the idle thread's state (or to `checkpoint`'s, a `<run_id>:<step>` of
         the thread: a branch) as a new checkpoint: a fork that ends before its first step (the Agent
         Protocol's update_state). Answers the fork's run and the step of its checkpoint."""
-        tenant = self._scope.tenant(tenant_id)
-        thread = await self._store.get_thread(tenant, thread_id)
-        last = thread.last
-        if last is not None and (last.run is None or last.run.status not in FINISHED):
-            raise Conflict(
-                f"thread {thread_id} is busy with run {last.run_id}: its state changes when the run ends "
-                f"(join it, or cancel it: POST /threads/{thread_id}/runs/{last.run_id}/cancel)"
-            )
-        parent, step = fork_point(thread, checkpoint)
-        if parent is None:
-            raise NotFound(
-                f"thread {thread_id} has no checkpoint yet: start a run on it (its input is the first message)"
-            )
-        if step == 0:
-            raise InvalidInput(
-                f"checkpoint {parent.run_id}:0 is a run's input: update a later checkpoint, or start a run "
-                f"from it (runs with checkpoint_id {parent.run_id}:0)"
-            )
-        run_id = new_run_id()
-        before = await self._store.join_thread(tenant, thread_id, run_id)
-        try:
-            if before != (last.run_id if last is not None else None):
-                raise Conflict(f"thread {thread_id!r} got another run meanwhile: wait for it, then try again")
-            await self._travel.fork(
-                parent.run_id,
-                step,
-                message=message,
-                memory=MemoryView.NOW,
-                tenant_id=tenant,
-                new_run_id=run_id,
-                message_only=True,
-            )
-        except BaseException:
-            with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its place went with it
-                await self._store.release_thread_run(tenant, thread_id, run_id)
-            raise
-        return run_id, step
+        async with self._scope.act(Action.THREAD_WRITE, tenant_id, thread_target(thread_id)) as tenant_id:
+            tenant = self._scope.tenant(tenant_id)
+            thread = await self._store.get_thread(tenant, thread_id)
+            last = thread.last
+            if last is not None and (last.run is None or last.run.status not in FINISHED):
+                raise Conflict(
+                    f"thread {thread_id} is busy with run {last.run_id}: its state changes when the run ends "
+                    f"(join it, or cancel it: POST /threads/{thread_id}/runs/{last.run_id}/cancel)"
+                )
+            parent, step = fork_point(thread, checkpoint)
+            if parent is None:
+                raise NotFound(
+                    f"thread {thread_id} has no checkpoint yet: start a run on it (its input is the first message)"
+                )
+            if step == 0:
+                raise InvalidInput(
+                    f"checkpoint {parent.run_id}:0 is a run's input: update a later checkpoint, or start a run "
+                    f"from it (runs with checkpoint_id {parent.run_id}:0)"
+                )
+            run_id = new_run_id()
+            before = await self._store.join_thread(tenant, thread_id, run_id)
+            try:
+                if before != (last.run_id if last is not None else None):
+                    raise Conflict(f"thread {thread_id!r} got another run meanwhile: wait for it, then try again")
+                await self._travel.fork(
+                    parent.run_id,
+                    step,
+                    message=message,
+                    memory=MemoryView.NOW,
+                    tenant_id=tenant,
+                    new_run_id=run_id,
+                    message_only=True,
+                )
+            except BaseException:
+                with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its place went with it
+                    await self._store.release_thread_run(tenant, thread_id, run_id)
+                raise
+            return run_id, step
 
     async def _started(self, tenant: str, run_id: str) -> None:
         """Wait until a turn that took its place a moment ago is started (Postgres or Temporal knows

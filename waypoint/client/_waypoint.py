@@ -57,7 +57,7 @@ class Waypoint:
         self._temporal = temporal = TemporalLink(client, settings)
         self._scope = scope = Scope(settings, store, temporal)
         self.limits = limits = FleetLimits(store, settings)
-        self.keys = Keys(store)
+        self.keys = Keys(store, scope)
         self.webhooks = webhooks = Webhooks(store, temporal, scope)
         stuck = Stuck(temporal, scope)
         catalog = Catalog(store, scope)

@@ -17,6 +17,7 @@ import builtins
 import json
 import uuid
 
+from waypoint.access import Action, Target, TargetKind
 from waypoint.checks import check_count, check_name, check_webhook
 from waypoint.client._scope import Scope, TemporalLink
 from waypoint.client._views import delivery_summary
@@ -57,8 +58,11 @@ class Webhooks:
 
     async def secret(self, *, rotate: bool = False, tenant_id: str | None = None) -> WebhookSecret:
         """The tenant's webhook signing secret, made on first use; `rotate=True` replaces it (posts
-        signed from then on use the new one: give it to the receivers, which may accept both a while)."""
-        return await self._store.webhook_secret(self._scope.tenant(tenant_id), rotate=rotate)
+        signed from then on use the new one: give it to the receivers, which may accept both a while).
+        An admin's, read or rotated: whoever holds it can sign a delivery a receiver believes."""
+        secret = Target(TargetKind.SETTING, "webhook_secret")
+        async with self._scope.act(Action.POLICY_WRITE, tenant_id, secret) as tenant:
+            return await self._store.webhook_secret(tenant, rotate=rotate)
 
     async def run_attempts(self, run_id: str, *, tenant_id: str | None = None) -> builtins.list[WebhookAttempt]:
         """Every attempt to post the run to its webhook, oldest first (empty: none yet, or no webhook);
@@ -92,32 +96,34 @@ class Webhooks:
     async def redeliver(self, delivery_id: str, *, tenant_id: str | None = None) -> WebhookDelivery:
         """Send a delivered or failed delivery again: a new delivery (a workflow of its own, retried as
         any) of the same body to the same URL. Conflict while the delivery is still pending."""
-        tenant = self._tenant(tenant_id, delivery_id)
-        original, body = await self._store.delivery_body(tenant, delivery_id)
-        if original.status == DeliveryStatus.PENDING:
-            at = original.next_attempt_at
-            due = f" (next attempt at {at:%Y-%m-%d %H:%M:%S} UTC)" if at else ""
-            raise Conflict(
-                f"webhook delivery {delivery_id} is still being retried{due}: redeliver it once it is delivered "
-                "or failed (`waypoint webhooks list --failed`)"
+        target = Target(TargetKind.SETTING, f"webhook:{delivery_id}")
+        async with self._scope.act(Action.POLICY_WRITE, tenant_id, target) as tenant_id:
+            tenant = self._tenant(tenant_id, delivery_id)
+            original, body = await self._store.delivery_body(tenant, delivery_id)
+            if original.status == DeliveryStatus.PENDING:
+                at = original.next_attempt_at
+                due = f" (next attempt at {at:%Y-%m-%d %H:%M:%S} UTC)" if at else ""
+                raise Conflict(
+                    f"webhook delivery {delivery_id} is still being retried{due}: redeliver it once it is delivered "
+                    "or failed (`waypoint webhooks list --failed`)"
+                )
+            again = new_delivery_id()
+            row = await self._store.create_delivery(
+                tenant,
+                delivery_id=again,
+                run_id=original.run_id,
+                event=original.event,
+                url=original.url,
+                body=redelivered_body(body, again, delivery_id),
+                redelivery_of=delivery_id,
             )
-        again = new_delivery_id()
-        row = await self._store.create_delivery(
-            tenant,
-            delivery_id=again,
-            run_id=original.run_id,
-            event=original.event,
-            url=original.url,
-            body=redelivered_body(body, again, delivery_id),
-            redelivery_of=delivery_id,
-        )
-        try:
-            gateway = await self._temporal()
-            await gateway.start_delivery(WebhookDeliveryInput(again, tenant, original.run_id, original.event))
-        except BaseException:
-            await self._store.forget_delivery(tenant, again)  # no workflow took it up: no row waits forever
-            raise
-        return row
+            try:
+                gateway = await self._temporal()
+                await gateway.start_delivery(WebhookDeliveryInput(again, tenant, original.run_id, original.event))
+            except BaseException:
+                await self._store.forget_delivery(tenant, again)  # no workflow took it up: no row waits forever
+                raise
+            return row
 
 
 __all__ = ["Webhooks", "new_delivery_id", "redelivered_body"]

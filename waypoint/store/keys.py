@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import RowMapping, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from waypoint.access import Role
 from waypoint.checks import BIGINT_MAX, check_count, check_tenant
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.store.base import StoreBase
@@ -27,15 +30,23 @@ def key_hash(key: str) -> str:
 
 
 class ApiKeys(StoreBase):
-    async def create_key(self, tenant_id: str, name: str | None = None) -> tuple[str, ApiKeyRow]:
-        """A new key for `tenant_id`: (the key itself, shown this once; its row)."""
+    async def create_key(
+        self, tenant_id: str, name: str | None = None, *, role: Role = Role.ADMIN
+    ) -> tuple[str, ApiKeyRow]:
+        """A new key for `tenant_id` with `role`: (the key itself, shown this once; its row)."""
         check_tenant(tenant_id)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         async with self.engine.begin() as conn:
             row = (
                 await conn.execute(
                     api_keys.insert()
-                    .values(key_hash=key_hash(key), prefix=key[:SHOWN_CHARS], tenant_id=tenant_id, name=name)
+                    .values(
+                        key_hash=key_hash(key),
+                        prefix=key[:SHOWN_CHARS],
+                        tenant_id=tenant_id,
+                        name=name,
+                        role=Role(role).value,
+                    )
                     .returning(*api_keys.c)
                 )
             ).mappings()
@@ -63,6 +74,13 @@ class ApiKeys(StoreBase):
             tenant: str | None = await conn.scalar(query)
         return tenant
 
+    async def valid_key_id(self, key_id: int) -> ApiKeyRow | None:
+        """Key `key_id`'s row while it is valid (its tenant and role); None once it is revoked."""
+        query = select(api_keys).where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+        async with self.engine.connect() as conn:
+            found = (await conn.execute(query)).mappings().first()
+        return ApiKeyRow.of(found) if found is not None else None
+
     async def key_tenants(self) -> set[str]:
         """The tenants some live API key belongs to."""
         query = select(api_keys.c.tenant_id).where(api_keys.c.revoked_at.is_(None)).distinct()
@@ -77,29 +95,44 @@ class ApiKeys(StoreBase):
         async with self.engine.connect() as conn:
             return [ApiKeyRow.of(r) for r in (await conn.execute(query)).mappings()]
 
+    async def find_key(self, key_ref: str) -> ApiKeyRow:
+        """The key named by its id or the prefix `keys list` shows (revoked or not)."""
+        async with self.engine.connect() as conn:
+            return ApiKeyRow.of(await _one_key(conn, key_ref))
+
     async def revoke_key(self, key_ref: str) -> ApiKeyRow:
         """Revoke a key by its id or the prefix `keys list` shows; requests with it get 401 at once."""
-        ref = key_ref.strip()
-        if ref.isascii() and ref.isdigit():
-            where = api_keys.c.id == check_count("the key id", int(ref), high=BIGINT_MAX)
-        elif ref.startswith(KEY_PREFIX) and len(ref) >= SHOWN_CHARS:
-            where = api_keys.c.prefix == ref[:SHOWN_CHARS]
-        else:
-            raise InvalidInput(
-                f"{key_ref!r} names no key: give the id or the prefix (wp_...) that `waypoint keys list` shows"
-            )
+        return await self._change_key(key_ref, revoked_at=func.coalesce(api_keys.c.revoked_at, func.now()))
+
+    async def set_key_role(self, key_ref: str, role: Role) -> ApiKeyRow:
+        """Give a key (by its id or prefix) another role; its next request has it."""
+        return await self._change_key(key_ref, role=Role(role).value)
+
+    async def _change_key(self, key_ref: str, **values: Any) -> ApiKeyRow:
         async with self.engine.begin() as conn:
-            found = (await conn.execute(select(api_keys).where(where))).mappings().all()
-            if not found:
-                raise NotFound(f"no API key {key_ref!r}: `waypoint keys list` shows them")
-            if len(found) > 1:
-                raise InvalidInput(f"{len(found)} keys start with {ref!r}: revoke one by its id")
+            found = await _one_key(conn, key_ref)
             row = (
                 await conn.execute(
-                    update(api_keys)
-                    .where(api_keys.c.id == found[0]["id"])
-                    .values(revoked_at=func.coalesce(api_keys.c.revoked_at, func.now()))
-                    .returning(*api_keys.c)
+                    update(api_keys).where(api_keys.c.id == found["id"]).values(**values).returning(*api_keys.c)
                 )
             ).mappings()
             return ApiKeyRow.of(row.one())
+
+
+async def _one_key(conn: AsyncConnection, key_ref: str) -> RowMapping:
+    """The row of the one key `key_ref` names: its id, or the prefix (wp_...) listings show."""
+    ref = key_ref.strip()
+    if ref.isascii() and ref.isdigit():
+        where = api_keys.c.id == check_count("the key id", int(ref), high=BIGINT_MAX)
+    elif ref.startswith(KEY_PREFIX) and len(ref) >= SHOWN_CHARS:
+        where = api_keys.c.prefix == ref[:SHOWN_CHARS]
+    else:
+        raise InvalidInput(
+            f"{key_ref!r} names no key: give the id or the prefix (wp_...) that `waypoint keys list` shows"
+        )
+    found = (await conn.execute(select(api_keys).where(where))).mappings().all()
+    if not found:
+        raise NotFound(f"no API key {key_ref!r}: `waypoint keys list` shows them")
+    if len(found) > 1:
+        raise InvalidInput(f"{len(found)} keys start with {ref!r}: name one by its id")
+    return found[0]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from waypoint.access import Role
 from waypoint.calls import CallLine
 from waypoint.names import STUCK, RunStatus
 from waypoint.types import Message, RunResult
@@ -302,10 +303,12 @@ class ApiKeyRow:
     name: str | None
     created_at: datetime
     revoked_at: datetime | None = None
+    role: Role = Role.ADMIN  # what the key may do (waypoint.access); keys made before roles are admin
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> ApiKeyRow:
-        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
+        fields = {f.name: row[f.name] for f in dataclasses.fields(cls)}
+        return cls(**{**fields, "role": Role(fields["role"])})
 
 
 @dataclass(frozen=True)

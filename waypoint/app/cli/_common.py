@@ -79,7 +79,37 @@ def command(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
 
 async def connect(*, temporal: bool = False) -> Waypoint:
-    """The client, on the configured stack (Temporal connected on first use unless `temporal`)."""
+    """The client, on the configured stack (Temporal connected on first use unless `temporal`),
+    acting for the rest of the command as WAYPOINT_API_KEY's key (its tenant and role) when it is
+    set, else as the installation's own admin."""
     from waypoint.client import Waypoint
 
-    return await Waypoint.connect(settings(), temporal=temporal)
+    cfg = settings()
+    wp = await Waypoint.connect(cfg, temporal=temporal)
+    try:
+        await act_as_key(wp, cfg)
+    except BaseException:
+        await wp.close()
+        raise
+    return wp
+
+
+async def act_as_key(wp: Waypoint, cfg: Settings) -> None:
+    """Enter the CLI's actor in the running command's task: WAYPOINT_API_KEY's key, else LOCAL."""
+    from waypoint.access import LOCAL, Actor, Surface, enter
+
+    if cfg.api_key is None:
+        enter(LOCAL.at(Surface.CLI))
+        return
+    row = await wp.keys.valid(cfg.api_key.get_secret_value().strip())
+    if row is None:
+        raise WaypointError(
+            "WAYPOINT_API_KEY is an unknown or revoked key: unset it to act as the installation's admin, "
+            "or set a key `waypoint keys list` shows as valid"
+        )
+    if "tenant" in cfg.model_fields_set and cfg.tenant != row.tenant_id:  # named, not the default
+        raise WaypointError(
+            f"WAYPOINT_API_KEY acts for tenant {row.tenant_id!r}, not {cfg.tenant!r} (--tenant or WAYPOINT_TENANT): "
+            "leave the tenant out, or use a key of that tenant"
+        )
+    enter(Actor(f"key:{row.id}", row.role, row.tenant_id, Surface.CLI))

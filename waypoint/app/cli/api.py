@@ -57,18 +57,24 @@ async def serve(
 async def keys_create(
     tenant: Annotated[str, typer.Option("--tenant", help="The tenant every request with this key acts for.")],
     name: Annotated[str | None, typer.Option(help="A name to tell keys apart.")] = None,
+    role: Annotated[
+        str,
+        typer.Option("--role", help="What the key may do: viewer (read), operator (also act on runs), admin (all)."),
+    ] = "admin",
     as_json: JsonOpt = False,
 ) -> None:
-    """Create an API key for a tenant and print it (shown this once; only its hash is stored)."""
+    """Create an API key for a tenant with a role and print it (shown this once; only its hash is stored)."""
     from waypoint.app import console as out
+    from waypoint.client._keys import check_role
 
+    chosen = check_role(role)  # before connecting: a typo needs no database
     async with await connect() as wp:
-        key, row = await wp.keys.create(tenant, name)
+        key, row = await wp.keys.create(tenant, name, role=chosen)
     if as_json:
         out.print_json({"key": key, **out.as_json(row)})
         return
     print(key)  # stdout is the bare key, for KEY=$(waypoint keys create --tenant T)
-    note = f"key {row.id} ({row.prefix}...) for tenant {row.tenant_id}: store it now, it is not shown again"
+    note = f"{row.role} key {row.id} ({row.prefix}...) for tenant {row.tenant_id}: store it now, it is not shown again"
     print(note, file=sys.stderr)
 
 
@@ -78,7 +84,7 @@ async def keys_list(
     tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's keys.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List API keys (id, prefix, tenant, name, created, revoked); never the keys themselves."""
+    """List API keys (id, prefix, tenant, role, name, created, revoked); never the keys themselves."""
     from waypoint.app import console as out
 
     async with await connect() as wp:
@@ -104,3 +110,23 @@ async def keys_revoke(
         out.print_json(row)
     else:
         out.console.print(f"key {row.id} ({row.prefix}...) of tenant {row.tenant_id} revoked")
+
+
+@keys_app.command(name="role")
+@command
+async def keys_role(
+    key: Annotated[str, typer.Argument(help="The key's id or prefix, as `waypoint keys list` shows it.")],
+    role: Annotated[str, typer.Argument(help="Its new role: viewer, operator or admin.", show_default=False)],
+    as_json: JsonOpt = False,
+) -> None:
+    """Change an API key's role: its next request acts with it."""
+    from waypoint.app import console as out
+    from waypoint.client._keys import check_role
+
+    chosen = check_role(role)
+    async with await connect() as wp:
+        row = await wp.keys.set_role(key, chosen)
+    if as_json:
+        out.print_json(row)
+    else:
+        out.console.print(f"key {row.id} ({row.prefix}...) of tenant {row.tenant_id} is now {row.role}")

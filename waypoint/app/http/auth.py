@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 
-from waypoint.access import Role
+from waypoint.access import Actor, Role, Surface, enter
 from waypoint.app.http.limits import StreamSlot
 from waypoint.app.http.oidc import issuer_of
 from waypoint.app.http.problems import HttpError, unauthorized
@@ -111,12 +111,21 @@ class Caller:
         return self.actor_id if self.subject is not None else self.key_id
 
 
+def surface_of(request: Request) -> Surface:
+    """/v1 is the HTTP API; the Agent Protocol's routes sit at the root (/threads, /runs, ...)."""
+    return Surface.HTTP if request.url.path.startswith("/v1/") else Surface.PROTOCOL
+
+
 async def caller_of(request: Request) -> Caller:
-    """The request's key, checked, and one request counted against it (429 over its rate)."""
+    """The request's key, checked, and one request counted against it (429 over its rate). The
+    request acts as the caller from here on (`waypoint.access.enter`): FastAPI awaits an async
+    dependency in the request's own task, so the endpoint's client calls see it."""
     api = api_state(request)
     caller = await _authenticate(request, api)
     api.limits.spend(caller.limit_key)
     request.state.tenant = caller.tenant  # for the error handler (errors.still_starting)
+    address = request.client.host if request.client is not None else None
+    enter(Actor(caller.actor_id, caller.role, caller.tenant, surface_of(request), address))
     return caller
 
 
@@ -133,10 +142,10 @@ async def _authenticate(request: Request, api: ApiState) -> Caller:
             return Caller(user.tenant, None, user.role, user.subject)
         key_id = key_in(secret_of(api.settings.ui_secret), request.cookies.get(COOKIE))
         if key_id is not None:
-            tenant = await api.wp.keys.tenant_of_id(key_id)
-            if tenant is None:
+            found = await api.wp.keys.valid_id(key_id)
+            if found is None:
                 raise unauthorized("the viewer session's API key is revoked: log in at /ui/login with a valid key")
-            return Caller(tenant, key_id)
+            return Caller(found.tenant_id, key_id, found.role)
     if key is None:
         raise unauthorized(
             "no API key: send `Authorization: Bearer <key>`; create a key with `waypoint keys create --tenant T`"
@@ -147,7 +156,7 @@ async def _authenticate(request: Request, api: ApiState) -> Caller:
     row = await api.wp.keys.valid(key)
     if row is None:
         raise unauthorized("unknown or revoked API key: `waypoint keys list` shows the valid ones")
-    return Caller(row.tenant_id, row.id)
+    return Caller(row.tenant_id, row.id, row.role)
 
 
 async def tenant_of(caller: Annotated[Caller, Depends(caller_of)]) -> str:

@@ -18,7 +18,8 @@ and the HTTP layer's own: 400 `bad_json` (a body that is not JSON: not UTF-8, ne
 parser's limit, or malformed; the message says which), 401 `unauthorized`, 404 `route_not_found`,
 405 `method_not_allowed`, 413 `body_too_large`, 415 `unsupported_media_type` (a body sent as
 anything but `Content-Type: application/json`), 422 `invalid_body` (a body or query that does not
-fit the endpoint), 403 `cross_origin` (a write without a key from another site's page, or a CORS
+fit the endpoint), 403 `forbidden` (the caller's role does not allow the action: `needs` names the
+role it needs), 403 `cross_origin` (a write without a key from another site's page, or a CORS
 preflight from an origin not in WAYPOINT_API_CORS_ORIGINS), 429 `rate_limited` and
 `too_many_streams` (over a key's rate limit, with `Retry-After`: `limits.py`), 501
 `not_supported`, 500 `internal`. A WebSocket upgrade that is refused gets the same JSON as its
@@ -108,7 +109,8 @@ MEANING: dict[int, str] = {
     400: "Invalid input (`invalid_input`, `config_error`, `unknown_scorer`, `bad_json`, `error`): the message "
     "names the fix.",
     401: "No API key, or an unknown or revoked one (`unauthorized`).",
-    403: "A write without a key from another site's page (`cross_origin`).",
+    403: "The key's (or signed-in user's) role does not allow the action (`forbidden`, with `needs`: the role "
+    "it needs), or a write without a key from another site's page (`cross_origin`).",
     404: "Not found (`not_found`, `unknown_agent`): another tenant's is not found either.",
     409: "Conflict with the current state (`conflict`): the message says what it is in.",
     413: "The body is over WAYPOINT_API_MAX_BODY_BYTES (`body_too_large`), or a payload over its limit.",
@@ -134,8 +136,10 @@ def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
 KEYED = documented(401, 403, 413, 429, 503)
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(body(code, message), status_code=status, headers=headers)
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse(body(code, message, **extra), status_code=status, headers=headers)
 
 
 async def still_starting(request: Request, missing: NotFound) -> bool:
@@ -209,7 +213,12 @@ def install(app: FastAPI, pages: Mapping[str, ErrorPage] | None = None) -> None:
     pages = dict(pages or {})
 
     def answer(
-        request: Request, status: int, code: str, message: str, headers: dict[str, str] | None = None
+        request: Request,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Response | WebSocketClose:
         if request.scope["type"] == "websocket":
             return refuse_upgrade(request.scope, status, code, message, headers)
@@ -220,7 +229,7 @@ def install(app: FastAPI, pages: Mapping[str, ErrorPage] | None = None) -> None:
                 if headers and "Retry-After" in headers:  # a 429's, for a page as for JSON
                     response.headers["Retry-After"] = headers["Retry-After"]
                 return response
-        return error_response(status, code, message, headers)
+        return error_response(status, code, message, headers, **(extra or {}))
 
     @app.exception_handler(WaypointError)
     async def waypoint_error(request: Request, exc: WaypointError) -> Response | WebSocketClose:
@@ -229,7 +238,14 @@ def install(app: FastAPI, pages: Mapping[str, ErrorPage] | None = None) -> None:
             message = f"run {run_id!r} is starting: its worker has not written its first state yet; retry in a moment"
             return answer(request, 409, "conflict", message, {"Retry-After": "1"})
         status, code = status_of(exc)
-        return answer(request, status, code, str(exc))
+        # a refusal names the role it needs (`"needs": "operator"`), for a client to say so
+        return answer(
+            request,
+            status,
+            code,
+            str(exc),
+            extra={"needs": exc.details["needs"]} if isinstance(exc, Forbidden) and "needs" in exc.details else None,
+        )
 
     @app.exception_handler(HttpError)
     async def http_error(request: Request, exc: HttpError) -> Response | WebSocketClose:

@@ -14,6 +14,7 @@ from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from waypoint.access import LOCAL, NEEDS, Action, Actor, Role, Surface, enter
 from waypoint.app.http.auth import SAFE_METHODS, foreign_origin
 from waypoint.app.http.errors import status_of
 from waypoint.app.http.problems import HttpError
@@ -31,28 +32,39 @@ class LoginNeeded(Exception):
     pass
 
 
-async def tenant_of(request: Request) -> str:
-    """The session's tenant: a signed-in user's (ui/sso.py, until the session ends), or the key's
-    while the key it was made with is valid (one lookup by its id); the page counts against that
-    key's rate limit, as the API's requests do."""
-    api = api_state(request)
-    key_id: int | str | None = None
-    tenant: str | None
+async def session_actor(request: Request, api: ApiState) -> Actor:
+    """Who the session acts as: the key it was made with, while that key is valid (one lookup by its
+    id: its tenant and role); with auth off (`waypoint dev` on loopback), an admin of the configured
+    tenant. LoginNeeded without a valid session."""
+    address = request.client.host if request.client is not None else None
+    if not api.auth:
+        return Actor(LOCAL.id, Role.ADMIN, api.settings.tenant, Surface.VIEWER, address)
     secret = session.secret_of(api.settings.ui_secret)
     user = session.user_in(secret, api.settings.oidc_issuer, request.cookies.get(session.USER_COOKIE))
-    if api.auth and user is not None:
-        tenant, key_id = user.tenant, f"user:{user.subject}"  # a user's own rate limit
+    if user is not None:  # a signed-in user (ui/sso.py), until the session ends
         request.state.user = user  # the header shows who is signed in
-    elif api.auth:
-        key_id = session.key_in(secret, request.cookies.get(session.COOKIE))
-        tenant = await api.wp.keys.tenant_of_id(key_id) if key_id is not None else None
-        if tenant is None:
-            raise LoginNeeded()
-    else:
-        tenant = api.settings.tenant
-    api.limits.spend(key_id)
-    request.state.tenant = tenant
-    return tenant
+        return Actor(f"user:{user.subject}", user.role, user.tenant, Surface.VIEWER, address)
+    key_id = session.key_in(secret, request.cookies.get(session.COOKIE))
+    row = await api.wp.keys.valid_id(key_id) if key_id is not None else None
+    if row is None:
+        raise LoginNeeded()
+    return Actor(f"key:{row.id}", row.role, row.tenant_id, Surface.VIEWER, address)
+
+
+async def tenant_of(request: Request) -> str:
+    """The session's tenant; the request acts as the session's actor from here on (its role decides
+    which forms the pages show and which posts the client takes). The page counts against the
+    session key's rate limit, as the API's requests do."""
+    api = api_state(request)
+    actor = await session_actor(request, api)
+    enter(actor)
+    # a key's own rate limit, or a signed-in user's
+    api.limits.spend(
+        int(actor.id.removeprefix("key:")) if actor.id.startswith("key:") else actor.id if api.auth else None
+    )
+    request.state.tenant = actor.tenant
+    request.state.role = actor.role
+    return actor.tenant or api.settings.tenant
 
 
 async def own_form(request: Request) -> None:
@@ -97,6 +109,9 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
     context.setdefault("refusal", request.query_params.get("refusal"))
     context.setdefault("user", getattr(request.state, "user", None))
     context.setdefault("sso", bool(api.settings.oidc_issuer and api.settings.oidc_client_id))
+    role: Role = getattr(request.state, "role", Role.ADMIN)
+    context.setdefault("can", lambda action: role.allows(Action(action)))  # which forms to show
+    context.setdefault("needs", lambda action: NEEDS[Action(action)].value)
     context["csrf"] = session.csrf_token(secret, anchor)
     response = templates.TemplateResponse(request, name, context, status_code=status)
     if fresh:
