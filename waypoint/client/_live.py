@@ -7,6 +7,7 @@ import contextlib
 from dataclasses import replace
 from typing import Any, overload
 
+from waypoint.access import Action, Target, TargetKind, current_actor
 from waypoint.checks import check_edited_input, check_name, check_text
 from waypoint.client._catalog import Catalog
 from waypoint.client._runs import Runs
@@ -19,8 +20,11 @@ from waypoint.types import Decision, M, PendingApproval, RunProgress, RunResult
 
 
 def decision(call_id: str | None, reason: str | None) -> Decision:
-    """An approval or a denial, its call id and reason checked (the run records both)."""
-    return Decision(call_id=check_name("the call id", call_id), reason=check_text("the reason", reason))
+    """An approval or a denial, its call id and reason checked, by the current actor (the run
+    records all three)."""
+    return Decision(
+        call_id=check_name("the call id", call_id), reason=check_text("the reason", reason), actor=current_actor().id
+    )
 
 
 class Live:
@@ -98,7 +102,8 @@ class Live:
         after it, a model call in flight is cancelled, tools in flight finish, and the step gets a
         `step_cancelled` event naming what was in flight (workflows/cancels.py); a stuck run's
         workflow is terminated and its row marked cancelled. Answers once the cancel is accepted."""
-        return await self._update(run_id, Update.CANCEL, check_text("the reason", reason), tenant_id)
+        async with self._scope.act(Action.CANCEL, tenant_id, Target(TargetKind.RUN, run_id)) as tenant:
+            return await self._update(run_id, Update.CANCEL, check_text("the reason", reason), tenant)
 
     async def send(self, run_id: str, text: str, *, tenant_id: str | None = None) -> RunProgress:
         """Add a user message, read by the run's next model call."""
@@ -120,15 +125,16 @@ class Live:
         above it) that of the one run of its tree that waits. `edited_input`: the arguments the tool
         runs with instead of the model's (checked against its schema); `answer`: the answer to an
         `ask_human` call (its result). Both are recorded with the decision."""
-        target = await self._waiting_run(run_id, call_id, tenant_id)
-        chosen = decision(call_id, reason)
-        if edited_input is not None or answer is not None:
-            check_text("the answer", answer)
-            pending = await self._pending(target, call_id, tenant_id)
-            if pending is not None:
-                edited_input = await self._check_answer(target, pending, edited_input, answer, tenant_id)
-            chosen = replace(chosen, edited_input=edited_input, answer=answer)
-        return await self._update(target, Update.APPROVE, chosen, tenant_id)
+        async with self._scope.act(Action.APPROVE, tenant_id, Target(TargetKind.RUN, run_id)) as tenant:
+            target = await self._waiting_run(run_id, call_id, tenant)
+            chosen = decision(call_id, reason)
+            if edited_input is not None or answer is not None:
+                check_text("the answer", answer)
+                pending = await self._pending(target, call_id, tenant)
+                if pending is not None:
+                    edited_input = await self._check_answer(target, pending, edited_input, answer, tenant)
+                chosen = replace(chosen, edited_input=edited_input, answer=answer)
+            return await self._update(target, Update.APPROVE, chosen, tenant)
 
     async def _pending(self, run_id: str, call_id: str | None, tenant_id: str | None) -> PendingApproval | None:
         """The call a decision is about, if it waits (the update itself says why when none does)."""
@@ -167,8 +173,9 @@ class Live:
     ) -> RunProgress:
         """Refuse a waiting tool call; the model is told, with the reason. As `approve`, the id of a
         run above the waiting one reaches it."""
-        target = await self._waiting_run(run_id, call_id, tenant_id)
-        return await self._update(target, Update.DENY, decision(call_id, reason), tenant_id)
+        async with self._scope.act(Action.DENY, tenant_id, Target(TargetKind.RUN, run_id)) as tenant:
+            target = await self._waiting_run(run_id, call_id, tenant)
+            return await self._update(target, Update.DENY, decision(call_id, reason), tenant)
 
     async def _waiting_run(self, run_id: str, call_id: str | None, tenant_id: str | None) -> str:
         """The run whose call a decision given for `run_id` is about: `run_id` itself, unless it is not

@@ -62,7 +62,7 @@ class TemporalLink:
         return self._client
 
 
-AuditSink = Callable[[AuditEntry], Awaitable[None]]
+AuditSink = Callable[[AuditEntry], Awaitable[object]]
 
 
 async def _no_audit(entry: AuditEntry) -> None:
@@ -88,6 +88,19 @@ class Scope:
                 ...
         """
         actor = current_actor()
+        tenant = await self.allowed(action, tenant_id, target)
+        try:
+            yield tenant
+        except WaypointError as failed:
+            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.FAILED, failed.message))
+            raise
+        await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.OK))
+
+    async def allowed(self, action: Action, tenant_id: str | None, target: Target | None = None) -> str:
+        """The tenant `action` acts for, once the current actor may do it there; else Forbidden, and
+        the refusal written to the audit log. A read that needs a role (reading the audit log) checks
+        with this: its refusals are audited, its reads are not (the log is not one entry a read)."""
+        actor = current_actor()
         tenant = self.tenant(tenant_id)
         refusal = None
         if actor.tenant is not None and actor.tenant != tenant:
@@ -101,12 +114,7 @@ class Scope:
         if refusal is not None:
             await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.REFUSED, refusal))
             raise Forbidden(refusal, details={"needs": NEEDS[action].value})
-        try:
-            yield tenant
-        except WaypointError as failed:
-            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.FAILED, failed.message))
-            raise
-        await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.OK))
+        return tenant
 
     def tenant(self, tenant_id: str | None = None) -> str:
         """The tenant a call acts for: the one given, else the configured one."""
