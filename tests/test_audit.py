@@ -201,6 +201,8 @@ async def surfaces(
     await sign_in(ui, api.key)
     step = (await ui.get(f"/ui/runs/{run_id}/steps/2")).text  # the viewer's step shows who decided
     assert "user:alice" in step
+    timeline = (await http.get(f"/v1/runs/{run_id}/timeline")).text  # and its waterfall's approval bars
+    assert "approved by key:12" in timeline and "denied by user:alice" in timeline
 
     page = (await http.get("/v1/audit", params={"action": "run.deny"})).json()
     assert [(e["actor"], e["outcome"], e["target_id"]) for e in page["entries"]] == [("user:alice", "ok", run_id)]
