@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.browser import sign_in
 from tests.conftest import ApiServer
 from tests.helpers import eventually, one_line_error, run_events, waypoint
+from tests.mcp_client import call, error_of, over_stdio
 from tests.workflow_doubles import Doubles, answer_at, bench, spec
 from tests.workflow_helpers import plan, until_status
 from waypoint import telemetry
@@ -236,3 +237,16 @@ async def surfaces(
     assert broken.code == 1 and "broken at entry 1" in one_line_error(broken)
     assert 'data-verdict="broken"' in (await ui.get("/ui/audit")).text
     assert api.key not in json.dumps([dict(r) for r in await audit_rows(engine, settings.tenant)], default=str)
+
+
+async def test_mcp_reads_the_audit_log(engine: AsyncEngine, settings: Settings):
+    wp = Waypoint(None, engine, settings)
+    await wp.audit.record(entry(settings, "key:8", Outcome.REFUSED, "run.cancel needs the role operator"))
+    await wp.audit.record(
+        AuditEntry(actor(settings, "key:9", Role.ADMIN), Action.KEY_CREATE, "someone-else", None, Outcome.OK)
+    )
+    async with over_stdio(settings) as client:
+        page = await call(client, "audit_log")
+        assert [(e["seq"], e["actor"], e["outcome"]) for e in page["entries"]] == [(1, "key:8", "refused")]
+        assert (await call(client, "audit_log", verify=True)).items() >= {"ok": True, "entries": 1}.items()
+        assert "an age such as 1h" in await error_of(client, "audit_log", since="yesterday")
