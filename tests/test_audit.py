@@ -29,7 +29,7 @@ from waypoint import telemetry
 from waypoint.access import Action, Actor, AuditEntry, Outcome, Role, Surface, Target, TargetKind, acting_as
 from waypoint.client import Waypoint
 from waypoint.config import Settings
-from waypoint.errors import Forbidden, NotFound
+from waypoint.errors import Forbidden, InvalidInput, NotFound
 from waypoint.names import DecisionKind, EventKind, RunStatus, Update
 from waypoint.types import Decision, RunProgress, RunResult, StepDecision
 
@@ -90,6 +90,10 @@ async def test_actions_as_actors_are_refused_failed_and_chained(
     assert (await wp.audit.entries(limit=2)).next_cursor == 2
     assert [e.seq for e in (await wp.audit.entries(limit=2, cursor=2)).entries] == [1]
     assert (await wp.audit.verify()).ok
+    with pytest.raises(InvalidInput):  # an id Postgres cannot hold is refused, and its entry still written
+        await wp.cancel("bad\x00id" + "x" * 2000)
+    (bad,) = (await wp.audit.entries(limit=1)).entries
+    assert (bad.seq, bad.outcome, bad.target_id) == (4, "failed", "bad\ufffdid" + "x" * 294)
 
     # a row changed behind the log's back: verify names it
     async with engine.begin() as conn:

@@ -48,7 +48,20 @@ def scrub(message: str) -> str:
     """`message` with anything that looks like a key or a token masked, cut to DETAIL_MAX."""
     for pattern in _SECRETS:
         message = pattern.sub(MASK, message)
-    return message[:DETAIL_MAX]
+    return storable(message, DETAIL_MAX)
+
+
+NAME_KEPT = 300  # characters of an actor, address or target id kept
+
+
+def storable(value: str, high: int = NAME_KEPT) -> str:
+    """`value` as Postgres text can hold it, cut to `high`: a refused or failed action may name what
+    was refused (a run id with a NUL in it, a thousand-character id) and its entry must still be written."""
+    return value.replace("\x00", "\ufffd")[:high]
+
+
+def _storable(value: str | None) -> str | None:
+    return None if value is None else storable(value)
 
 
 def entry_hash(prev_hash: str | None, fields: dict[str, Any]) -> str:
@@ -82,13 +95,13 @@ def entry_fields(entry: AuditEntry, seq: int, at: datetime) -> dict[str, Any]:
         "tenant_id": entry.tenant,
         "seq": seq,
         "at": at,
-        "actor": actor.id,
+        "actor": storable(actor.id),
         "role": actor.role.value,
         "surface": actor.surface.value,
-        "address": actor.address,
+        "address": _storable(actor.address),
         "action": entry.action.value,
         "target_kind": target.kind.value if target is not None else None,
-        "target_id": target.id if target is not None else None,
+        "target_id": _storable(target.id) if target is not None else None,
         "outcome": entry.outcome.value,
         "detail": {"message": scrub(entry.detail)} if entry.detail else None,
     }
