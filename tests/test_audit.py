@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -176,10 +177,12 @@ async def test_a_decision_names_its_actor(ts: WorkflowEnvironment) -> None:
 
 
 async def test_surfaces_show_the_log_and_the_run_names_who_decided(
-    api: ApiServer, worker, client: Client, engine: AsyncEngine, settings: Settings
+    api: ApiServer, worker, client: Client, engine: AsyncEngine, settings: Settings, caplog: pytest.LogCaptureFixture
 ):
+    caplog.set_level(logging.DEBUG)
     async with contextlib.AsyncExitStack() as stack:
         await surfaces(stack, api, client, engine, settings)
+    assert api.key not in caplog.text  # nor in what the API and the worker logged
 
 
 async def surfaces(
