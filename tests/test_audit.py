@@ -34,6 +34,8 @@ from waypoint.errors import Forbidden, InvalidInput, NotFound
 from waypoint.names import DecisionKind, EventKind, RunStatus, Update
 from waypoint.types import Decision, RunProgress, RunResult, StepDecision
 
+pytestmark = pytest.mark.postgres
+
 KEY = "wp_" + "S3cr3tK3yMaterial" * 3  # looks like an API key: must never be stored
 
 
@@ -223,11 +225,12 @@ async def surfaces(
     schema = (await http.get("/openapi.json")).json()
     assert "AuditPageOut" in schema["components"]["schemas"]
 
-    viewer = await ui.get("/ui/audit")
+    viewer = await ui.get("/ui/audit", params={"verify": "true"})
     assert viewer.status_code == 200 and "Chain verified: 2 entries" in viewer.text
     assert "user:alice" in viewer.text and f'href="/ui/runs/{run_id}"' in viewer.text
     assert 'href="/ui/audit"' in viewer.text  # in the nav
-    assert "key:12" not in (await ui.get("/ui/audit", params={"actor": "user:alice"})).text
+    filtered = (await ui.get("/ui/audit", params={"actor": "user:alice"})).text
+    assert "key:12" not in filtered and "data-verdict" not in filtered and "Verify the chain" in filtered
 
     table = await waypoint(settings, "audit", "--actor", "key:12")
     assert table.code == 0 and "run.approve" in table.out and "user:alice" not in table.out
@@ -242,7 +245,7 @@ async def surfaces(
         )
     broken = await waypoint(settings, "audit", "--verify")
     assert broken.code == 1 and "broken at entry 1" in one_line_error(broken)
-    assert 'data-verdict="broken"' in (await ui.get("/ui/audit")).text
+    assert 'data-verdict="broken"' in (await ui.get("/ui/audit?verify=true")).text
     assert api.key not in json.dumps([dict(r) for r in await audit_rows(engine, settings.tenant)], default=str)
 
 

@@ -24,8 +24,8 @@
     GET  /ui/experiments             the tenant's experiments: dataset@version, agent, status, per-scorer means
     GET  /ui/experiments/{id}        its summary table and every case's result, linked to the case's run
     GET  /ui/experiments/{a}/compare/{b}   B against A per scorer (wins, losses, significance) and per case
-    GET  /ui/audit?actor=&action=&since=&cursor=  the tenant's audit log, newest first, and whether
-                                     its hash chain holds (admins only, as /v1/audit)
+    GET  /ui/audit?actor=&action=&since=&cursor=&verify=  the tenant's audit log, newest first, and
+                                     (verify=true) whether its hash chain holds (admins only, as /v1/audit)
     POST /ui/runs/{id}/{action}      pause, resume, cancel, send, approve, deny, fork
     GET|POST /ui/login, POST /ui/logout
     GET  /favicon.ico                the viewer's icon (an SVG; open, like the static files)
