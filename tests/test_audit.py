@@ -20,7 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from tests.browser import sign_in
+from tests import a11y
+from tests.browser import logged_in, needs_browser, sign_in
 from tests.conftest import ApiServer
 from tests.helpers import eventually, one_line_error, run_events, waypoint
 from tests.mcp_client import call, error_of, over_stdio
@@ -91,6 +92,9 @@ async def test_actions_as_actors_are_refused_failed_and_chained(
     assert "operator" in (refused.message or "") and "no run" in (failed.message or "")
     assert [e.seq for e in (await wp.audit.entries(actor="key:41", action="run.cancel")).entries] == [1]
     assert (await wp.audit.entries(limit=2)).next_cursor == 2
+    for bad in ("key:", "alice", "user:"):
+        with pytest.raises(InvalidInput, match="key:<id>, user:<subject> or local"):
+            await wp.audit.entries(actor=bad)
     assert [e.seq for e in (await wp.audit.entries(limit=2, cursor=2)).entries] == [1]
     assert (await wp.audit.verify()).ok
     with pytest.raises(InvalidInput):  # an id Postgres cannot hold is refused, and its entry still written
@@ -260,3 +264,29 @@ async def test_mcp_reads_the_audit_log(engine: AsyncEngine, settings: Settings):
         assert [(e["seq"], e["actor"], e["outcome"]) for e in page["entries"]] == [(1, "key:8", "refused")]
         assert (await call(client, "audit_log", verify=True)).items() >= {"ok": True, "entries": 1}.items()
         assert "an age such as 1h" in await error_of(client, "audit_log", since="yesterday")
+
+
+@needs_browser
+@pytest.mark.timeout(120)
+async def test_the_audit_page_passes_the_basic_accessibility_check(
+    browser,  # noqa: F811
+    contexts,  # noqa: F811
+    api: ApiServer,
+    engine: AsyncEngine,
+    settings: Settings,
+):
+    wp = Waypoint(None, engine, settings)
+    await wp.audit.record(entry(settings, "key:8", Outcome.REFUSED, "run.cancel needs the role operator"))
+    await wp.audit.record(entry(settings, "user:alice"))
+    _, page = await logged_in(browser, contexts, api)
+    await page.click("nav[aria-label=main] a:has-text('Audit')")
+    await page.wait_for_url("**/ui/audit")
+    assert await page.locator("tr[data-seq]").count() == 2
+    assert await a11y.problems(page) == []
+    await page.click("a:has-text('Verify the chain')")
+    await page.wait_for_url("**/ui/audit?verify=true")
+    assert "Chain verified: 2 entries" in await page.locator("[data-verdict=ok]").inner_text()
+    await page.fill("input[name=actor]", "key:8")
+    await page.click("button:has-text('Filter')")
+    await page.wait_for_url("**/ui/audit?actor=key*")
+    assert await page.locator("tr[data-seq] [data-col=actor]").all_inner_texts() == ["key:8"]

@@ -52,7 +52,7 @@ def check_actor(actor: str | None) -> str | None:
     if actor is None:
         return None
     actor = check_text("the actor", actor.strip())
-    if actor != "local" and not (actor.startswith(ACTOR_PREFIXES) and len(actor) > 5):
+    if actor != "local" and not any(actor.startswith(p) and len(actor) > len(p) for p in ACTOR_PREFIXES):
         raise InvalidInput(f"actor {actor!r}: name one as the log does: key:<id>, user:<subject> or local")
     return actor
 
