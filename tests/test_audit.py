@@ -145,9 +145,14 @@ async def test_each_entry_is_a_span_event_and_no_secret_is_kept(
     )
     with telemetry.span("a request"):
         await wp.audit.record(entry(settings, "key:6"))
+    with pytest.raises(RuntimeError):  # a failure that is no WaypointError: recorded by its type only
+        async with wp._scope.act(Action.START, None, Target(TargetKind.RUN, "r9")):
+            raise RuntimeError(f"the driver said {KEY}")
     telemetry.current().force_flush()
     finished = {s.name: s for s in spans.get_finished_spans()}
-    own = finished["waypoint.audit"]  # outside a trace: a short span of its own
+    outside = [s for s in spans.get_finished_spans() if s.name == "waypoint.audit"]
+    assert len(outside) == 2  # outside a trace: each a short span of its own
+    own = min(outside, key=lambda s: s.start_time or 0)
     (event,) = own.events
     assert event.name == "waypoint.audit"
     assert (
@@ -169,6 +174,11 @@ async def test_each_entry_is_a_span_event_and_no_secret_is_kept(
     for where in (stored, shown):
         assert KEY not in where and "S3cr3tK3y" not in where and "Bearer" not in where and "eyJhbGciOi" not in where
     assert rows[0]["detail"]["message"].startswith("refused [REDACTED]")
+    assert (rows[2]["action"], rows[2]["outcome"], rows[2]["detail"]) == (
+        "run.start",
+        "failed",
+        {"message": "RuntimeError (internal)"},
+    )
 
 
 async def test_a_decision_names_its_actor(ts: WorkflowEnvironment) -> None:

@@ -91,8 +91,11 @@ class Scope:
         tenant = await self.allowed(action, tenant_id, target)
         try:
             yield tenant
-        except WaypointError as failed:
-            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.FAILED, failed.message))
+        except Exception as failed:
+            # Any failure is recorded: a WaypointError with its message, anything else (a driver's or
+            # Temporal's error, whose text may quote what it was sent) by its type only.
+            why = failed.message if isinstance(failed, WaypointError) else f"{type(failed).__name__} (internal)"
+            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.FAILED, why))
             raise
         await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.OK))
 
