@@ -32,6 +32,7 @@ READ_TOOLS = {
     "experiment",
     "compare_experiments",
     "list_webhook_deliveries",
+    "audit_log",
 }
 WRITE_TOOLS = {"start_run", "send_message", "approve", "deny", "cancel_run", "fork_run"}
 WRITE_TOOLS |= {"create_schedule", "change_schedule", "start_experiment", "redeliver_webhook"}

@@ -550,6 +550,7 @@ class StepDecision:
     # carry the human's answer (the call's result); both are recorded in the `decision` event.
     edited_input: dict[str, Any] | None = None
     answer: str | None = None
+    actor: str | None = None  # who decided (the `Decision`'s actor); recorded when known
 
     @property
     def approved(self) -> bool:
@@ -736,6 +737,9 @@ class Decision:
     # approve only: the arguments the tool runs with instead of the model's, or an ask_human answer
     edited_input: dict[str, Any] | None = None
     answer: str | None = None
+    # Who decided, as the audit log names them (key:<id>, user:<subject>, local); None from a client
+    # of before the audit log: an optional field, so updates sent by either version still decode.
+    actor: str | None = None
 
 
 @dataclass(frozen=True)

@@ -287,6 +287,7 @@ class _StepParts:
                 bars.append(Bar(BarKind.COMPACTION, self.start, at, label=label))
                 cursor = max(cursor, at)
         first_call = self.stop
+        decisions = {e["payload"].get("call_id"): e["payload"] for e in events if e["kind"] == EventKind.DECISION}
         for w in waits.get(self.step, []):
             if w.kind == BarKind.CAPACITY:
                 bars.append(Bar(w.kind, w.start_ms, w.end_ms, label=f"waiting for capacity of {w.detail}", open=w.open))
@@ -294,6 +295,9 @@ class _StepParts:
             else:
                 call_id = w.detail.rsplit("(", 1)[-1].rstrip(")") if "(" in w.detail else None
                 label = f"waiting for approval: {w.detail}"
+                decided = decisions.get(call_id)
+                if decided is not None and decided.get("actor"):  # who decided (runs since the audit log)
+                    label += f"; {decided.get('decision', 'decided')} by {decided['actor']}"
                 bars.append(Bar(w.kind, w.start_ms, w.end_ms, lane=lanes.get(call_id, 0), label=label, open=w.open))
                 first_call = min(first_call, w.start_ms)
         tools = self._tools(results, effects, children)

@@ -148,7 +148,7 @@ class RunMessages(CancelRecord):
         call_id = self._pending_call(decision)
         kind = DecisionKind.APPROVED if approved else DecisionKind.DENIED
         edited, answer = (decision.edited_input, decision.answer) if approved else (None, None)
-        self._decisions[call_id] = StepDecision(call_id, kind, decision.reason or "", edited, answer)
+        self._decisions[call_id] = StepDecision(call_id, kind, decision.reason or "", edited, answer, decision.actor)
         del self._pending[call_id]
         if not self._pending:  # the answer shows the state after the change
             self._status = RunStatus.PAUSED if self._paused else RunStatus.RUNNING

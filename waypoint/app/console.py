@@ -22,6 +22,7 @@ from waypoint.store.rows import (
     AgentCall,
     ApiKeyRow,
     AssistantRow,
+    AuditRow,
     BatchReport,
     CallLine,
     ChildPair,
@@ -554,6 +555,26 @@ def keys_table(rows: Sequence[ApiKeyRow]) -> Table:
         for k in rows
     ]
     return columns("API keys", ("id", "prefix", "tenant", "role", "name", "created", "revoked"), lines)
+
+
+def audit_table(rows: Sequence[AuditRow]) -> Table:
+    """The audit log, newest first: seq, time (UTC), actor, role, surface, action, target, outcome, detail."""
+    lines = [
+        (
+            str(r.seq),
+            r.at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.actor,
+            r.role,
+            r.surface + (f" {r.address}" if r.address else ""),
+            r.action,
+            f"{r.target_kind}:{r.target_id}" if r.target_kind else "-",
+            r.outcome,
+            escape(r.message or ""),
+        )
+        for r in rows
+    ]
+    names = ("seq", "at (UTC)", "actor", "role", "surface", "action", "target", "outcome", "detail")
+    return columns("Audit log", names, lines, wrap=("target", "detail"))
 
 
 def columns(

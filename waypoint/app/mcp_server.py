@@ -2,7 +2,7 @@
 `WAYPOINT_MCP_WRITE=true` starts and steers them.
 
 Every tool is a call of the Python API (`waypoint.client.Waypoint`), so the MCP answers are
-the CLI's `--json` answers (typed results through `waypoint.store.rows.as_json`), and its errors
+the CLI's `--json` answers (typed results through `waypoint.client.as_json`), and its errors
 the same one-line messages (as MCP error results). Over stdio the server acts for the configured
 tenant (`WAYPOINT_TENANT`); over streamable HTTP every request must carry
 `Authorization: Bearer <key>`, and `tenant_for_key` says which tenant the key acts for.
@@ -38,7 +38,8 @@ INSTRUCTIONS = (
     "tree's totals), step_state (what the model saw at a step and the step's events), diff_steps, "
     "search_memory (long-term memory), list_schedules (scheduled agents), list_assistants (the Agent "
     "Protocol assistants runs start through), list_webhook_deliveries (webhook deliveries; failed=true: "
-    "the dead-letter list). Evaluations: list_datasets, list_experiments, experiment "
+    "the dead-letter list), audit_log (who did what, for admins). Evaluations: list_datasets, list_experiments, "
+    "experiment "
     "(an experiment's scores and each case's result), compare_experiments."
 )
 WRITE_INSTRUCTIONS = (
@@ -254,6 +255,30 @@ def build_server(wp: Waypoint, settings: Settings, transport: Transport) -> MCPS
         the last answer, when the next attempt is due. `failed`: only the dead-letter list (given up
         after the retry window, or refused); `run_id`: only that run's."""
         return await answer(ctx, lambda t: wp.webhooks.list(failed=failed, run_id=run_id, limit=limit, tenant_id=t))
+
+    @server.tool(annotations=READ)
+    async def audit_log(
+        ctx: Context,
+        since: str | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        limit: int = 50,
+        verify: bool = False,
+    ) -> str:
+        """The tenant's audit log, newest first (admins only): who (key:<id>, user:<subject>, local) did
+        what (run.approve, run.cancel, ...), on which run or setting, from which surface, and how it
+        ended (ok, refused, failed); `since`: an age (24h) or ISO time. `verify`: instead, recompute its
+        hash chain (`ok`, or the first entry changed or removed)."""
+
+        async def read(tenant: str) -> Any:
+            if verify:
+                return await wp.audit.verify(tenant_id=tenant)
+            page = await wp.audit.entries(
+                since=since or None, actor=actor or None, action=action or None, limit=limit, tenant_id=tenant
+            )
+            return {"entries": page.entries, "next_cursor": page.next_cursor}
+
+        return await answer(ctx, read)
 
     _eval_tools(server, wp, answer)
     if settings.mcp_write:

@@ -7,6 +7,7 @@
 """
 
 from waypoint.client._assistants import builtin
+from waypoint.client._audit import AuditPage, AuditQuery
 from waypoint.client._deploy import ReplayOutcome
 from waypoint.client._eval_reports import (
     ExperimentComparison,
@@ -46,6 +47,8 @@ from waypoint.store.rows import (
 )
 
 __all__ = [
+    "AuditPage",
+    "AuditQuery",
     "CATCHUP_DEFAULT_SECONDS",
     "CONCURRENCY_MAX",
     "MULTITASK_STRATEGIES",

@@ -7,7 +7,7 @@ import contextlib
 from dataclasses import replace
 from typing import Any, overload
 
-from waypoint.access import Action
+from waypoint.access import Action, current_actor
 from waypoint.checks import check_edited_input, check_name, check_text
 from waypoint.client._catalog import Catalog
 from waypoint.client._runs import Runs
@@ -20,8 +20,11 @@ from waypoint.types import Decision, M, PendingApproval, RunProgress, RunResult
 
 
 def decision(call_id: str | None, reason: str | None) -> Decision:
-    """An approval or a denial, its call id and reason checked (the run records both)."""
-    return Decision(call_id=check_name("the call id", call_id), reason=check_text("the reason", reason))
+    """An approval or a denial, its call id and reason checked, by the current actor (the run
+    records all three)."""
+    return Decision(
+        call_id=check_name("the call id", call_id), reason=check_text("the reason", reason), actor=current_actor().id
+    )
 
 
 class Live:

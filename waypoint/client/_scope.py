@@ -64,7 +64,7 @@ class TemporalLink:
         return self._client
 
 
-AuditSink = Callable[[AuditEntry], Awaitable[None]]
+AuditSink = Callable[[AuditEntry], Awaitable[object]]
 
 _ACTING: ContextVar[bool] = ContextVar("waypoint_acting", default=False)  # inside a Scope.act block
 
@@ -136,12 +136,27 @@ class Scope:
         except Forbidden as inner:  # an action inside it was refused
             await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.REFUSED, inner.message))
             raise
-        except WaypointError as failed:
-            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.FAILED, failed.message))
+        except Exception as failed:
+            # Any failure is recorded: a WaypointError with its message, anything else (a driver's or
+            # Temporal's error, whose text may quote what it was sent) by its type only.
+            why = failed.message if isinstance(failed, WaypointError) else f"{type(failed).__name__} (internal)"
+            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.FAILED, why))
             raise
         finally:
             _ACTING.reset(token)
         await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.OK))
+
+    async def allowed(self, action: Action, tenant_id: str | None, target: Target | None = None) -> str:
+        """The tenant `action` acts for, once the current actor may do it there; else Forbidden, and
+        the refusal written to the audit log. A read that needs a role (reading the audit log) checks
+        with this: its refusals are audited, its reads are not (the log is not one entry a read)."""
+        actor = current_actor()
+        tenant = self._chosen(tenant_id)
+        refusal = refused(actor, action, tenant, target)
+        if refusal is not None:
+            await self.audit_sink(AuditEntry(actor, action, tenant, target, Outcome.REFUSED, refusal.message))
+            raise refusal
+        return tenant
 
     def on_run(self, action: Action, tenant_id: str | None, run_id: str) -> AbstractAsyncContextManager[str]:
         """`act` on one run: `async with self._scope.on_run(Action.PAUSE, tenant_id, run_id) as tenant_id:`."""

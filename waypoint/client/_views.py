@@ -18,6 +18,7 @@ from typing import Any
 
 from waypoint.names import DeliveryStatus
 from waypoint.store.rows import (
+    AuditVerdict,
     BatchReport,
     ChildPair,
     EventRow,
@@ -36,7 +37,7 @@ def as_json(value: Any) -> Any:
     """Dataclasses, datetimes, decimals and enums as JSON-ready values, recursively."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         data = {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        if isinstance(value, Verdict):
+        if isinstance(value, Verdict | AuditVerdict):
             data["ok"] = value.ok
         if isinstance(value, StepComparison | ChildPair):
             data["same"] = value.same

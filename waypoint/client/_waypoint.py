@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.client._assistants import Assistants
+from waypoint.client._audit import Audit
 from waypoint.client._catalog import Catalog
 from waypoint.client._compaction import Compaction
 from waypoint.client._deploy import Deploys
@@ -56,6 +57,8 @@ class Waypoint:
         self._store = store = RunStore(engine)  # private: every surface reads and writes through the client
         self._temporal = temporal = TemporalLink(client, settings)
         self._scope = scope = Scope(settings, store, temporal)
+        self.audit = audit = Audit(store, scope)
+        scope.audit_sink = audit.record  # every audited action's outcome is appended to the tenant's log
         self.limits = limits = FleetLimits(store, settings)
         self.keys = Keys(store, scope)
         self.webhooks = webhooks = Webhooks(store, temporal, scope)

@@ -12,7 +12,8 @@ scheduled agents, runs that wait to start, what live streams read, the shared li
 the fleet's figures over a period, the idempotency keys of starts, webhooks (signing secrets, deliveries,
 delivery attempts), Agent Protocol assistants (versioned), the agent versions runs started with, and
 the rows a run's waterfall is drawn from, evaluations (datasets, experiments, their results), and the
-budget pools model calls reserve from (a tree's, a tenant's day).
+budget pools model calls reserve from (a tree's, a tenant's day), and the audit log of who did what
+(hash-chained per tenant).
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.store.assistants import AssistantStore
+from waypoint.store.audit import AuditLog
 from waypoint.store.budget import BudgetStore
 from waypoint.store.catalog import Catalog
 from waypoint.store.compactions import CompactionStore
@@ -75,6 +77,7 @@ class RunStore(
     AssistantStore,
     VersionStore,
     WaterfallReads,
+    AuditLog,
 ):
     """Every read and write of the Postgres mirror."""
 

@@ -318,6 +318,17 @@ def annotate(**waypoint_attributes: Any) -> None:
         current_span.set_attributes(_attributes(None, waypoint_attributes))
 
 
+def event(name: str, attributes: Mapping[str, AttributeValue]) -> None:
+    """An event on the current span if it records, else on a short span of its own named `name`
+    (a call made outside any trace still leaves its event)."""
+    current_span = trace.get_current_span()
+    if current_span.is_recording():
+        current_span.add_event(name, attributes)
+        return
+    with tracer().start_as_current_span(name, attributes=attributes) as own:
+        own.add_event(name, attributes)
+
+
 def mark_error(target: Span, exc: BaseException) -> None:
     from waypoint.telemetry.redact import redact_text
 

@@ -24,6 +24,7 @@ from waypoint.app.cli import (
     agents,
     api,
     assistants,
+    audit,
     compaction,
     cron,
     deploy,
@@ -87,6 +88,7 @@ _MODULES = (
     webhooks,
     assistants,
     deploy,
+    audit,
 )
 for module in _MODULES:
     module.register(app)

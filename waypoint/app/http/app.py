@@ -115,7 +115,7 @@ async def storable_parameters(request: HTTPConnection) -> None:
 
 def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | None = None) -> FastAPI:
     """The API on the configured stack; `waypoint` reuses a client (its Temporal connection and engine)."""
-    from waypoint.app.http import agents, evals, fleet, memory, runs, schedules, timeline, trees, webhooks
+    from waypoint.app.http import agents, audit, evals, fleet, memory, runs, schedules, timeline, trees, webhooks
     from waypoint.app.http.protocol import agents as protocol_agents
     from waypoint.app.http.protocol import assistants, background, commands, crons, edits, store, threads
     from waypoint.app.http.protocol import runs as protocol_runs
@@ -144,7 +144,7 @@ def create_app(settings: Settings, *, auth: bool = True, waypoint: Waypoint | No
     errors.install(app, pages={"/ui": ui.error_page})
     # crons before the protocol's runs: /runs/crons/... are not runs; the open spec's names after LangGraph's
     routers = [runs, trees, agents, fleet, memory, schedules, webhooks, assistants, threads, crons, protocol_runs]
-    routers += [store, protocol_agents, background, commands, edits, timeline, evals]
+    routers += [store, protocol_agents, background, commands, edits, timeline, evals, audit]
     for module in routers:
         app.include_router(module.router, dependencies=[Depends(storable_parameters)])
     ui.install(app)

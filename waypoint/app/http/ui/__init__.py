@@ -24,6 +24,8 @@
     GET  /ui/experiments             the tenant's experiments: dataset@version, agent, status, per-scorer means
     GET  /ui/experiments/{id}        its summary table and every case's result, linked to the case's run
     GET  /ui/experiments/{a}/compare/{b}   B against A per scorer (wins, losses, significance) and per case
+    GET  /ui/audit?actor=&action=&since=&cursor=&verify=  the tenant's audit log, newest first, and
+                                     (verify=true) whether its hash chain holds (admins only, as /v1/audit)
     POST /ui/runs/{id}/{action}      pause, resume, cancel, send, approve, deny, fork
     GET|POST /ui/login, POST /ui/logout
     GET  /ui/sso/start, /ui/sso/callback   sign-in through the identity provider (WAYPOINT_OIDC_ISSUER)
@@ -50,7 +52,7 @@ from fastapi import Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from waypoint.app.http.ui import actions, experiments, fleet, pages, schedules, sso, webhooks
+from waypoint.app.http.ui import actions, audit, experiments, fleet, pages, schedules, sso, webhooks
 from waypoint.app.http.ui.render import HERE, LoginNeeded, error_page
 
 ICON_CACHE = {"Cache-Control": "public, max-age=86400"}
@@ -66,6 +68,7 @@ def install(app: Any) -> None:
     app.include_router(experiments.router)
     app.include_router(fleet.router)
     app.include_router(sso.router)
+    app.include_router(audit.router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
 
     @app.get("/favicon.ico", include_in_schema=False)
