@@ -232,15 +232,16 @@ async def surfaces(
     assert [(e["actor"], e["outcome"], e["target_id"]) for e in page["entries"]] == [("user:alice", "ok", run_id)]
     assert page["next_cursor"] is None
     listed = (await http.get("/v1/audit", params={"since": "1h"})).json()["entries"]
-    assert [e["action"] for e in listed] == ["run.deny", "run.approve"]
-    assert (await http.get("/v1/audit/verify")).json().items() >= {"ok": True, "entries": 2, "broken_seq": None}.items()
+    # the run's start and the API key the test made are audited too
+    assert [e["action"] for e in listed] == ["run.deny", "run.approve", "run.start", "key.create"]
+    assert (await http.get("/v1/audit/verify")).json().items() >= {"ok": True, "entries": 4, "broken_seq": None}.items()
     bad = await http.get("/v1/audit", params={"since": "yesterday"})
     assert bad.status_code == 400 and "24h" not in bad.text and "an age such as" in bad.text
     schema = (await http.get("/openapi.json")).json()
     assert "AuditPageOut" in schema["components"]["schemas"]
 
     viewer = await ui.get("/ui/audit", params={"verify": "true"})
-    assert viewer.status_code == 200 and "Chain verified: 2 entries" in viewer.text
+    assert viewer.status_code == 200 and "Chain verified: 4 entries" in viewer.text
     assert "user:alice" in viewer.text and f'href="/ui/runs/{run_id}"' in viewer.text
     assert 'href="/ui/audit"' in viewer.text  # in the nav
     filtered = (await ui.get("/ui/audit", params={"actor": "user:alice"})).text
@@ -249,13 +250,15 @@ async def surfaces(
     table = await waypoint(settings, "audit", "--actor", "key:12")
     assert table.code == 0 and "run.approve" in table.out and "user:alice" not in table.out
     as_json = json.loads((await waypoint(settings, "audit", "--json")).out)
-    assert [e["actor"] for e in as_json["entries"]] == ["user:alice", "key:12"]
+    # newest first: the two decisions, the run's start with the API's key, the key the fixture made
+    actors = [e["actor"] for e in as_json["entries"]]
+    assert actors[:2] == ["user:alice", "key:12"] and actors[2].startswith("key:") and actors[3] == "local"
     line = one_line_error(await waypoint(settings, "audit", "--since", "yesterday"))
     assert "an age such as 1h or 7d" in line
 
     async with engine.begin() as conn:
         await conn.execute(
-            text("UPDATE audit_log SET actor = 'local' WHERE tenant_id = :t AND seq = 1"), {"t": settings.tenant}
+            text("UPDATE audit_log SET actor = 'key:999' WHERE tenant_id = :t AND seq = 1"), {"t": settings.tenant}
         )
     broken = await waypoint(settings, "audit", "--verify")
     assert broken.code == 1 and "broken at entry 1" in one_line_error(broken)
@@ -291,11 +294,11 @@ async def test_the_audit_page_passes_the_basic_accessibility_check(
     _, page = await logged_in(browser, contexts, api)
     await page.click("nav[aria-label=main] a:has-text('Audit')")
     await page.wait_for_url("**/ui/audit")
-    assert await page.locator("tr[data-seq]").count() == 2
+    assert await page.locator("tr[data-seq]").count() == 3  # and the key the fixture made
     assert await a11y.problems(page) == []
     await page.click("a:has-text('Verify the chain')")
     await page.wait_for_url("**/ui/audit?verify=true")
-    assert "Chain verified: 2 entries" in await page.locator("[data-verdict=ok]").inner_text()
+    assert "Chain verified: 3 entries" in await page.locator("[data-verdict=ok]").inner_text()
     await page.fill("input[name=actor]", "key:8")
     await page.click("button:has-text('Filter')")
     await page.wait_for_url("**/ui/audit?actor=key*")
