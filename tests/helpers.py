@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf.message import Message
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
@@ -295,3 +295,21 @@ async def research_run(client: Any, engine: AsyncEngine, settings: Settings) -> 
         result = await wp.result(run_id)
     assert result.status == "completed", result
     return wp, run_id
+
+
+async def every_table_as_text(engine: AsyncEngine) -> str:
+    """Every row of every table and view in Waypoint's schema, cast to text."""
+    async with engine.connect() as conn:
+        names = (
+            await conn.execute(
+                text(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
+                    "ORDER BY table_name"
+                )
+            )
+        ).scalars()
+        chunks = []
+        for name in list(names):
+            rows = (await conn.execute(text(f'SELECT t::text FROM "{name}" AS t'))).scalars()
+            chunks.append(f"-- {name}\n" + "\n".join(rows))
+    return "\n".join(chunks)

@@ -55,8 +55,10 @@ def script(fake_openai: FakeOpenAI) -> None:
 
 
 def finished(exporter: InMemorySpanExporter) -> list[dict[str, Any]]:
+    """The runs' spans: without the audit log's own `waypoint.audit` spans, each the trace of one
+    human action made outside any trace (starting a run, approving a call), not part of a run's."""
     telemetry.current().force_flush()
-    return [span_dict(s) for s in exporter.get_finished_spans()]
+    return [span_dict(s) for s in exporter.get_finished_spans() if s.name != "waypoint.audit"]
 
 
 def points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:

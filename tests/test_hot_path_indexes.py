@@ -72,6 +72,10 @@ FILL = [
        FROM generate_series(1, :fleet) g""",
     """INSERT INTO agent_versions (tenant_id, fingerprint, agent, instructions)
        SELECT 'filler', md5(g::text), 'calculator', 'x' FROM generate_series(1, :fleet) g""",
+    # every start and every decision of the fleet's runs is an audited action, in ten tenants' chains
+    """INSERT INTO audit_log (tenant_id, seq, actor, role, surface, action, outcome, hash)
+       SELECT 'filler-' || (g % 10), g, 'local', 'admin', 'python', 'run.start', 'ok', md5(g::text)
+       FROM generate_series(1, 3 * :fleet) g""",
 ]
 # Tables whose rows stay bounded by the work in flight or by the agents registered, whatever the
 # fleet's history: a scan of a few rows is the right plan there.

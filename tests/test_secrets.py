@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from tests.helpers import payloads_in
+from tests.helpers import every_table_as_text, payloads_in
 from waypoint import telemetry
 from waypoint.agents import AgentRegistry
 from waypoint.app.worker import build_worker
@@ -22,24 +21,6 @@ from waypoint.config import Settings
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 
 pytestmark = pytest.mark.postgres
-
-
-async def every_table_as_text(engine: AsyncEngine) -> str:
-    """Every row of every table and view in Waypoint's schema, cast to text."""
-    async with engine.connect() as conn:
-        names = (
-            await conn.execute(
-                text(
-                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
-                    "ORDER BY table_name"
-                )
-            )
-        ).scalars()
-        chunks = []
-        for name in list(names):
-            rows = (await conn.execute(text(f'SELECT t::text FROM "{name}" AS t'))).scalars()
-            chunks.append(f"-- {name}\n" + "\n".join(rows))
-    return "\n".join(chunks)
 
 
 def span_file_text(settings: Settings) -> str | None:

@@ -12,14 +12,17 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from pydantic import SecretStr
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests import a11y
 from tests.browser import STEP_MS, needs_browser, sign_in
 from tests.conftest import ApiServer
+from tests.helpers import every_table_as_text
 from tests.oidc_issuer import AUDIENCE, CLIENT_ID, OidcIssuer, SigningKey
 from waypoint.access import Role
 from waypoint.app.http.oidc import Issuer, identity_of
 from waypoint.app.http.problems import HttpError
+from waypoint.client import Waypoint
 from waypoint.config import Settings
 
 pytestmark = pytest.mark.postgres
@@ -301,3 +304,29 @@ async def test_sign_in_with_sso_in_chromium(browser, contexts: list, api: ApiSer
     assert not [c for c in await context.cookies() if c["name"] == "waypoint_user"]
     await page.goto("/ui")
     assert "/ui/login" in page.url  # signed out
+
+
+async def test_a_signed_in_users_write_is_audited_by_subject_and_the_token_is_kept_nowhere(
+    api: ApiServer, issuer: OidcIssuer, engine: AsyncEngine, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    token = issuer.token()  # Alice, an operator by her `wp-ops` group
+    r = await api.http.post("/threads", json={"metadata": {"who": "alice"}}, headers=bearer(token))
+    assert r.status_code == 200, r.text
+    thread = r.json()["thread_id"]
+    viewer = issuer.token(groups=["wp-viewers"])
+    r = await api.http.post("/threads", json={}, headers=bearer(viewer))
+    assert r.status_code == 403 and r.json()["error"]["needs"] == "operator", r.text
+
+    entries = (await Waypoint(None, engine, settings).audit.entries(actor="user:u-alice")).entries
+    assert [(e.action, e.outcome, e.surface) for e in entries] == [
+        ("thread.write", "refused", "protocol"),
+        ("thread.write", "ok", "protocol"),
+    ]
+    assert entries[1].target_id == thread
+    tables = await every_table_as_text(engine)
+    assert thread in tables and "user:u-alice" in tables  # the search reads the rows the requests wrote
+    for secret in (token, viewer):
+        assert secret not in tables
+        assert secret.split(".")[2] not in tables  # not even the signature
+        assert secret not in caplog.text

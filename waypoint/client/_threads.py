@@ -8,6 +8,7 @@ and validated here for every surface, as the rest of the client does for runs.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,6 +69,7 @@ class Threads:
     ) -> ThreadRow:
         """A new thread; an existing id is a Conflict, or with `if_exists="do_nothing"` that thread
         (another tenant's id is a Conflict too, never a way in)."""
+        thread_id = thread_id or str(uuid.uuid4())  # named here, so the audit log's entry names it too
         async with self._scope.act(Action.THREAD_WRITE, tenant_id, thread_target(thread_id)) as tenant_id:
             if if_exists not in IF_EXISTS:
                 raise InvalidInput("if_exists is raise or do_nothing")
