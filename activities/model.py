@@ -394,10 +394,12 @@ class ModelActivities:
         messages = assembled.messages
         attempt = activity.info().attempt
         record = call_record(context, assembled, recalled_step)
-        # The recalled message is kept in Postgres while the model thinks, not carried in the result.
+        # The recalled message is kept in Postgres while the model thinks, not carried in the result; a
+        # message held from the previous call is there already (its text came from that row).
+        digest = text_digest(record.recalled_text) if record.recalled_text else None
         keeping = (
             asyncio.create_task(self.store.keep_recalled_text(inp.tenant_id, inp.run_id, record.recalled_text))
-            if record.recalled_text
+            if record.recalled_text and digest != context.kept_recalled
             else None
         )
         turn: ModelTurn | None = None
@@ -444,7 +446,7 @@ class ModelActivities:
             if held is not None and turn is None:  # failed or cancelled: its reservation goes back
                 await self.budgets.settle(held, None)
             remembered = await remembering if remembering is not None else None
-            kept = await keeping if keeping is not None else None
+            kept = await keeping if keeping is not None else digest
         if turn is not None and context.deferred is not None and self.flush_now(turn, agent.agent_names):
             remembered = await self.remember_deferred(inp, context, context.deferred)
         turn = replace(

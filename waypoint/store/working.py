@@ -68,6 +68,7 @@ class ModelContext:
     held: HeldRecall | None = None  # the episodes the previous step's call received, which this one may keep
     # Steps not stored yet whose events were not read (their batch is not due): first..through
     deferred: tuple[int, int] | None = None
+    kept_recalled: str | None = None  # the SHA-256 of the recalled-memory message the newest step's call kept
 
 
 async def read_parts(
@@ -195,6 +196,7 @@ class WorkingReads(StoreBase):
                 context.pending = {n: read.get(n, []) for n in storing}
                 context.last = read.get(step - 1, [])
                 context.held = previous_recall(context.last, recalled)
+                context.kept_recalled = text_digest(recalled) if recalled is not None else None
         return context
 
     async def deferred_steps(self, run_id: str, first: int, through: int) -> dict[int, StepEvents]:
