@@ -7,10 +7,12 @@ in `waypoint.retry`. With a `DeltaPublisher` injected, a streaming adapter's tex
 pieces are published while the call runs, tagged with run, step and attempt (waypoint.deltas).
 
 With episodic memory (`CallModelInput.memory`) the same activity runs on a worker that holds the
-store: it stores the episodes of every step not stored yet (beside the model call, so it costs no
-time on the step's path) and recalls memories for this step. Memory never fails a step: a store
-that is away is logged, the step goes on without it, and the next call stores what this one could
-not (`ModelTurn.remembered_through` tells record_step how far memory got).
+store: it stores the episodes of the steps not stored yet, in batches (`EPISODE_BATCH_STEPS` of them,
+beside the model call; sooner when one has left the window, and before it returns when the run answers
+or calls a sub-agent, whose run recalls its tree from its first step), and recalls memories for this
+step. Memory never fails a step: a store that is away is logged, the step goes on without it, and the
+next call stores what this one could not (`ModelTurn.remembered_through` tells record_step how far
+memory got; the runs row, not the worker, knows what is stored, so a crash loses no episode).
 
 Where one process holds the store and serves the run's own task queue as well (`run_worker`: the
 default single worker), its main worker's model calls do memory themselves, and the workflow
@@ -30,6 +32,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Collection
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, replace
 from typing import Any
@@ -61,7 +64,7 @@ from waypoint.pricing import cost_usd
 from waypoint.store import RunStore
 from waypoint.store.hashing import hashed_json, text_digest
 from waypoint.store.limits import Lease
-from waypoint.store.working import ModelContext
+from waypoint.store.working import EPISODE_BATCH_STEPS, ModelContext
 from waypoint.telemetry import chat_span
 from waypoint.tokens import text_tokens
 from waypoint.typed_answers import check_turn
@@ -198,6 +201,22 @@ class ModelActivities:
             return None
         return max(context.pending)
 
+    @staticmethod
+    def flush_now(turn: ModelTurn, sub_agents: Collection[str]) -> bool:
+        """Whether the steps whose episodes wait for their batch are stored before this call returns: when
+        the run ends (an answer, no tool call: a sub-agent run does not store on its way out) or hands work
+        to a sub-agent run, which recalls its tree's episodes from its first step on."""
+        return not turn.tool_calls or any(call.name in sub_agents for call in turn.tool_calls)
+
+    async def remember_deferred(self, inp: CallModelInput, context: ModelContext, steps: tuple[int, int]) -> int | None:
+        """Store the episodes of the steps `steps` (first, through), read now; the newest step stored, or None."""
+        try:
+            pending = await self.store.deferred_steps(inp.run_id, *steps)
+        except Exception as exc:  # memory never fails a step: the run's end or the next pass stores these
+            log.warning("episodes not read: run=%s step=%s: %s: %s", inp.run_id, inp.step, type(exc).__name__, exc)
+            return None
+        return await self.remember(inp, replace(context, pending=pending))
+
     async def record_failure(
         self, inp: CallModelInput, error: ModelError, attempt: int, *, latency_ms: int | None = None
     ) -> None:
@@ -332,9 +351,11 @@ class ModelActivities:
                 return ModelTurn(model=inp.model, wait=taken)
             lease = taken
         try:
-            context = await self.store.model_context(inp.tenant_id, inp.run_id, inp.step, memory=with_memory)
-            # The episodes are written beside the recall and the model call, off the step's path.
-            remembering = asyncio.create_task(self.remember(inp, context)) if with_memory else None
+            context = await self.store.model_context(
+                inp.tenant_id, inp.run_id, inp.step, memory=with_memory, batch=EPISODE_BATCH_STEPS
+            )
+            # A batch of episodes due is written beside the recall and the model call, off the step's path.
+            remembering = asyncio.create_task(self.remember(inp, context)) if context.pending else None
             parts = replace(context.parts, recalled=list(inp.recalled), user_messages=list(inp.user_messages))
             recalling = with_memory and inp.recall_k > 0
             recalled_step: int | None = None
@@ -373,10 +394,12 @@ class ModelActivities:
         messages = assembled.messages
         attempt = activity.info().attempt
         record = call_record(context, assembled, recalled_step)
-        # The recalled message is kept in Postgres while the model thinks, not carried in the result.
+        # The recalled message is kept in Postgres while the model thinks, not carried in the result; a
+        # message held from the previous call is there already (its text came from that row).
+        digest = text_digest(record.recalled_text) if record.recalled_text else None
         keeping = (
             asyncio.create_task(self.store.keep_recalled_text(inp.tenant_id, inp.run_id, record.recalled_text))
-            if record.recalled_text
+            if record.recalled_text and digest != context.kept_recalled
             else None
         )
         turn: ModelTurn | None = None
@@ -423,7 +446,9 @@ class ModelActivities:
             if held is not None and turn is None:  # failed or cancelled: its reservation goes back
                 await self.budgets.settle(held, None)
             remembered = await remembering if remembering is not None else None
-            kept = await keeping if keeping is not None else None
+            kept = await keeping if keeping is not None else digest
+        if turn is not None and context.deferred is not None and self.flush_now(turn, agent.agent_names):
+            remembered = await self.remember_deferred(inp, context, context.deferred)
         turn = replace(
             turn,
             cost_usd=cost_usd(turn.model, turn.usage, self.settings.prices),

@@ -1,6 +1,8 @@
 """A worker process for one peer framework, for peers.py's kill test (which SIGKILLs it) and subagents.py:
 
-    python benchmarks/_peers_worker.py {pydantic-ai|openai-agents|openai-agents-subagents} TEMPORAL_ADDRESS TASK_QUEUE
+    python benchmarks/_peers_worker.py FRAMEWORK TEMPORAL_ADDRESS TASK_QUEUE
+
+FRAMEWORK: pydantic-ai, openai-agents, langgraph or openai-agents-subagents.
 
 It prints `worker ready` once it polls, then serves until it is killed. Model requests go to
 OPENAI_BASE_URL; the tool writes its side effects to PEERS_EFFECTS_FILE.
@@ -17,6 +19,7 @@ from _peers_common import READY_LINE
 MODULES = {
     "pydantic-ai": "_peers_pydantic",
     "openai-agents": "_peers_openai",
+    "langgraph": "_peers_langgraph",
     "openai-agents-subagents": "_subagents_openai",  # subagents.py
 }
 

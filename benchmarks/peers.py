@@ -78,6 +78,77 @@ class Outcome:
     step_ms: list[float] = field(default_factory=list)
 
 
+# --- CPU from /proc ---------------------------------------------------------------------------------
+
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: int | str) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()  # fields from the 3rd (state) on: comm may hold spaces
+
+
+def proc_cpu_s(pid: int | str, *, reaped: bool = False) -> float:
+    """A process's CPU seconds (user + system); `reaped`: with its waited-for children's."""
+    f = _proc_stat(pid)
+    if f is None:
+        return 0.0
+    ticks = int(f[11]) + int(f[12]) + ((int(f[13]) + int(f[14])) if reaped else 0)
+    return ticks * TICK_S
+
+
+def machine_busy_s() -> float:
+    """The whole machine's busy CPU seconds, every core: all of /proc/stat's cpu line but idle and iowait."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+    return (sum(values) - values[3] - values[4]) * TICK_S
+
+
+def postgres_pids(state_dir: Path) -> list[int]:
+    """The embedded Postgres: its postmaster (the process whose command line names the stack's folder) and
+    the processes it forked (backends, checkpointer, WAL writer...)."""
+    procs: dict[int, tuple[int, str]] = {}  # pid -> (parent, comm)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (f := _proc_stat(entry.name)) is not None:
+            comm = (entry / "comm").read_text().strip() if (entry / "comm").exists() else ""
+            procs[int(entry.name)] = (int(f[1]), comm)
+    roots = []
+    for pid, (_, comm) in procs.items():
+        if comm == "postgres":
+            with contextlib.suppress(OSError):
+                if str(state_dir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    roots.append(pid)
+    return roots + [pid for pid, (parent, _) in procs.items() if parent in roots]
+
+
+@dataclass
+class Cpu:
+    """CPU seconds so far: this process (every framework's worker, the clients, the fake model server),
+    the Temporal server, Postgres, and the whole machine."""
+
+    process: float
+    temporal: float
+    postgres: float
+    machine: float
+
+    @classmethod
+    def now(cls, temporal_pid: int | None, state_dir: Path) -> Cpu:
+        pg = postgres_pids(state_dir)
+        # The postmaster's reaped children count too: a backend that exited took its CPU with it otherwise.
+        postgres = sum(proc_cpu_s(pid, reaped=i == 0) for i, pid in enumerate(pg))
+        return cls(proc_cpu_s("self"), proc_cpu_s(temporal_pid) if temporal_pid else 0.0, postgres, machine_busy_s())
+
+    def __sub__(self, other: Cpu) -> Cpu:
+        return Cpu(
+            self.process - other.process,
+            self.temporal - other.temporal,
+            self.postgres - other.postgres,
+            self.machine - other.machine,
+        )
+
+
 # --- the frameworks, behind one shape ---------------------------------------------------------------
 
 
@@ -119,9 +190,14 @@ def peer_framework(module: object, client: Client, task_queue: str) -> Framework
 
 
 class Bench:
-    def __init__(self, ledger: common.Ledger, plain: Client):
+    def __init__(self, ledger: common.Ledger, plain: Client, temporal_pid: int | None = None, state_dir: Path = Path()):
         self.ledger = ledger
         self.plain = plain  # no plugins: histories and terminations only
+        self.temporal_pid = temporal_pid
+        self.state_dir = state_dir
+
+    def cpu(self) -> Cpu:
+        return Cpu.now(self.temporal_pid, self.state_dir)
 
     async def run(self, fw: Framework, ticks: int, pad: int = 0, hold: float = 0.0) -> Outcome:
         tag = f"{fw.name.split(',')[0]}-{uuid.uuid4().hex[:10]}"
@@ -164,10 +240,13 @@ class Bench:
 @dataclass
 class Measured:
     step_ms: dict[str, list[list[float]]] = field(default_factory=dict)  # per framework, per round
-    steps_per_s: dict[str, list[float]] = field(default_factory=dict)
+    # per framework, per number of runs at once, per round
+    steps_per_s: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+    cpu_per_step: dict[str, dict[int, list[Cpu]]] = field(default_factory=dict)  # CPU seconds per step
     big: dict[str, tuple[Outcome, int]] = field(default_factory=dict)  # outcome, history bytes
     large: dict[str, tuple[Outcome, int]] = field(default_factory=dict)  # the same, Waypoint at --large-pad
     kills: dict[str, Kill] = field(default_factory=dict)
+    summary: list[str] = field(default_factory=list)  # the last lines of the report
 
 
 @dataclass
@@ -190,14 +269,20 @@ async def measure(args: argparse.Namespace, bench: Bench, frameworks: list[Frame
                 single = await bench.run(fw, args.steps)
             check(fw, single, args.steps)
             out.step_ms.setdefault(fw.name, []).append(single.step_ms)
-            label = f"round {rnd + 1}/{args.repetitions}: {fw.name}, {args.concurrency} runs at once"
-            with console.status(label):
-                began = time.monotonic()
-                runs = await asyncio.gather(*(bench.run(fw, args.steps) for _ in range(args.concurrency)))
-                wall = time.monotonic() - began
-            for r in runs:
-                check(fw, r, args.steps)
-            out.steps_per_s.setdefault(fw.name, []).append(sum(len(r.step_ms) for r in runs) / wall)
+            for at_once in args.concurrency:
+                label = f"round {rnd + 1}/{args.repetitions}: {fw.name}, {at_once} runs at once"
+                with console.status(label):
+                    before = bench.cpu()
+                    began = time.monotonic()
+                    runs = await asyncio.gather(*(bench.run(fw, args.steps) for _ in range(at_once)))
+                    wall = time.monotonic() - began
+                    used = bench.cpu() - before
+                for r in runs:
+                    check(fw, r, args.steps)
+                steps = sum(len(r.step_ms) for r in runs)
+                out.steps_per_s.setdefault(fw.name, {}).setdefault(at_once, []).append(steps / wall)
+                per_step = Cpu(used.process / steps, used.temporal / steps, used.postgres / steps, used.machine / steps)
+                out.cpu_per_step.setdefault(fw.name, {}).setdefault(at_once, []).append(per_step)
     for fw in frameworks:
         with console.status(f"{fw.name}: {args.big_steps} steps with {args.pad:,}-byte tool outputs"):
             big = await bench.run(fw, args.big_steps, pad=args.pad)
@@ -287,6 +372,7 @@ async def waypoint_side(settings: Settings) -> AsyncIterator[Waypoint]:
 async def bench(
     args: argparse.Namespace, stack: EmbeddedStack, fake: FakeOpenAI, ledger: common.Ledger, tmp: Path
 ) -> None:
+    import _peers_langgraph
     import _peers_openai
     import _peers_pydantic
     import _peers_waypoint
@@ -304,9 +390,11 @@ async def bench(
     )
     effects = tmp / "effects.log"
     plain = await Client.connect(address)
-    b = Bench(ledger, plain)
+    temporal = stack._temporal.pid if stack._temporal is not None else None
+    b = Bench(ledger, plain, temporal, stack.state_dir)
     pyd_client = await _peers_pydantic.connect(address)
     oai_client = await _peers_openai.connect(address)
+    lg_client = await _peers_langgraph.connect(address)
     local = _peers_waypoint.peers_waypoint_local is not None
     async with waypoint_side(settings) as wp:
         frameworks = [waypoint_framework(WAYPOINT, wp, _peers_waypoint.AGENT)]
@@ -315,8 +403,13 @@ async def bench(
         frameworks += [
             peer_framework(_peers_pydantic, pyd_client, _peers_pydantic.TASK_QUEUE),
             peer_framework(_peers_openai, oai_client, _peers_openai.TASK_QUEUE),
+            peer_framework(_peers_langgraph, lg_client, _peers_langgraph.TASK_QUEUE),
         ]
-        async with _peers_pydantic.build_worker(pyd_client), _peers_openai.build_worker(oai_client):
+        async with (
+            _peers_pydantic.build_worker(pyd_client),
+            _peers_openai.build_worker(oai_client),
+            _peers_langgraph.build_worker(lg_client),
+        ):
             measured = await measure(args, b, frameworks)
 
     # The kill test: every worker is a process of its own, on a queue no in-process worker polls.
@@ -356,12 +449,13 @@ async def bench(
                     WAYPOINT_LOCAL, waypoint_framework(WAYPOINT, kwp, _peers_waypoint.LOCAL_AGENT), waypoint_worker
                 )
             )
-        for module, client in ((_peers_pydantic, pyd_client), (_peers_openai, oai_client)):
+        peers = ((_peers_pydantic, pyd_client), (_peers_openai, oai_client), (_peers_langgraph, lg_client))
+        for module, client in peers if not args.no_kill else ():
             queue = f"{KILL_QUEUE}-{module.NAME}"
             targets.append(
                 KillTarget(module.NAME, peer_framework(module, client, queue), peer_worker(module.NAME, queue))
             )
-        for target in targets:
+        for target in targets if not args.no_kill else ():
             with console.status(f"kill test: {target.name}"):
                 measured.kills[target.name] = await kill_test(target, effects, args.hold)
     spans = span_file(settings.state_dir)
@@ -381,25 +475,23 @@ def p90(values: list[float]) -> float:
 
 
 def report(args: argparse.Namespace, frameworks: list[Framework], m: Measured, span_count: int) -> None:
+    top = max(args.concurrency)
     main = Table(title=f"Per step, {args.steps} steps of an instant model and a trivial tool", title_justify="left")
     cols = (
         "framework",
         "median ms/step",
         "p90 ms/step",
         "median per round",
-        f"{args.concurrency} runs at once, steps/s",
         f"history per step, {args.pad // 1000} KB outputs",
         f"{args.big_steps} such steps",
     )
     for col in cols:
         main.add_column(col, justify="left" if col in ("framework", f"{args.big_steps} such steps") else "right")
     medians: dict[str, float] = {}
-    rates: dict[str, float] = {}
     per_step: dict[str, float] = {}
     for fw in frameworks:
         pooled = [ms for rnd in m.step_ms[fw.name] for ms in rnd]
         medians[fw.name] = statistics.median(pooled)
-        rates[fw.name] = statistics.median(m.steps_per_s[fw.name])
         big, history = m.big[fw.name]
         per_step[fw.name] = history / max(1, big.requests)
         ended = big.status if big.status != "completed" else "completed"
@@ -410,18 +502,57 @@ def report(args: argparse.Namespace, frameworks: list[Framework], m: Measured, s
             f"{medians[fw.name]:.1f}",
             f"{p90(pooled):.1f}",
             " / ".join(f"{statistics.median(rnd):.0f}" for rnd in m.step_ms[fw.name]),
-            f"{rates[fw.name]:.1f} ({' / '.join(f'{r:.1f}' for r in m.steps_per_s[fw.name])})",
             f"{per_step[fw.name] / 1024:,.1f} KB",
             ended,
         )
     console.print(main)
 
+    # Runs at once: steps/s and CPU per step, the median over rounds (each round in brackets for steps/s).
+    fleet = Table(
+        title=f"Runs of {args.steps} steps at once: throughput and CPU ms per step "
+        "(process: every framework's worker, the clients and the fake model; machine: every core's busy time)",
+        title_justify="left",
+    )
+    for col in ("framework", "at once", "steps/s", "process", "temporal server", "postgres", "machine"):
+        fleet.add_column(col, justify="left" if col == "framework" else "right")
+    rates: dict[str, dict[int, float]] = {}
+    cpu: dict[str, dict[int, Cpu]] = {}  # ms per step, medians over rounds
+    for at_once in args.concurrency:
+        for fw in frameworks:
+            rounds = m.steps_per_s[fw.name][at_once]
+            rates.setdefault(fw.name, {})[at_once] = statistics.median(rounds)
+            used = m.cpu_per_step[fw.name][at_once]
+            c = Cpu(
+                *(
+                    1000 * statistics.median(getattr(u, part) for u in used)
+                    for part in ("process", "temporal", "postgres", "machine")
+                )
+            )
+            cpu.setdefault(fw.name, {})[at_once] = c
+            fleet.add_row(
+                fw.name,
+                str(at_once),
+                f"{rates[fw.name][at_once]:.1f} ({' / '.join(f'{r:.1f}' for r in rounds)})",
+                f"{c.process:.1f}",
+                f"{c.temporal:.1f}",
+                f"{c.postgres:.1f}",
+                f"{c.machine:.1f}",
+            )
+    console.print(fleet)
+
     peers = [fw.name for fw in frameworks if fw.peer]
     ours = [fw.name for fw in frameworks if not fw.peer]
     ratios = Table(
-        title="Waypoint / peer (ms per step and history: lower is better; steps/s: higher)", title_justify="left"
+        title="Waypoint / peer (ms per step, CPU and history: lower is better; steps/s: higher)", title_justify="left"
     )
-    for col in ("waypoint variant", "peer", "ms per step", "steps/s at once", "history per step"):
+    for col in (
+        "waypoint variant",
+        "peer",
+        "ms per step",
+        f"steps/s, {top} at once",
+        f"machine CPU/step, {top} at once",
+        "history per step",
+    ):
         ratios.add_column(col, justify="left" if col in ("waypoint variant", "peer") else "right")
     for w in ours:
         for p in peers:
@@ -429,10 +560,12 @@ def report(args: argparse.Namespace, frameworks: list[Framework], m: Measured, s
                 w,
                 p,
                 f"{medians[w] / medians[p]:.2f}x",
-                f"{rates[w] / rates[p]:.2f}x",
+                f"{rates[w][top] / rates[p][top]:.2f}x",
+                f"{cpu[w][top].machine / cpu[p][top].machine:.2f}x",
                 f"{per_step[w] / per_step[p]:.3f}x",
             )
     console.print(ratios)
+    m.summary = summary(args, peers, medians, rates, cpu)
 
     kills = Table(
         title=f"SIGKILL of the worker after step 2's side effect (the tool then holds {args.hold:g} s)",
@@ -457,7 +590,8 @@ def report(args: argparse.Namespace, frameworks: list[Framework], m: Measured, s
             applied,
             k.status,
         )
-    console.print(kills)
+    if m.kills:
+        console.print(kills)
     for name, (large, history) in m.large.items():
         console.print(
             f"{name}: history per step with {args.large_pad // 1000} KB tool outputs, {args.big_steps} steps: "
@@ -466,32 +600,74 @@ def report(args: argparse.Namespace, frameworks: list[Framework], m: Measured, s
     console.print(
         f"Waypoint ran with its defaults: memory on, the Postgres mirror on, tracing on ({span_count:,} spans written)."
     )
+    for line in m.summary:
+        print(line)
+
+
+def summary(
+    args: argparse.Namespace,
+    peers: list[str],
+    medians: dict[str, float],
+    rates: dict[str, dict[int, float]],
+    cpu: dict[str, dict[int, Cpu]],
+) -> list[str]:
+    """The last lines: Waypoint (defaults) against the best peer at each measure. CPU is the whole machine's
+    busy time per step (the worker, the Temporal server and Postgres together: a fleet pays for all of it)."""
+    lines = []
     if WAYPOINT_LOCAL not in medians:
-        console.print("`@tool(local=True)` is not in this Waypoint: no local-tool variant measured.")
+        lines.append("`@tool(local=True)` is not in this Waypoint: no local-tool variant measured.")
     else:
         best = min(medians[p] for p in peers)
-        console.print(f"waypoint local tool/faster peer, ms per step: {medians[WAYPOINT_LOCAL] / best:.2f}x")
-    print(f"waypoint/faster peer, ms per step: {medians[WAYPOINT] / min(medians[p] for p in peers):.2f}x")
+        lines.append(f"waypoint local tool/faster peer, ms per step: {medians[WAYPOINT_LOCAL] / best:.2f}x")
+    lines.append(f"waypoint/faster peer, ms per step: {medians[WAYPOINT] / min(medians[p] for p in peers):.2f}x")
+    for at_once in args.concurrency:
+        frugal = min(peers, key=lambda p: cpu[p][at_once].machine)
+        better = max(peers, key=lambda p: rates[p][at_once])
+        lines.append(
+            f"{at_once} at once: machine cpu per step, waypoint/most frugal peer ({frugal}): "
+            f"{cpu[WAYPOINT][at_once].machine / cpu[frugal][at_once].machine:.2f}x; "
+            f"steps/s, waypoint/better peer ({better}): {rates[WAYPOINT][at_once] / rates[better][at_once]:.2f}x"
+        )
+    top = max(args.concurrency)
+    frugal = min(cpu[p][top].machine for p in peers)
+    lines.append(f"cpu per step, waypoint/most frugal peer: {cpu[WAYPOINT][top].machine / frugal:.2f}x")
+    better = max(rates[p][top] for p in peers)
+    lines.append(f"steps/s at {top} at once, waypoint/better peer: {rates[WAYPOINT][top] / better:.2f}x")
+    return lines
+
+
+def concurrency_levels(text: str) -> list[int]:
+    try:
+        levels = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers of runs at once, like 1,10,50") from None
+    if not levels:
+        raise argparse.ArgumentTypeError("give at least one number of runs at once, like 1,10,50")
+    return levels
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50, help="tool steps per timed run (plus the answer step)")
     parser.add_argument("--repetitions", type=int, default=2, help="interleaved rounds of the timed runs")
-    parser.add_argument("--concurrency", type=int, default=10, help="runs at once in the throughput test")
+    parser.add_argument(
+        "--concurrency", type=concurrency_levels, default="1,10,50", help="runs at once in the throughput test"
+    )
     parser.add_argument("--big-steps", type=int, default=100, help="steps of the run with large tool outputs")
     parser.add_argument("--pad", type=int, default=20_000, help="bytes of each tool output in that run")
     parser.add_argument(
         "--large-pad", type=int, default=100_000, help="bytes of each tool output in Waypoint's second such run"
     )
     parser.add_argument("--hold", type=float, default=2.0, help="seconds the tool holds after its effect (kill test)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 10 steps, 4 at once, 20 big steps")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 10 steps, 1 and 10 at once, 20 big steps")
+    parser.add_argument("--no-kill", action="store_true", help="skip the kill test (worker processes, about 2 min)")
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.concurrency, args.big_steps, args.hold = 10, 4, 20, 1.0
-    if min(args.steps, args.repetitions, args.concurrency, args.big_steps) < 1 or args.hold <= 0:
+        args.steps, args.concurrency, args.big_steps, args.hold = 10, [1, 10], 20, 1.0
+    if min(args.steps, args.repetitions, *args.concurrency, args.big_steps) < 1 or args.hold <= 0:
         parser.error("--steps, --repetitions, --concurrency and --big-steps must be at least 1, --hold above 0")
-    missing = [name for name in ("pydantic_ai", "agents", "temporalio.openai_agents") if not find_spec(name)]
+    needed = ("pydantic_ai", "agents", "temporalio.openai_agents", "langchain_openai", "temporalio.langgraph")
+    missing = [name for name in needed if not find_spec(name)]
     if missing:
         print(f"error: the peers are not installed ({', '.join(missing)}): pip install -e '.[peers]'", file=sys.stderr)
         raise SystemExit(1)

@@ -197,3 +197,27 @@ def test_what_a_run_of_a_lineage_recalls():
     turn = ForkLink("turn-2", 4, "now", 104.0)
     assert recall_scope([ForkLink("r", 6, "then", 306.0), turn, root]).as_of == 306.0
     assert recall_scope([ForkLink("r", 6, None, 306.0), ForkLink("old", 4, None, 104.0), root]).as_of == 306.0
+
+
+async def test_a_held_recall_is_kept_in_postgres_once(memory_worker, monkeypatch: pytest.MonkeyPatch):
+    """The calls that hold the previous call's recalled episodes write nothing: the message's row is
+    there already (the call read its text from it), and their records still name it."""
+    kept: list[str] = []
+    keep = RunStore.keep_recalled_text
+
+    async def counting(self: RunStore, tenant_id: str, run_id: str, text: str) -> str:
+        kept.append(run_id)
+        return await keep(self, tenant_id, run_id, text)
+
+    monkeypatch.setattr(RunStore, "keep_recalled_text", counting)
+    wp, _ = memory_worker
+    first = await wp.start_run("add things", agent="calculator")
+    assert (await wp.result(first)).status == "completed"
+    second = await wp.start_run("add things", agent="calculator")
+    assert (await wp.result(second)).steps == 3
+    requests = [(await wp.state(second, step)).request for step in range(3)]
+    assert all(r is not None and r["recalled"] and r["matches"] for r in requests)  # every call got them
+    recalls = [r["recalled_step"] for r in requests if r is not None]
+    held = [step for step, recalled in enumerate(recalls, start=1) if recalled < step]
+    assert held, recalls  # some call held an earlier call's episodes
+    assert kept.count(second) == len(set(recalls))  # each recalled message written once, by its recall

@@ -156,3 +156,60 @@ async def test_a_compaction_pass_stores_what_memory_missed_of_a_finished_run(
     assert report.steps_remembered == 3 and report.memory_error is None
     assert sorted({e.step for e in episodes if e.kind == "step"}) == [1, 2, 3]
     assert (await wp.run(run_id)).remembered_step == 3
+
+
+class Counting:
+    """The episodic store, recording the steps of each upsert's step episodes."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.batches: list[list[int]] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def upsert(self, episodes: Sequence[Episode]) -> list[str]:
+        self.batches.append(sorted({e.step for e in episodes if e.kind == "step"}))
+        return await self.inner.upsert(episodes)
+
+
+async def test_a_runs_episodes_are_stored_in_batches_and_all_of_them_by_its_end(
+    client: Client, engine, settings: Settings
+):
+    """One upsert per EPISODE_BATCH_STEPS steps instead of one per step; the steps still waiting are
+    stored by the call that answers (a sub-agent run stores nothing on its way out), the last step by
+    the run's end, so every step's episode is in memory once the run is done, each once."""
+    from tests.agents import add
+    from waypoint import Agent, ScriptedModel, ScriptedTurn
+    from waypoint.store.working import EPISODE_BATCH_STEPS
+
+    tool_steps = EPISODE_BATCH_STEPS + 3
+    adder = Agent(
+        name="long_adder",
+        instructions="Add, many times.",
+        model=ScriptedModel(
+            [*(ScriptedTurn(tool_calls=[("add", {"a": i, "b": 1})]) for i in range(tool_steps)), ScriptedTurn("done")]
+        ),
+        tools=(add,),
+    )
+    store = open_store(settings)
+    counting = Counting(store)
+    try:
+        async with (
+            build_worker(client, engine, settings, AgentRegistry([adder]), memory=True),
+            build_memory_worker(client, engine, settings, AgentRegistry([adder]), counting),  # type: ignore[arg-type]
+        ):
+            wp = Waypoint(client, engine, settings.model_copy(update={"memory": True}))
+            run_id = await wp.start_run("add things", agent="long_adder")
+            assert (await wp.result(run_id)).status == "completed"
+            episodes = await store.list_run(settings.tenant, run_id)
+    finally:
+        await store.close()
+    last = tool_steps + 1
+    assert counting.batches == [
+        list(range(1, EPISODE_BATCH_STEPS + 1)),  # the model call of the step after a full batch
+        list(range(EPISODE_BATCH_STEPS + 1, last)),  # the answer's call: the steps still waiting
+        [last],  # the run's end: the answer's own step
+    ]
+    assert sorted(e.step for e in episodes if e.kind == "step") == list(range(1, last + 1))
+    assert (await wp.run(run_id)).remembered_step == last

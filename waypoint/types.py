@@ -456,7 +456,7 @@ class CallModelInput:
     retry: RetrySpec = field(default_factory=RetrySpec)
     # Episodes recalled by a memory_step activity before this call (histories before `memory`).
     recalled: list[Memory] = field(default_factory=list)
-    # Episodic memory in this call: store the episodes of every step not stored yet, and recall
+    # Episodic memory in this call: store the episodes of the steps not stored yet (a batch), and recall
     # `recall_k` episodes for this step. It runs on the worker that holds the store.
     memory: bool = False
     recall_k: int = 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import literal, select, true, update
+from sqlalchemy import literal, or_, select, true, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -25,6 +25,11 @@ StepEvents = list[tuple[str, dict[str, Any]]]  # (kind, payload) in log order
 
 # Steps whose episodes one model call stores at most (after an outage, the next calls catch up).
 CATCH_UP_STEPS = 20
+# A model call stores the episodes of the steps not stored yet once there are this many of them (or one of
+# them has left the window, where the run's own recall no longer sees it): one upsert per batch of steps
+# instead of one per step. Nothing waits on Qdrant meanwhile and nothing is lost: which steps are stored
+# is the runs row's `remembered_step`, so the next call, the run's end or the compaction pass stores the rest.
+EPISODE_BATCH_STEPS = 8
 
 
 # The checkpoint a step starts from, its run's row and the run's newest compaction: one round trip.
@@ -61,6 +66,9 @@ class ModelContext:
     last: StepEvents = field(default_factory=list)  # the events of the newest step (step - 1)
     root_run_id: str | None = None  # the root of the run's tree of sub-agent runs, its episodes' tree
     held: HeldRecall | None = None  # the episodes the previous step's call received, which this one may keep
+    # Steps not stored yet whose events were not read (their batch is not due): first..through
+    deferred: tuple[int, int] | None = None
+    kept_recalled: str | None = None  # the SHA-256 of the recalled-memory message the newest step's call kept
 
 
 async def read_parts(
@@ -106,6 +114,37 @@ _EVENTS_WITH_RECALLED = EVENTS_WITH_OUTPUTS.outerjoin(
 )
 
 
+async def _step_events(
+    conn: AsyncConnection, run_id: str, spans: list[tuple[int, int]], newest: int | None
+) -> tuple[dict[int, StepEvents], str | None]:
+    """The turn events of the steps in `spans` (first, through), per step in log order, and the
+    recalled-memory message the model call of step `newest` received. Step ranges, not a list of steps:
+    one statement's shape whatever the batch, whose plan reads the events and the ledger by their keys."""
+    merged: list[tuple[int, int]] = []
+    for first, through in sorted(spans):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], through))
+        else:
+            merged.append((first, through))
+    rows = await conn.execute(
+        select(events.c.step, events.c.kind, events.c.payload, LEDGER_OUTPUT, _RECALLED)
+        .select_from(_EVENTS_WITH_RECALLED)
+        .where(
+            events.c.run_id == run_id,
+            or_(*(events.c.step.between(a, b) for a, b in merged)),
+            events.c.kind.in_(TURN_KINDS),
+        )
+        .order_by(events.c.seq)
+    )
+    read: dict[int, StepEvents] = {}
+    recalled = None  # what the newest step's (last) model call was given
+    for r in rows:
+        read.setdefault(r.step, []).append((r.kind, resolved(r.payload, r.ledger_output)))
+        if r.step == newest and r.kind == EventKind.MODEL_RESPONSE:
+            recalled = r.recalled
+    return read, recalled
+
+
 class WorkingReads(StoreBase):
     async def keep_recalled_text(self, tenant_id: str, run_id: str, text: str) -> str:
         """Keep the recalled-memory message a model call of the run received, once per text (a retry
@@ -121,8 +160,12 @@ class WorkingReads(StoreBase):
             await conn.execute(statement)
         return digest
 
-    async def model_context(self, tenant_id: str, run_id: str, step: int, *, memory: bool) -> ModelContext:
-        """Everything `call_model` reads for step `step`; `memory`: also what episodic memory needs."""
+    async def model_context(
+        self, tenant_id: str, run_id: str, step: int, *, memory: bool, batch: int = 1
+    ) -> ModelContext:
+        """Everything `call_model` reads for step `step`; `memory`: also what episodic memory needs.
+        `batch`: the steps not stored yet are read (`pending`) only once there are `batch` of them or
+        the oldest has left the window; before that they are only named (`deferred`)."""
         async with self.engine.connect() as conn:
             found = (
                 await conn.execute(
@@ -143,24 +186,24 @@ class WorkingReads(StoreBase):
             # The oldest steps not stored first (so what is marked stored never has a gap), and the
             # newest step, which the recall query reads.
             first, last = found.remembered_step + 1, min(step - 1, found.remembered_step + CATCH_UP_STEPS)
-            wanted = [*range(first, last + 1), step - 1] if memory and step > 1 else []
-            if wanted:
-                rows = await conn.execute(
-                    select(events.c.step, events.c.kind, events.c.payload, LEDGER_OUTPUT, _RECALLED)
-                    .select_from(_EVENTS_WITH_RECALLED)
-                    .where(events.c.run_id == run_id, events.c.step.in_(wanted), events.c.kind.in_(TURN_KINDS))
-                    .order_by(events.c.seq)
-                )
-                read: dict[int, StepEvents] = {}
-                recalled = None  # what the newest step's (last) model call was given
-                for r in rows:
-                    read.setdefault(r.step, []).append((r.kind, resolved(r.payload, r.ledger_output)))
-                    if r.step == step - 1 and r.kind == EventKind.MODEL_RESPONSE:
-                        recalled = r.recalled
-                context.pending = {n: read.get(n, []) for n in range(first, last + 1)}
+            due = last - first + 1 >= batch or first < context.window_start
+            if memory and first <= last and not due:
+                context.deferred = (first, last)
+            storing = range(first, last + 1) if due else range(0)
+            if memory and step > 1:
+                spans = [(step - 1, step - 1), *([(first, last)] if storing else [])]
+                read, recalled = await _step_events(conn, run_id, spans, step - 1)
+                context.pending = {n: read.get(n, []) for n in storing}
                 context.last = read.get(step - 1, [])
                 context.held = previous_recall(context.last, recalled)
+                context.kept_recalled = text_digest(recalled) if recalled is not None else None
         return context
+
+    async def deferred_steps(self, run_id: str, first: int, through: int) -> dict[int, StepEvents]:
+        """The events of the steps `first`..`through` (a model context's `deferred`), to store them now."""
+        async with self.engine.connect() as conn:
+            read, _ = await _step_events(conn, run_id, [(first, through)], None)
+        return {n: read.get(n, []) for n in range(first, through + 1)}
 
     async def fork_chain(self, tenant_id: str, run_id: str) -> list[ForkLink]:
         """The run, then its parent, the parent's parent... (what recall needs of its lineage: see
