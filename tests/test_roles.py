@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
@@ -305,3 +306,63 @@ def test_the_roles_page_names_the_role_each_action_needs():
     page = (Path(__file__).parents[1] / "docs" / "guides" / "roles.md").read_text()
     rows = re.findall(r"^\| `([a-z.]+)` \| (viewer|operator|admin) \|$", page, re.M)
     assert dict(rows) == {a.value: r.value for a, r in NEEDS.items()}
+
+
+# --- every write of the client, refused below its role, and each refusal audited ----------------
+
+
+def writes(wp: Waypoint, run_id: str, key_id: str) -> dict[Action, list[Callable[[], Awaitable[Any]]]]:
+    """Every write of the client by the action it needs: a write added without `Scope.act` is one
+    this table misses; a write whose check was lost fails below."""
+    return {
+        Action.START: [lambda: wp.start_run("a task", agent="demo")],
+        Action.PAUSE: [lambda: wp.pause(run_id)],
+        Action.RESUME: [lambda: wp.resume(run_id)],
+        Action.SEND: [lambda: wp.send(run_id, "hello")],
+        Action.APPROVE: [lambda: wp.approve(run_id)],
+        Action.DENY: [lambda: wp.deny(run_id)],
+        Action.CANCEL: [lambda: wp.cancel(run_id), lambda: wp.threads.cancel_run(run_id)],
+        Action.FORK: [lambda: wp.fork(run_id, 1)],
+        Action.RERUN: [lambda: wp.rerun(run_id), lambda: wp.rerun_batch("status = 'completed'")],
+        Action.THREAD_WRITE: [lambda: wp.threads.create(), lambda: wp.threads.update("t-1", {"a": 1})],
+        Action.EVALUATE: [lambda: wp.evals.create_dataset("notes", run_ids=[run_id])],
+        Action.DELETE: [lambda: wp.delete(run_id), lambda: wp.threads.delete_run(run_id)],
+        Action.ERASE: [lambda: wp.memory_forget(run_id)],
+        Action.KEY_CREATE: [lambda: wp.keys.create(wp.settings.tenant), lambda: wp.keys.set_role(key_id, Role.ADMIN)],
+        Action.KEY_REVOKE: [lambda: wp.keys.revoke(key_id)],
+        Action.SCHEDULE_WRITE: [
+            lambda: wp.schedules.create(agent="demo", task="t", every=60),
+            lambda: wp.schedules.delete("s-1"),
+            lambda: wp.schedules.trigger("s-1"),
+        ],
+        Action.POLICY_WRITE: [lambda: wp.assistants.delete("a-1"), lambda: wp.webhooks.secret(rotate=True)],
+        Action.DEPLOY: [lambda: wp.set_current_deployment("waypoint")],
+        Action.COMPACTION_WRITE: [lambda: wp.apply_compaction_schedule(), lambda: wp.compact(run_id)],
+        Action.AUDIT_READ: [lambda: wp.audit.entries(), lambda: wp.audit.verify()],
+    }
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("role", [Role.VIEWER, Role.OPERATOR])
+async def test_every_write_of_the_client_is_refused_below_its_role_and_audited(
+    role: Role, engine, store: RunStore, settings: Settings
+):
+    run_id = await finished_run(store, settings)
+    wp = Waypoint(None, engine, settings)  # no Temporal: a refusal comes before anything is asked of it
+    _, key = await wp.keys.create(settings.tenant, "the viewer's", role=Role.VIEWER)
+    table = writes(wp, run_id, str(key.id))
+    # every action but the limits' (no client write changes limits yet: they are settings)
+    assert set(table) == set(Action) - {Action.LIMITS_WRITE}
+    refused = [(action, call) for action, calls in table.items() if not role.allows(action) for call in calls]
+    assert refused
+    with acting_as(Actor("key:77", role, settings.tenant, Surface.PYTHON)):
+        for action, call in refused:
+            with pytest.raises(Forbidden, match=f"{action} needs the role {NEEDS[action]}"):
+                await call()
+    entries = (await wp.audit.entries(actor="key:77", limit=200)).entries
+    assert sorted((e.action, e.outcome, e.role) for e in entries) == sorted(
+        (action.value, "refused", role.value) for action, _ in refused
+    )
+    assert (await wp.audit.verify()).ok
+    assert (await wp.run(run_id)).status == RunStatus.COMPLETED  # nothing was done to the run
+    assert await wp.keys.list(settings.tenant) == [key]  # nor a key made, changed or revoked
