@@ -133,7 +133,7 @@ class FleetLimits:
         naming the entry. `limits`: the settings' file by default."""
         limits = self._settings.limits if limits is None else limits
         if limits.tenants:
-            limits.check_tenants(await self._store.key_tenants() | {self._settings.tenant})
+            limits.check_tenants(await self._store.keys.key_tenants() | {self._settings.tenant})
         return limits
 
     async def stats(self, period: str = FleetPeriod.DAY, tenant_id: str | None = None) -> FleetStats:

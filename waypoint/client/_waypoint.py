@@ -57,10 +57,10 @@ class Waypoint:
         self._store = store = RunStore(engine)  # private: every surface reads and writes through the client
         self._temporal = temporal = TemporalLink(client, settings)
         self._scope = scope = Scope(settings, store, temporal)
-        self.audit = audit = Audit(store, scope)
+        self.audit = audit = Audit(store.audit, scope)
         scope.audit_sink = audit.record  # every audited action's outcome is appended to the tenant's log
         self.limits = limits = FleetLimits(store, settings)
-        self.keys = Keys(store, scope)
+        self.keys = Keys(store.keys, scope)
         self.webhooks = webhooks = Webhooks(store, temporal, scope)
         stuck = Stuck(temporal, scope)
         catalog = Catalog(store, scope)
@@ -71,7 +71,7 @@ class Waypoint:
         records = Records(store, temporal, scope)
         self.threads = Threads(store, scope, Turns(store, scope, starts, travel, live), live, records)
         self.schedules = Schedules(store, temporal, scope, catalog, webhooks)
-        self.assistants = Assistants(store, scope, catalog)
+        self.assistants = Assistants(store.assistants, scope, catalog)
         self.evals = Evals(store, temporal, scope, catalog)
         listing, log = Listing(store, scope, limits, stuck), RunLog(store, scope)
         deploys, compaction = Deploys(temporal, scope), Compaction(store, temporal, scope, runs)

@@ -62,7 +62,6 @@ class RunStore(
     Integrity,
     Invariants,
     Catalog,
-    ApiKeys,
     Threads,
     Streams,
     EvalStore,
@@ -73,16 +72,28 @@ class RunStore(
     FleetReads,
     Webhooks,
     Idempotency,
-    ScheduleStore,
-    AssistantStore,
     VersionStore,
     WaterfallReads,
-    AuditLog,
 ):
-    """Every read and write of the Postgres mirror."""
+    """Every read and write of the Postgres mirror.
+
+    The families that stand alone are stores of their own, one attribute each, so a client service is
+    built from the one it needs: `keys` (the HTTP API's keys), `audit` (the audit log), `schedules`
+    (scheduled agents), `assistants` (Agent Protocol assistants).
+
+    The rest stay mixins of this class because they call each other through `self`: the run log's
+    appends and status transitions are used by the step writer, starts, compactions, the ledger, time
+    travel, threads, budget pools and evaluations; `StoreBase._run` / `get_run` (a run's row, tenant
+    scoped) are used by nearly all of them; reads, trees, comparisons and the waterfall share the
+    listings' helpers. Splitting those needs the log as an object they are given, not a base.
+    """
 
     def __init__(self, engine: AsyncEngine):
         self.engine = engine
+        self.keys = ApiKeys(engine)
+        self.audit = AuditLog(engine)
+        self.schedules = ScheduleStore(engine)
+        self.assistants = AssistantStore(engine)
 
 
 __all__ = ["RunStore"]

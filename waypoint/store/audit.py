@@ -1,9 +1,9 @@
 """The audit log: every human or application action, one row each, append-only and hash-chained per
 tenant like a run's events.
 
-    row = await store.append_audit(entry)          # seq 1, 2, 3... of the entry's tenant
-    rows = await store.audit_entries(tenant, actor="key:3", limit=50)   # newest first
-    verdict = await store.verify_audit(tenant)     # the first entry whose chain breaks, if any
+    row = await store.audit.append_audit(entry)          # seq 1, 2, 3... of the entry's tenant
+    rows = await store.audit.audit_entries(tenant, actor="key:3", limit=50)   # newest first
+    verdict = await store.audit.verify_audit(tenant)     # the first entry whose chain breaks, if any
 
 `hash = sha256(prev_hash || canonical JSON of the entry)` (the construction of `hashing.py`), over
 every column but `id`, `prev_hash` and `hash`, `at` as ISO 8601 text. Appends to one tenant are
