@@ -71,15 +71,14 @@ class RunStore(
     BudgetStore,
     FleetReads,
     Webhooks,
-    Idempotency,
-    VersionStore,
     WaterfallReads,
 ):
     """Every read and write of the Postgres mirror.
 
     The families that stand alone are stores of their own, one attribute each, so a client service is
     built from the one it needs: `keys` (the HTTP API's keys), `audit` (the audit log), `schedules`
-    (scheduled agents), `assistants` (Agent Protocol assistants).
+    (scheduled agents), `assistants` (Agent Protocol assistants),
+    `idempotency` (the idempotency keys of starts), `versions` (the agent versions runs started with).
 
     The rest stay mixins of this class because they call each other through `self`: the run log's
     appends and status transitions are used by the step writer, starts, compactions, the ledger, time
@@ -94,6 +93,8 @@ class RunStore(
         self.audit = AuditLog(engine)
         self.schedules = ScheduleStore(engine)
         self.assistants = AssistantStore(engine)
+        self.idempotency = Idempotency(engine)
+        self.versions = VersionStore(engine)
 
 
 __all__ = ["RunStore"]
