@@ -61,7 +61,7 @@ class Waypoint:
         scope.audit_sink = audit.record  # every audited action's outcome is appended to the tenant's log
         self.limits = limits = FleetLimits(store, settings)
         self.keys = Keys(store.keys, scope)
-        self.webhooks = webhooks = Webhooks(store, temporal, scope)
+        self.webhooks = webhooks = Webhooks(store.webhooks, temporal, scope)
         stuck = Stuck(temporal, scope)
         catalog = Catalog(store, scope)
         runs = Runs(store, temporal, scope, limits, stuck)

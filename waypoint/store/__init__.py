@@ -67,10 +67,8 @@ class RunStore(
     EvalStore,
     Compare,
     Trees,
-    Limiter,
     BudgetStore,
     FleetReads,
-    Webhooks,
     WaterfallReads,
 ):
     """Every read and write of the Postgres mirror.
@@ -78,7 +76,8 @@ class RunStore(
     The families that stand alone are stores of their own, one attribute each, so a client service is
     built from the one it needs: `keys` (the HTTP API's keys), `audit` (the audit log), `schedules`
     (scheduled agents), `assistants` (Agent Protocol assistants),
-    `idempotency` (the idempotency keys of starts), `versions` (the agent versions runs started with).
+    `idempotency` (the idempotency keys of starts), `versions` (the agent versions runs started with),
+    `webhooks` (signing secrets, deliveries, attempts), `limiter` (the shared limiter of model calls).
 
     The rest stay mixins of this class because they call each other through `self`: the run log's
     appends and status transitions are used by the step writer, starts, compactions, the ledger, time
@@ -95,6 +94,8 @@ class RunStore(
         self.assistants = AssistantStore(engine)
         self.idempotency = Idempotency(engine)
         self.versions = VersionStore(engine)
+        self.webhooks = Webhooks(engine)
+        self.limiter = Limiter(engine)
 
 
 __all__ = ["RunStore"]
