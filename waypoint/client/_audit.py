@@ -29,8 +29,7 @@ from waypoint.access import Action, AuditEntry
 from waypoint.checks import BIGINT_MAX, check_choice, check_count, check_text, parse_when
 from waypoint.client._scope import Scope
 from waypoint.errors import InvalidInput
-from waypoint.store.audit import AUDIT_LIMIT_MAX, AuditLog
-from waypoint.store.rows import AuditRow, AuditVerdict
+from waypoint.store.audit import AUDIT_LIMIT_MAX, AuditLog, AuditRow, AuditVerdict
 
 log = logging.getLogger(__name__)
 

@@ -322,53 +322,6 @@ class ApiKeyRow:
 
 
 @dataclass(frozen=True)
-class AuditRow:
-    """One entry of a tenant's audit log (`audit_log`): who (`actor`: key:<id>, user:<subject> or
-    local; never a secret) did what (`action`) on what (`target_kind`, `target_id`), from where
-    (`surface`, `address`), when, and how it ended (`outcome`: ok, refused, failed; `detail`: the
-    refusal's or failure's message). `seq` counts the tenant's entries from 1; `hash` chains each
-    to the one before (`prev_hash`)."""
-
-    tenant_id: str
-    seq: int
-    at: datetime
-    actor: str
-    role: str
-    surface: str
-    address: str | None
-    action: str
-    target_kind: str | None
-    target_id: str | None
-    outcome: str
-    detail: dict[str, Any] | None
-    prev_hash: str | None
-    hash: str
-
-    @classmethod
-    def of(cls, row: Mapping[Any, Any]) -> AuditRow:
-        return row_of(cls, row)
-
-    @property
-    def message(self) -> str | None:
-        return (self.detail or {}).get("message")
-
-
-@dataclass(frozen=True)
-class AuditVerdict:
-    """What `verify_audit` found: the entries read, and the first one whose chain breaks (None:
-    the chain holds), with why."""
-
-    tenant_id: str
-    entries: int = 0
-    broken_seq: int | None = None
-    problem: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.broken_seq is None
-
-
-@dataclass(frozen=True)
 class ThreadRun:
     """One run of a thread, in order; `run` is None while its row is not written yet.
     `multitask_strategy`: what the run was created with on a busy thread (None: reject, the default)."""
@@ -649,14 +602,3 @@ class WebhookDelivery:
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> WebhookDelivery:
         return row_of(cls, row)
-
-
-@dataclass(frozen=True)
-class WebhookSecret:
-    """A tenant's webhook signing secret."""
-
-    secret: str
-    created_at: datetime
-
-    def to_json(self) -> dict[str, Any]:
-        return {"secret": self.secret, "created_at": self.created_at.isoformat()}
