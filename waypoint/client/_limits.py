@@ -147,7 +147,7 @@ class FleetLimits:
         bucket = BUCKETS[chosen]
         until = datetime.now(UTC)
         since = until - SPANS[chosen]
-        figures = await self._store.fleet_figures(tenant, since, bucket)
+        figures = await self._store.fleet.fleet_figures(tenant, since, bucket)
         health = await self._store.limiter.key_health()
         return FleetStats(
             tenant_id=tenant,

@@ -3,6 +3,7 @@
     store = RunStore(engine)     # built once per process, injected into the activities
     await store.list_runs(tenant_id)
     await store.record_step(record, attempt=n)
+    await store.keys.create_key(tenant_id, name)   # a family that stands alone is an attribute
 
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
@@ -60,7 +61,6 @@ class RunStore(
     Reads,
     TimeTravel,
     Integrity,
-    Invariants,
     Catalog,
     Threads,
     Streams,
@@ -68,22 +68,24 @@ class RunStore(
     Compare,
     Trees,
     BudgetStore,
-    FleetReads,
     WaterfallReads,
 ):
     """Every read and write of the Postgres mirror.
 
     The families that stand alone are stores of their own, one attribute each, so a client service is
     built from the one it needs: `keys` (the HTTP API's keys), `audit` (the audit log), `schedules`
-    (scheduled agents), `assistants` (Agent Protocol assistants),
-    `idempotency` (the idempotency keys of starts), `versions` (the agent versions runs started with),
-    `webhooks` (signing secrets, deliveries, attempts), `limiter` (the shared limiter of model calls).
+    (scheduled agents), `assistants` (Agent Protocol assistants), `idempotency` (the idempotency keys
+    of starts), `versions` (the agent versions runs started with), `webhooks` (signing secrets,
+    deliveries, attempts), `limiter` (the shared limiter of model calls), `fleet` (the fleet's figures)
+    and `invariants` (what `verify --all` compares with Temporal).
 
-    The rest stay mixins of this class because they call each other through `self`: the run log's
-    appends and status transitions are used by the step writer, starts, compactions, the ledger, time
-    travel, threads, budget pools and evaluations; `StoreBase._run` / `get_run` (a run's row, tenant
-    scoped) are used by nearly all of them; reads, trees, comparisons and the waterfall share the
-    listings' helpers. Splitting those needs the log as an object they are given, not a base.
+    The rest stay bases of this class. `EvalStore` calls `Compare._compared_events` through `self`,
+    so evaluations and comparisons stay together. The others (the run log, step writer, starts,
+    ledger, compactions, working and listing reads, time travel, integrity, catalog, threads,
+    streams, trees, budget pools, the waterfall) call only what every part shares, `StoreBase`'s
+    `_run` / `get_run` / `checkpoint_at` / `owner_of_step`, and the log's module functions: each
+    could become an attribute the same way. They have not been split yet because the activities and
+    most client services call them on `store` directly, so each split means rewriting those callers.
     """
 
     def __init__(self, engine: AsyncEngine):
@@ -96,6 +98,8 @@ class RunStore(
         self.versions = VersionStore(engine)
         self.webhooks = Webhooks(engine)
         self.limiter = Limiter(engine)
+        self.fleet = FleetReads(engine)
+        self.invariants = Invariants(engine)
 
 
 __all__ = ["RunStore"]
