@@ -118,7 +118,7 @@ class Schedules:
             )
             await self._catalog.check_start(agent, model or self._scope.settings.model)
             if thread_id is not None:
-                await self._store.get_thread(tenant, thread_id)  # the tenant's own thread
+                await self._store.threads.get_thread(tenant, thread_id)  # the tenant's own thread
             gateway = await self._gateway()  # Temporal is reachable before anything is written
             row = await self._store.schedules.create_schedule(
                 tenant, schedule_id or new_schedule_id(), agent=agent, task=task, thread_id=thread_id, spec=spec

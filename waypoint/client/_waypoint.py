@@ -69,7 +69,7 @@ class Waypoint:
         live = Live(store, temporal, scope, stuck, runs, catalog)
         travel = Travel(store, scope, catalog, starts, webhooks, live)
         records = Records(store, temporal, scope)
-        self.threads = Threads(store, scope, Turns(store, scope, starts, travel, live), live, records)
+        self.threads = Threads(store.threads, scope, Turns(store, scope, starts, travel, live), live, records)
         self.schedules = Schedules(store, temporal, scope, catalog, webhooks)
         self.assistants = Assistants(store.assistants, scope, catalog)
         self.evals = Evals(store, temporal, scope, catalog)

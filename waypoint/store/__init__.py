@@ -62,13 +62,11 @@ class RunStore(
     TimeTravel,
     Integrity,
     Catalog,
-    Threads,
     Streams,
     EvalStore,
     Compare,
     Trees,
     BudgetStore,
-    WaterfallReads,
 ):
     """Every read and write of the Postgres mirror.
 
@@ -77,12 +75,13 @@ class RunStore(
     (scheduled agents), `assistants` (Agent Protocol assistants), `idempotency` (the idempotency keys
     of starts), `versions` (the agent versions runs started with), `webhooks` (signing secrets,
     deliveries, attempts), `limiter` (the shared limiter of model calls), `fleet` (the fleet's figures)
-    and `invariants` (what `verify --all` compares with Temporal).
+    `invariants` (what `verify --all` compares with Temporal), `threads` (conversation threads) and
+    `waterfall` (the rows a run's waterfall is drawn from).
 
     The rest stay bases of this class. `EvalStore` calls `Compare._compared_events` through `self`,
     so evaluations and comparisons stay together. The others (the run log, step writer, starts,
-    ledger, compactions, working and listing reads, time travel, integrity, catalog, threads,
-    streams, trees, budget pools, the waterfall) call only what every part shares, `StoreBase`'s
+    ledger, compactions, working and listing reads, time travel, integrity, catalog,
+    streams, trees, budget pools) call only what every part shares, `StoreBase`'s
     `_run` / `get_run` / `checkpoint_at` / `owner_of_step`, and the log's module functions: each
     could become an attribute the same way. They have not been split yet because the activities and
     most client services call them on `store` directly, so each split means rewriting those callers.
@@ -100,6 +99,8 @@ class RunStore(
         self.limiter = Limiter(engine)
         self.fleet = FleetReads(engine)
         self.invariants = Invariants(engine)
+        self.threads = Threads(engine)
+        self.waterfall = WaterfallReads(engine)
 
 
 __all__ = ["RunStore"]
