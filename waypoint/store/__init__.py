@@ -56,7 +56,6 @@ class RunStore(
     StepWriter,
     Starts,
     Ledger,
-    CompactionStore,
     WorkingReads,
     Reads,
     TimeTravel,
@@ -74,14 +73,15 @@ class RunStore(
     built from the one it needs: `keys` (the HTTP API's keys), `audit` (the audit log), `schedules`
     (scheduled agents), `assistants` (Agent Protocol assistants), `idempotency` (the idempotency keys
     of starts), `versions` (the agent versions runs started with), `webhooks` (signing secrets,
-    deliveries, attempts), `limiter` (the shared limiter of model calls), `fleet` (the fleet's figures)
-    `invariants` (what `verify --all` compares with Temporal), `threads` (conversation threads) and
-    `waterfall` (the rows a run's waterfall is drawn from).
+    deliveries, attempts), `limiter` (the shared limiter of model calls), `fleet` (the fleet's
+    figures), `invariants` (what `verify --all` compares with Temporal), `threads` (conversation
+    threads), `waterfall` (the rows a run's waterfall is drawn from) and `compaction` (compactions of
+    a run's log).
 
     The rest stay bases of this class. `EvalStore` calls `Compare._compared_events` through `self`,
     so evaluations and comparisons stay together. The others (the run log, step writer, starts,
-    ledger, compactions, working and listing reads, time travel, integrity, catalog,
-    streams, trees, budget pools) call only what every part shares, `StoreBase`'s
+    ledger, working and listing reads, time travel, integrity, catalog, streams, trees, budget pools)
+    call only what every part shares, `StoreBase`'s
     `_run` / `get_run` / `checkpoint_at` / `owner_of_step`, and the log's module functions: each
     could become an attribute the same way. They have not been split yet because the activities and
     most client services call them on `store` directly, so each split means rewriting those callers.
@@ -101,6 +101,7 @@ class RunStore(
         self.invariants = Invariants(engine)
         self.threads = Threads(engine)
         self.waterfall = WaterfallReads(engine)
+        self.compaction = CompactionStore(engine)
 
 
 __all__ = ["RunStore"]
