@@ -69,7 +69,7 @@ class Capacity:
         that is healthy again (a `recovered` wait names it)."""
         if inp.prefer:
             keys = {self.limits.model_key(m, agent.provider_key_env)[0]: m for m in inp.prefer}
-            back = await self.store.recovered(list(keys), self.limits.breaker)
+            back = await self.store.limiter.recovered(list(keys), self.limits.breaker)
             if back is not None:
                 return CapacityWait(key=keys[back], reason=WaitReason.RECOVERED, position=0, retry_after=0.0)
         ask = CapacityAsk(
@@ -111,7 +111,7 @@ class Capacity:
         return taken
 
     async def _ask(self, ask: CapacityAsk) -> Lease | CapacityWait:
-        return await self.store.acquire(
+        return await self.store.limiter.acquire(
             ask, self.limits, self.settings.limit_lease_seconds, standby_seconds=STANDBY_SECONDS
         )
 
@@ -171,7 +171,7 @@ class Capacity:
             while True:
                 await asyncio.sleep(every)
                 try:
-                    await self.store.renew(lease, self.settings.limit_lease_seconds)
+                    await self.store.limiter.renew(lease, self.settings.limit_lease_seconds)
                 except Exception as exc:  # Postgres away for a moment: the next beat tries again
                     log.warning("lease %s not renewed: %s: %s", lease.lease_id, type(exc).__name__, exc)
 
@@ -181,7 +181,7 @@ class Capacity:
     async def give_back(self, lease: Lease, turn: ModelTurn | None) -> None:
         """Release the slot with what the call used, and wake the runs that now fit."""
         used = turn.usage.input_tokens + turn.usage.output_tokens if turn is not None else None
-        woken = await self.store.release(lease, self.limits, used)
+        woken = await self.store.limiter.release(lease, self.limits, used)
         await wake(woken)
 
     async def outcome(self, key: str, error: ModelError | None) -> None:
@@ -191,10 +191,13 @@ class Capacity:
             telemetry.metrics().throttled.add(1, {"waypoint.model_key": key})
         if error is not None and not error.retryable:
             return  # a rejected request says nothing of the provider's health
-        await self.store.key_outcome(key, failed=error is not None, throttled=throttled, breaker=self.limits.breaker)
+        await self.store.limiter.key_outcome(
+            key, failed=error is not None, throttled=throttled, breaker=self.limits.breaker
+        )
         if throttled and error is not None and error.retry_after is not None:
             seconds = error.retry_after.total_seconds()
-            await self.store.cool_down(key, seconds, f"{error.status} from the provider: retry after {seconds:g} s")
+            why = f"{error.status} from the provider: retry after {seconds:g} s"
+            await self.store.limiter.cool_down(key, seconds, why)
             log.info("model key %s cooling down for %.3g s after a %s", key, seconds, error.status)
 
 

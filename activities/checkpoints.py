@@ -177,9 +177,9 @@ class CheckpointActivities:
         window (no instructions of its own), which reads the parent's head."""
         if fork is None or fork.instructions:
             return instructions
-        parent = await self.store.run_fingerprint(tenant_id, fork.run_id)
+        parent = await self.store.versions.run_fingerprint(tenant_id, fork.run_id)
         if parent is not None:
-            return (await self.store.agent_version(tenant_id, parent)).instructions
+            return (await self.store.versions.agent_version(tenant_id, parent)).instructions
         started = await self.store.run_started(tenant_id, fork.run_id)  # a parent from before versions
         return str((started or {}).get("instructions") or instructions)
 

@@ -112,7 +112,7 @@ class CompactionActivities:
     async def select_runs(self, inp: SelectRunsInput) -> list[RunRef]:
         """Runs (running or finished) whose history after their newest compaction passes the
         threshold, largest first."""
-        return await self.store.runs_to_compact(
+        return await self.store.compaction.runs_to_compact(
             threshold_tokens=inp.threshold_tokens, limit=inp.limit, tenant_id=inp.tenant_id, run_id=inp.run_id
         )
 
@@ -124,7 +124,9 @@ class CompactionActivities:
 
     async def compact(self, inp: CompactRunInput) -> CompactionSummary:
         keep = self.settings.compaction_keep_steps if inp.keep_steps is None else inp.keep_steps
-        src = await self.store.compaction_source(inp.tenant_id, inp.run_id, keep_steps=keep, upto_seq=inp.upto_seq)
+        src = await self.store.compaction.compaction_source(
+            inp.tenant_id, inp.run_id, keep_steps=keep, upto_seq=inp.upto_seq
+        )
         previous = src.previous
         if not logic.range_messages(src.events):
             return self.nothing(src)
@@ -165,7 +167,7 @@ class CompactionActivities:
             "model": spec if summary.method == "model" else None,
             "fallback_reason": fallback,
         }
-        compaction_id, created = await self.store.write_compaction(row, previous["id"] if previous else None)
+        compaction_id, created = await self.store.compaction.write_compaction(row, previous["id"] if previous else None)
         return CompactionSummary(
             run_id=inp.run_id,
             compaction_id=compaction_id,

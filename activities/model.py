@@ -256,14 +256,14 @@ class ModelActivities:
         if run_id not in self._fingerprints:
             if len(self._fingerprints) > 4096:
                 self._fingerprints.clear()
-            self._fingerprints[run_id] = await self.store.run_fingerprint(tenant_id, run_id)
+            self._fingerprints[run_id] = await self.store.versions.run_fingerprint(tenant_id, run_id)
         fingerprint = self._fingerprints[run_id]
         if fingerprint is None:
             return None
         if fingerprint not in self._versions:
             if len(self._versions) > 1024:
                 self._versions.clear()
-            self._versions[fingerprint] = await self.store.agent_version(tenant_id, fingerprint)
+            self._versions[fingerprint] = await self.store.versions.agent_version(tenant_id, fingerprint)
         return self._versions[fingerprint]
 
     def _holding(self, lease: Lease | None) -> AbstractAsyncContextManager[None]:

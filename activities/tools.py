@@ -179,10 +179,10 @@ class ToolActivities:
     async def _removed(self, inp: RunToolInput) -> str | None:
         """Why a tool the run's agent version offered is not here: a deploy since the run started
         removed it (None when the version never had it: a plain unknown tool)."""
-        fingerprint = await self.store.run_fingerprint(inp.tenant_id, inp.run_id)
+        fingerprint = await self.store.versions.run_fingerprint(inp.tenant_id, inp.run_id)
         if fingerprint is None:
             return None
-        version = await self.store.agent_version(inp.tenant_id, fingerprint)
+        version = await self.store.versions.agent_version(inp.tenant_id, fingerprint)
         if inp.call.name not in version.tool_names:
             return None
         return (

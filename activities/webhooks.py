@@ -190,12 +190,12 @@ class WebhookActivities:
         """The delivery's row (made from the finished run unless it exists: a redelivery's is made by
         the client) with its retry window started: its status and the seconds left of the window."""
         try:
-            status, left = await self.store.open_delivery(inp.tenant_id, inp.delivery_id, self.window_seconds)
+            status, left = await self.store.webhooks.open_delivery(inp.tenant_id, inp.delivery_id, self.window_seconds)
         except NotFound:
             row = await self.store.get_run(inp.tenant_id, inp.run_id)
             if not row.webhook:
                 raise WebhookRefused(f"run {inp.run_id} has no webhook: nothing to deliver") from None
-            await self.store.create_delivery(
+            await self.store.webhooks.create_delivery(
                 inp.tenant_id,
                 delivery_id=inp.delivery_id,
                 run_id=inp.run_id,
@@ -203,7 +203,7 @@ class WebhookActivities:
                 url=row.webhook,
                 body=finished_body(row, inp.delivery_id).decode(),
             )
-            status, left = await self.store.open_delivery(inp.tenant_id, inp.delivery_id, self.window_seconds)
+            status, left = await self.store.webhooks.open_delivery(inp.tenant_id, inp.delivery_id, self.window_seconds)
         return DeliveryPlan(status=status, window_seconds=max(left, 0.0))
 
     @activity.defn(name=Activity.POST_WEBHOOK)
@@ -211,10 +211,10 @@ class WebhookActivities:
     async def post_webhook(self, inp: PostWebhookInput) -> int:
         """Post the delivery's body once, signed now; the receiver's status code when delivered."""
         n = attempt()
-        delivery, text = await self.store.delivery_body(inp.tenant_id, inp.delivery_id)
+        delivery, text = await self.store.webhooks.delivery_body(inp.tenant_id, inp.delivery_id)
         if delivery.status == DeliveryStatus.DELIVERED:  # an attempt that delivered, then lost its worker
             return delivery.last_status_code or 200
-        secret = await self.store.webhook_secret(inp.tenant_id)
+        secret = await self.store.webhooks.webhook_secret(inp.tenant_id)
         body = text.encode()
         headers = headers_for(secret.secret, body, delivery.delivery_id, delivery.event)
         code, failure, duration_ms = await self.attempt_post(delivery.url, body, headers, WEBHOOK_MAX_INTERVAL)
@@ -222,7 +222,7 @@ class WebhookActivities:
         due = datetime.now(UTC) + wait if wait is not None else None
         if due is not None and delivery.window_ends_at is not None and due > delivery.window_ends_at:
             due = None  # Temporal starts no attempt past the window's end: this one was the last
-        await self.store.record_delivery_attempt(
+        await self.store.webhooks.record_delivery_attempt(
             inp.tenant_id,
             inp.delivery_id,
             attempt=n,
@@ -289,7 +289,7 @@ class WebhookActivities:
     @boundary
     async def close_webhook_delivery(self, inp: CloseDeliveryInput) -> None:
         """Put a delivery given up on the dead-letter list (a late attempt that delivered stays delivered)."""
-        await self.store.close_delivery(inp.tenant_id, inp.delivery_id, inp.reason)
+        await self.store.webhooks.close_delivery(inp.tenant_id, inp.delivery_id, inp.reason)
         log.warning(
             "webhook delivery %s given up, on the dead-letter list: %s",
             inp.delivery_id,
@@ -305,11 +305,11 @@ class WebhookActivities:
         """Post the finished run to its webhook once; the receiver's status code when delivered."""
         n = attempt()
         row = await self.store.get_run(inp.tenant_id, inp.run_id)
-        secret = await self.store.webhook_secret(inp.tenant_id)
+        secret = await self.store.webhooks.webhook_secret(inp.tenant_id)
         body = finished_body(row, inp.delivery_id)
         headers = headers_for(secret.secret, body, inp.delivery_id, WebhookEvent.RUN_FINISHED)
         code, failure, duration_ms = await self.attempt_post(inp.url, body, headers)
-        await self.store.record_webhook_attempt(
+        await self.store.webhooks.record_webhook_attempt(
             inp.tenant_id,
             inp.run_id,
             attempt=n,

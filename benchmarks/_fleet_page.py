@@ -70,9 +70,10 @@ async def fleet_page(
     settings = bench_settings(stack, workdir, tenant)
     engine = await prepare_database(stack.info.database_url)
     store = RunStore(engine)
-    key, _ = await store.create_key(tenant, "bench")
+    key, _ = await store.keys.create_key(tenant, "bench")
     await seed(store, tenant, "bench-other", runs, steps)
-    await store.analyze_fleet_tables()  # as autovacuum soon would: the planner sees every run, not the few it counted
+    # as autovacuum soon would: the planner sees every run, not the few it counted
+    await store.fleet.analyze_fleet_tables()
     port = free_port()
     env = settings.child_environment(WAYPOINT_API_PORT=str(port))
     proc = subprocess.Popen([sys.executable, "-m", "waypoint", "serve"], env=env, stdout=subprocess.PIPE, text=True)

@@ -231,7 +231,7 @@ async def one_run(
             await worker
         if result.status != RunStatus.COMPLETED:
             raise RuntimeError(f"{provider.name} run {result.run_id} ended {result.status}: {result.error}")
-        compactions = await RunStore(engine).compactions(settings.tenant, run_id=result.run_id, limit=10_000)
+        compactions = await RunStore(engine).compaction.compactions(settings.tenant, run_id=result.run_id, limit=10_000)
     finally:
         compactor.stop()
         for key, value in saved.items():

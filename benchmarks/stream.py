@@ -268,7 +268,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
     engine = await prepare_database(stack.info.database_url)
     store = RunStore(engine)
     await store.register_agents(settings.task_queue, [demo.info(openai=False, worker=worker_identity())])
-    key, _ = await store.create_key(tenant, "bench")
+    key, _ = await store.keys.create_key(tenant, "bench")
     port = free_port()
     env = settings.child_environment(WAYPOINT_API_PORT=str(port))
     proc = subprocess.Popen([sys.executable, "-m", "waypoint", "serve"], env=env, stdout=subprocess.PIPE, text=True)

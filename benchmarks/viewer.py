@@ -72,7 +72,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
     settings = bench_settings(stack, workdir, tenant)
     engine = await prepare_database(stack.info.database_url)
     store = RunStore(engine)
-    key, _ = await store.create_key(tenant, "bench")
+    key, _ = await store.keys.create_key(tenant, "bench")
     with console.status(f"writing {args.runs} runs and one of {args.steps} steps..."):
         for _ in range(args.runs):
             run_id = await new_run(store, tenant)

@@ -150,7 +150,7 @@ async def test_the_same_range_twice_does_nothing_new(engine, store: RunStore, se
     # The same row written twice (a retried attempt whose first one committed): ON CONFLICT DO NOTHING.
     row = await newest(engine, run_id)
     fields = {k: v for k, v in row.items() if k not in ("id", "created_at")}
-    assert await store.write_compaction(fields, None) == (row["id"], False)
+    assert await store.compaction.write_compaction(fields, None) == (row["id"], False)
     async with engine.connect() as conn:
         count = select(func.count()).select_from(compactions).where(compactions.c.run_id == run_id)
         assert await conn.scalar(count) == 1

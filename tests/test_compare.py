@@ -120,6 +120,6 @@ async def test_http_compare_and_another_tenant(api: ApiServer, store: RunStore, 
     assert r.status_code == 200, r.text
     assert r.json()["first_divergence"] == 2 and r.json()["diverged"] is True
 
-    key_b, _ = await store.create_key("tenant-b", "b")
+    key_b, _ = await store.keys.create_key("tenant-b", "b")
     r = await api.http.get(f"/v1/runs/{a}/compare/{other}", headers={"Authorization": f"Bearer {key_b}"})
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"

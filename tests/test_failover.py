@@ -270,7 +270,7 @@ async def test_an_open_breaker_fails_over_at_once_and_a_recovered_model_takes_th
         return Turn(tool_calls=[("add", {"a": done, "b": 1})]) if done < 3 else Turn(content="done")
 
     async def breaker_over() -> bool:
-        return await RunStore(engine).recovered(["openai:flaky-model"], settings.limits.breaker) is not None
+        return await RunStore(engine).limiter.recovered(["openai:flaky-model"], settings.limits.breaker) is not None
 
     fake_openai.responder = respond
     wp = Waypoint(client, engine, settings)

@@ -26,7 +26,7 @@ async def test_the_cost_table_counts_a_forks_own_steps_as_the_totals_do(store: R
     turn, results, _ = step(3, [("add", {"a": 9, "b": 9}, "18")])
     await store.record_step(StepRecord(fork, settings.tenant, 3, turn, results))
 
-    figures = await store.fleet_figures(settings.tenant, since, timedelta(minutes=1))
+    figures = await store.fleet.fleet_figures(settings.tenant, since, timedelta(minutes=1))
     answered = sum(s.steps for s in figures.steps)  # the totals' steps: model answers in the period
     assert answered == 4
     assert sum(c.steps for c in figures.costs) == answered  # was 6: the fork's two inherited steps again

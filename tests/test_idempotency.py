@@ -112,7 +112,7 @@ async def test_after_the_retention_window_the_key_starts_a_new_run(
     wp = Waypoint(client, engine, settings.model_copy(update={"idempotency_retention_seconds": 60}))
     key, stale = new_key(), new_key()
     first = await wp.start_run("add", agent="calculator", idempotency_key=key)
-    await store.claim_key(settings.tenant, stale, "run-stale", "h", 60)
+    await store.idempotency.claim_key(settings.tenant, stale, "run-stale", "h", 60)
     async with engine.begin() as conn:  # both an hour old: past the window
         await conn.execute(
             update(idempotency_keys)
@@ -120,8 +120,8 @@ async def test_after_the_retention_window_the_key_starts_a_new_run(
             .values(created_at=func.now() - func.make_interval(0, 0, 0, 0, 1))
         )
     later = await wp.start_run("add 4 and 5", agent="calculator", idempotency_key=key)  # another body: a new start
-    assert later != first and await store.key_run(settings.tenant, key) == later
-    assert await store.key_run(settings.tenant, stale) is None  # tidied by the winning claim
+    assert later != first and await store.idempotency.key_run(settings.tenant, key) == later
+    assert await store.idempotency.key_run(settings.tenant, stale) is None  # tidied by the winning claim
     assert await wp.start_run("add 4 and 5", agent="calculator", idempotency_key=key) == later
 
 
@@ -134,9 +134,9 @@ async def test_a_failed_start_leaves_no_claim(client: Client, engine: AsyncEngin
     # the key is claimed, then the start fails (the run id is taken): the claim is given back
     with pytest.raises(Conflict, match=f"run {existing} already exists"):
         await wp.start_run("add", agent="calculator", run_id=existing, idempotency_key=key)
-    assert await wp._store.key_run(settings.tenant, key) is None
+    assert await wp._store.idempotency.key_run(settings.tenant, key) is None
     fresh = await wp.start_run("add", agent="calculator", idempotency_key=key)  # the retry starts it
-    assert fresh != existing and await wp._store.key_run(settings.tenant, key) == fresh
+    assert fresh != existing and await wp._store.idempotency.key_run(settings.tenant, key) == fresh
     with pytest.raises(InvalidInput, match="invalid idempotency key"):
         await wp.start_run("add", agent="calculator", idempotency_key="has space")
 
@@ -173,7 +173,9 @@ async def test_temporal_refuses_a_closed_runs_id(client: Client, settings: Setti
 
 async def test_racing_claims_in_the_store(store: RunStore, settings: Settings):
     key = new_key()
-    claims = await asyncio.gather(*(store.claim_key(settings.tenant, key, f"run-{i}", "h", 60) for i in range(20)))
+    claims = await asyncio.gather(
+        *(store.idempotency.claim_key(settings.tenant, key, f"run-{i}", "h", 60) for i in range(20))
+    )
     winners = [run_id for run_id, created in claims if created]
     assert len(winners) == 1 and {run_id for run_id, _ in claims} == set(winners)
     # the same race over an expired claim: one replaces it
@@ -183,11 +185,13 @@ async def test_racing_claims_in_the_store(store: RunStore, settings: Settings):
             .where(idempotency_keys.c.key == key)
             .values(created_at=func.now() - func.make_interval(0, 0, 0, 0, 1))
         )
-    claims = await asyncio.gather(*(store.claim_key(settings.tenant, key, f"new-{i}", "h", 60) for i in range(20)))
+    claims = await asyncio.gather(
+        *(store.idempotency.claim_key(settings.tenant, key, f"new-{i}", "h", 60) for i in range(20))
+    )
     winners = [run_id for run_id, created in claims if created]
     assert len(winners) == 1 and winners[0].startswith("new-") and {r for r, _ in claims} == set(winners)
-    await store.release_key(settings.tenant, key, "not-its-run")  # names another run: kept
-    assert await store.key_run(settings.tenant, key) == winners[0]
+    await store.idempotency.release_key(settings.tenant, key, "not-its-run")  # names another run: kept
+    assert await store.idempotency.key_run(settings.tenant, key) == winners[0]
 
 
 async def test_the_cli_key(settings: Settings, worker):

@@ -41,23 +41,23 @@ def limits(key: str, **entry: int) -> Limits:
 async def test_calls_in_flight_wait_in_line_and_a_release_names_who_fits_now(store: RunStore) -> None:
     key = model()
     lim = limits(key, in_flight=2)
-    first = await store.acquire(ask(key, "r1"), lim, LEASE)
-    second = await store.acquire(ask(key, "r2"), lim, LEASE)
+    first = await store.limiter.acquire(ask(key, "r1"), lim, LEASE)
+    second = await store.limiter.acquire(ask(key, "r2"), lim, LEASE)
     assert isinstance(first, Lease) and isinstance(second, Lease) and first.key == key
-    third = await store.acquire(ask(key, "r3"), lim, LEASE)
-    fourth = await store.acquire(ask(key, "r4"), lim, LEASE)
+    third = await store.limiter.acquire(ask(key, "r3"), lim, LEASE)
+    fourth = await store.limiter.acquire(ask(key, "r4"), lim, LEASE)
     assert isinstance(third, CapacityWait) and third.reason == WaitReason.IN_FLIGHT and third.position == 1
     assert isinstance(fourth, CapacityWait) and fourth.position == 2
     # A newcomer does not jump the line, and a waiter asking again keeps its place.
-    assert (await store.acquire(ask(key, "r5"), lim, LEASE)).position == 3  # type: ignore[union-attr]
-    assert (await store.acquire(ask(key, "r3"), lim, LEASE)).position == 1  # type: ignore[union-attr]
-    assert await store.release(first, lim, 25) == ["r3", "r4", "r5"]  # r3 fits; r4 and r5 stand by next
-    assert isinstance(await store.acquire(ask(key, "r4"), lim, LEASE), CapacityWait)  # r3 is first
-    assert isinstance(await store.acquire(ask(key, "r3"), lim, LEASE), Lease)
+    assert (await store.limiter.acquire(ask(key, "r5"), lim, LEASE)).position == 3  # type: ignore[union-attr]
+    assert (await store.limiter.acquire(ask(key, "r3"), lim, LEASE)).position == 1  # type: ignore[union-attr]
+    assert await store.limiter.release(first, lim, 25) == ["r3", "r4", "r5"]  # r3 fits; r4 and r5 stand by next
+    assert isinstance(await store.limiter.acquire(ask(key, "r4"), lim, LEASE), CapacityWait)  # r3 is first
+    assert isinstance(await store.limiter.acquire(ask(key, "r3"), lim, LEASE), Lease)
     # A retried attempt of a call that holds its slot takes the same slot, not a second one.
-    assert isinstance(await store.acquire(ask(key, "r2", attempt=2), lim, LEASE), Lease)
-    assert isinstance(await store.acquire(ask(key, "r6", attempt=2), lim, LEASE), CapacityWait)  # holds none
-    assert await store.waiting_positions(["r4", "r5"], lim) == {"r4": 1, "r5": 2}
+    assert isinstance(await store.limiter.acquire(ask(key, "r2", attempt=2), lim, LEASE), Lease)
+    assert isinstance(await store.limiter.acquire(ask(key, "r6", attempt=2), lim, LEASE), CapacityWait)  # holds none
+    assert await store.limiter.waiting_positions(["r4", "r5"], lim) == {"r4": 1, "r5": 2}
 
 
 async def test_a_slot_whose_worker_stopped_renewing_comes_back(store: RunStore) -> None:
@@ -65,22 +65,22 @@ async def test_a_slot_whose_worker_stopped_renewing_comes_back(store: RunStore) 
     clock that decides when one has run out is Postgres's, asked, not slept on."""
     key = model()
     lim = limits(key, in_flight=1)
-    held = await store.acquire(ask(key, "dead"), lim, LEASE)
+    held = await store.limiter.acquire(ask(key, "dead"), lim, LEASE)
     assert isinstance(held, Lease)
-    assert isinstance(await store.acquire(ask(key, "next"), lim, LEASE), CapacityWait)
-    await store.renew(held, 1.0)  # its last renewal; then its worker died: nobody renews the lease
+    assert isinstance(await store.limiter.acquire(ask(key, "next"), lim, LEASE), CapacityWait)
+    await store.limiter.renew(held, 1.0)  # its last renewal; then its worker died: nobody renews the lease
     last = await _expiry(store, held)
     await eventually(lambda: _past(store, last), what="the lease running out")
-    assert isinstance(await store.acquire(ask(key, "next"), lim, LEASE), Lease)
+    assert isinstance(await store.limiter.acquire(ask(key, "next"), lim, LEASE), Lease)
     # A renewed lease stays past the expiry it was granted with.
     key2 = model()
     lim2 = limits(key2, in_flight=1)
-    kept = await store.acquire(ask(key2, "alive"), lim2, 1.0)
+    kept = await store.limiter.acquire(ask(key2, "alive"), lim2, 1.0)
     assert isinstance(kept, Lease)
     granted = await _expiry(store, kept)
-    await store.renew(kept, LEASE)
+    await store.limiter.renew(kept, LEASE)
     await eventually(lambda: _past(store, granted), what="the expiry the lease was granted with passing")
-    assert isinstance(await store.acquire(ask(key2, "other"), lim2, 1.0), CapacityWait)
+    assert isinstance(await store.limiter.acquire(ask(key2, "other"), lim2, 1.0), CapacityWait)
 
 
 async def _expiry(store: RunStore, lease: Lease) -> datetime:
@@ -103,34 +103,34 @@ async def test_requests_and_tokens_a_minute(store: RunStore) -> None:
     key = model()
     lim = limits(key, requests_per_minute=2)
     for run in ("r1", "r2"):
-        lease = await store.acquire(ask(key, run), lim, LEASE)
+        lease = await store.limiter.acquire(ask(key, run), lim, LEASE)
         assert isinstance(lease, Lease)
-        await store.release(lease, lim, 5)
-    wait = await store.acquire(ask(key, "r3"), lim, LEASE)
+        await store.limiter.release(lease, lim, 5)
+    wait = await store.limiter.acquire(ask(key, "r3"), lim, LEASE)
     assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.REQUESTS
     assert 50 < wait.retry_after <= 60  # when the oldest of the minute's requests ages out
     key = model()
     lim = limits(key, tokens_per_minute=1000)
-    lease = await store.acquire(ask(key, "t1", tokens=600), lim, LEASE)
+    lease = await store.limiter.acquire(ask(key, "t1", tokens=600), lim, LEASE)
     assert isinstance(lease, Lease)
-    wait = await store.acquire(ask(key, "t2", tokens=600), lim, LEASE)
+    wait = await store.limiter.acquire(ask(key, "t2", tokens=600), lim, LEASE)
     assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.TOKENS
-    await store.release(lease, lim, 100)  # it used less than asked: the minute has room again
-    assert isinstance(await store.acquire(ask(key, "t2", tokens=600), lim, LEASE), Lease)
+    await store.limiter.release(lease, lim, 100)  # it used less than asked: the minute has room again
+    assert isinstance(await store.limiter.acquire(ask(key, "t2", tokens=600), lim, LEASE), Lease)
 
 
 async def test_the_line_is_by_priority_then_fair_share_by_weight(store: RunStore) -> None:
     key = model()
     lim = Limits(models={key: ModelLimit(in_flight=1)}, tenants={"b": TenantLimit(weight=2)}, source="test")
-    held = await store.acquire(ask(key, "busy"), lim, LEASE)
+    held = await store.limiter.acquire(ask(key, "busy"), lim, LEASE)
     assert isinstance(held, Lease)
     for i in range(6):  # tenant a came first with six calls
-        await store.acquire(ask(key, f"a{i}", tenant="a"), lim, LEASE)
+        await store.limiter.acquire(ask(key, f"a{i}", tenant="a"), lim, LEASE)
     for i in range(3):
-        await store.acquire(ask(key, f"b{i}", tenant="b"), lim, LEASE)
-    await store.acquire(ask(key, "urgent", tenant="a", priority=1), lim, LEASE)
+        await store.limiter.acquire(ask(key, f"b{i}", tenant="b"), lim, LEASE)
+    await store.limiter.acquire(ask(key, "urgent", tenant="a", priority=1), lim, LEASE)
     runs = ["busy", *(f"a{i}" for i in range(6)), *(f"b{i}" for i in range(3)), "urgent"]
-    places = await store.waiting_positions(runs, lim)
+    places = await store.limiter.waiting_positions(runs, lim)
     order = sorted(places, key=lambda r: places[r])
     assert order[0] == "urgent"
     # Weight 2 against 1: two of b's calls for each of a's, whatever a's line length.
@@ -146,36 +146,37 @@ async def test_a_tenant_run_cap_counts_its_calls_on_every_key(store: RunStore) -
         tenants={tenant: TenantLimit(runs=2)},
         source="test",
     )
-    assert isinstance(await store.acquire(ask(k1, "x1", tenant=tenant), lim, LEASE), Lease)
-    assert isinstance(await store.acquire(ask(k2, "x2", tenant=tenant), lim, LEASE), Lease)
-    wait = await store.acquire(ask(k1, "x3", tenant=tenant), lim, LEASE)
+    assert isinstance(await store.limiter.acquire(ask(k1, "x1", tenant=tenant), lim, LEASE), Lease)
+    assert isinstance(await store.limiter.acquire(ask(k2, "x2", tenant=tenant), lim, LEASE), Lease)
+    wait = await store.limiter.acquire(ask(k1, "x3", tenant=tenant), lim, LEASE)
     assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.TENANT and wait.position == 1
     # Another tenant is not held back by it.
-    assert isinstance(await store.acquire(ask(k1, "y1", tenant="other"), lim, LEASE), Lease)
+    assert isinstance(await store.limiter.acquire(ask(k1, "y1", tenant="other"), lim, LEASE), Lease)
 
 
 async def test_a_cooldown_pauses_the_key_for_everyone_and_the_breaker_opens_and_closes(store: RunStore) -> None:
     key = model()
     lim = Limits(breaker=BreakerLimit(failures=2, open_seconds=30), source="test")
-    assert (await store.acquire(ask(key, "c1"), lim, LEASE)) == Lease("c1:1", None)  # not limited: no slot
-    await store.cool_down(key, 20, "429 from the provider")
-    wait = await store.acquire(ask(key, "c2"), lim, LEASE)
+    assert (await store.limiter.acquire(ask(key, "c1"), lim, LEASE)) == Lease("c1:1", None)  # not limited: no slot
+    await store.limiter.cool_down(key, 20, "429 from the provider")
+    wait = await store.limiter.acquire(ask(key, "c2"), lim, LEASE)
     assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.COOLDOWN and 15 < wait.retry_after <= 20
-    await store.cool_down(key, 5, "a shorter one")  # a longer cooldown stays
-    assert (await store.acquire(ask(key, "c2"), lim, LEASE)).retry_after > 15  # type: ignore[union-attr]
+    await store.limiter.cool_down(key, 5, "a shorter one")  # a longer cooldown stays
+    assert (await store.limiter.acquire(ask(key, "c2"), lim, LEASE)).retry_after > 15  # type: ignore[union-attr]
 
     key = model()
     for _ in range(2):
-        await store.key_outcome(key, failed=True, throttled=False, breaker=lim.breaker)
-    wait = await store.acquire(ask(key, "b1"), lim, LEASE)
+        await store.limiter.key_outcome(key, failed=True, throttled=False, breaker=lim.breaker)
+    wait = await store.limiter.acquire(ask(key, "b1"), lim, LEASE)
     assert isinstance(wait, CapacityWait) and wait.reason == WaitReason.BREAKER
     # A call with no model to fail over to is not held by the breaker: it keeps its own retries.
-    assert isinstance(await store.acquire(ask(key, "b2", breaker=False), lim, LEASE), Lease)
-    assert await store.recovered([key], lim.breaker) is None
-    await store.key_outcome(key, failed=False, throttled=False, breaker=lim.breaker)  # someone's call got through
-    assert isinstance(await store.acquire(ask(key, "b1"), lim, LEASE), Lease)
-    assert await store.recovered([key], lim.breaker) == key
-    health = {h.key: h for h in await store.key_health()}
+    assert isinstance(await store.limiter.acquire(ask(key, "b2", breaker=False), lim, LEASE), Lease)
+    assert await store.limiter.recovered([key], lim.breaker) is None
+    # someone's call got through
+    await store.limiter.key_outcome(key, failed=False, throttled=False, breaker=lim.breaker)
+    assert isinstance(await store.limiter.acquire(ask(key, "b1"), lim, LEASE), Lease)
+    assert await store.limiter.recovered([key], lim.breaker) == key
+    health = {h.key: h for h in await store.limiter.key_health()}
     assert health[key].requests == 3 and health[key].failures == 0
 
 
@@ -231,12 +232,12 @@ async def test_a_call_standing_by_is_told_by_notification_not_signalled(store: R
     heard: list[str] = []
     listener = await Listener(database_url, {CAPACITY_CHANNEL: heard.append}).start()
     try:
-        held = await store.acquire(ask(key, "s1"), lim, LEASE)
+        held = await store.limiter.acquire(ask(key, "s1"), lim, LEASE)
         assert isinstance(held, Lease)
-        first = await store.acquire(ask(key, "s2"), lim, LEASE, standby_seconds=30)
-        second = await store.acquire(ask(key, "s3"), lim, LEASE, standby_seconds=30)
+        first = await store.limiter.acquire(ask(key, "s2"), lim, LEASE, standby_seconds=30)
+        second = await store.limiter.acquire(ask(key, "s3"), lim, LEASE, standby_seconds=30)
         assert (first.position, second.position) == (1, 2)  # type: ignore[union-attr]
-        assert await store.release(held, lim, 5) == ["s3"]  # s2 stands by (in line for the slot): not signalled
+        assert await store.limiter.release(held, lim, 5) == ["s3"]  # s2 stands by (in line for the slot): not signalled
         # A notification sent after the release comes after every one the release sent (Postgres
         # delivers them in commit order): once it is heard, nothing else of the release is to come.
         marker = f"{model()} nobody"  # shaped as the limiter's own, of a key nobody uses

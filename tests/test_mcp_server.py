@@ -48,7 +48,7 @@ async def test_over_stdio_an_assistant_reads_its_tenants_runs_only(store: RunSto
     mine_assistant, theirs_assistant = f"mine-{uuid.uuid4().hex[:8]}", f"theirs-{uuid.uuid4().hex[:8]}"
     for tenant, aid in ((settings.tenant, mine_assistant), ("someone-else", theirs_assistant)):
         values = {"graph_id": "calculator", "config": {}, "context": {}, "metadata": {}, "name": aid}
-        await store.create_assistant(tenant, aid, {**values, "description": None})
+        await store.assistants.create_assistant(tenant, aid, {**values, "description": None})
     async with over_stdio(settings) as client:
         assert {t.name for t in (await client.list_tools()).tools} == READ_TOOLS
         runs = await call(client, "list_runs")

@@ -227,16 +227,16 @@ async def test_a_name_that_resolves_to_a_metadata_address_is_refused_at_delivery
     hooks = Moved(store, settings)
     url = "https://hooks.example.com/in"
     delivery_id = f"whd_{uuid.uuid4().hex}"
-    await store.create_delivery(
+    await store.webhooks.create_delivery(
         settings.tenant, delivery_id=delivery_id, run_id=run_id, event="run.finished", url=url, body="{}"
     )
     with pytest.raises(ApplicationError) as caught:
         await ActivityEnvironment().run(hooks.post_webhook, PostWebhookInput(delivery_id, settings.tenant))
     assert caught.value.non_retryable and caught.value.type == "WebhookRefused"
-    (attempt,) = await store.webhook_attempts(settings.tenant, run_id)
+    (attempt,) = await store.webhooks.webhook_attempts(settings.tenant, run_id)
     assert attempt.status_code is None and not attempt.delivered and attempt.delivery_id == delivery_id
     assert "resolves to a cloud metadata address (169.254.169.254)" in (attempt.error or "")
-    found = await store.webhook_delivery(settings.tenant, delivery_id)
+    found = await store.webhooks.webhook_delivery(settings.tenant, delivery_id)
     assert (found.status, found.attempts) == ("failed", 1)  # refused: on the dead-letter list at once
     # runs from before deliveries post from their own workflow: the same check
     with pytest.raises(ApplicationError) as caught:
@@ -390,7 +390,7 @@ async def test_a_receiver_that_never_comes_back_ends_on_the_dead_letter_list_and
     event = verify((await wp.webhook_secret()).secret, got.body, got.headers, tolerance_seconds=60)
     assert got.headers["Waypoint-Delivery"] == event["delivery_id"] == new_id
     assert event["redelivery_of"] == dead.delivery_id
-    _, original = await RunStore(engine).delivery_body(settings.tenant, dead.delivery_id)
+    _, original = await RunStore(engine).webhooks.delivery_body(settings.tenant, dead.delivery_id)
     first = json.loads(original)
     assert {k: v for k, v in event.items() if k not in ("delivery_id", "redelivery_of")} == {
         k: v for k, v in first.items() if k != "delivery_id"
@@ -414,7 +414,7 @@ async def test_the_cli_says_what_is_wrong_with_a_delivery_in_one_line(engine, se
     store = RunStore(engine)
     run_id = await start(store, settings)
     pending = f"whd_{uuid.uuid4().hex}"
-    await store.create_delivery(
+    await store.webhooks.create_delivery(
         settings.tenant, delivery_id=pending, run_id=run_id, event="run.finished", url="http://127.0.0.1:9/x", body="{}"
     )
     line = one_line_error(await waypoint(settings, "webhooks", "redeliver", pending))
@@ -468,12 +468,12 @@ async def test_the_dead_letter_list_over_http_the_viewer_and_mcp(
     )
     await eventually(lambda: _delivered_one(wp, first["delivery_id"]), what="the HTTP redelivery")
     pending = f"whd_{uuid.uuid4().hex}"
-    await RunStore(engine).create_delivery(
+    await RunStore(engine).webhooks.create_delivery(
         settings.tenant, delivery_id=pending, run_id=run_id, event="run.finished", url=receiver.url, body="{}"
     )
     busy = await api.http.post(f"/v1/webhooks/deliveries/{pending}/redeliver")
     assert busy.status_code == 409 and "still being retried" in busy.text
-    await RunStore(engine).forget_delivery(settings.tenant, pending)  # no workflow will take it up
+    await RunStore(engine).webhooks.forget_delivery(settings.tenant, pending)  # no workflow will take it up
 
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
         await sign_in(http, api.key)

@@ -17,12 +17,12 @@ from waypoint.client import FleetRun, FleetStats, as_json
 from waypoint.config import Settings
 from waypoint.names import STUCK, DeliveryStatus, EventKind, LineageKind, RunStatus
 from waypoint.pricing import format_usd
+from waypoint.store.audit import AuditRow
 from waypoint.store.budget import BudgetView
 from waypoint.store.rows import (
     AgentCall,
     ApiKeyRow,
     AssistantRow,
-    AuditRow,
     BatchReport,
     CallLine,
     ChildPair,

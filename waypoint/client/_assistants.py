@@ -21,7 +21,7 @@ from waypoint.client._catalog import Catalog
 from waypoint.client._scope import Scope
 from waypoint.errors import Conflict, InvalidInput, NotFound, UnknownAgent
 from waypoint.run_config import RunConfig, run_config
-from waypoint.store import RunStore
+from waypoint.store.assistants import AssistantStore
 from waypoint.store.rows import AssistantRow
 from waypoint.types import AgentInfo
 
@@ -70,7 +70,7 @@ def assistant_target(assistant_id: str | None) -> Target | None:
 
 
 class Assistants:
-    def __init__(self, store: RunStore, scope: Scope, catalog: Catalog):
+    def __init__(self, store: AssistantStore, scope: Scope, catalog: Catalog):
         self._store = store
         self._scope = scope
         self._scoped = scope.scoped  # the tenant a call acts for

@@ -29,9 +29,7 @@ from waypoint.access import Action, AuditEntry
 from waypoint.checks import BIGINT_MAX, check_choice, check_count, check_text, parse_when
 from waypoint.client._scope import Scope
 from waypoint.errors import InvalidInput
-from waypoint.store import RunStore
-from waypoint.store.audit import AUDIT_LIMIT_MAX
-from waypoint.store.rows import AuditRow, AuditVerdict
+from waypoint.store.audit import AUDIT_LIMIT_MAX, AuditLog, AuditRow, AuditVerdict
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +101,7 @@ def audit_attributes(row: AuditRow) -> dict[str, str | int]:
 
 
 class Audit:
-    def __init__(self, store: RunStore, scope: Scope):
+    def __init__(self, store: AuditLog, scope: Scope):
         self._store = store
         self._scope = scope
 

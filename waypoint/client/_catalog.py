@@ -32,7 +32,7 @@ class Catalog:
         fingerprint = check_fingerprint(fingerprint)
         if not fingerprint:
             raise InvalidInput("give the agent version's fingerprint (4 to 64 hex digits)")
-        return await self._store.agent_version(self._scope.tenant(tenant_id), fingerprint)
+        return await self._store.versions.agent_version(self._scope.tenant(tenant_id), fingerprint)
 
     async def check_start(self, agent: str, model: str | None) -> None:
         """Refuse a run that cannot start before anything starts (and before it gets an id): an agent

@@ -49,4 +49,5 @@ class Compaction:
     async def compactions(
         self, run_id: str | None = None, *, tenant_id: str | None = None, limit: int = 20
     ) -> list[CompactionRow]:
-        return await self._store.compactions(self._scope.scoped(tenant_id, run_id), run_id=run_id, limit=limit)
+        tenant = self._scope.scoped(tenant_id, run_id)
+        return await self._store.compaction.compactions(tenant, run_id=run_id, limit=limit)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from waypoint.access import Action, Role, Target, TargetKind, current_actor
 from waypoint.checks import check_choice, check_tenant, check_text
 from waypoint.client._scope import Scope
-from waypoint.store import RunStore
+from waypoint.store.keys import ApiKeys
 from waypoint.store.rows import ApiKeyRow
 
 
@@ -23,7 +23,7 @@ def check_role(role: str | Role) -> Role:
 
 
 class Keys:
-    def __init__(self, store: RunStore, scope: Scope):
+    def __init__(self, store: ApiKeys, scope: Scope):
         self._store = store
         self._scope = scope
 

@@ -123,7 +123,11 @@ class FleetLimits:
             models={k: v.model_dump() for k, v in limits.models.items()},
             tenants={k: v.model_dump() for k, v in limits.tenants.items() if k == tenant},
             breaker=limits.breaker.model_dump(),
-            keys=[k for k in await self._store.key_health() if not k.key.startswith(TENANT_KEY_PREFIX) or k.key == own],
+            keys=[
+                k
+                for k in await self._store.limiter.key_health()
+                if not k.key.startswith(TENANT_KEY_PREFIX) or k.key == own
+            ],
             today=await self._store.tenant_day(tenant) if limits.daily_budget(tenant) is not None else None,
         )
 
@@ -133,7 +137,7 @@ class FleetLimits:
         naming the entry. `limits`: the settings' file by default."""
         limits = self._settings.limits if limits is None else limits
         if limits.tenants:
-            limits.check_tenants(await self._store.key_tenants() | {self._settings.tenant})
+            limits.check_tenants(await self._store.keys.key_tenants() | {self._settings.tenant})
         return limits
 
     async def stats(self, period: str = FleetPeriod.DAY, tenant_id: str | None = None) -> FleetStats:
@@ -143,8 +147,8 @@ class FleetLimits:
         bucket = BUCKETS[chosen]
         until = datetime.now(UTC)
         since = until - SPANS[chosen]
-        figures = await self._store.fleet_figures(tenant, since, bucket)
-        health = await self._store.key_health()
+        figures = await self._store.fleet.fleet_figures(tenant, since, bucket)
+        health = await self._store.limiter.key_health()
         return FleetStats(
             tenant_id=tenant,
             period=chosen.value,
@@ -205,7 +209,7 @@ class FleetLimits:
         waiting = [r.run_id for r in rows if r.status == RunStatus.WAITING_CAPACITY]
         if not waiting:
             return list(rows)
-        places = await self._store.waiting_positions(waiting, self._settings.limits)
+        places = await self._store.limiter.waiting_positions(waiting, self._settings.limits)
         return [replace(r, waiting_position=places[r.run_id]) if r.run_id in places else r for r in rows]
 
 

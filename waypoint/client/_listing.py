@@ -114,7 +114,8 @@ class Listing:
             fingerprint=fingerprint,
         )
         if schedule_id is not None and not page.runs and cursor is None and before is None:
-            await self._store.get_schedule(tenant, schedule_id)  # an unknown schedule is named, not an empty page
+            # an unknown schedule is named, not an empty page
+            await self._store.schedules.get_schedule(tenant, schedule_id)
         if batch_id is not None and not page.runs and not await self._store.has_batch(tenant, batch_id):
             raise NotFound(
                 f"no batch {batch_id!r} for tenant {tenant!r}: `waypoint rerun --select ...` prints its batch's id"

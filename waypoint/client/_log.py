@@ -41,7 +41,7 @@ class RunLog:
         sub-agent runs, and its tokens, cost and context; a live run's step in flight last."""
         check_count("after_step", after_step, low=0, high=10**9)
         tenant = self._scope.scoped(tenant_id, run_id)
-        return derive_waterfall(await self._store.waterfall_source(tenant, run_id, after_step=after_step))
+        return derive_waterfall(await self._store.waterfall.waterfall_source(tenant, run_id, after_step=after_step))
 
     async def state(self, run_id: str, step: int, *, tenant_id: str | None = None) -> StepState:
         """The state (working memory) at `step`, with the step's events."""

@@ -118,15 +118,15 @@ class Schedules:
             )
             await self._catalog.check_start(agent, model or self._scope.settings.model)
             if thread_id is not None:
-                await self._store.get_thread(tenant, thread_id)  # the tenant's own thread
+                await self._store.threads.get_thread(tenant, thread_id)  # the tenant's own thread
             gateway = await self._gateway()  # Temporal is reachable before anything is written
-            row = await self._store.create_schedule(
+            row = await self._store.schedules.create_schedule(
                 tenant, schedule_id or new_schedule_id(), agent=agent, task=task, thread_id=thread_id, spec=spec
             )
             try:
                 await gateway.create(row, paused=paused)
             except BaseException:
-                await self._store.delete_schedule(tenant, row.schedule_id)  # no half-made schedule
+                await self._store.schedules.delete_schedule(tenant, row.schedule_id)  # no half-made schedule
                 raise
             return await self._live(gateway, row)
 
@@ -140,12 +140,12 @@ class Schedules:
         else:
             # Temporal lists the times a paused Schedule would fire at; it fires at none of them.
             row = replace(row, paused=live.paused, note=live.note, next_runs=[] if live.paused else live.next_runs)
-        recent = await self._store.scheduled_runs(row.tenant_id, [row.schedule_id], per=RECENT_RUNS)
+        recent = await self._store.schedules.scheduled_runs(row.tenant_id, [row.schedule_id], per=RECENT_RUNS)
         return replace(row, recent=recent[row.schedule_id])
 
     async def get(self, schedule_id: str, *, tenant_id: str | None = None) -> ScheduleRow:
         tenant = self._tenant(tenant_id, schedule_id)
-        row = await self._store.get_schedule(tenant, schedule_id)
+        row = await self._store.schedules.get_schedule(tenant, schedule_id)
         return await self._live(await self._gateway(), row)
 
     async def list(
@@ -163,7 +163,9 @@ class Schedules:
         check_name("the thread id", thread_id)
         check_count("the limit", limit, high=500)
         check_count("the offset", offset, low=0, high=10**6)
-        rows = await self._store.list_schedules(tenant, agent=agent, thread_id=thread_id, limit=limit, offset=offset)
+        rows = await self._store.schedules.list_schedules(
+            tenant, agent=agent, thread_id=thread_id, limit=limit, offset=offset
+        )
         if not rows:
             return []
         gateway = await self._gateway()
@@ -180,7 +182,7 @@ class Schedules:
         async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
             tenant = self._tenant(tenant_id, schedule_id)
             check_text("the note", note, high=1000)
-            row = await self._store.get_schedule(tenant, schedule_id)
+            row = await self._store.schedules.get_schedule(tenant, schedule_id)
             gateway = await self._gateway()
             await gateway.pause(schedule_id, note)
             return await self._live(gateway, row)
@@ -189,7 +191,7 @@ class Schedules:
         async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
             tenant = self._tenant(tenant_id, schedule_id)
             check_text("the note", note, high=1000)
-            row = await self._store.get_schedule(tenant, schedule_id)
+            row = await self._store.schedules.get_schedule(tenant, schedule_id)
             gateway = await self._gateway()
             await gateway.resume(schedule_id, note)
             return await self._live(gateway, row)
@@ -199,7 +201,7 @@ class Schedules:
         while the last fired run still runs). The fired run appears in `recent` once it starts."""
         async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
             tenant = self._tenant(tenant_id, schedule_id)
-            row = await self._store.get_schedule(tenant, schedule_id)
+            row = await self._store.schedules.get_schedule(tenant, schedule_id)
             gateway = await self._gateway()
             await gateway.trigger(row)
             return await self._live(gateway, row)
@@ -227,7 +229,7 @@ class Schedules:
         are cleared with None. Paused stays paused."""
         async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
             tenant = self._tenant(tenant_id, schedule_id)
-            row = await self._store.get_schedule(tenant, schedule_id)
+            row = await self._store.schedules.get_schedule(tenant, schedule_id)
             if task is not None and not check_text("the task", task).strip():
                 raise InvalidInput("the task is empty: say what the agent should do")
             if every is not None and cron is not None:
@@ -264,7 +266,7 @@ class Schedules:
             gateway = await self._gateway()
             changed = replace(row, task=task if task is not None else row.task, spec=spec)
             await gateway.update(changed)
-            row = await self._store.update_schedule(tenant, schedule_id, task=changed.task, spec=spec)
+            row = await self._store.schedules.update_schedule(tenant, schedule_id, task=changed.task, spec=spec)
             return await self._live(gateway, row)
 
     async def delete(self, schedule_id: str, *, tenant_id: str | None = None) -> None:
@@ -272,9 +274,9 @@ class Schedules:
         their schedule id); a run still running goes on."""
         async with self._scope.act(Action.SCHEDULE_WRITE, tenant_id, schedule_target(schedule_id)) as tenant_id:
             tenant = self._tenant(tenant_id, schedule_id)
-            await self._store.get_schedule(tenant, schedule_id)  # the tenant's, or NotFound
+            await self._store.schedules.get_schedule(tenant, schedule_id)  # the tenant's, or NotFound
             await (await self._gateway()).delete(schedule_id)
-            await self._store.delete_schedule(tenant, schedule_id)
+            await self._store.schedules.delete_schedule(tenant, schedule_id)
 
 
 __all__ = ["CATCHUP_DEFAULT_SECONDS", "Schedules"]

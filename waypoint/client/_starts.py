@@ -183,7 +183,7 @@ class Starts:
             return
         check_idempotency_key(key)
         tenant = self._scope.scoped(tenant_id, run_id)
-        found, created = await self._store.claim_key(
+        found, created = await self._store.idempotency.claim_key(
             tenant, key, run_id, request_hash(request), self._scope.settings.idempotency_retention_seconds
         )
         if not created:
@@ -193,14 +193,14 @@ class Starts:
             yield Claim(found, True)
         except BaseException:
             # Shielded: a start cancelled mid-way (its caller went away) still gives the key back.
-            await asyncio.shield(self._store.release_key(tenant, key, found))
+            await asyncio.shield(self._store.idempotency.release_key(tenant, key, found))
             raise
 
     async def check_new_run_id(self, run_id: str, *, tenant_id: str | None = None) -> None:
         """A Conflict when a run has this id already: its row is checked here (it outlives the
         workflow's history in Temporal), Temporal refuses a workflow id it holds when the run starts."""
         tenant = self._scope.scoped(tenant_id, run_id)
-        owner = await self._store.tenant_of_run(run_id)
+        owner = await self._store.idempotency.tenant_of_run(run_id)
         if owner == tenant:
             row = await self._store.get_run(tenant, run_id)
             raise Conflict(f"run {run_id} already exists ({row.status}): choose another run id, or leave it out")

@@ -19,15 +19,15 @@ from waypoint.client._records import Records
 from waypoint.client._scope import Scope, thread_target
 from waypoint.client._turns import MULTITASK_STRATEGIES, StartedTurn, Turn, Turns
 from waypoint.errors import InvalidInput, NotFound
-from waypoint.store import RunStore
 from waypoint.store.rows import ThreadRow
+from waypoint.store.threads import Threads as ThreadStore
 from waypoint.types import RunProgress
 
 IF_EXISTS = ("raise", "do_nothing")
 
 
 class Threads:
-    def __init__(self, store: RunStore, scope: Scope, turns: Turns, live: Live, records: Records):
+    def __init__(self, store: ThreadStore, scope: Scope, turns: Turns, live: Live, records: Records):
         self._store = store
         self._scope = scope
         self._scoped = scope.scoped  # the tenant, once the run ids it names are checked

@@ -147,8 +147,8 @@ class Turns:
                     await self._live.cancel(last.run_id, reason, tenant_id=tenant)
             if strategy == "rollback":
                 with contextlib.suppress(NotFound):  # taken off already (a rollback racing this one)
-                    await self._store.release_thread_run(tenant, thread_id, last.run_id)
-                thread = await self._store.get_thread(tenant, thread_id)
+                    await self._store.threads.release_thread_run(tenant, thread_id, last.run_id)
+                thread = await self._store.threads.get_thread(tenant, thread_id)
                 last = thread.last
             else:
                 after = last.run_id
@@ -170,7 +170,7 @@ class Turns:
             await self._start(run_id, tenant, turn, after if after is not None or parent is None else (parent, step))
         except BaseException:
             with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its place went with it
-                await self._store.release_thread_run(tenant, thread_id, run_id)
+                await self._store.threads.release_thread_run(tenant, thread_id, run_id)
             raise
         if after is not None:
             return RunStatus.QUEUED
@@ -184,7 +184,7 @@ class Turns:
         Protocol's update_state). Answers the fork's run and the step of its checkpoint."""
         async with self._scope.act(Action.THREAD_WRITE, tenant_id, thread_target(thread_id)) as tenant_id:
             tenant = self._scope.tenant(tenant_id)
-            thread = await self._store.get_thread(tenant, thread_id)
+            thread = await self._store.threads.get_thread(tenant, thread_id)
             last = thread.last
             if last is not None and (last.run is None or last.run.status not in FINISHED):
                 raise Conflict(
@@ -217,7 +217,7 @@ class Turns:
                 )
             except BaseException:
                 with contextlib.suppress(NotFound):  # the thread was deleted meanwhile: its place went with it
-                    await self._store.release_thread_run(tenant, thread_id, run_id)
+                    await self._store.threads.release_thread_run(tenant, thread_id, run_id)
                 raise
             return run_id, step
 
@@ -235,12 +235,12 @@ class Turns:
 
     async def _thread(self, tenant: str, thread_id: str, create: bool) -> ThreadRow:
         try:
-            return await self._store.get_thread(tenant, thread_id)
+            return await self._store.threads.get_thread(tenant, thread_id)
         except NotFound:
             if not create:
                 raise
             check_name("the thread id", thread_id)
-            return await self._store.create_thread(tenant, thread_id=thread_id, if_exists="do_nothing")
+            return await self._store.threads.create_thread(tenant, thread_id=thread_id, if_exists="do_nothing")
 
     async def _start(self, run_id: str, tenant: str, turn: Turn, source: str | tuple[RunRow, int] | None) -> None:
         """Start the turn's run: a new run (after `source`, a run id to wait for, if given), or a

@@ -17,8 +17,8 @@ from enum import Enum
 from typing import Any
 
 from waypoint.names import DeliveryStatus
+from waypoint.store.audit import AuditVerdict
 from waypoint.store.rows import (
-    AuditVerdict,
     BatchReport,
     ChildPair,
     EventRow,

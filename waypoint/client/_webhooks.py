@@ -23,9 +23,9 @@ from waypoint.client._scope import Scope, TemporalLink
 from waypoint.client._views import delivery_summary
 from waypoint.errors import Conflict
 from waypoint.names import DeliveryStatus
-from waypoint.store import RunStore
-from waypoint.store.rows import WebhookAttempt, WebhookDelivery, WebhookSecret
-from waypoint.store.webhooks import DELIVERIES_MAX, DELIVERY_PREFIX
+from waypoint.store.rows import WebhookAttempt, WebhookDelivery
+from waypoint.store.webhooks import DELIVERIES_MAX, DELIVERY_PREFIX, WebhookSecret
+from waypoint.store.webhooks import Webhooks as WebhookStore
 from waypoint.types import WebhookDeliveryInput
 
 
@@ -43,7 +43,7 @@ def redelivered_body(body: str, delivery_id: str, original: str) -> str:
 
 
 class Webhooks:
-    def __init__(self, store: RunStore, temporal: TemporalLink, scope: Scope):
+    def __init__(self, store: WebhookStore, temporal: TemporalLink, scope: Scope):
         self._store = store
         self._temporal = temporal
         self._scope = scope

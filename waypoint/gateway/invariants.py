@@ -163,7 +163,7 @@ class VerifyAll:
 
     async def run(self, since: datetime | None, limit: int | None = None) -> VerifyAllReport:
         started = time.monotonic()
-        heads = await self.store.runs_since(self.tenant, since, None if limit is None else limit + 1)
+        heads = await self.store.invariants.runs_since(self.tenant, since, None if limit is None else limit + 1)
         report = VerifyAllReport(since=since)
         if limit is not None and len(heads) > limit:
             heads, report.truncated = heads[:limit], True
@@ -178,7 +178,7 @@ class VerifyAll:
         for at in range(0, len(heads), BATCH):
             ids = [h.run_id for h in heads[at : at + BATCH]]
             histories = await asyncio.gather(*(history(i) for i in ids))  # Temporal first, then the mirror
-            mirrors = await self.store.mirror_facts(self.tenant, ids)
+            mirrors = await self.store.invariants.mirror_facts(self.tenant, ids)
             for run_id, seen in zip(ids, histories, strict=True):
                 mirror = mirrors.get(run_id)
                 if mirror is None:  # deleted since it was listed
@@ -201,7 +201,7 @@ class VerifyAll:
 
     async def _status_again(self, run_id: str, found: list[str], gate: asyncio.Semaphore) -> None:
         async with gate:
-            row = await self.store.run_status(self.tenant, run_id)
+            row = await self.store.invariants.run_status(self.tenant, run_id)
             workflow, pending = await self.gateway.workflow_status(run_id)
         if row is None or status_fits(row, workflow, pending):
             return

@@ -3,6 +3,7 @@
     store = RunStore(engine)     # built once per process, injected into the activities
     await store.list_runs(tenant_id)
     await store.record_step(record, attempt=n)
+    await store.keys.create_key(tenant_id, name)   # a family that stands alone is an attribute
 
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
@@ -55,34 +56,52 @@ class RunStore(
     StepWriter,
     Starts,
     Ledger,
-    CompactionStore,
     WorkingReads,
     Reads,
     TimeTravel,
     Integrity,
-    Invariants,
     Catalog,
-    ApiKeys,
-    Threads,
     Streams,
     EvalStore,
     Compare,
     Trees,
-    Limiter,
     BudgetStore,
-    FleetReads,
-    Webhooks,
-    Idempotency,
-    ScheduleStore,
-    AssistantStore,
-    VersionStore,
-    WaterfallReads,
-    AuditLog,
 ):
-    """Every read and write of the Postgres mirror."""
+    """Every read and write of the Postgres mirror.
+
+    The families that stand alone are stores of their own, one attribute each, so a client service is
+    built from the one it needs: `keys` (the HTTP API's keys), `audit` (the audit log), `schedules`
+    (scheduled agents), `assistants` (Agent Protocol assistants), `idempotency` (the idempotency keys
+    of starts), `versions` (the agent versions runs started with), `webhooks` (signing secrets,
+    deliveries, attempts), `limiter` (the shared limiter of model calls), `fleet` (the fleet's
+    figures), `invariants` (what `verify --all` compares with Temporal), `threads` (conversation
+    threads), `waterfall` (the rows a run's waterfall is drawn from) and `compaction` (compactions of
+    a run's log).
+
+    The rest stay bases of this class. `EvalStore` calls `Compare._compared_events` through `self`,
+    so evaluations and comparisons stay together. The others (the run log, step writer, starts,
+    ledger, working and listing reads, time travel, integrity, catalog, streams, trees, budget pools)
+    call only what every part shares, `StoreBase`'s
+    `_run` / `get_run` / `checkpoint_at` / `owner_of_step`, and the log's module functions: each
+    could become an attribute the same way. They have not been split yet because the activities and
+    most client services call them on `store` directly, so each split means rewriting those callers.
+    """
 
     def __init__(self, engine: AsyncEngine):
         self.engine = engine
+        self.keys = ApiKeys(engine)
+        self.audit = AuditLog(engine)
+        self.schedules = ScheduleStore(engine)
+        self.assistants = AssistantStore(engine)
+        self.idempotency = Idempotency(engine)
+        self.versions = VersionStore(engine)
+        self.webhooks = Webhooks(engine)
+        self.limiter = Limiter(engine)
+        self.fleet = FleetReads(engine)
+        self.invariants = Invariants(engine)
+        self.threads = Threads(engine)
+        self.waterfall = WaterfallReads(engine)
+        self.compaction = CompactionStore(engine)
 
 
 __all__ = ["RunStore"]

@@ -1,9 +1,9 @@
 """The audit log: every human or application action, one row each, append-only and hash-chained per
 tenant like a run's events.
 
-    row = await store.append_audit(entry)          # seq 1, 2, 3... of the entry's tenant
-    rows = await store.audit_entries(tenant, actor="key:3", limit=50)   # newest first
-    verdict = await store.verify_audit(tenant)     # the first entry whose chain breaks, if any
+    row = await store.audit.append_audit(entry)          # seq 1, 2, 3... of the entry's tenant
+    rows = await store.audit.audit_entries(tenant, actor="key:3", limit=50)   # newest first
+    verdict = await store.audit.verify_audit(tenant)     # the first entry whose chain breaks, if any
 
 `hash = sha256(prev_hash || canonical JSON of the entry)` (the construction of `hashing.py`), over
 every column but `id`, `prev_hash` and `hash`, `at` as ISO 8601 text. Appends to one tenant are
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -29,12 +31,60 @@ from waypoint.access import AuditEntry
 from waypoint.checks import check_count, check_tenant
 from waypoint.store.base import StoreBase
 from waypoint.store.hashing import canonical_json
-from waypoint.store.rows import AuditRow, AuditVerdict
+from waypoint.store.rows import row_of
 from waypoint.store.schema import audit_log
 
 MASK = "[REDACTED]"
 AUDIT_LIMIT_MAX = 1000  # entries one read returns at most
 DETAIL_MAX = 2000  # characters of a message kept
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One entry of a tenant's audit log (`audit_log`): who (`actor`: key:<id>, user:<subject> or
+    local; never a secret) did what (`action`) on what (`target_kind`, `target_id`), from where
+    (`surface`, `address`), when, and how it ended (`outcome`: ok, refused, failed; `detail`: the
+    refusal's or failure's message). `seq` counts the tenant's entries from 1; `hash` chains each
+    to the one before (`prev_hash`)."""
+
+    tenant_id: str
+    seq: int
+    at: datetime
+    actor: str
+    role: str
+    surface: str
+    address: str | None
+    action: str
+    target_kind: str | None
+    target_id: str | None
+    outcome: str
+    detail: dict[str, Any] | None
+    prev_hash: str | None
+    hash: str
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> AuditRow:
+        return row_of(cls, row)
+
+    @property
+    def message(self) -> str | None:
+        return (self.detail or {}).get("message")
+
+
+@dataclass(frozen=True)
+class AuditVerdict:
+    """What `verify_audit` found: the entries read, and the first one whose chain breaks (None:
+    the chain holds), with why."""
+
+    tenant_id: str
+    entries: int = 0
+    broken_seq: int | None = None
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.broken_seq is None
+
 
 _SECRETS = [
     re.compile(r"\bwp_[A-Za-z0-9_-]{4,}"),  # an API key (`wp_` and its random part)

@@ -37,6 +37,9 @@ def not_found(tenant_id: str | None, run_id: str) -> NotFound:
 class StoreBase:
     engine: AsyncEngine
 
+    def __init__(self, engine: AsyncEngine):
+        self.engine = engine
+
     async def _run(self, conn: AsyncConnection, tenant_id: str, run_id: str, *, lock: bool = False) -> RunRow:
         """The run's row, or NotFound; `lock` holds its row lock until the transaction ends."""
         query: Any = select(runs).where(run_filter(tenant_id, run_id))

@@ -30,6 +30,7 @@ from waypoint.names import EventKind
 from waypoint.pricing import format_usd
 from waypoint.store.base import StoreBase
 from waypoint.store.log import append_events
+from waypoint.store.rows import row_of
 from waypoint.store.schema import budget_pools, budget_reservations, events
 
 # Scopes and measures, as the reserve function names them.
@@ -142,19 +143,20 @@ class BudgetView:
 
     @classmethod
     def of(cls, row: Any) -> BudgetView:
-        return cls(
-            root_run_id=row["root_run_id"],
-            max_tokens=_int(row["max_tokens"]),
-            used_tokens=int(row["used_tokens"]),
-            reserved_tokens=int(row["reserved_tokens"]),
-            max_cost_usd=_float(row["max_cost_usd"]),
-            used_cost_usd=float(row["used_cost_usd"]),
-            reserved_cost_usd=float(row["reserved_cost_usd"]),
-            max_steps=_int(row["max_steps"]),
-            used_steps=int(row["used_steps"]),
-            reserved_steps=int(row["reserved_steps"]),
-            in_flight=int(row.get("in_flight", 0) or 0),
-            waiting=list(row.get("waiting") or []),
+        return row_of(
+            cls,
+            row,
+            max_tokens=_int,
+            used_tokens=int,
+            reserved_tokens=int,
+            max_cost_usd=_float,
+            used_cost_usd=float,
+            reserved_cost_usd=float,
+            max_steps=_int,
+            used_steps=int,
+            reserved_steps=int,
+            in_flight=lambda v: int(v or 0),
+            waiting=lambda v: list(v or []),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Idempotency keys of starts: the first start with a key claims it for its run; every repeat within
 the retention window answers that run instead of starting another.
 
-    run_id, created = await store.claim_key(tenant, key, new_id, body_hash, retention_seconds)
+    run_id, created = await store.idempotency.claim_key(tenant, key, new_id, body_hash, retention_seconds)
     if created: start it (and `release_key` if that fails, so a retry with the key can start it)
 
 The claim is the arbiter of a race: the key's primary key lets one INSERT win, and the others read

@@ -9,15 +9,29 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from waypoint.access import Role
 from waypoint.calls import CallLine
 from waypoint.names import STUCK, RunStatus
 from waypoint.types import Message, RunResult
+
+_Row = TypeVar("_Row")
+
+
+def row_of(cls: type[_Row], row: Mapping[Any, Any], **convert: Callable[[Any], Any]) -> _Row:
+    """A row type built from a result mapping: the mapping's values for the class's fields (fields the
+    mapping lacks keep their defaults), each passed through `convert[field]` where one is given
+    (`row_of(ApiKeyRow, row, role=Role)`)."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {k: v for k, v in row.items() if k in names}
+    for name, to in convert.items():
+        if name in values:
+            values[name] = to(values[name])
+    return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -93,10 +107,7 @@ class RunRow:
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> RunRow:
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in row.items() if k in names}
-        values["cost_usd"] = float(values.get("cost_usd") or 0)
-        return cls(**values)
+        return row_of(cls, row, cost_usd=lambda v: float(v or 0))
 
     def result(self) -> RunResult:
         """The row as the run's result."""
@@ -152,7 +163,7 @@ class EventRow:
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> EventRow:
-        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
+        return row_of(cls, row)
 
 
 @dataclass(frozen=True)
@@ -307,55 +318,7 @@ class ApiKeyRow:
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> ApiKeyRow:
-        fields = {f.name: row[f.name] for f in dataclasses.fields(cls)}
-        return cls(**{**fields, "role": Role(fields["role"])})
-
-
-@dataclass(frozen=True)
-class AuditRow:
-    """One entry of a tenant's audit log (`audit_log`): who (`actor`: key:<id>, user:<subject> or
-    local; never a secret) did what (`action`) on what (`target_kind`, `target_id`), from where
-    (`surface`, `address`), when, and how it ended (`outcome`: ok, refused, failed; `detail`: the
-    refusal's or failure's message). `seq` counts the tenant's entries from 1; `hash` chains each
-    to the one before (`prev_hash`)."""
-
-    tenant_id: str
-    seq: int
-    at: datetime
-    actor: str
-    role: str
-    surface: str
-    address: str | None
-    action: str
-    target_kind: str | None
-    target_id: str | None
-    outcome: str
-    detail: dict[str, Any] | None
-    prev_hash: str | None
-    hash: str
-
-    @classmethod
-    def of(cls, row: Mapping[Any, Any]) -> AuditRow:
-        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
-
-    @property
-    def message(self) -> str | None:
-        return (self.detail or {}).get("message")
-
-
-@dataclass(frozen=True)
-class AuditVerdict:
-    """What `verify_audit` found: the entries read, and the first one whose chain breaks (None:
-    the chain holds), with why."""
-
-    tenant_id: str
-    entries: int = 0
-    broken_seq: int | None = None
-    problem: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.broken_seq is None
+        return row_of(cls, row, role=Role)
 
 
 @dataclass(frozen=True)
@@ -610,7 +573,7 @@ class WebhookAttempt:
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> WebhookAttempt:
-        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
+        return row_of(cls, row)
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "at": self.at.isoformat()}
@@ -638,15 +601,4 @@ class WebhookDelivery:
 
     @classmethod
     def of(cls, row: Mapping[Any, Any]) -> WebhookDelivery:
-        return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
-
-
-@dataclass(frozen=True)
-class WebhookSecret:
-    """A tenant's webhook signing secret."""
-
-    secret: str
-    created_at: datetime
-
-    def to_json(self) -> dict[str, Any]:
-        return {"secret": self.secret, "created_at": self.created_at.isoformat()}
+        return row_of(cls, row)

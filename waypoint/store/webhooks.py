@@ -9,6 +9,7 @@ it is: the worker needs it to sign, and the tenant may show it again to configur
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,7 +19,7 @@ from sqlalchemy.dialects.postgresql import insert
 from waypoint.errors import NotFound
 from waypoint.names import DeliveryStatus
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import WebhookAttempt, WebhookDelivery, WebhookSecret
+from waypoint.store.rows import WebhookAttempt, WebhookDelivery
 from waypoint.store.schema import webhook_attempts, webhook_deliveries, webhook_secrets
 
 SECRET_PREFIX = "whsec_"
@@ -34,6 +35,17 @@ def delivery_not_found(delivery_id: str) -> NotFound:
 
 def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class WebhookSecret:
+    """A tenant's webhook signing secret."""
+
+    secret: str
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {"secret": self.secret, "created_at": self.created_at.isoformat()}
 
 
 class Webhooks(StoreBase):
