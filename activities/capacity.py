@@ -128,7 +128,8 @@ class Capacity:
             pause = min(STANDBY_SLICE if listening else 0.25, taken.retry_after, deadline - loop.time())
             event = self._fits.setdefault(ask.lease_id, asyncio.Event())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), max(pause, 0.001))
+                async with asyncio.timeout(max(pause, 0.001)):  # keeps a cancel that lands as it fits
+                    await event.wait()
             self._fits.pop(ask.lease_id, None)
             activity.heartbeat()
             taken = await self._ask(ask)

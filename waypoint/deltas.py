@@ -103,7 +103,8 @@ class AttemptStream:
                     continue
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), self.flush_seconds)
+                async with asyncio.timeout(self.flush_seconds):  # keeps a cancel that lands as it closes
+                    await self._closing.wait()
 
     def close(self) -> None:
         self._closing.set()

@@ -114,4 +114,7 @@ async def _follow(wp: Waypoint, run_id: str, as_json_lines: bool, poll_seconds: 
                         print(warning, file=sys.stderr)
                 spinner.update(f"{run_id}: step {shown + 1} running...")
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(moved.wait(), poll_seconds)
+                    # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancel (Ctrl-C) that
+                    # lands as the event is set, and following would go on
+                    async with asyncio.timeout(poll_seconds):
+                        await moved.wait()
