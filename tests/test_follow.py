@@ -39,7 +39,15 @@ async def start_cli(settings: Settings, *args: str, env: dict[str, str] | None =
         env=env or cli_env(settings),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=as_in_a_terminal,
     )
+
+
+def as_in_a_terminal() -> None:
+    """Ctrl-C reaches the CLI as it does in a terminal. A suite started in the background by a
+    non-interactive shell (`pytest &`, as CI scripts may) runs with SIGINT ignored, and its children
+    inherit that: Python then installs no Ctrl-C handler, and the CLI would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 async def line_with(stream: asyncio.StreamReader, text: str, timeout: float = LINE_WAIT) -> str:
