@@ -69,6 +69,10 @@ AuditSink = Callable[[AuditEntry], Awaitable[object]]
 _ACTING: ContextVar[bool] = ContextVar("waypoint_acting", default=False)  # inside a Scope.act block
 
 
+def other_tenant(actor: Actor, tenant: str) -> Forbidden:
+    return Forbidden(f"{actor.id} acts for tenant {actor.tenant!r}, not {tenant!r}: use a key of {tenant!r}")
+
+
 def refused(actor: Actor, action: Action, tenant: str, target: Target | None = None) -> WaypointError | None:
     """Why `actor` may not do `action` for `tenant` (None: it may): the role it needs, or its tenant
     (a run of a tenant it does not act for is "not found", as another tenant's run always is)."""
@@ -76,7 +80,7 @@ def refused(actor: Actor, action: Action, tenant: str, target: Target | None = N
     if actor.tenant is not None and actor.tenant != tenant:
         if target is not None and target.kind == TargetKind.RUN:
             return not_found(tenant, target.id)
-        return Forbidden(f"{actor.id} acts for tenant {actor.tenant!r}, not {tenant!r}: use a key of {tenant!r}")
+        return other_tenant(actor, tenant)
     if not actor.role.allows(action):
         return Forbidden(
             f"{action} needs the role {needed}; {actor.id} has the role {actor.role}: "
@@ -177,7 +181,7 @@ class Scope:
         tenant = self._chosen(tenant_id)
         actor = current_actor()
         if actor.tenant is not None and actor.tenant != tenant:
-            raise Forbidden(f"{actor.id} acts for tenant {actor.tenant!r}, not {tenant!r}: use a key of {tenant!r}")
+            raise other_tenant(actor, tenant)
         return tenant
 
     def scoped(self, tenant_id: str | None, *run_ids: str | None) -> str:
