@@ -45,7 +45,7 @@ class AgentCallActivities:
         if inp.child_run_id is not None:
             tokens, cost = await self.store.tree_usage(inp.tenant_id, inp.child_run_id)
         key = inp.idempotency_key
-        done = await self.store.recorded_effect(inp.tenant_id, key)
+        done = await self.store.ledger.recorded_effect(inp.tenant_id, key)
         if done is not None:  # a retry after the write committed
             return AgentCallResult(result_of(done, inp.call.id, from_ledger=True), tokens, cost)
         if inp.child_run_id is not None:
@@ -70,5 +70,5 @@ class AgentCallActivities:
             duration_ms=duration_ms,
             attempt=activity.info().attempt,
         )
-        await self.store.record_effect(inp.tenant_id, effect)
+        await self.store.ledger.record_effect(inp.tenant_id, effect)
         return AgentCallResult(result_of(effect, inp.call.id, from_ledger=False), tokens, cost)

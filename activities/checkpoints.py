@@ -170,7 +170,7 @@ class CheckpointActivities:
                 # A root's own max_steps bounds its whole tree's model calls; its agent's default does not.
                 tree_max_steps=inp.budget.max_steps if inp.parent is None else None,
             )
-            return await self.store.create_run(new)
+            return await self.store.steps.create_run(new)
 
     async def head_instructions(self, tenant_id: str, fork: ForkOrigin | None, instructions: str) -> str:
         """The instructions the run's model reads: its own, except in a fork that keeps its parent's
@@ -187,14 +187,14 @@ class CheckpointActivities:
     @boundary
     async def record_step(self, record: StepRecord) -> int:
         """Append the step's events and write its checkpoint atomically; returns the step's last seq."""
-        return await self.store.record_step(record, attempt=attempt())
+        return await self.store.steps.record_step(record, attempt=attempt())
 
     @activity.defn(name=Activity.RECORD_FAILOVER)
     @boundary
     async def record_failover(self, record: FailoverRecord) -> None:
         """Log a step's move to the agent's next model as a `model_failover` event (once, whatever the
         retries), with the run's row; the attempt's span says where the run is now."""
-        annotate_models(await self.store.record_failover(record))
+        annotate_models(await self.store.log.record_failover(record))
 
     @activity.defn(name=Activity.SET_STATUS)
     @boundary
@@ -206,7 +206,7 @@ class CheckpointActivities:
         elif inp.caller:  # a sub-agent run's wait for approval shows on its callers
             await self.store.set_status_in_tree(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
         else:
-            await self.store.set_status(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
+            await self.store.log.set_status(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
 
     @activity.defn(name=Activity.FINISH_RUN)
     @boundary
@@ -215,7 +215,7 @@ class CheckpointActivities:
         could not start (`inp.start`) gets its row here, failed, with the reason."""
         if inp.start is not None:
             start = inp.start
-            row = await self.store.record_failed_start(
+            row = await self.store.log.record_failed_start(
                 inp.tenant_id,
                 inp.run_id,
                 agent=start.agent,
@@ -228,7 +228,7 @@ class CheckpointActivities:
                 schedule_id=start.schedule_id,
             )
         else:
-            row = await self.store.finish_run(
+            row = await self.store.log.finish_run(
                 inp.tenant_id,
                 inp.run_id,
                 RunStatus(inp.status),

@@ -49,18 +49,18 @@ class MemoryActivities:
         `recall_step` (those histories only)."""
         stored = 0
         step = inp.remember_step if inp.remember_step is not None else (inp.recall_step or 1) - 1
-        context = await self.store.model_context(inp.tenant_id, inp.run_id, step + 1, memory=True)
+        context = await self.store.working.model_context(inp.tenant_id, inp.run_id, step + 1, memory=True)
         if inp.remember_step is not None and context.pending:
             episodes = pending_episodes(inp.tenant_id, inp.agent, inp.run_id, context.pending, context.root_run_id)
             if episodes:
                 with telemetry.span("qdrant upsert", {"db.system": "qdrant"}, run_id=inp.run_id, step=step):
                     stored = len(await self.memory.upsert(episodes))
-            await self.store.mark_remembered(inp.tenant_id, inp.run_id, max(context.pending))
+            await self.store.working.mark_remembered(inp.tenant_id, inp.run_id, max(context.pending))
         recalled: list[Memory] = []
         if inp.recall_step is not None and inp.k > 0:
             last = inp.recall_step - 1
             query = recall_query(context.task, last, context.last)
-            scope = recall_scope(await self.store.fork_chain(inp.tenant_id, inp.run_id))
+            scope = recall_scope(await self.store.working.fork_chain(inp.tenant_id, inp.run_id))
             began = time.perf_counter()
             with telemetry.span(
                 "qdrant search", {"db.system": "qdrant"}, run_id=inp.run_id, step=inp.recall_step, tenant=inp.tenant_id
@@ -76,16 +76,16 @@ class MemoryActivities:
         """Store the episodes memory missed of finished runs (a step whose episodes could not be written
         is never lost: the run's next step, or this, writes it later). Returns how many steps."""
         done = 0
-        for run_id, tenant_id, agent, steps in await self.store.runs_to_remember(inp.tenant_id, inp.limit):
+        for run_id, tenant_id, agent, steps in await self.store.working.runs_to_remember(inp.tenant_id, inp.limit):
             while True:
                 activity.heartbeat(run_id)
-                context = await self.store.model_context(tenant_id, run_id, steps + 1, memory=True)
+                context = await self.store.working.model_context(tenant_id, run_id, steps + 1, memory=True)
                 if not context.pending:
                     break
                 episodes = pending_episodes(tenant_id, agent, run_id, context.pending, context.root_run_id)
                 if episodes:
                     await self.memory.upsert(episodes)
-                await self.store.mark_remembered(tenant_id, run_id, max(context.pending))
+                await self.store.working.mark_remembered(tenant_id, run_id, max(context.pending))
                 done += len(context.pending)
         return done
 
@@ -97,7 +97,7 @@ class MemoryActivities:
         roots: dict[str, str] = {}
         for tenant in {e.tenant for e in built if e.root_run_id is None}:
             unknown = sorted({e.run_id for e in built if e.tenant == tenant and e.root_run_id is None})
-            roots.update(await self.store.tree_roots(tenant, unknown))
+            roots.update(await self.store.working.tree_roots(tenant, unknown))
         built = [replace(e, root_run_id=roots[e.run_id]) if e.run_id in roots else e for e in built]
         with telemetry.span("qdrant upsert", {"db.system": "qdrant"}):
             return len(await self.memory.upsert(built))

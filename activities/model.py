@@ -180,7 +180,7 @@ class ModelActivities:
     async def scope(self, tenant_id: str, run_id: str) -> RecallScope:
         """What the run may recall (cached: a run's lineage never changes)."""
         if run_id not in self._scopes:
-            scope = recall_scope(await self.store.fork_chain(tenant_id, run_id))
+            scope = recall_scope(await self.store.working.fork_chain(tenant_id, run_id))
             if len(self._scopes) > 1024:
                 self._scopes.clear()
             self._scopes[run_id] = scope
@@ -211,7 +211,7 @@ class ModelActivities:
     async def remember_deferred(self, inp: CallModelInput, context: ModelContext, steps: tuple[int, int]) -> int | None:
         """Store the episodes of the steps `steps` (first, through), read now; the newest step stored, or None."""
         try:
-            pending = await self.store.deferred_steps(inp.run_id, *steps)
+            pending = await self.store.working.deferred_steps(inp.run_id, *steps)
         except Exception as exc:  # memory never fails a step: the run's end or the next pass stores these
             log.warning("episodes not read: run=%s step=%s: %s: %s", inp.run_id, inp.step, type(exc).__name__, exc)
             return None
@@ -231,7 +231,7 @@ class ModelActivities:
         }
         if latency_ms is not None:
             payload["latency_ms"] = latency_ms
-        await self.store.record_model_failure(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
+        await self.store.log.record_model_failure(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
 
     async def tool_schemas(self, inp: CallModelInput) -> list[dict[str, Any]]:
         """The tools of the agent version the run started with (its own tools, its sub-agents, the
@@ -323,7 +323,7 @@ class ModelActivities:
             "retry_in_seconds": None,
             "status": None,
         }
-        await self.store.record_lost_model_attempt(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
+        await self.store.log.record_lost_model_attempt(inp.tenant_id, inp.run_id, inp.step, payload, attempt=attempt)
 
     async def _call_model(self, inp: CallModelInput) -> ModelTurn:
         if inp.memory and self.memory is None:
@@ -351,7 +351,7 @@ class ModelActivities:
                 return ModelTurn(model=inp.model, wait=taken)
             lease = taken
         try:
-            context = await self.store.model_context(
+            context = await self.store.working.model_context(
                 inp.tenant_id, inp.run_id, inp.step, memory=with_memory, batch=EPISODE_BATCH_STEPS
             )
             # A batch of episodes due is written beside the recall and the model call, off the step's path.
@@ -398,7 +398,7 @@ class ModelActivities:
         # message held from the previous call is there already (its text came from that row).
         digest = text_digest(record.recalled_text) if record.recalled_text else None
         keeping = (
-            asyncio.create_task(self.store.keep_recalled_text(inp.tenant_id, inp.run_id, record.recalled_text))
+            asyncio.create_task(self.store.working.keep_recalled_text(inp.tenant_id, inp.run_id, record.recalled_text))
             if record.recalled_text and digest != context.kept_recalled
             else None
         )

@@ -29,14 +29,14 @@ class StartActivities:
     @boundary
     async def hold_run(self, inp: HoldRunInput) -> None:
         """Write the waiting run's row (scheduled or queued), once."""
-        await self.store.create_waiting_run(inp)
+        await self.store.starts.create_waiting_run(inp)
 
     @activity.defn(name=Activity.JOIN_THREAD)
     @boundary
     async def join_thread(self, inp: JoinThreadInput) -> str | None:
         """Take the thread's next place; the run before it there (None: the thread is empty).
         NotFound (non-retryable) when the thread is gone."""
-        return await self.store.join_thread(inp.tenant_id, inp.thread_id, inp.run_id)
+        return await self.store.starts.join_thread(inp.tenant_id, inp.thread_id, inp.run_id)
 
     @activity.defn(name=Activity.AWAIT_RUN)
     @boundary
@@ -49,4 +49,4 @@ class StartActivities:
             # knows (its history expired) ended long ago. Its row says where it stopped.
             with contextlib.suppress(WorkflowFailureError, RPCError):
                 await handle.result(follow_runs=True)
-        return await self.store.fork_point_after(inp.tenant_id, inp.after_run)
+        return await self.store.starts.fork_point_after(inp.tenant_id, inp.after_run)

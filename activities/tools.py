@@ -131,7 +131,7 @@ class ToolActivities:
     async def _run_tool(self, inp: RunToolInput, progress: dict[str, Any]) -> ToolResult:
         key = inp.idempotency_key
         call = inp.call
-        done = await self._ledger(key, lambda: self.store.recorded_effect(inp.tenant_id, key))
+        done = await self._ledger(key, lambda: self.store.ledger.recorded_effect(inp.tenant_id, key))
         if done is not None:
             activity.logger.info("tool call %s already in the ledger: not running it again", key)
             return result_of(done, call.id, from_ledger=True)
@@ -173,7 +173,7 @@ class ToolActivities:
             duration_ms=int((time.monotonic() - started) * 1000),
             attempt=attempt,
         )
-        await self._ledger(key, lambda: self.store.record_effect(inp.tenant_id, effect))
+        await self._ledger(key, lambda: self.store.ledger.record_effect(inp.tenant_id, effect))
         return result_of(effect, call.id, from_ledger=False)
 
     async def _removed(self, inp: RunToolInput) -> str | None:
@@ -229,7 +229,7 @@ class ToolActivities:
             duration_ms=0,
             attempt=activity.info().attempt,
         )
-        await self._ledger(inp.idempotency_key, lambda: self.store.record_effect(inp.tenant_id, effect))
+        await self._ledger(inp.idempotency_key, lambda: self.store.ledger.record_effect(inp.tenant_id, effect))
         return result_of(effect, call.id, from_ledger=False)
 
     @activity.defn(name=Activity.RECORDED_CALLS)
@@ -259,7 +259,7 @@ class ToolActivities:
         """The source run's ledger row of the call at the same step and position, if any."""
         result: Effect | None = await self._ledger(
             inp.idempotency_key,
-            lambda: self.store.recorded_call(inp.tenant_id, source_run, inp.step, inp.call_index),
+            lambda: self.store.ledger.recorded_call(inp.tenant_id, source_run, inp.step, inp.call_index),
         )
         return result
 
@@ -276,7 +276,9 @@ class ToolActivities:
     async def _recall_scope(self, inp: RunToolInput) -> RecallScope:
         """What the run may recall (cached: a run's lineage never changes), for its memory tools."""
         if inp.run_id not in self._scopes:
-            chain = await self._ledger(inp.idempotency_key, lambda: self.store.fork_chain(inp.tenant_id, inp.run_id))
+            chain = await self._ledger(
+                inp.idempotency_key, lambda: self.store.working.fork_chain(inp.tenant_id, inp.run_id)
+            )
             if len(self._scopes) > 1024:
                 self._scopes.clear()
             self._scopes[inp.run_id] = recall_scope(chain)

@@ -48,11 +48,11 @@ async def seed(store: RunStore, tenant: str, other: str, runs: int, steps: int) 
             for n in range(1, steps + 1):
                 if n == 1 and i % 20 == 0:
                     failure = {"attempt": 1, "model": "openai:gpt-4o-mini", "error": "429", "status": 429}
-                    await store.record_model_failure(owner, run_id, n, failure, attempt=1)
-                await store.record_step(a_step(run_id, owner, n))
+                    await store.log.record_model_failure(owner, run_id, n, failure, attempt=1)
+                await store.steps.record_step(a_step(run_id, owner, n))
             ending = ENDINGS[i % len(ENDINGS)]
             if ending is not None:
-                await store.finish_run(owner, run_id, ending, "done", None)
+                await store.log.finish_run(owner, run_id, ending, "done", None)
 
     done = 0
     for start in range(0, runs, 500):

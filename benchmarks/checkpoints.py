@@ -163,12 +163,12 @@ class WaypointSide:
 
     async def write(self, run_id: str, turns: list[Turn], tick: Callable[[], None]) -> list[float]:
         plan = RunPlan(model="scripted", max_steps=AGENT.max_steps, context_tokens=AGENT.context_tokens)
-        await self.store.create_run(NewRun(run_id, TENANT, AGENT.name, TASK, AGENT.instructions, plan))
+        await self.store.steps.create_run(NewRun(run_id, TENANT, AGENT.name, TASK, AGENT.instructions, plan))
         took = []
         for step, turn in enumerate(turns, 1):
             record = step_record(run_id, step, turn)
             began = time.perf_counter()
-            await self.store.record_step(record)
+            await self.store.steps.record_step(record)
             took.append(time.perf_counter() - began)
             tick()
         return took

@@ -64,7 +64,7 @@ def pct(values: list[float], q: int) -> float:
 
 async def new_run(store: RunStore, tenant: str) -> str:
     run_id = f"run-{uuid.uuid4().hex[:12]}"
-    await store.create_run(
+    await store.steps.create_run(
         NewRun(run_id, tenant, "bench", "stream", "Bench.", RunPlan(model="scripted", max_steps=10**6))
     )
     return run_id
@@ -120,7 +120,7 @@ async def commit_to_client(store: RunStore, http: httpx.AsyncClient, tenant: str
     latencies = []
     async with clients(http, [run_id]) as (reader,):
         for n in range(1, events + 1):
-            await store.record_step(a_step(run_id, tenant, n))
+            await store.steps.record_step(a_step(run_id, tenant, n))
             committed = time.monotonic()
             while n not in reader.events:
                 await asyncio.sleep(0.0005)
@@ -135,7 +135,9 @@ async def delta_to_client(store: RunStore, http: httpx.AsyncClient, settings: Se
     fake = FakeOpenAI().start()
     fake.answer(Turn(content=" ".join(words), chunk_delay=0.02))
     model = OpenAIChatModel(openai_client(settings.model_copy(update={"openai_base_url": fake.base_url})), "fake")
-    publisher = DeltaPublisher(lambda p: store.notify(DELTAS_CHANNEL, p), flush_ms=settings.model_delta_flush_ms)
+    publisher = DeltaPublisher(
+        lambda p: store.streams.notify(DELTAS_CHANNEL, p), flush_ms=settings.model_delta_flush_ms
+    )
     handed: dict[str, float] = {}
     async with clients(http, [run_id]) as (reader,):
         async with publisher.attempt(run_id, 1, 1) as sink:
@@ -183,7 +185,7 @@ async def under_load(
     while time.monotonic() - began < seconds:
         step += 1
         for run_id in runs:
-            await store.record_step(a_step(run_id, tenant, step))
+            await store.steps.record_step(a_step(run_id, tenant, step))
             committed[(run_id, step)] = time.monotonic()
         await asyncio.sleep(max(0.0, began + step * 0.1 - time.monotonic()))
     cpu = server.cpu_percent()
@@ -233,7 +235,7 @@ async def added_latency(
         await wp.start_run("Summarize the notes", agent="demo", tenant_id=tenant)
         py_start.append(time.monotonic() - t)
     finished = await new_run(store, tenant)
-    await store.finish_run(tenant, finished, RunStatus.COMPLETED, "done", None)
+    await store.log.finish_run(tenant, finished, RunStatus.COMPLETED, "done", None)
     for _ in range(calls):
         t = time.monotonic()
         assert (await http.get(f"/v1/runs/{finished}")).status_code == 200
@@ -267,7 +269,7 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
     settings = bench_settings(stack, workdir, tenant)
     engine = await prepare_database(stack.info.database_url)
     store = RunStore(engine)
-    await store.register_agents(settings.task_queue, [demo.info(openai=False, worker=worker_identity())])
+    await store.catalog.register_agents(settings.task_queue, [demo.info(openai=False, worker=worker_identity())])
     key, _ = await store.keys.create_key(tenant, "bench")
     port = free_port()
     env = settings.child_environment(WAYPOINT_API_PORT=str(port))

@@ -76,12 +76,12 @@ async def bench(args: argparse.Namespace, stack: EmbeddedStack, workdir: Path) -
     with console.status(f"writing {args.runs} runs and one of {args.steps} steps..."):
         for _ in range(args.runs):
             run_id = await new_run(store, tenant)
-            await store.record_step(a_step(run_id, tenant, 1))
-            await store.finish_run(tenant, run_id, RunStatus.COMPLETED, "done", None)
+            await store.steps.record_step(a_step(run_id, tenant, 1))
+            await store.log.finish_run(tenant, run_id, RunStatus.COMPLETED, "done", None)
         long_run = await new_run(store, tenant)
         for n in range(1, args.steps + 1):
-            await store.record_step(a_step(long_run, tenant, n))
-        await store.finish_run(tenant, long_run, RunStatus.COMPLETED, "done", None)
+            await store.steps.record_step(a_step(long_run, tenant, n))
+        await store.log.finish_run(tenant, long_run, RunStatus.COMPLETED, "done", None)
     port = free_port()
     env = settings.child_environment(WAYPOINT_API_PORT=str(port))
     proc = subprocess.Popen([sys.executable, "-m", "waypoint", "serve"], env=env, stdout=subprocess.PIPE, text=True)

@@ -15,7 +15,7 @@ async def tree(store: RunStore, tenant: str, *, children: int = 0, **limits: Any
     """A root run with `limits` (max_tokens, max_cost_usd; tree_max_steps) and `children` sub-agent runs."""
     root = f"root-{uuid.uuid4().hex[:10]}"
     steps = limits.pop("tree_max_steps", None)
-    plan = await store.create_run(
+    plan = await store.steps.create_run(
         NewRun(
             root,
             tenant,
@@ -29,7 +29,7 @@ async def tree(store: RunStore, tenant: str, *, children: int = 0, **limits: Any
     ids = [root]
     for i in range(children):
         child = f"{root}.1.{i}"
-        made = await store.create_run(
+        made = await store.steps.create_run(
             NewRun(
                 child,
                 tenant,

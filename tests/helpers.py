@@ -113,7 +113,7 @@ async def start(
 ) -> str:
     """A new run's row, `run_started` event and checkpoint 0, as `start_run` writes them."""
     run_id = f"run-{uuid.uuid4().hex[:12]}"
-    await store.create_run(
+    await store.steps.create_run(
         NewRun(run_id, settings.tenant, "calculator", task, "Add numbers.", RunPlan(model=model, max_steps=50, **plan))
     )
     return run_id
@@ -122,7 +122,7 @@ async def start(
 async def make_run(store: RunStore, settings: Settings, steps: list[Step], *, model: str = "scripted") -> str:
     run_id = await start(store, settings, model=model)
     for n, (turn, results, decisions) in enumerate(steps, start=1):
-        await store.record_step(StepRecord(run_id, settings.tenant, n, turn, results, decisions=decisions))
+        await store.steps.record_step(StepRecord(run_id, settings.tenant, n, turn, results, decisions=decisions))
     return run_id
 
 
@@ -163,7 +163,7 @@ async def range_messages(engine: AsyncEngine, run_id: str, first: int, last: int
 async def next_call_view(store: RunStore, settings: Settings, run_id: str) -> list[dict]:
     """The working memory the run's next model call reads, built as `call_model` builds it."""
     run = await store.get_run(settings.tenant, run_id)
-    return assemble(await store.working_parts(settings.tenant, run_id, run.steps + 1), 16_000).messages
+    return assemble(await store.working.working_parts(settings.tenant, run_id, run.steps + 1), 16_000).messages
 
 
 async def run_events(engine: AsyncEngine, run_id: str, kind: str) -> list[dict]:

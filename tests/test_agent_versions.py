@@ -150,7 +150,7 @@ async def versioned_run(store: RunStore, tenant: str, instructions: str) -> tupl
     run_id = f"run-{uuid.uuid4().hex[:12]}"
     version = AgentVersion("calculator", instructions, [], ["scripted"])
     plan = RunPlan(model="scripted", max_steps=5)
-    await store.create_run(NewRun(run_id, tenant, "calculator", "add", instructions, plan, version=version))
+    await store.steps.create_run(NewRun(run_id, tenant, "calculator", "add", instructions, plan, version=version))
     return run_id, version.fingerprint
 
 

@@ -250,7 +250,7 @@ async def test_the_pool_shows_on_every_surface(
     await store.reserve_budget(first)
     await settle(store, first, 700)
     await store.reserve_budget(ask(child, t, root, input_tokens=300, max_output=1000))  # in flight
-    await store.finish_run(t, root, RunStatus.COMPLETED, "done", None)  # the child's call is still in flight
+    await store.log.finish_run(t, root, RunStatus.COMPLETED, "done", None)  # the child's call is still in flight
     expected = {"limit": 5000, "used": 700, "reserved": 1300, "left": 3000}
 
     done = await waypoint(settings, "tree", root, "--json")

@@ -27,7 +27,7 @@ def tenant() -> str:
 async def test_a_root_with_a_budget_opens_one_pool_and_one_without_opens_none(store: RunStore) -> None:
     t = tenant()
     root, child = await tree(store, t, children=1, max_tokens=1000)
-    plan = await store.create_run(
+    plan = await store.steps.create_run(
         NewRun(root, t, "lead", "a task", "Lead.", RunPlan(model="scripted", max_steps=50, max_tokens=1000))
     )
     assert plan.budget_pool == root  # a retried start finds the same pool
@@ -104,7 +104,7 @@ async def test_a_run_that_ends_gives_back_what_its_calls_hold(store: RunStore) -
     root, child = await tree(store, t, children=1, max_tokens=5000)
     await store.reserve_budget(ask(child, t, root))
     assert await store.open_reservations([child]) == 1
-    await store.finish_run(t, child, RunStatus.CANCELLED, None, "stopped")
+    await store.log.finish_run(t, child, RunStatus.CANCELLED, None, "stopped")
     assert await store.open_reservations([child]) == 0
     view = await store.run_budget(t, root)
     assert view is not None and (view.reserved_tokens, view.used_tokens, view.left_tokens) == (0, 0, 5000)

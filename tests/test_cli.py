@@ -76,8 +76,8 @@ async def test_tables_at_80_columns_keep_ids_agents_statuses_and_compares_marks(
     calls = [("add", {"a": 1, "b": 2, "note": "the first of two sums"}, "3"), ("add", {"a": 3, "b": 4}, "7")]
     done = await make_run(store, settings, [step(1, calls)])
     over = await make_run(store, settings, [step(1, calls[1:])])
-    await store.finish_run(settings.tenant, done, RunStatus.COMPLETED, "3 and 7", None)
-    await store.finish_run(settings.tenant, over, RunStatus.BUDGET_EXCEEDED, None, "token budget spent")
+    await store.log.finish_run(settings.tenant, done, RunStatus.COMPLETED, "3 and 7", None)
+    await store.log.finish_run(settings.tenant, over, RunStatus.BUDGET_EXCEEDED, None, "token budget spent")
     env = cli_env(settings) | {"COLUMNS": "80"}
 
     listed = await waypoint(settings, "runs", env=env)

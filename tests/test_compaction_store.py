@@ -84,7 +84,7 @@ async def test_decisions_survive_every_compaction(engine, store: RunStore, setti
     first = await acts.compact(CompactRunInput(run_id, settings.tenant))
     # More steps, a second (cumulative) compaction: the first one's pins are carried over.
     turn, results, _ = step(7, [("pin_decision", {"text": "Budget: 10 EUR."}, "ok")])
-    await store.record_step(StepRecord(run_id, settings.tenant, 7, turn, results))
+    await store.steps.record_step(StepRecord(run_id, settings.tenant, 7, turn, results))
     second = await acts.compact(CompactRunInput(run_id, settings.tenant))
     assert first.created and second.created and second.first_seq == first.first_seq and second.last_seq > first.last_seq
     row = await newest(engine, run_id)
@@ -196,7 +196,7 @@ async def test_a_turn_that_lands_during_compaction_stays_outside(engine, store, 
     while not fake_openai.seen:  # the compaction has read its range and waits for the model
         await asyncio.sleep(0.02)
     turn, results, _ = step(9, [("search", {"q": "late"}, "LATE TURN")])
-    late = await store.record_step(StepRecord(run_id, settings.tenant, 9, turn, results))
+    late = await store.steps.record_step(StepRecord(run_id, settings.tenant, 9, turn, results))
     result = await task
     assert result.created and result.last_seq < late
     row = await newest(engine, run_id)
@@ -209,7 +209,7 @@ async def test_a_turn_that_lands_during_compaction_stays_outside(engine, store, 
 async def test_deleting_a_run_removes_its_compactions(engine, store: RunStore, settings):
     run_id = await make_run(store, settings, tool_heavy())
     await compactor(store, settings).compact(CompactRunInput(run_id, settings.tenant))
-    await store.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "done", None)
+    await store.log.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "done", None)
     with pytest.raises(DBAPIError, match="append-only"):
         async with engine.begin() as conn:
             await conn.execute(text("DELETE FROM compactions WHERE run_id = :r"), {"r": run_id})

@@ -101,11 +101,11 @@ async def test_compare_reads_a_forks_inherited_steps(store: RunStore, settings, 
     parent = await make_run(store, settings, ORIGINAL)
     child = "run-fork-" + parent[-8:]
     plan = RunPlan(model="scripted", max_steps=50, start_step=2)
-    await store.create_run(
+    await store.steps.create_run(
         NewRun(child, settings.tenant, "calculator", "t", "i", plan, fork=ForkOrigin(parent, 2, None))
     )
     turn, _, _ = answer(3, "The sums are 3 and 7!")
-    await store.record_step(StepRecord(child, settings.tenant, 3, turn, []))
+    await store.steps.record_step(StepRecord(child, settings.tenant, 3, turn, []))
     wp = Waypoint(None, engine, settings)
     found = await wp.compare(parent, child)
     assert [s.step for s in found.steps] == [1, 2, 3]

@@ -396,9 +396,9 @@ async def test_a_failover_moves_the_run_row_once_in_the_events_transaction(store
     run_id = await start(store, settings, model="openai:a")
     assert (await store.get_run(settings.tenant, run_id)).models_used == ["openai:a"]
     away = FailoverRecord(run_id, settings.tenant, 1, "openai:a", "openai:b", 2, "HTTP 503", "ModelUnavailable")
-    moved = await store.record_failover(away)
-    again = await store.record_failover(away)  # the activity retried after its commit
-    back = await store.record_failover(replace(away, step=3, from_model="openai:b", to_model="openai:a"))
+    moved = await store.log.record_failover(away)
+    again = await store.log.record_failover(away)  # the activity retried after its commit
+    back = await store.log.record_failover(replace(away, step=3, from_model="openai:b", to_model="openai:a"))
     assert (moved.current_model, moved.models_used) == ("openai:b", ["openai:a", "openai:b"])
     assert again == moved
     assert (back.model, back.current_model, back.models_used) == ("openai:a", "openai:a", ["openai:a", "openai:b"])

@@ -20,11 +20,11 @@ async def test_the_cost_table_counts_a_forks_own_steps_as_the_totals_do(store: R
     parent = await make_run(store, settings, [step(n, [("add", {"a": n, "b": 1}, str(n + 1))]) for n in (1, 2, 3)])
     fork = f"{parent}-fork"
     plan = RunPlan(model="scripted", max_steps=50, start_step=2)
-    await store.create_run(
+    await store.steps.create_run(
         NewRun(fork, settings.tenant, "calculator", "again", "Add numbers.", plan, fork=ForkOrigin(parent, 2, "again"))
     )
     turn, results, _ = step(3, [("add", {"a": 9, "b": 9}, "18")])
-    await store.record_step(StepRecord(fork, settings.tenant, 3, turn, results))
+    await store.steps.record_step(StepRecord(fork, settings.tenant, 3, turn, results))
 
     figures = await store.fleet.fleet_figures(settings.tenant, since, timedelta(minutes=1))
     answered = sum(s.steps for s in figures.steps)  # the totals' steps: model answers in the period

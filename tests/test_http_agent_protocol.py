@@ -267,7 +267,7 @@ async def test_a_run_answers_as_created_before_its_worker_writes_it(api: ApiServ
     create did: its assistant, the strategy it was created with, and Waypoint's status (`queued`
     behind a busy run, `scheduled` when delayed), everywhere."""
     infos = [a.info(callable_providers=["scripted"], worker="t") for a in agents]
-    await store.register_agents(api.settings.task_queue, infos)
+    await store.catalog.register_agents(api.settings.task_queue, infos)
     http = api.http
     created = (await http.post("/runs", json={"assistant_id": "calculator", "input": human("add")})).json()
     got = (await http.get(f"/runs/{created['run_id']}")).json()

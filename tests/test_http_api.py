@@ -279,12 +279,12 @@ async def test_runs_list_filters_by_time_and_text_and_pages_every_sort(api: ApiS
     for i, (steps, tokens, cost) in enumerate([(3, 50, 0.5), (1, 50, 0.25), (2, 400, 0.25), (0, 0, 0)]):
         run_id = f"run-{marker}{i}"
         plan = RunPlan(model="m", max_steps=10)
-        await store.create_run(NewRun(run_id, tenant, "calculator", f"sorted {marker} {i}", "I.", plan))
+        await store.steps.create_run(NewRun(run_id, tenant, "calculator", f"sorted {marker} {i}", "I.", plan))
         for n in range(1, steps + 1):
             turn = ModelTurn(model="m", content="x", usage=Usage(tokens // steps, 0), cost_usd=cost / steps)
-            await store.record_step(StepRecord(run_id, tenant, n, turn))
+            await store.steps.record_step(StepRecord(run_id, tenant, n, turn))
         if i < 3:
-            await store.finish_run(tenant, run_id, RunStatus.COMPLETED, "done", None)
+            await store.log.finish_run(tenant, run_id, RunStatus.COMPLETED, "done", None)
         made.append(run_id)
 
     async def listed(**params) -> dict:

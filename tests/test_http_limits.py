@@ -145,7 +145,7 @@ async def test_the_open_stream_cap_refuses_one_more_and_a_closed_stream_frees_it
 
         # a stream that ends by itself (its run finished) gives its slot back as well
         done = await start(store, settings)
-        await store.finish_run(settings.tenant, done, RunStatus.COMPLETED, "done", None)
+        await store.log.finish_run(settings.tenant, done, RunStatus.COMPLETED, "done", None)
         async with api.client(api.keys[0]) as one:
             async with contextlib.AsyncExitStack() as held:
                 await open_stream(held, one, f"/v1/runs/{live}/stream")

@@ -153,7 +153,7 @@ async def test_a_slow_client_is_cut_off_with_an_event_and_resumes(client, engine
                 # The client reads nothing while the run writes 20 MB: the socket fills, then its buffer.
                 for n in range(1, 51):
                     turn, results, _ = step(n, [("add", {"a": n, "b": 1}, big), ("add", {"a": 0, "b": 0}, big)])
-                    await store.record_step(StepRecord(run_id, settings.tenant, n, turn, results))
+                    await store.steps.record_step(StepRecord(run_id, settings.tenant, n, turn, results))
                 received = [e async for e in sse_events(response)]
             cut = received[-1]
             assert cut.event == "error" and cut.data["error"]["code"] == "slow_client"
@@ -161,7 +161,7 @@ async def test_a_slow_client_is_cut_off_with_an_event_and_resumes(client, engine
             ids = [int(e.id) for e in received[:-1]]
             assert ids == list(range(1, len(ids) + 1)) and cut.data["last_event_id"] == ids[-1]
             assert ids[-1] < 151  # it was cut off before the end...
-            await store.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "done", None)
+            await store.log.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "done", None)
             headers = {"Last-Event-ID": str(ids[-1])}
             async with http.stream("GET", f"/v1/runs/{run_id}/stream", headers=headers) as response:
                 rest = [e async for e in sse_events(response)]
@@ -178,7 +178,9 @@ async def test_a_standalone_api_streams_a_run_started_elsewhere_before_its_row_i
     # stream clients got 404 for runs the Python client had started, until some request of the API
     # happened to connect Temporal. No worker polls this queue: the run's row is never written.
     quiet = settings.model_copy(update={"api_keepalive_seconds": 0.2, "task_queue": "nobody-polls-this"})
-    await store.register_agents(quiet.task_queue, [a.info(callable_providers=["scripted"], worker="t") for a in agents])
+    await store.catalog.register_agents(
+        quiet.task_queue, [a.info(callable_providers=["scripted"], worker="t") for a in agents]
+    )
     run_id = await Waypoint(client, engine, quiet).start_run("Add 1 and 2.", agent="demo", model="scripted")
     lazy = await Waypoint.connect(quiet, temporal=False)
     server = api_server(quiet, host="127.0.0.1", port=0, auth=False, waypoint=lazy)

@@ -18,6 +18,7 @@ from waypoint.memory.steps import recall_search
 from waypoint.names import child_run_id
 from waypoint.store import RunStore
 from waypoint.store.schema import checkpoints
+from waypoint.store.working import WorkingReads
 from waypoint.types import MemoryStepInput
 
 pytestmark = pytest.mark.postgres
@@ -203,13 +204,13 @@ async def test_a_held_recall_is_kept_in_postgres_once(memory_worker, monkeypatch
     """The calls that hold the previous call's recalled episodes write nothing: the message's row is
     there already (the call read its text from it), and their records still name it."""
     kept: list[str] = []
-    keep = RunStore.keep_recalled_text
+    keep = WorkingReads.keep_recalled_text
 
-    async def counting(self: RunStore, tenant_id: str, run_id: str, text: str) -> str:
+    async def counting(self: WorkingReads, tenant_id: str, run_id: str, text: str) -> str:
         kept.append(run_id)
         return await keep(self, tenant_id, run_id, text)
 
-    monkeypatch.setattr(RunStore, "keep_recalled_text", counting)
+    monkeypatch.setattr(WorkingReads, "keep_recalled_text", counting)
     wp, _ = memory_worker
     first = await wp.start_run("add things", agent="calculator")
     assert (await wp.result(first)).status == "completed"

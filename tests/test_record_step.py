@@ -50,17 +50,17 @@ def step_one(run_id: str, tenant: str) -> StepRecord:
 async def test_every_write_of_a_run_twice_is_a_no_op(engine: AsyncEngine, store: RunStore, settings):
     run_id = await start(store, settings)
     new = NewRun(run_id, settings.tenant, "calculator", "t", "Add numbers.", RunPlan(model="scripted", max_steps=50))
-    await store.create_run(new)  # a retried start creates nothing new
+    await store.steps.create_run(new)  # a retried start creates nothing new
     assert await counts(engine, run_id) == (1, 1, 0)
 
-    first = await store.record_step(step_one(run_id, settings.tenant))
+    first = await store.steps.record_step(step_one(run_id, settings.tenant))
     after_first = await counts(engine, run_id)
     assert after_first == (3, 2, 40)  # model_response + tool_result; checkpoint 1; tokens once
-    assert await store.record_step(step_one(run_id, settings.tenant), attempt=2) == first
+    assert await store.steps.record_step(step_one(run_id, settings.tenant), attempt=2) == first
     assert await counts(engine, run_id) == after_first
 
-    await store.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "3", None)
-    again = await store.finish_run(settings.tenant, run_id, RunStatus.FAILED, None, "late")
+    await store.log.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "3", None)
+    again = await store.log.finish_run(settings.tenant, run_id, RunStatus.FAILED, None, "late")
     assert again.status == RunStatus.COMPLETED  # the first final status sticks
     assert await counts(engine, run_id) == (4, 2, 40)
 
@@ -69,7 +69,7 @@ async def test_overlapping_attempts_of_one_step_record_it_once(engine: AsyncEngi
     run_id = await start(store, settings)
     record = step_one(run_id, settings.tenant)
     # A retry can start while a stalled first attempt is still writing.
-    seqs = await asyncio.gather(*(store.record_step(record, attempt=n) for n in range(1, 5)))
+    seqs = await asyncio.gather(*(store.steps.record_step(record, attempt=n) for n in range(1, 5)))
     assert len(set(seqs)) == 1
     assert await counts(engine, run_id) == (3, 2, 40)
 
@@ -77,10 +77,10 @@ async def test_overlapping_attempts_of_one_step_record_it_once(engine: AsyncEngi
 async def test_writes_name_their_tenant(engine: AsyncEngine, store: RunStore, settings):
     run_id = await start(store, settings)
     with pytest.raises(NotFound):
-        await store.record_step(step_one(run_id, "someone-else"))
+        await store.steps.record_step(step_one(run_id, "someone-else"))
     with pytest.raises(NotFound):
-        await store.finish_run("someone-else", run_id, RunStatus.COMPLETED, "x", None)
-    await store.set_status("someone-else", run_id, RunStatus.PAUSED, None)  # matches no row: nothing changes
+        await store.log.finish_run("someone-else", run_id, RunStatus.COMPLETED, "x", None)
+    await store.log.set_status("someone-else", run_id, RunStatus.PAUSED, None)  # matches no row: nothing changes
     assert await counts(engine, run_id) == (1, 1, 0)
     assert (await store.get_run(settings.tenant, run_id)).status == RunStatus.RUNNING
 

@@ -119,7 +119,7 @@ async def test_scope_act_checks_the_role_and_the_tenant_and_audits_each_action_o
 
 async def finished_run(store: RunStore, settings: Settings) -> str:
     run_id = await make_run(store, settings, [step(1, [], content="done")])
-    await store.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "done", None)
+    await store.log.finish_run(settings.tenant, run_id, RunStatus.COMPLETED, "done", None)
     return run_id
 
 

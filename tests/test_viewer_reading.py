@@ -54,7 +54,7 @@ def report(n: int) -> str:
 async def new_run(store: RunStore, tenant: str, task: str, agent: str = "calculator") -> str:
     run_id = f"run-{uuid.uuid4().hex[:12]}"
     plan = RunPlan(model="scripted", max_steps=1_000, context_tokens=1_000_000)
-    await store.create_run(NewRun(run_id, tenant, agent, task, "Search, then answer.", plan))
+    await store.steps.create_run(NewRun(run_id, tenant, agent, task, "Search, then answer.", plan))
     return run_id
 
 
@@ -73,14 +73,14 @@ async def long_run(store: RunStore, tenant: str, steps: int = LONG_STEPS) -> str
         turn = ModelTurn(
             model="scripted", content=None, tool_calls=calls, usage=Usage(100 + n, 12), latency_ms=200 + n * 37 % 400
         )
-        await store.record_step(StepRecord(run_id, tenant, n, turn, results, context_tokens=1_000_000))
+        await store.steps.record_step(StepRecord(run_id, tenant, n, turn, results, context_tokens=1_000_000))
         if len(results) == 2:  # the worker's ledger rows: the second call ended 30 ms after the first
             ended = datetime.now(UTC)
             for i, r in enumerate(results):
                 await _ledger(store.engine, run_id, n, i, r.name, ended + timedelta(milliseconds=30 * i), r.duration_ms)
     done = ModelTurn(model="scripted", content="The vault is mentioned in every step.", tool_calls=[], latency_ms=640)
-    await store.record_step(StepRecord(run_id, tenant, steps, done, [], context_tokens=1_000_000))
-    await store.finish_run(tenant, run_id, RunStatus.COMPLETED, "The vault is mentioned in every step.", None)
+    await store.steps.record_step(StepRecord(run_id, tenant, steps, done, [], context_tokens=1_000_000))
+    await store.log.finish_run(tenant, run_id, RunStatus.COMPLETED, "The vault is mentioned in every step.", None)
     return run_id
 
 
@@ -227,13 +227,13 @@ async def test_parallel_tool_calls_show_their_wall_time_and_the_axis_keeps_its_l
         ToolResult(call_id="c1_0", name="fetch", output="page a", duration_ms=800),
         ToolResult(call_id="c1_1", name="fetch", output="page b", duration_ms=900),
     ]
-    await store.record_step(
+    await store.steps.record_step(
         StepRecord(run_id, tenant, 1, ModelTurn(model="scripted", content=None, tool_calls=calls), results)
     )
-    await store.record_step(
+    await store.steps.record_step(
         StepRecord(run_id, tenant, 2, ModelTurn(model="scripted", content="two pages", tool_calls=[]), [])
     )
-    await store.finish_run(tenant, run_id, RunStatus.COMPLETED, "two pages", None)
+    await store.log.finish_run(tenant, run_id, RunStatus.COMPLETED, "two pages", None)
     async with engine.begin() as conn:
         finished = (await conn.execute(select(runs.c.finished_at).where(runs.c.run_id == run_id))).scalar_one()
         await conn.execute(
@@ -281,8 +281,8 @@ async def test_the_fleet_pages_colours_are_the_status_badges_and_its_key_bars_ha
     for status, output in ended.items():
         run_id = await new_run(store, tenant, f"a run that ends {status}")
         turn = ModelTurn(model="scripted", content="ok", tool_calls=[], usage=Usage(10, 2))
-        await store.record_step(StepRecord(run_id, tenant, 1, turn, []))
-        await store.finish_run(tenant, run_id, status, output, None if output else "it ended so")
+        await store.steps.record_step(StepRecord(run_id, tenant, 1, turn, []))
+        await store.log.finish_run(tenant, run_id, status, output, None if output else "it ended so")
     await new_run(store, tenant, "a run still running")
 
     _, page = await logged_in(browser, contexts, api)

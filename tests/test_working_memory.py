@@ -194,7 +194,7 @@ async def test_checkpoints_stay_flat_over_1000_steps(engine: AsyncEngine, settin
             tool_results=[ToolResult(call_id=call.id, name="search", output=f"page {step}: " + "y" * 300)],
             context_tokens=2_000,
         )
-        await store.record_step(record)
+        await store.steps.record_step(record)
     async with engine.connect() as conn:
         sizes = dict(
             (

@@ -240,7 +240,7 @@ async def gather_evidence(store: RunStore, tenant_id: str, run_id: str) -> Evide
     steps = await store.checkpoint_steps(tenant_id, run_id)
     kinds = [EventKind.MODEL_RESPONSE, EventKind.MODEL_ATTEMPT_FAILED]
     logged = await store.events(tenant_id, run_id, kinds=kinds)
-    ledger = await store.effects(tenant_id, run_id)
+    ledger = await store.ledger.effects(tenant_id, run_id)
     calls = {
         idempotency_key(run_id, e.step, i): call["name"]
         for e in logged

@@ -209,7 +209,7 @@ class WaypointPlugin(SimplePlugin):
             )
             for a in agents
         ]
-        await store.register_agents(task_queue, found)
+        await store.catalog.register_agents(task_queue, found)
         scorers = [(s.name, s.description) for s in agents.scorers.values()]
         await store.register_scorers(task_queue, scorers, worker_identity())
         self._registered.add(task_queue)
@@ -260,7 +260,7 @@ def delta_publisher(store: RunStore, settings: Settings) -> DeltaPublisher | Non
         return None
 
     async def send(payloads: list[str]) -> None:
-        await store.notify(DELTAS_CHANNEL, payloads)
+        await store.streams.notify(DELTAS_CHANNEL, payloads)
 
     return DeltaPublisher(send, flush_ms=settings.model_delta_flush_ms)
 

@@ -19,11 +19,11 @@ class Catalog:
 
     async def agents(self) -> list[AgentInfo]:
         """The agents the workers of this deployment's task queue serve (the catalog they register)."""
-        return await self._store.agents(self._scope.settings.task_queue)
+        return await self._store.catalog.agents(self._scope.settings.task_queue)
 
     async def agent(self, name: str) -> AgentInfo:
         """One agent of the catalog; NotFound naming the ones there are."""
-        return await self._store.agent(self._scope.settings.task_queue, check_text("the agent", name))
+        return await self._store.catalog.agent(self._scope.settings.task_queue, check_text("the agent", name))
 
     async def agent_version(self, fingerprint: str, *, tenant_id: str | None = None) -> AgentVersion:
         """The agent version a run of the tenant started with, by its fingerprint or a prefix of it
@@ -37,7 +37,7 @@ class Catalog:
     async def check_start(self, agent: str, model: str | None) -> None:
         """Refuse a run that cannot start before anything starts (and before it gets an id): an agent
         no worker serves, a model spec that names no adapter, a model its worker cannot call."""
-        info = await self._store.agent(self._scope.settings.task_queue, agent)
+        info = await self._store.catalog.agent(self._scope.settings.task_queue, agent)
         spec = parse_model_spec(model or info.model)
         if spec.provider == Provider.SCRIPTED and Provider.SCRIPTED not in info.providers:
             raise InvalidInput(f"agent {agent!r} has no scripted turns: pick a model with --model openai:<name>")

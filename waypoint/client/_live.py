@@ -61,7 +61,7 @@ class Live:
         await (await self._temporal()).terminate(run_id, error)
         self._stuck.gauge(run_id, tenant, None)
         try:
-            row = await self._store.finish_run(tenant, run_id, RunStatus.CANCELLED, None, error)
+            row = await self._store.log.finish_run(tenant, run_id, RunStatus.CANCELLED, None, error)
         except NotFound:  # stuck before its row was written: Temporal keeps the reason
             return RunProgress(step=0, status=RunStatus.CANCELLED)
         return RunProgress(

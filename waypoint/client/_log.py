@@ -89,11 +89,11 @@ class RunLog:
         """A stream's read of the log: the events after `after_seq` (with their tools' outputs), at
         most `limit`; NotFound unless the run is the tenant's (or, past seq 0, when it has no more)."""
         tenant = self._scope.scoped(tenant_id, run_id)
-        return await self._store.tail(tenant, run_id, after_seq=after_seq, limit=limit)
+        return await self._store.streams.tail(tenant, run_id, after_seq=after_seq, limit=limit)
 
     async def last_seq(self, run_id: str, *, tenant_id: str | None = None) -> int:
         """The seq of the run's newest event (0 before the first); NotFound unless the run is the tenant's."""
-        return await self._store.last_seq(self._scope.scoped(tenant_id, run_id), run_id)
+        return await self._store.streams.last_seq(self._scope.scoped(tenant_id, run_id), run_id)
 
     async def listen(
         self, *, on_events: Handler, on_deltas: Handler, on_reconnect: Callable[[], None] | None = None
@@ -106,7 +106,7 @@ class RunLog:
 
     async def effects(self, run_id: str, *, tenant_id: str | None = None) -> list[Effect]:
         """The run's tool calls with side effects, as the ledger recorded them."""
-        return await self._store.effects(self._scope.scoped(tenant_id, run_id), run_id)
+        return await self._store.ledger.effects(self._scope.scoped(tenant_id, run_id), run_id)
 
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
         """The full transcript as JSON lines (streamed)."""

@@ -91,7 +91,7 @@ class Runs:
         if after_seq == 0:
             return 0
         try:
-            last = await self._store.last_seq(self._scope.tenant(tenant_id), run_id)
+            last = await self._store.streams.last_seq(self._scope.tenant(tenant_id), run_id)
         except NotFound:
             last = 0  # a run so new that its row is not written: its log is empty
         if after_seq > last:
@@ -145,7 +145,7 @@ class Runs:
         """Whether the run is the tenant's and so new that its row is not written yet (Temporal runs
         it); False once it has a row, NotFound if it is not the tenant's or is gone."""
         tenant = self._scope.scoped(tenant_id, run_id)
-        if await self._store.run_exists(tenant, run_id):
+        if await self._store.streams.run_exists(tenant, run_id):
             return False
         await self._scope.check_tenant(run_id, tenant)
         if await (await self._temporal()).ended_without_row(run_id) is not None:

@@ -3,7 +3,7 @@ the CLI and HTTP alike. The first turn starts the agent; each later one forks th
 run that started, at its last step, with the new message. A turn on a busy thread follows its
 multitask strategy (reject, enqueue, interrupt, rollback: see `waypoint.app.http.protocol.runs`).
 
-The turn takes the thread's next place atomically (`store.join_thread`), so two turns sent at once
+The turn takes the thread's next place atomically (`store.starts.join_thread`), so two turns sent at once
 (double-texting) never take one place: under enqueue or interrupt the later one waits for the
 earlier; otherwise it is a Conflict. A turn that cannot start gives its place back."""
 
@@ -160,7 +160,7 @@ class Turns:
                 )
             after = parent.run_id  # a delayed next turn goes on from that run's last step when it starts
         expected = last.run_id if last is not None else None
-        before = await self._store.join_thread(tenant, thread_id, run_id, multitask_strategy=strategy)
+        before = await self._store.starts.join_thread(tenant, thread_id, run_id, multitask_strategy=strategy)
         try:
             if before != expected:  # another turn took a place meanwhile
                 if after is None or before is None or strategy not in ("enqueue", "interrupt"):
@@ -202,7 +202,7 @@ class Turns:
                     f"from it (runs with checkpoint_id {parent.run_id}:0)"
                 )
             run_id = new_run_id()
-            before = await self._store.join_thread(tenant, thread_id, run_id)
+            before = await self._store.starts.join_thread(tenant, thread_id, run_id)
             try:
                 if before != (last.run_id if last is not None else None):
                     raise Conflict(f"thread {thread_id!r} got another run meanwhile: wait for it, then try again")

@@ -90,7 +90,7 @@ def memory_of(hit: Recalled) -> Memory:
 
 
 def recall_scope(chain: Sequence[ForkLink]) -> RecallScope:
-    """What a run recalls, from its chain of parents (itself first; `RunStore.fork_chain`).
+    """What a run recalls, from its chain of parents (itself first; `RunStore.working.fork_chain`).
 
     Its own past always: itself, and each ancestor up to the step the chain left it at. Unless it
     was started with `MemoryView.ALL`, never the rest of its ancestors' episodes: their later steps

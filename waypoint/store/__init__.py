@@ -2,8 +2,8 @@
 
     store = RunStore(engine)     # built once per process, injected into the activities
     await store.list_runs(tenant_id)
-    await store.record_step(record, attempt=n)
-    await store.keys.create_key(tenant_id, name)   # a family that stands alone is an attribute
+    await store.steps.record_step(record, attempt=n)   # a family that stands alone is an attribute
+    await store.keys.create_key(tenant_id, name)
 
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
@@ -14,7 +14,8 @@ the fleet's figures over a period, the idempotency keys of starts, webhooks (sig
 delivery attempts), Agent Protocol assistants (versioned), the agent versions runs started with, and
 the rows a run's waterfall is drawn from, evaluations (datasets, experiments, their results), and the
 budget pools model calls reserve from (a tree's, a tenant's day), and the audit log of who did what
-(hash-chained per tenant).
+(hash-chained per tenant). Most families are attributes of `RunStore` (its docstring names them);
+listings, time travel, integrity, evaluations, comparisons, trees and budget pools are still its bases.
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -52,16 +53,9 @@ from waypoint.store.working import WorkingReads
 
 
 class RunStore(
-    RunLog,
-    StepWriter,
-    Starts,
-    Ledger,
-    WorkingReads,
     Reads,
     TimeTravel,
     Integrity,
-    Catalog,
-    Streams,
     EvalStore,
     Compare,
     Trees,
@@ -70,21 +64,22 @@ class RunStore(
     """Every read and write of the Postgres mirror.
 
     The families that stand alone are stores of their own, one attribute each, so a client service is
-    built from the one it needs: `keys` (the HTTP API's keys), `audit` (the audit log), `schedules`
-    (scheduled agents), `assistants` (Agent Protocol assistants), `idempotency` (the idempotency keys
-    of starts), `versions` (the agent versions runs started with), `webhooks` (signing secrets,
-    deliveries, attempts), `limiter` (the shared limiter of model calls), `fleet` (the fleet's
-    figures), `invariants` (what `verify --all` compares with Temporal), `threads` (conversation
-    threads), `waterfall` (the rows a run's waterfall is drawn from) and `compaction` (compactions of
-    a run's log).
+    built from the one it needs: `log` (the run log: status transitions, a run's end, failovers),
+    `steps` (creating a run, a step's writes), `starts` (runs that wait to start, joining a thread),
+    `ledger` (the tool ledger), `working` (what a step reads, recall's fork chain), `streams` (what
+    live streams read, notifications), `catalog` (the agent catalog), `keys` (the HTTP API's keys),
+    `audit` (the audit log), `schedules` (scheduled agents), `assistants` (Agent Protocol
+    assistants), `idempotency` (the idempotency keys of starts), `versions` (the agent versions runs
+    started with), `webhooks` (signing secrets, deliveries, attempts), `limiter` (the shared limiter
+    of model calls), `fleet` (the fleet's figures), `invariants` (what `verify --all` compares with
+    Temporal), `threads` (conversation threads), `waterfall` (the rows a run's waterfall is drawn
+    from) and `compaction` (compactions of a run's log).
 
-    The rest stay bases of this class. `EvalStore` calls `Compare._compared_events` through `self`,
-    so evaluations and comparisons stay together. The others (the run log, step writer, starts,
-    ledger, working and listing reads, time travel, integrity, catalog, streams, trees, budget pools)
-    call only what every part shares, `StoreBase`'s
-    `_run` / `get_run` / `checkpoint_at` / `owner_of_step`, and the log's module functions: each
-    could become an attribute the same way. They have not been split yet because the activities and
-    most client services call them on `store` directly, so each split means rewriting those callers.
+    The rest stay bases of this class, as do `StoreBase`'s `_run` / `get_run` / `checkpoint_at` /
+    `owner_of_step`. `EvalStore` calls `Compare._compared_events` through `self`, so evaluations and
+    comparisons stay together. The others (listing reads, time travel, integrity, trees, budget
+    pools) call only what every part shares and the log's module functions: each could become an
+    attribute the same way.
     """
 
     def __init__(self, engine: AsyncEngine):
@@ -102,6 +97,13 @@ class RunStore(
         self.threads = Threads(engine)
         self.waterfall = WaterfallReads(engine)
         self.compaction = CompactionStore(engine)
+        self.log = RunLog(engine)
+        self.steps = StepWriter(engine)
+        self.starts = Starts(engine)
+        self.ledger = Ledger(engine)
+        self.working = WorkingReads(engine)
+        self.streams = Streams(engine)
+        self.catalog = Catalog(engine)
 
 
 __all__ = ["RunStore"]

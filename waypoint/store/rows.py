@@ -253,7 +253,7 @@ class LineageLink:
 
 @dataclass(frozen=True)
 class ForkLink:
-    """One run of a run's chain of parents, as recall needs it (`RunStore.fork_chain`)."""
+    """One run of a run's chain of parents, as recall needs it (`RunStore.working.fork_chain`)."""
 
     run_id: str
     fork_step: int | None  # the parent's step it started from (None: a run of its own)
