@@ -171,7 +171,7 @@ async def test_a_tree_of_runs_recalls_across_its_runs(memory_worker):
 
 def test_what_a_run_of_a_lineage_recalls():
     from waypoint.memory.steps import recall_scope
-    from waypoint.store.rows import ForkLink
+    from waypoint.store.working import ForkLink
 
     root = ForkLink("root", None, None, None)
     assert recall_scope([root]) == RecallScope(own_past=(("root", None),))

@@ -8,13 +8,15 @@ activities.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from waypoint.memory.episode import Episode, EpisodicStore, Recalled, RecallScope
 from waypoint.names import MEMORY_SAVE_TOOL, PIN_TOOL, EpisodeKind, EventKind, MemoryView
-from waypoint.store.rows import ForkLink
 from waypoint.transcript import clip, decision_text, step_account
 from waypoint.types import Memory
+
+if TYPE_CHECKING:
+    from waypoint.store.working import ForkLink  # the store (and SQLAlchemy) only for the annotation
 
 StepEvents = Sequence[tuple[str, Mapping[str, Any]]]  # (kind, payload) in log order
 

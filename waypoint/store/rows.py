@@ -252,17 +252,6 @@ class LineageLink:
 
 
 @dataclass(frozen=True)
-class ForkLink:
-    """One run of a run's chain of parents, as recall needs it (`RunStore.working.fork_chain`)."""
-
-    run_id: str
-    fork_step: int | None  # the parent's step it started from (None: a run of its own)
-    memory: str | None  # the MemoryView it was started with (None: a run of its own, or from before)
-    fork_at: float | None  # when the parent's checkpoint of that step was written (epoch seconds)
-    root_run_id: str | None = None  # the root of its tree of sub-agent runs (itself without a caller)
-
-
-@dataclass(frozen=True)
 class CompactionRow:
     """One row of `compactions`, as listings show it (the summary cut to its first 200 characters)."""
 

@@ -17,7 +17,6 @@ from waypoint.store import context
 from waypoint.store.base import StoreBase, not_found, run_filter
 from waypoint.store.hashing import text_digest
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
-from waypoint.store.rows import ForkLink
 from waypoint.store.schema import checkpoints, compactions, events, recalled_texts, runs
 from waypoint.working_memory import HeldRecall, Parts, held_recall
 
@@ -49,6 +48,17 @@ _CHECKPOINT_READ = select(
     _NEWEST_COMPACTION.c.last_seq.label("compacted_seq"),
     _NEWEST_COMPACTION.c.summary,
 ).select_from(checkpoints.join(runs, runs.c.run_id == checkpoints.c.run_id).outerjoin(_NEWEST_COMPACTION, true()))
+
+
+@dataclass(frozen=True)
+class ForkLink:
+    """One run of a run's chain of parents, as recall needs it (`WorkingReads.fork_chain`)."""
+
+    run_id: str
+    fork_step: int | None  # the parent's step it started from (None: a run of its own)
+    memory: str | None  # the MemoryView it was started with (None: a run of its own, or from before)
+    fork_at: float | None  # when the parent's checkpoint of that step was written (epoch seconds)
+    root_run_id: str | None = None  # the root of its tree of sub-agent runs (itself without a caller)
 
 
 @dataclass
