@@ -4,6 +4,7 @@
     await store.list_runs(tenant_id)
     await store.record_step(record, attempt=n)
     await store.keys.create_key(tenant_id, name)   # a family that stands alone is an attribute
+    await store.travel.state_at(tenant_id, run_id, step)
 
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
@@ -14,7 +15,9 @@ the fleet's figures over a period, the idempotency keys of starts, webhooks (sig
 delivery attempts), Agent Protocol assistants (versioned), the agent versions runs started with, and
 the rows a run's waterfall is drawn from, evaluations (datasets, experiments, their results), and the
 budget pools model calls reserve from (a tree's, a tenant's day), and the audit log of who did what
-(hash-chained per tenant).
+(hash-chained per tenant). The families that stand alone are attributes of the store (time travel
+is `store.travel`, then `integrity`, `compare`, `evals`, `trees`, `budget`, `keys`, `audit`, ...:
+`RunStore` lists them); the runs, their log and writes, the ledger, catalog and streams are its bases.
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -58,14 +61,8 @@ class RunStore(
     Ledger,
     WorkingReads,
     Reads,
-    TimeTravel,
-    Integrity,
     Catalog,
     Streams,
-    EvalStore,
-    Compare,
-    Trees,
-    BudgetStore,
 ):
     """Every read and write of the Postgres mirror.
 
@@ -75,16 +72,17 @@ class RunStore(
     of starts), `versions` (the agent versions runs started with), `webhooks` (signing secrets,
     deliveries, attempts), `limiter` (the shared limiter of model calls), `fleet` (the fleet's
     figures), `invariants` (what `verify --all` compares with Temporal), `threads` (conversation
-    threads), `waterfall` (the rows a run's waterfall is drawn from) and `compaction` (compactions of
-    a run's log).
+    threads), `waterfall` (the rows a run's waterfall is drawn from), `compaction` (compactions of
+    a run's log), `travel` (time travel: a step's state, diffs, events, export, lineage),
+    `integrity` (verify a run or a tree, delete a run), `compare` (two runs side by side), `evals`
+    (datasets, experiments, results, judgements, scorers; it reads a case's run through `compare`),
+    `trees` (a run's sub-agent runs, and their status mirrored on callers) and `budget` (budget
+    pools and a tenant's day).
 
-    The rest stay bases of this class. `EvalStore` calls `Compare._compared_events` through `self`,
-    so evaluations and comparisons stay together. The others (the run log, step writer, starts,
-    ledger, working and listing reads, time travel, integrity, catalog, streams, trees, budget pools)
-    call only what every part shares, `StoreBase`'s
-    `_run` / `get_run` / `checkpoint_at` / `owner_of_step`, and the log's module functions: each
-    could become an attribute the same way. They have not been split yet because the activities and
-    most client services call them on `store` directly, so each split means rewriting those callers.
+    The rest stay bases of this class: the runs themselves (`get_run`, `list_runs`, ... ), the run
+    log, step writer, starts, ledger, working reads, catalog and streams. They call only what every
+    part shares, `StoreBase`'s `_run` / `get_run` / `checkpoint_at` / `owner_of_step`, and the log's
+    module functions: each could become an attribute the same way.
     """
 
     def __init__(self, engine: AsyncEngine):
@@ -102,6 +100,12 @@ class RunStore(
         self.threads = Threads(engine)
         self.waterfall = WaterfallReads(engine)
         self.compaction = CompactionStore(engine)
+        self.travel = TimeTravel(engine)
+        self.integrity = Integrity(engine)
+        self.compare = Compare(engine)
+        self.evals = EvalStore(engine, self.compare)
+        self.trees = Trees(engine)
+        self.budget = BudgetStore(engine)
 
 
 __all__ = ["RunStore"]
