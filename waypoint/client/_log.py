@@ -11,10 +11,12 @@ from waypoint.client._views import json_lines
 from waypoint.names import EventKind
 from waypoint.store import RunStore
 from waypoint.store.budget import BudgetView
+from waypoint.store.compare import RunComparison
 from waypoint.store.ledger import Effect
 from waypoint.store.listen import Handler, Listener
-from waypoint.store.rows import EventRow, LineageLink, RunComparison, RunRow, StateDiff, StepLine, StepState
+from waypoint.store.rows import EventRow, RunRow, StepLine
 from waypoint.store.streams import DELTAS_CHANNEL, EVENTS_CHANNEL
+from waypoint.store.travel import LineageLink, StateDiff, StepState
 from waypoint.store.trees import RunTree, tree_totals
 from waypoint.waterfall import Waterfall
 from waypoint.waterfall import derive as derive_waterfall

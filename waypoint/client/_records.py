@@ -12,7 +12,8 @@ from waypoint.checks import check_count, parse_when
 from waypoint.client._scope import Scope, TemporalLink
 from waypoint.names import MemoryOp
 from waypoint.store import RunStore
-from waypoint.store.rows import RunRow, Verdict
+from waypoint.store.integrity import Verdict
+from waypoint.store.rows import RunRow
 from waypoint.types import MemoryRequest
 
 if TYPE_CHECKING:
