@@ -176,11 +176,11 @@ def _money(value: Any) -> float:
 
 class EvalStore(StoreBase):
     """Datasets, experiments, their results, the judge's verdicts and the scorers catalog; a case's run
-    is read as `compare` reads a run (`compare` is the store's Compare, given at construction)."""
+    is read as `compare` reads a run, through the store's Compare given at construction (`store.compare`)."""
 
     def __init__(self, engine: AsyncEngine, compare: Compare):
         super().__init__(engine)
-        self.compare = compare
+        self._compare = compare
 
     # --- datasets ----------------------------------------------------------------------------
 
@@ -292,7 +292,7 @@ class EvalStore(StoreBase):
         inherited) with their tool calls."""
         async with self.engine.connect() as conn:
             run = await self._run(conn, tenant_id, run_id)
-            sides = step_sides(await self.compare._compared_events(conn, tenant_id, run))
+            sides = step_sides(await self._compare._compared_events(conn, tenant_id, run))
         steps = [
             EvalStep(n, s.content, list(s.calls), s.input_tokens, s.output_tokens, s.cost_usd)
             for n, s in sorted(sides.items())
