@@ -43,7 +43,7 @@ class AgentCallActivities:
     async def agent_result(self, inp: AgentCallInput) -> AgentCallResult:
         tokens, cost = 0, 0.0
         if inp.child_run_id is not None:
-            tokens, cost = await self.store.tree_usage(inp.tenant_id, inp.child_run_id)
+            tokens, cost = await self.store.trees.tree_usage(inp.tenant_id, inp.child_run_id)
         key = inp.idempotency_key
         done = await self.store.ledger.recorded_effect(inp.tenant_id, key)
         if done is not None:  # a retry after the write committed

@@ -103,7 +103,7 @@ class Budgets:
     async def reserve(self, inp: CallModelInput, input_tokens: int) -> Held | ModelTurn:
         """The call's reservation, or the turn that says why it does not go out (a wait, a refusal)."""
         ask = self.ask(inp, input_tokens)
-        found = await self.store.reserve_budget(ask)
+        found = await self.store.budget.reserve_budget(ask)
         if found.granted:
             return Held(ask, found)
         blocked = found.blocked
@@ -116,7 +116,7 @@ class Budgets:
         trace.get_current_span().add_event("waypoint.budget_refused", {**attributes, "waypoint.budget.reason": reason})
         if blocked.spent:  # reached, not merely held by calls in flight: the run's log says so
             payload = blocked.payload(inp.budget_pool, inp.tenant_id, action)
-            await self.store.record_budget_reached(inp.tenant_id, inp.run_id, inp.step, payload)
+            await self.store.budget.record_budget_reached(inp.tenant_id, inp.run_id, inp.step, payload)
         log.info("budget %s: run=%s step=%s: %s", action, inp.run_id, inp.step, reason)
         if not waits:
             return ModelTurn(model=inp.model, refused=reason)
@@ -135,7 +135,7 @@ class Budgets:
         reservation it leaves is given back when the run ends (or when it expires)."""
         ask = held.ask
         try:
-            woken = await self.store.settle_budget(
+            woken = await self.store.budget.settle_budget(
                 run_id=ask.run_id,
                 step=ask.step,
                 attempt=ask.attempt,

@@ -202,9 +202,11 @@ class CheckpointActivities:
         """Mirror a live status change (paused, waiting for approval, running again)."""
         if inp.awaits_children and inp.tenant_id:
             status = RunStatus(inp.status)
-            await self.store.set_status_over_children(inp.tenant_id, inp.run_id, status, caller=inp.caller)
+            await self.store.trees.set_status_over_children(inp.tenant_id, inp.run_id, status, caller=inp.caller)
         elif inp.caller:  # a sub-agent run's wait for approval shows on its callers
-            await self.store.set_status_in_tree(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
+            await self.store.trees.set_status_in_tree(
+                inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail
+            )
         else:
             await self.store.log.set_status(inp.tenant_id or None, inp.run_id, RunStatus(inp.status), inp.detail)
 
@@ -245,7 +247,7 @@ class CheckpointActivities:
             if result.output_json is not None:
                 return replace(result, output_json=None, output_stored=True)
             return result
-        await self.store.mirror_waiting(row.run_id, RunStatus(row.status), None)  # its callers stop waiting on it
+        await self.store.trees.mirror_waiting(row.run_id, RunStatus(row.status), None)  # its callers stop waiting on it
         # A sub-agent run's caller reads the whole answer from Postgres: its history gets a preview.
         # A typed sub-agent's answer is its JSON text, which the caller's model reads as the tool's result.
         text, stored = preview(result.output or "")

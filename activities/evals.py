@@ -96,14 +96,14 @@ class EvalActivities:
         if key not in self._experiments:
             if len(self._experiments) >= EXPERIMENTS_CACHED:
                 self._experiments.pop(next(iter(self._experiments)))
-            self._experiments[key] = await self.store.get_experiment(tenant_id, experiment_id)
+            self._experiments[key] = await self.store.evals.get_experiment(tenant_id, experiment_id)
         return self._experiments[key]
 
     @activity.defn(name=Activity.EXPERIMENT_PLAN)
     @boundary
     @gives_up(EXPERIMENT_ATTEMPTS)
     async def experiment_plan(self, inp: PlanInput) -> ExperimentPlan:
-        cases, more = await self.store.experiment_plan(inp.tenant_id, inp.experiment_id, inp.after, inp.limit)
+        cases, more = await self.store.evals.experiment_plan(inp.tenant_id, inp.experiment_id, inp.after, inp.limit)
         return ExperimentPlan(cases, more)
 
     @activity.defn(name=Activity.EXPERIMENT_CASE)
@@ -111,8 +111,10 @@ class EvalActivities:
     @gives_up(EXPERIMENT_ATTEMPTS)
     async def experiment_case(self, inp: CaseInput) -> RunInput:
         exp = await self.experiment(inp.tenant_id, inp.experiment_id)
-        case = await self.store.dataset_case(inp.tenant_id, exp.dataset, exp.dataset_version, inp.index)
-        if case.source_run_id is not None and not await self.store.existing_runs(inp.tenant_id, [case.source_run_id]):
+        case = await self.store.evals.dataset_case(inp.tenant_id, exp.dataset, exp.dataset_version, inp.index)
+        if case.source_run_id is not None and not await self.store.evals.existing_runs(
+            inp.tenant_id, [case.source_run_id]
+        ):
             raise NotFound(f"case {case.case_id!r}'s recorded run {case.source_run_id} was deleted")
         return run_input_of(exp, case)
 
@@ -123,18 +125,18 @@ class EvalActivities:
         spec = next(s for s in exp.scorers if s.key == inp.judge)
         if inp.run_id is None:
             raise InvalidInput("a judge grades a run: this case has none")
-        run = await self.store.eval_run(inp.tenant_id, inp.run_id)
-        case = await self.store.dataset_case(inp.tenant_id, exp.dataset, exp.dataset_version, inp.index)
+        run = await self.store.evals.eval_run(inp.tenant_id, inp.run_id)
+        case = await self.store.evals.dataset_case(inp.tenant_id, exp.dataset, exp.dataset_version, inp.index)
         key = judge_key(spec, case, run)
         telemetry.annotate(**{"experiment.id": exp.experiment_id, "experiment.case": inp.index, "judge": spec.key})
-        found = await self.store.recorded_judgement(inp.tenant_id, run.run_id, key)
+        found = await self.store.evals.recorded_judgement(inp.tenant_id, run.run_id, key)
         if found is not None:
             return found.score
         model = str(spec.args["model"])
         empty = no_answer(run)
         if empty is not None:
             verdict = Judgement(float(empty.value or 0.0), empty.reason, model)
-            return (await self.store.record_judgement(inp.tenant_id, run.run_id, key, verdict)).score
+            return (await self.store.evals.record_judgement(inp.tenant_id, run.run_id, key, verdict)).score
         adapter = self.adapter(exp.agent, model)
         attempt = activity.info().attempt
         async with heartbeating(inp.index):
@@ -146,7 +148,7 @@ class EvalActivities:
         except ValueError as exc:
             raise MalformedAnswer(str(exc)) from None
         verdict = Judgement(float(score.value or 0.0), score.reason, model)
-        kept = await self.store.record_judgement(
+        kept = await self.store.evals.record_judgement(
             inp.tenant_id,
             run.run_id,
             key,
@@ -163,7 +165,7 @@ class EvalActivities:
     async def score_case(self, inp: CaseInput) -> CaseOutcome:
         exp = await self.experiment(inp.tenant_id, inp.experiment_id)
         telemetry.annotate(**{"experiment.id": exp.experiment_id, "experiment.case": inp.index})
-        run = await self.store.eval_run(inp.tenant_id, inp.run_id) if inp.run_id is not None else None
+        run = await self.store.evals.eval_run(inp.tenant_id, inp.run_id) if inp.run_id is not None else None
         result = CaseResult(
             experiment_id=exp.experiment_id,
             index=inp.index,
@@ -188,7 +190,7 @@ class EvalActivities:
                 error,
                 extra={"waypoint_experiment_id": exp.experiment_id, "waypoint_case": inp.index},
             )
-        kept = await self.store.record_result(inp.tenant_id, result)
+        kept = await self.store.evals.record_result(inp.tenant_id, result)
         return CaseOutcome(
             index=kept.index,
             repetition=kept.repetition,
@@ -203,11 +205,11 @@ class EvalActivities:
     ) -> tuple[dict[str, dict[str, Any]], str | None]:
         """Every scorer's score of the case's run, and why one could not give it (the first that
         raised; the others' scores are still kept)."""
-        case = await self.store.dataset_case(inp.tenant_id, exp.dataset, exp.dataset_version, inp.index)
+        case = await self.store.evals.dataset_case(inp.tenant_id, exp.dataset, exp.dataset_version, inp.index)
         judged = {}
         for spec in exp.scorers:
             if spec.name == BuiltinScorer.JUDGE:
-                found = await self.store.recorded_judgement(inp.tenant_id, run.run_id, judge_key(spec, case, run))
+                found = await self.store.evals.recorded_judgement(inp.tenant_id, run.run_id, judge_key(spec, case, run))
                 if found is not None:
                     judged[spec.key] = Score(found.score, reason=found.reason)
         scores: dict[str, dict[str, Any]] = {}
@@ -225,6 +227,6 @@ class EvalActivities:
     @boundary
     @gives_up(EXPERIMENT_ATTEMPTS)
     async def finish_experiment(self, inp: FinishInput) -> None:
-        await self.store.set_experiment_status(
+        await self.store.evals.set_experiment_status(
             inp.tenant_id, inp.experiment_id, ExperimentStatus(inp.status), inp.error
         )

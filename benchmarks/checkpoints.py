@@ -175,10 +175,10 @@ class WaypointSide:
 
     async def latest(self, run_id: str) -> list[Message]:
         run = await self.store.get_run(TENANT, run_id)
-        return (await self.store.state_at(TENANT, run_id, run.steps, with_events=False)).messages
+        return (await self.store.travel.state_at(TENANT, run_id, run.steps, with_events=False)).messages
 
     async def at_step(self, run_id: str, step: int) -> list[Message]:
-        return (await self.store.state_at(TENANT, run_id, step, with_events=False)).messages
+        return (await self.store.travel.state_at(TENANT, run_id, step, with_events=False)).messages
 
     async def first_page(self, run_id: str) -> int:
         return len(await self.store.timeline(TENANT, run_id, limit=50))

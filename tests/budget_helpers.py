@@ -51,7 +51,7 @@ def ask(run: str, tenant: str, pool: str | None, *, step: int = 1, input_tokens:
 
 
 async def settle(store: RunStore, a: BudgetAsk, tokens: int, *, day: Any = None, cost: float = 0.0) -> list[str]:
-    return await store.settle_budget(
+    return await store.budget.settle_budget(
         run_id=a.run_id,
         step=a.step,
         attempt=a.attempt,

@@ -85,7 +85,7 @@ async def test_three_parallel_children_keep_to_their_roots_token_budget(
     assert pool is not None and pool.max_tokens == POOL
     assert spent <= pool.used_tokens <= POOL  # the pool counts every call that went out; none passed it
     assert (pool.reserved_tokens, pool.in_flight) == (0, 0)
-    assert await store.open_reservations([r["run_id"] for r in rows]) == 0
+    assert await store.budget.open_reservations([r["run_id"] for r in rows]) == 0
 
     # The pool ran out before the counters were done: they ended budget_exceeded, naming the tree.
     assert result.status == RunStatus.BUDGET_EXCEEDED, result
@@ -247,9 +247,9 @@ async def test_the_pool_shows_on_every_surface(
     t = settings.tenant
     root, child = await tree(store, t, children=1, max_tokens=5000)
     first = ask(root, t, root, input_tokens=200, max_output=800)
-    await store.reserve_budget(first)
+    await store.budget.reserve_budget(first)
     await settle(store, first, 700)
-    await store.reserve_budget(ask(child, t, root, input_tokens=300, max_output=1000))  # in flight
+    await store.budget.reserve_budget(ask(child, t, root, input_tokens=300, max_output=1000))  # in flight
     await store.log.finish_run(t, root, RunStatus.COMPLETED, "done", None)  # the child's call is still in flight
     expected = {"limit": 5000, "used": 700, "reserved": 1300, "left": 3000}
 

@@ -31,12 +31,12 @@ async def test_a_root_with_a_budget_opens_one_pool_and_one_without_opens_none(st
         NewRun(root, t, "lead", "a task", "Lead.", RunPlan(model="scripted", max_steps=50, max_tokens=1000))
     )
     assert plan.budget_pool == root  # a retried start finds the same pool
-    view = await store.run_budget(t, child)
+    view = await store.budget.run_budget(t, child)
     assert view == BudgetView(root_run_id=root, max_tokens=1000)
     assert view.left_tokens == 1000 and view.left_cost_usd is None and view.left_steps is None
     (free,) = await tree(store, t)
-    assert await store.run_budget(t, free) is None
-    assert await store.run_budget("another-tenant", child) is None  # a tenant sees its own pools only
+    assert await store.budget.run_budget(t, free) is None
+    assert await store.budget.run_budget("another-tenant", child) is None  # a tenant sees its own pools only
 
 
 async def test_a_call_holds_its_input_and_an_answer_cut_to_the_room_left_then_settles_what_it_spent(
@@ -45,32 +45,32 @@ async def test_a_call_holds_its_input_and_an_answer_cut_to_the_room_left_then_se
     t = tenant()
     root, child = await tree(store, t, children=1, max_tokens=1000)
     first = ask(root, t, root)
-    held = await store.reserve_budget(first)
+    held = await store.budget.reserve_budget(first)
     assert (held.outcome, held.output_tokens, held.tokens) == ("granted", 900, 1000)  # 4096 cut to the room
     assert held.pool is not None and held.pool.used_tokens == 0  # the pool as the call found it
-    view = await store.run_budget(t, root)
+    view = await store.budget.run_budget(t, root)
     assert view is not None and (view.reserved_tokens, view.left_tokens, view.in_flight) == (1000, 0, 1)
 
     # The pool holds nothing for a second call now: it waits, since the first one settles.
     second = ask(child, t, root)
-    waiting = await store.reserve_budget(second)
+    waiting = await store.budget.reserve_budget(second)
     assert waiting.outcome == "wait" and waiting.blocked is not None
     assert (waiting.blocked.scope, waiting.blocked.measure, waiting.blocked.spent) == ("tree", "tokens", False)
     assert waiting.blocked.position == 1
-    assert (await store.run_budget(t, root)).waiting == [child]  # type: ignore[union-attr]
+    assert (await store.budget.run_budget(t, root)).waiting == [child]  # type: ignore[union-attr]
 
     # The settle counts what the call spent, not what it held, and names the runs that waited.
     assert await settle(store, first, 300) == [child]
-    view = await store.run_budget(t, root)
+    view = await store.budget.run_budget(t, root)
     assert view is not None and (view.used_tokens, view.reserved_tokens, view.left_tokens) == (300, 0, 700)
     assert (view.used_steps, view.waiting, view.in_flight) == (1, [], 0)
 
-    again = await store.reserve_budget(second)
+    again = await store.budget.reserve_budget(second)
     assert (again.outcome, again.output_tokens) == ("granted", 600)
     await settle(store, second, 650)
 
     # 950 spent: no call fits (100 in + 64 out), and no settle can change that.
-    refused = await store.reserve_budget(ask(root, t, root, step=2))
+    refused = await store.budget.reserve_budget(ask(root, t, root, step=2))
     assert refused.outcome == "exceeded" and refused.blocked is not None
     assert (refused.blocked.spent, refused.blocked.used, refused.blocked.needed) == (True, 950, 164)
     assert refused.blocked.reason(root, t) == (
@@ -83,30 +83,30 @@ async def test_a_retried_attempt_replaces_its_calls_reservation_and_an_expired_o
 ) -> None:
     t = tenant()
     root, child = await tree(store, t, children=1, max_tokens=2000)
-    await store.reserve_budget(ask(root, t, root, max_output=400))
-    again = await store.reserve_budget(ask(root, t, root, attempt=2, max_output=400))  # its worker died
+    await store.budget.reserve_budget(ask(root, t, root, max_output=400))
+    again = await store.budget.reserve_budget(ask(root, t, root, attempt=2, max_output=400))  # its worker died
     assert again.granted and again.pool is not None and again.pool.reserved_tokens == 0  # not its own twice
-    assert (await store.run_budget(t, root)).reserved_tokens == 500  # type: ignore[union-attr]
+    assert (await store.budget.run_budget(t, root)).reserved_tokens == 500  # type: ignore[union-attr]
 
     # A reservation past its expiry (its worker died, its run never came back) holds nothing.
-    await store.reserve_budget(ask(child, t, root, max_output=400, lease_seconds=-1.0))
-    view = await store.run_budget(t, root)
+    await store.budget.reserve_budget(ask(child, t, root, max_output=400, lease_seconds=-1.0))
+    view = await store.budget.run_budget(t, root)
     assert view is not None and (view.reserved_tokens, view.in_flight) == (500, 1)
-    assert (await store.reserve_budget(ask(root, t, root, step=2, max_output=1400))).output_tokens == 1400
+    assert (await store.budget.reserve_budget(ask(root, t, root, step=2, max_output=1400))).output_tokens == 1400
 
     # The settle of a replaced attempt still counts what it spent (that call went out too).
     await settle(store, ask(root, t, root), 120)
-    assert (await store.run_budget(t, root)).used_tokens == 120  # type: ignore[union-attr]
+    assert (await store.budget.run_budget(t, root)).used_tokens == 120  # type: ignore[union-attr]
 
 
 async def test_a_run_that_ends_gives_back_what_its_calls_hold(store: RunStore) -> None:
     t = tenant()
     root, child = await tree(store, t, children=1, max_tokens=5000)
-    await store.reserve_budget(ask(child, t, root))
-    assert await store.open_reservations([child]) == 1
+    await store.budget.reserve_budget(ask(child, t, root))
+    assert await store.budget.open_reservations([child]) == 1
     await store.log.finish_run(t, child, RunStatus.CANCELLED, None, "stopped")
-    assert await store.open_reservations([child]) == 0
-    view = await store.run_budget(t, root)
+    assert await store.budget.open_reservations([child]) == 0
+    view = await store.budget.run_budget(t, root)
     assert view is not None and (view.reserved_tokens, view.used_tokens, view.left_tokens) == (0, 0, 5000)
 
 
@@ -116,10 +116,10 @@ async def test_parallel_calls_of_one_tree_are_admitted_one_by_one(store: RunStor
     runs = await tree(store, t, children=19, max_tokens=1000)
     root = runs[0]
     answers = await asyncio.gather(
-        *(store.reserve_budget(ask(r, t, root, input_tokens=100, max_output=100, min_output=100)) for r in runs)
+        *(store.budget.reserve_budget(ask(r, t, root, input_tokens=100, max_output=100, min_output=100)) for r in runs)
     )
     assert sorted(a.outcome for a in answers) == ["granted"] * 5 + ["wait"] * 15
-    view = await store.run_budget(t, root)
+    view = await store.budget.run_budget(t, root)
     assert view is not None and view.reserved_tokens == 1000 and len(view.waiting) == 15
 
 
@@ -127,15 +127,15 @@ async def test_cost_and_steps_are_budgets_of_the_pool_too(store: RunStore) -> No
     t = tenant()
     root, child = await tree(store, t, children=1, max_cost_usd=0.002, tree_max_steps=2)
     prices = {"in_price": 1e-6, "out_price": 2e-6}
-    held = await store.reserve_budget(ask(root, t, root, input_tokens=1000, **prices))
+    held = await store.budget.reserve_budget(ask(root, t, root, input_tokens=1000, **prices))
     # $0.001 of input leaves $0.001 for the answer: 500 tokens at $2 a million.
     assert (held.output_tokens, round(held.cost_usd, 6)) == (500, 0.002)
     await settle(store, ask(root, t, root), 1200, cost=0.0012)
-    assert (await store.reserve_budget(ask(child, t, root, **prices))).output_tokens == 350
+    assert (await store.budget.reserve_budget(ask(child, t, root, **prices))).output_tokens == 350
     await settle(store, ask(child, t, root), 150, cost=0.0002)
-    view = await store.run_budget(t, root)
+    view = await store.budget.run_budget(t, root)
     assert view is not None and (round(view.used_cost_usd, 6), view.used_steps, view.left_steps) == (0.0014, 2, 0)
-    refused = await store.reserve_budget(ask(root, t, root, step=2, input_tokens=1))
+    refused = await store.budget.reserve_budget(ask(root, t, root, step=2, input_tokens=1))
     assert refused.outcome == "exceeded" and refused.blocked is not None
     assert (refused.blocked.measure, refused.blocked.limit) == ("steps", 2)
     assert refused.blocked.reason(root, t).startswith("step budget reached: 2 of 2 steps used by the tree of")
@@ -145,22 +145,22 @@ async def test_a_tenants_day_is_a_budget_of_its_own_and_waits_or_fails_as_its_li
     t = tenant()
     (run,) = await tree(store, t)  # no tree budget: the tenant's day alone
     day = {"day_tokens": 500}
-    held = await store.reserve_budget(ask(run, t, None, **day))
+    held = await store.budget.reserve_budget(ask(run, t, None, **day))
     assert (held.outcome, held.output_tokens) == ("granted", 400) and held.day is not None
     await settle(store, ask(run, t, None), 450, day=held.day)
-    assert (await store.tenant_day(t))["used_tokens"] == 450  # type: ignore[index]
+    assert (await store.budget.tenant_day(t))["used_tokens"] == 450  # type: ignore[index]
 
-    failed = await store.reserve_budget(ask(run, t, None, step=2, **day))
+    failed = await store.budget.reserve_budget(ask(run, t, None, step=2, **day))
     assert failed.outcome == "exceeded" and failed.blocked is not None
     assert (failed.blocked.scope, failed.blocked.spent) == ("tenant_day", True)
     assert failed.blocked.reason(None, t) == (
         f"token budget reached: 450 of 500 tokens used by tenant {t} today (UTC); "
         "the next model call needs at least 164"
     )
-    waits = await store.reserve_budget(ask(run, t, None, step=2, day_wait=True, **day))
+    waits = await store.budget.reserve_budget(ask(run, t, None, step=2, day_wait=True, **day))
     assert waits.outcome == "wait" and waits.blocked is not None and waits.blocked.spent
-    assert (await store.tenant_day(t))["waiting"] == [run]  # type: ignore[index]
-    assert (await store.tenant_day("no-such-tenant")) is None
+    assert (await store.budget.tenant_day(t))["waiting"] == [run]  # type: ignore[index]
+    assert (await store.budget.tenant_day("no-such-tenant")) is None
 
 
 async def test_a_budget_reached_event_is_logged_once_per_step_and_action(store: RunStore) -> None:
@@ -168,9 +168,9 @@ async def test_a_budget_reached_event_is_logged_once_per_step_and_action(store: 
     (run,) = await tree(store, t, max_tokens=10)
     blocked = Blocked("tree", "tokens", 10, 10, 0, 164, True)
     payload = blocked.payload(run, t, "fail")
-    assert await store.record_budget_reached(t, run, 1, payload) is True
-    assert await store.record_budget_reached(t, run, 1, payload) is False  # asked again: nothing more
-    events = await store.events(t, run, kinds=[EventKind.BUDGET_REACHED])
+    assert await store.budget.record_budget_reached(t, run, 1, payload) is True
+    assert await store.budget.record_budget_reached(t, run, 1, payload) is False  # asked again: nothing more
+    events = await store.travel.events(t, run, kinds=[EventKind.BUDGET_REACHED])
     assert [e.payload["action"] for e in events] == ["fail"]
     assert (
         events[0].payload["reason"]

@@ -65,7 +65,7 @@ async def test_fallback_compaction_pins_prunes_and_leaves_the_log_alone(engine, 
     assert "The access code of vault 7 is 4821." in row["summary"]
     # The log is untouched and still gives the whole transcript.
     assert await event_digest(engine, run_id) == before
-    assert (await store.verify(settings.tenant, run_id)).ok
+    assert (await store.integrity.verify(settings.tenant, run_id)).ok
     assert any(BIG in str(m.get("content")) for m in await range_messages(engine, run_id, 1, 10_000))
     # The next model call reads: the head, the pinned decision, the summary, then steps 7 and 8 verbatim.
     view = await next_call_view(store, settings, run_id)
@@ -213,6 +213,6 @@ async def test_deleting_a_run_removes_its_compactions(engine, store: RunStore, s
     with pytest.raises(DBAPIError, match="append-only"):
         async with engine.begin() as conn:
             await conn.execute(text("DELETE FROM compactions WHERE run_id = :r"), {"r": run_id})
-    await store.delete_run(settings.tenant, run_id)
+    await store.integrity.delete_run(settings.tenant, run_id)
     async with engine.connect() as conn:
         assert await latest_compaction(conn, run_id) is None

@@ -402,5 +402,5 @@ async def test_a_failover_moves_the_run_row_once_in_the_events_transaction(store
     assert (moved.current_model, moved.models_used) == ("openai:b", ["openai:a", "openai:b"])
     assert again == moved
     assert (back.model, back.current_model, back.models_used) == ("openai:a", "openai:a", ["openai:a", "openai:b"])
-    logged = [e for e in await store.events(settings.tenant, run_id) if e.kind == "model_failover"]
+    logged = [e for e in await store.travel.events(settings.tenant, run_id) if e.kind == "model_failover"]
     assert [(e.step, e.payload["to"]) for e in logged] == [(1, "openai:b"), (3, "openai:a")]

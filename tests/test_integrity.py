@@ -113,7 +113,7 @@ async def test_forget_works_on_episodes_whose_run_is_gone(
     run_id = await wp.start_run("What is the launch code?", agent="scout")
     await wp.result(run_id)
     stored = len(await memory.list_run(wp.settings.tenant, run_id))
-    await store.delete_run(wp.settings.tenant, run_id)  # as a delete before episodes were removed did
+    await store.integrity.delete_run(wp.settings.tenant, run_id)  # as a delete before episodes were removed did
     assert await wp.memory_forget(run_id) == stored > 0
     with pytest.raises(NotFound):  # nothing left: neither episodes nor a run
         await wp.memory_forget(run_id)

@@ -44,21 +44,21 @@ _EXPORTS = {
     "CompactionReport": "waypoint.compaction_types",
     "CompactionRow": "waypoint.store.rows",
     "EventRow": "waypoint.store.rows",
-    "LineageLink": "waypoint.store.rows",
+    "LineageLink": "waypoint.store.travel",
     "Memory": "waypoint.types",
     "ReplayOutcome": "waypoint.client",
-    "RunComparison": "waypoint.store.rows",
+    "RunComparison": "waypoint.store.compare",
     "RunProgress": "waypoint.types",
     "RunResult": "waypoint.types",
     "RunRow": "waypoint.store.rows",
     "RunTree": "waypoint.store.trees",
     "ScheduleInfo": "waypoint.gateway.schedule",
     "ScheduleRow": "waypoint.store.rows",
-    "StateDiff": "waypoint.store.rows",
+    "StateDiff": "waypoint.store.travel",
     "StepLine": "waypoint.store.rows",
-    "StepState": "waypoint.store.rows",
+    "StepState": "waypoint.store.travel",
     "ThreadRow": "waypoint.store.rows",
-    "Verdict": "waypoint.store.rows",
+    "Verdict": "waypoint.store.integrity",
     "WebhookAttempt": "waypoint.store.rows",
     "WebhookDelivery": "waypoint.store.rows",
     # the errors a user catches (waypoint.errors draws the tree)
@@ -183,24 +183,22 @@ if TYPE_CHECKING:
     from waypoint.gateway.schedule import ScheduleInfo
     from waypoint.mcp.servers import MCPServer
     from waypoint.models.scripted import ScriptedModel, ScriptedTurn
+    from waypoint.store.compare import RunComparison
+    from waypoint.store.integrity import Verdict
     from waypoint.store.rows import (
         ApiKeyRow,
         AssistantRow,
         BatchReport,
         CompactionRow,
         EventRow,
-        LineageLink,
-        RunComparison,
         RunRow,
         ScheduleRow,
-        StateDiff,
         StepLine,
-        StepState,
         ThreadRow,
-        Verdict,
         WebhookAttempt,
         WebhookDelivery,
     )
+    from waypoint.store.travel import LineageLink, StateDiff, StepState
     from waypoint.store.trees import RunTree
     from waypoint.tools import Tool, ToolContext, tool
     from waypoint.types import AgentInfo, Budget, Memory, RetrySpec, RunProgress, RunResult

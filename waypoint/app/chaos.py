@@ -237,9 +237,9 @@ class Evidence:
 
 
 async def gather_evidence(store: RunStore, tenant_id: str, run_id: str) -> Evidence:
-    steps = await store.checkpoint_steps(tenant_id, run_id)
+    steps = await store.integrity.checkpoint_steps(tenant_id, run_id)
     kinds = [EventKind.MODEL_RESPONSE, EventKind.MODEL_ATTEMPT_FAILED]
-    logged = await store.events(tenant_id, run_id, kinds=kinds)
+    logged = await store.travel.events(tenant_id, run_id, kinds=kinds)
     ledger = await store.ledger.effects(tenant_id, run_id)
     calls = {
         idempotency_key(run_id, e.step, i): call["name"]

@@ -13,29 +13,27 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from waypoint.calls import CallLine
 from waypoint.client import FleetRun, FleetStats, as_json
 from waypoint.config import Settings
 from waypoint.names import STUCK, DeliveryStatus, EventKind, LineageKind, RunStatus
 from waypoint.pricing import format_usd
 from waypoint.store.audit import AuditRow
 from waypoint.store.budget import BudgetView
+from waypoint.store.compare import ChildPair, RunComparison, StepSide
 from waypoint.store.rows import (
     AgentCall,
     ApiKeyRow,
     AssistantRow,
     BatchReport,
-    CallLine,
-    ChildPair,
     LimitsReport,
-    LineageLink,
-    RunComparison,
     RunRow,
     ScheduleRow,
     StepLine,
-    StepSide,
     WebhookAttempt,
     WebhookDelivery,
 )
+from waypoint.store.travel import LineageLink
 from waypoint.store.trees import RunTree
 from waypoint.types import AgentInfo
 from waypoint.versions import SHORT, AgentVersion

@@ -211,7 +211,7 @@ class WaypointPlugin(SimplePlugin):
         ]
         await store.catalog.register_agents(task_queue, found)
         scorers = [(s.name, s.description) for s in agents.scorers.values()]
-        await store.register_scorers(task_queue, scorers, worker_identity())
+        await store.evals.register_scorers(task_queue, scorers, worker_identity())
         self._registered.add(task_queue)
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:

@@ -35,16 +35,8 @@ from waypoint.client._views import (
 )
 from waypoint.client._waypoint import Waypoint
 from waypoint.store.listen import Listener
-from waypoint.store.rows import (
-    AssistantRow,
-    EventRow,
-    RunRow,
-    ScheduleRow,
-    StepState,
-    ThreadRow,
-    ThreadRun,
-    WebhookDelivery,
-)
+from waypoint.store.rows import AssistantRow, EventRow, RunRow, ScheduleRow, ThreadRow, ThreadRun, WebhookDelivery
+from waypoint.store.travel import StepState
 
 __all__ = [
     "AuditPage",

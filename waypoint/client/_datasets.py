@@ -71,7 +71,7 @@ class Datasets:
                 if len(made) > CASES_MAX:
                     raise InvalidInput(f"{len(made)} cases: keep a dataset to {CASES_MAX}")
                 origin = {"kind": "file", "file": where}
-            return await self._store.create_dataset(tenant, name, origin, made)
+            return await self._store.evals.create_dataset(tenant, name, origin, made)
 
     async def _cases_from_runs(
         self, tenant: str, select: str | None, run_ids: Sequence[str], limit: int
@@ -96,7 +96,7 @@ class Datasets:
             chosen += [r.run_id for r in rows]
         for run_id in run_ids:
             check_name("the run id", run_id)
-        known = await self._store.existing_runs(tenant, list(run_ids)) if run_ids else set()
+        known = await self._store.evals.existing_runs(tenant, list(run_ids)) if run_ids else set()
         missing = [r for r in run_ids if r not in known]
         if missing:
             raise NotFound(f"no run {missing[0]!r} for tenant {tenant!r}: list runs with `waypoint runs`")
@@ -108,7 +108,7 @@ class Datasets:
             run = await self._store.get_run(tenant, run_id)
             if not RunStatus(run.status).finished:
                 raise Conflict(f"run {run_id} is {run.status}: a dataset records finished runs; wait for its end")
-            seen = await self._store.eval_run(tenant, run_id)
+            seen = await self._store.evals.eval_run(tenant, run_id)
             calls = [ExpectedCall(c.name, _object(c.arguments)) for c in seen.tool_calls]
             made.append(
                 EvalCase(
@@ -124,17 +124,17 @@ class Datasets:
         return made
 
     async def datasets(self, *, tenant_id: str | None = None) -> list[DatasetRow]:
-        return await self._store.list_datasets(self._scope.tenant(tenant_id))
+        return await self._store.evals.list_datasets(self._scope.tenant(tenant_id))
 
     async def dataset(self, name: str, *, version: int | None = None, tenant_id: str | None = None) -> DatasetRow:
         check_dataset_name(name)
         if version is not None:
             check_count("the version", version, high=2**31 - 1)
-        return await self._store.get_dataset(self._scope.tenant(tenant_id), name, version)
+        return await self._store.evals.get_dataset(self._scope.tenant(tenant_id), name, version)
 
     async def cases(self, name: str, *, version: int | None = None, tenant_id: str | None = None) -> list[EvalCase]:
         found = await self.dataset(name, version=version, tenant_id=tenant_id)
-        return await self._store.dataset_cases(found.tenant_id, found.name, found.version)
+        return await self._store.evals.dataset_cases(found.tenant_id, found.name, found.version)
 
     async def export_dataset(
         self, name: str, *, version: int | None = None, tenant_id: str | None = None

@@ -67,12 +67,12 @@ class Evals(Datasets):
 
     async def scorer_names(self) -> dict[str, str]:
         """Every scorer an experiment can use: the built-ins, then the workers' `@scorer`s."""
-        custom = await self._store.scorer_names(self._scope.settings.task_queue)
+        custom = await self._store.evals.scorer_names(self._scope.settings.task_queue)
         return {**{s.value: "built in" for s in BuiltinScorer}, **custom}
 
     async def check_scorers(self, scorers: Sequence[str | ScorerSpec]) -> list[ScorerSpec]:
         specs = [s if isinstance(s, ScorerSpec) else parse_scorer(s) for s in scorers]
-        return check_scorers(specs, await self._store.scorer_names(self._scope.settings.task_queue))
+        return check_scorers(specs, await self._store.evals.scorer_names(self._scope.settings.task_queue))
 
     async def start_experiment(
         self,
@@ -106,7 +106,7 @@ class Evals(Datasets):
             tenant = found.tenant_id
             checked = await self.check_scorers(scorers)
             await self._catalog.check_start(agent, model)
-            cases = await self._store.dataset_cases(tenant, found.name, found.version)
+            cases = await self._store.evals.dataset_cases(tenant, found.name, found.version)
             if not cases:
                 raise InvalidInput(f"dataset {found.name!r} version {found.version} is empty: add cases to it")
             if recorded_tools:
@@ -144,7 +144,7 @@ class Evals(Datasets):
             if source.status == ExperimentStatus.RUNNING:
                 raise Conflict(f"experiment {experiment_id} is still running: rescore it once it ends")
             checked = await self.check_scorers(scorers)
-            scored = await self._store.experiment_results(source.tenant_id, experiment_id)
+            scored = await self._store.evals.experiment_results(source.tenant_id, experiment_id)
             row = ExperimentRow(
                 experiment_id=new_experiment_id(),
                 tenant_id=source.tenant_id,
@@ -165,7 +165,7 @@ class Evals(Datasets):
             return await self._launch(row)
 
     async def _launch(self, row: ExperimentRow) -> ExperimentRow:
-        created = await self._store.create_experiment(row)
+        created = await self._store.evals.create_experiment(row)
         inp = ExperimentInput(
             experiment_id=row.experiment_id,
             tenant_id=row.tenant_id,
@@ -179,7 +179,9 @@ class Evals(Datasets):
             with self._traced(gateway.traced, row):
                 await gateway.start_experiment(inp, row.priority)
         except BaseException as exc:
-            await self._store.set_experiment_status(row.tenant_id, row.experiment_id, ExperimentStatus.FAILED, str(exc))
+            await self._store.evals.set_experiment_status(
+                row.tenant_id, row.experiment_id, ExperimentStatus.FAILED, str(exc)
+            )
             raise
         return created
 
@@ -200,7 +202,7 @@ class Evals(Datasets):
 
     async def experiment(self, experiment_id: str, *, tenant_id: str | None = None) -> ExperimentRow:
         check_name("the experiment id", experiment_id)
-        return await self._store.get_experiment(self._scope.tenant(tenant_id), experiment_id)
+        return await self._store.evals.get_experiment(self._scope.tenant(tenant_id), experiment_id)
 
     async def experiments(
         self, *, dataset: str | None = None, limit: int = 50, tenant_id: str | None = None
@@ -208,19 +210,21 @@ class Evals(Datasets):
         check_count("the limit", limit, high=1000)
         if dataset is not None:
             check_dataset_name(dataset)
-        return await self._store.list_experiments(self._scope.tenant(tenant_id), dataset=dataset, limit=limit)
+        return await self._store.evals.list_experiments(self._scope.tenant(tenant_id), dataset=dataset, limit=limit)
 
     async def means(self, experiments: Sequence[ExperimentRow]) -> dict[str, dict[str, float | None]]:
         """Each listed experiment's mean per scorer (in its scorers' order; None: nothing scored yet)."""
         if not experiments:
             return {}
-        found = await self._store.experiment_means(experiments[0].tenant_id, [e.experiment_id for e in experiments])
+        found = await self._store.evals.experiment_means(
+            experiments[0].tenant_id, [e.experiment_id for e in experiments]
+        )
         return {e.experiment_id: {label: found[e.experiment_id].get(label) for label in e.labels} for e in experiments}
 
     async def report(self, experiment_id: str, *, tenant_id: str | None = None) -> ExperimentReport:
         """The experiment's table and its cases' results, as far as it got."""
         exp = await self.experiment(experiment_id, tenant_id=tenant_id)
-        results = await self._store.experiment_results(exp.tenant_id, experiment_id)
+        results = await self._store.evals.experiment_results(exp.tenant_id, experiment_id)
         return ExperimentReport(exp, summarize(exp.labels, case_scores(results)), results)
 
     async def wait(

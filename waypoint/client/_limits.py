@@ -128,7 +128,7 @@ class FleetLimits:
                 for k in await self._store.limiter.key_health()
                 if not k.key.startswith(TENANT_KEY_PREFIX) or k.key == own
             ],
-            today=await self._store.tenant_day(tenant) if limits.daily_budget(tenant) is not None else None,
+            today=await self._store.budget.tenant_day(tenant) if limits.daily_budget(tenant) is not None else None,
         )
 
     async def check(self, limits: Limits | None = None) -> Limits:

@@ -93,7 +93,7 @@ class Live:
         A run that has just ended, or is already in that state, is passed over. A resume goes to every
         live run below, not only those shown `paused`: one paused while it waited for approval still
         shows that wait, and refuses the resume only if it is not paused."""
-        for row in await self._store.live_below(self._scope.scoped(tenant_id, run_id), run_id):
+        for row in await self._store.trees.live_below(self._scope.scoped(tenant_id, run_id), run_id):
             if name == Update.PAUSE and row.status == RunStatus.PAUSED:
                 continue
             with contextlib.suppress(Conflict, InvalidInput, NotFound):
@@ -184,7 +184,7 @@ class Live:
         """The run whose call a decision given for `run_id` is about: `run_id` itself, unless it is not
         waiting and exactly one run below it is (or one whose pending calls include `call_id`)."""
         tenant = self._scope.scoped(tenant_id, run_id)
-        waiting = await self._store.waiting_below(tenant, run_id)
+        waiting = await self._store.trees.waiting_below(tenant, run_id)
         if not waiting:  # (a run still starting has no row yet: its own update answers)
             return run_id
         row = await self._store.get_run(tenant, run_id)

@@ -11,10 +11,12 @@ from waypoint.client._views import json_lines
 from waypoint.names import EventKind
 from waypoint.store import RunStore
 from waypoint.store.budget import BudgetView
+from waypoint.store.compare import RunComparison
 from waypoint.store.ledger import Effect
 from waypoint.store.listen import Handler, Listener
-from waypoint.store.rows import EventRow, LineageLink, RunComparison, RunRow, StateDiff, StepLine, StepState
+from waypoint.store.rows import EventRow, RunRow, StepLine
 from waypoint.store.streams import DELTAS_CHANNEL, EVENTS_CHANNEL
+from waypoint.store.travel import LineageLink, StateDiff, StepState
 from waypoint.store.trees import RunTree, tree_totals
 from waypoint.waterfall import Waterfall
 from waypoint.waterfall import derive as derive_waterfall
@@ -45,12 +47,14 @@ class RunLog:
 
     async def state(self, run_id: str, step: int, *, tenant_id: str | None = None) -> StepState:
         """The state (working memory) at `step`, with the step's events."""
-        return await self._store.state_at(self._scope.scoped(tenant_id, run_id), run_id, check_seq("the step", step))
+        return await self._store.travel.state_at(
+            self._scope.scoped(tenant_id, run_id), run_id, check_seq("the step", step)
+        )
 
     async def diff(self, run_id: str, a: int, b: int, *, tenant_id: str | None = None) -> StateDiff:
         check_seq("step a", a)
         check_seq("step b", b)
-        return await self._store.diff(self._scope.scoped(tenant_id, run_id), run_id, a, b)
+        return await self._store.travel.diff(self._scope.scoped(tenant_id, run_id), run_id, a, b)
 
     async def events(
         self,
@@ -73,7 +77,7 @@ class RunLog:
         check_seq("after_seq", after_seq)
         if step is not None:
             check_seq("the step", step)
-        return await self._store.events(
+        return await self._store.travel.events(
             self._scope.scoped(tenant_id, run_id),
             run_id,
             kinds=kinds,
@@ -110,29 +114,31 @@ class RunLog:
 
     def export(self, run_id: str, *, tenant_id: str | None = None) -> AsyncIterator[str]:
         """The full transcript as JSON lines (streamed)."""
-        return json_lines(self._store.export(self._scope.scoped(tenant_id, run_id), run_id))
+        return json_lines(self._store.travel.export(self._scope.scoped(tenant_id, run_id), run_id))
 
     async def compare(self, run_a: str, run_b: str, *, tenant_id: str | None = None) -> RunComparison:
         """Two runs of the tenant step by step: tool calls, answers, tokens, cost, model time, outcome."""
-        return await self._store.compare(self._scope.scoped(tenant_id, run_a, run_b), run_a, run_b)
+        return await self._store.compare.compare(self._scope.scoped(tenant_id, run_a, run_b), run_a, run_b)
 
     async def tree(self, run_id: str, *, tenant_id: str | None = None) -> RunTree:
         """The run and every sub-agent run below it, depth first in call order, with the tree's totals
         and the budget pool of the whole tree it belongs to (None: no budget)."""
         tenant = self._scope.scoped(tenant_id, run_id)
-        nodes = await self._store.tree(tenant, run_id)
-        return RunTree(nodes=nodes, totals=tree_totals(nodes), budget=await self._store.run_budget(tenant, run_id))
+        nodes = await self._store.trees.tree(tenant, run_id)
+        return RunTree(
+            nodes=nodes, totals=tree_totals(nodes), budget=await self._store.budget.run_budget(tenant, run_id)
+        )
 
     async def budget(self, run_id: str, *, tenant_id: str | None = None) -> BudgetView | None:
         """The budget pool of the run's tree: per measure (tokens, cost, steps) its limit, what the tree
         spent, what its model calls in flight hold, and what is left; None when the tree has no budget."""
         tenant = self._scope.scoped(tenant_id, run_id)
         await self._store.get_run(tenant, run_id)  # an unknown run is NotFound, not "no budget"
-        return await self._store.run_budget(tenant, run_id)
+        return await self._store.budget.run_budget(tenant, run_id)
 
     async def children(self, run_id: str, *, tenant_id: str | None = None) -> list[RunRow]:
         """The sub-agent runs this run started itself, in call order."""
-        return await self._store.children(self._scope.scoped(tenant_id, run_id), run_id)
+        return await self._store.trees.children(self._scope.scoped(tenant_id, run_id), run_id)
 
     async def lineage(self, run_id: str, *, tenant_id: str | None = None) -> list[LineageLink]:
-        return await self._store.lineage(self._scope.scoped(tenant_id, run_id), run_id)
+        return await self._store.travel.lineage(self._scope.scoped(tenant_id, run_id), run_id)

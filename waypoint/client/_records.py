@@ -12,7 +12,8 @@ from waypoint.checks import check_count, parse_when
 from waypoint.client._scope import Scope, TemporalLink
 from waypoint.names import MemoryOp
 from waypoint.store import RunStore
-from waypoint.store.rows import RunRow, Verdict
+from waypoint.store.integrity import Verdict
+from waypoint.store.rows import RunRow
 from waypoint.types import MemoryRequest
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class Records:
     async def verify(self, run_id: str, *, tenant_id: str | None = None) -> Verdict:
         """Recompute the run's hash chain and checkpoint hashes, and those of every sub-agent run below
         it (`Verdict.below`); check that each sub-agent answer in a caller's ledger is its child's."""
-        return await self._store.verify_tree(self._scope.scoped(tenant_id, run_id), run_id)
+        return await self._store.integrity.verify_tree(self._scope.scoped(tenant_id, run_id), run_id)
 
     async def verify_all(
         self,
@@ -68,12 +69,12 @@ class Records:
         the run's row is the last thing to go."""
         async with self._scope.on_run(Action.DELETE, tenant_id, run_id) as tenant_id:
             tenant = self._scope.scoped(tenant_id, run_id)
-            for node in reversed((await self._store.tree(tenant, run_id))[1:]):  # its sub-agent runs first
+            for node in reversed((await self._store.trees.tree(tenant, run_id))[1:]):  # its sub-agent runs first
                 await self._delete_one(tenant, node.run.run_id)
             await self._delete_one(tenant, run_id)
 
     async def _delete_one(self, tenant: str, run_id: str) -> None:
-        run = await self._store.deletable(tenant, run_id)
+        run = await self._store.integrity.deletable(tenant, run_id)
         settings = self._scope.settings
         if settings.memory and await self._has_episodes(run):
             await (await self._temporal()).memory(MemoryRequest(MemoryOp.FORGET, tenant, run_id=run_id))
@@ -81,7 +82,7 @@ class Records:
             from waypoint.telemetry.spanfile import remove_trace, span_file
 
             remove_trace(span_file(settings.state_dir), run.trace_id)
-        await self._store.delete_run(tenant, run_id)
+        await self._store.integrity.delete_run(tenant, run_id)
 
     async def _has_episodes(self, run: RunRow) -> bool:
         """Whether long-term memory may hold episodes of the run: its steps were stored (by the run,

@@ -70,7 +70,7 @@ class Runs:
                 live = await self.progress(run_id, tenant_id=tenant_id)
             except WaypointError as exc:  # Temporal unreachable, or the run unreadable
                 error = str(exc)
-        budget = await self._store.run_budget(row.tenant_id, run_id)
+        budget = await self._store.budget.run_budget(row.tenant_id, run_id)
         return RunStatusView(row, live, error, budget)
 
     async def progress(self, run_id: str, *, tenant_id: str | None = None) -> RunProgress:

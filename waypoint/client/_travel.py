@@ -274,7 +274,7 @@ class Travel:
                         item = BatchItem(source.run_id, None, error=str(exc))
                     else:
                         result = await self._live.result(new_id, tenant_id=tenant)
-                        found = await self._store.compare(tenant, source.run_id, new_id)
+                        found = await self._store.compare.compare(tenant, source.run_id, new_id)
                         item = BatchItem(
                             source.run_id,
                             new_id,

@@ -18,17 +18,9 @@ from typing import Any
 
 from waypoint.names import DeliveryStatus
 from waypoint.store.audit import AuditVerdict
-from waypoint.store.rows import (
-    BatchReport,
-    ChildPair,
-    EventRow,
-    RunComparison,
-    RunRow,
-    StepComparison,
-    Verdict,
-    WebhookAttempt,
-    WebhookDelivery,
-)
+from waypoint.store.compare import ChildPair, RunComparison, StepComparison
+from waypoint.store.integrity import Verdict
+from waypoint.store.rows import BatchReport, EventRow, RunRow, WebhookAttempt, WebhookDelivery
 from waypoint.store.trees import RunTree, TreeNode
 from waypoint.versions import AgentVersion
 

@@ -2,8 +2,9 @@
 
     store = RunStore(engine)     # built once per process, injected into the activities
     await store.list_runs(tenant_id)
-    await store.steps.record_step(record, attempt=n)   # a family that stands alone is an attribute
+    await store.steps.record_step(record, attempt=n)   # a family is an attribute of the store
     await store.keys.create_key(tenant_id, name)
+    await store.travel.state_at(tenant_id, run_id, step)
 
 One object, assembled from small parts, one module each: the log (append, hash chain,
 status transitions), a step's writes, the tool ledger, compactions, what a step reads,
@@ -14,8 +15,8 @@ the fleet's figures over a period, the idempotency keys of starts, webhooks (sig
 delivery attempts), Agent Protocol assistants (versioned), the agent versions runs started with, and
 the rows a run's waterfall is drawn from, evaluations (datasets, experiments, their results), and the
 budget pools model calls reserve from (a tree's, a tenant's day), and the audit log of who did what
-(hash-chained per tenant). Most families are attributes of `RunStore` (its docstring names them);
-listings, time travel, integrity, evaluations, comparisons, trees and budget pools are still its bases.
+(hash-chained per tenant). Each family is an attribute of `RunStore` (its docstring names them);
+the runs themselves (`get_run`, `list_runs`, ...) are the store's own methods.
 `waypoint.store.db` has connections and migrations, `waypoint.store.schema` the tables.
 """
 
@@ -52,34 +53,27 @@ from waypoint.store.webhooks import Webhooks
 from waypoint.store.working import WorkingReads
 
 
-class RunStore(
-    Reads,
-    TimeTravel,
-    Integrity,
-    EvalStore,
-    Compare,
-    Trees,
-    BudgetStore,
-):
+class RunStore(Reads):
     """Every read and write of the Postgres mirror.
 
     The families that stand alone are stores of their own, one attribute each, so a client service is
     built from the one it needs: `log` (the run log: status transitions, a run's end, failovers),
     `steps` (creating a run, a step's writes), `starts` (runs that wait to start, joining a thread),
     `ledger` (the tool ledger), `working` (what a step reads, recall's fork chain), `streams` (what
-    live streams read, notifications), `catalog` (the agent catalog), `keys` (the HTTP API's keys),
-    `audit` (the audit log), `schedules` (scheduled agents), `assistants` (Agent Protocol
+    live streams read, notifications), `catalog` (the agent catalog), `travel` (time travel: a
+    step's state, diffs, events, export, lineage), `integrity` (verify a run or a tree, delete a
+    run), `compare` (two runs side by side), `evals` (datasets, experiments, results, judgements,
+    scorers; it reads a case's run through `compare`), `trees` (a run's sub-agent runs, and their
+    status mirrored on callers), `budget` (budget pools and a tenant's day), `keys` (the HTTP API's
+    keys), `audit` (the audit log), `schedules` (scheduled agents), `assistants` (Agent Protocol
     assistants), `idempotency` (the idempotency keys of starts), `versions` (the agent versions runs
     started with), `webhooks` (signing secrets, deliveries, attempts), `limiter` (the shared limiter
     of model calls), `fleet` (the fleet's figures), `invariants` (what `verify --all` compares with
     Temporal), `threads` (conversation threads), `waterfall` (the rows a run's waterfall is drawn
     from) and `compaction` (compactions of a run's log).
 
-    The rest stay bases of this class, as do `StoreBase`'s `_run` / `get_run` / `checkpoint_at` /
-    `owner_of_step`. `EvalStore` calls `Compare._compared_events` through `self`, so evaluations and
-    comparisons stay together. The others (listing reads, time travel, integrity, trees, budget
-    pools) call only what every part shares and the log's module functions: each could become an
-    attribute the same way.
+    What is left on the store itself is the runs noun: `Reads` (listings) and `StoreBase`'s `_run` /
+    `get_run` / `checkpoint_at` / `owner_of_step`, which every family shares.
     """
 
     def __init__(self, engine: AsyncEngine):
@@ -104,6 +98,12 @@ class RunStore(
         self.working = WorkingReads(engine)
         self.streams = Streams(engine)
         self.catalog = Catalog(engine)
+        self.travel = TimeTravel(engine)
+        self.integrity = Integrity(engine)
+        self.compare = Compare(engine)
+        self.evals = EvalStore(engine, self.compare)
+        self.trees = Trees(engine)
+        self.budget = BudgetStore(engine)
 
 
 __all__ = ["RunStore"]

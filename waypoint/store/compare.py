@@ -10,19 +10,105 @@ with the steps it inherited from its parent, so steps line up by number.
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from waypoint.calls import canonical_arguments
+from waypoint.calls import CallLine, canonical_arguments
 from waypoint.names import EventKind, ToolOutcome
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import AgentCall, CallLine, ChildPair, RunComparison, RunRow, StepComparison, StepSide
+from waypoint.store.rows import AgentCall, RunRow
 from waypoint.store.schema import events
 from waypoint.store.tree_travel import inherited_calls
 
 COMPARED_KINDS = (EventKind.MODEL_RESPONSE, EventKind.TOOL_RESULT)
+
+
+@dataclass(frozen=True)
+class StepSide:
+    """What one run did at one step: the model's answer, its tool calls and what they cost."""
+
+    model: str | None
+    content: str | None
+    calls: list[CallLine] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    model_ms: int = 0
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """One step of two runs side by side; `a` or `b` is None when that run has no such step."""
+
+    step: int
+    a: StepSide | None
+    b: StepSide | None
+    same_calls: bool
+    same_answer: bool
+    answer_diff: list[str] = field(default_factory=list)  # unified diff lines of the answer text
+
+    @property
+    def same(self) -> bool:
+        return self.same_calls and self.same_answer
+
+
+@dataclass(frozen=True)
+class ChildPair:
+    """The sub-agent calls of two runs at the same (step, call index), side by side (`compare`);
+    `a` or `b` is None when only one run made it. `shared`: both sides are the same child run (a fork
+    inherits the calls before its fork step)."""
+
+    step: int
+    call_index: int
+    a: AgentCall | None
+    b: AgentCall | None
+    same_answer: bool
+    same_status: bool
+    shared: bool = False
+    steps_delta: int = 0  # b - a
+    tokens_delta: int = 0
+    cost_delta_usd: float = 0.0
+    answer_diff: list[str] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        return self.a is not None and self.b is not None and self.same_answer and self.same_status
+
+
+@dataclass(frozen=True)
+class RunComparison:
+    """Two runs step by step (`waypoint compare`): where they part and what that costs."""
+
+    a: RunRow
+    b: RunRow
+    steps: list[StepComparison]
+    first_divergence: int | None  # the first step that differs, None when every step is the same
+    same_output: bool
+    output_diff: list[str] = field(default_factory=list)
+    steps_delta: int = 0  # b - a, counted over the steps compared
+    input_tokens_delta: int = 0
+    output_tokens_delta: int = 0
+    cost_delta_usd: float = 0.0
+    model_ms_delta: int = 0
+    # Tool calls a rerun with recorded tools refused (no recorded call matched, not replay-safe).
+    not_recorded_a: int = 0
+    not_recorded_b: int = 0
+    # The instructions each run started with, as a diff (a rerun with `--instructions`); empty when the same.
+    instructions_diff: list[str] = field(default_factory=list)
+    # Their sub-agent calls paired by (step, call index), when either run made any.
+    children: list[ChildPair] = field(default_factory=list)
+
+    @property
+    def diverged(self) -> bool:
+        return (
+            self.first_divergence is not None
+            or not self.same_output
+            or self.a.status != self.b.status
+            or not all(c.same for c in self.children)
+        )
 
 
 def text_diff(a: str | None, b: str | None) -> list[str]:

@@ -18,11 +18,13 @@ from typing import Any
 
 from sqlalchemy import and_, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from waypoint.errors import NotFound
 from waypoint.evals.cases import EvalCase, EvalRun, EvalStep, ExpectedCall, tools_line
 from waypoint.evals.types import CaseRef, ScorerSpec
 from waypoint.names import ExperimentStatus
+from waypoint.store.base import StoreBase
 from waypoint.store.compare import Compare, step_sides
 from waypoint.store.schema import (
     dataset_cases,
@@ -172,7 +174,14 @@ def _money(value: Any) -> float:
     return float(value) if isinstance(value, Decimal) else float(value or 0)
 
 
-class EvalStore(Compare):
+class EvalStore(StoreBase):
+    """Datasets, experiments, their results, the judge's verdicts and the scorers catalog; a case's run
+    is read as `compare` reads a run, through the store's Compare given at construction (`store.compare`)."""
+
+    def __init__(self, engine: AsyncEngine, compare: Compare):
+        super().__init__(engine)
+        self._compare = compare
+
     # --- datasets ----------------------------------------------------------------------------
 
     async def create_dataset(
@@ -283,7 +292,7 @@ class EvalStore(Compare):
         inherited) with their tool calls."""
         async with self.engine.connect() as conn:
             run = await self._run(conn, tenant_id, run_id)
-            sides = step_sides(await self._compared_events(conn, tenant_id, run))
+            sides = step_sides(await self._compare._compared_events(conn, tenant_id, run))
         steps = [
             EvalStep(n, s.content, list(s.calls), s.input_tokens, s.output_tokens, s.cost_usd)
             for n, s in sorted(sides.items())

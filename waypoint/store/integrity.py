@@ -8,7 +8,7 @@ run below it, and checks that each answer a caller's ledger holds is its child's
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import delete, select, text
@@ -19,7 +19,7 @@ from waypoint.names import LIVE, RunStatus, ToolOutcome
 from waypoint.store.base import StoreBase
 from waypoint.store.hashing import event_hash, state_hash
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, mismatch
-from waypoint.store.rows import RunRow, Verdict
+from waypoint.store.rows import RunRow
 from waypoint.store.schema import (
     checkpoints,
     compactions,
@@ -32,6 +32,27 @@ from waypoint.store.schema import (
 )
 from waypoint.store.tree_travel import agent_calls
 from waypoint.store.trees import subtree
+
+
+@dataclass
+class Verdict:
+    """What `verify` found: counts, and the problems (empty when the run is intact)."""
+
+    run_id: str
+    events: int = 0
+    checkpoints: int = 0
+    problems: list[str] = field(default_factory=list)
+    # Each sub-agent run below it, depth first in call order (`verify` covers the tree).
+    below: list[Verdict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(v.ok for v in self.below)
+
+    @property
+    def broken(self) -> list[Verdict]:
+        """The runs of the tree with problems, this one first."""
+        return [v for v in (self, *self.below) if v.problems]
 
 
 async def call_problems(conn: AsyncConnection, tenant_id: str, run: RunRow) -> list[str]:

@@ -1,4 +1,6 @@
-"""What the store's reads return: typed rows, one dataclass per shape.
+"""What the store's reads return: typed rows, one dataclass per shape. The rows one family alone
+produces live beside it: a step's state, a diff and lineage links in `travel`, a comparison's in
+`compare`, `verify`'s verdict in `integrity`.
 
 The Python API (`waypoint.client.Waypoint`) returns these as they are; `waypoint.client.as_json`
 turns any of them into JSON-ready data (timestamps as ISO 8601 text, decimals as floats) for the
@@ -15,9 +17,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from waypoint.access import Role
-from waypoint.calls import CallLine
 from waypoint.names import STUCK, RunStatus
-from waypoint.types import Message, RunResult
+from waypoint.types import RunResult
 
 _Row = TypeVar("_Row")
 
@@ -167,27 +168,6 @@ class EventRow:
 
 
 @dataclass(frozen=True)
-class StepState:
-    """The state at a step: what the next model call saw (`messages`), rendered from the checkpoint
-    of `owner_run_id` (this run, or the ancestor a fork inherited the step from), and the step's events."""
-
-    run_id: str
-    step: int
-    owner_run_id: str
-    at: datetime
-    messages: list[Message]
-    segments: list[list[Any]]
-    pinned: list[list[Any]]
-    dropped_steps: int
-    events: list[EventRow] = field(default_factory=list)
-    # What the next model call (step + 1) received, as recorded, when it has run: the messages above
-    # are then that request rebuilt byte for byte (`matches`: its hash equals the recorded one).
-    request: dict[str, Any] | None = None
-    # The step's sub-agent calls: the child run each started, and its answer.
-    children: list[AgentCall] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
 class AgentCall:
     """One sub-agent call (call `call_index` of `step` of `caller_run_id`, naming `agent`): the child
     run it started, how that ended and what its tree used, and the answer the caller's ledger holds.
@@ -209,49 +189,6 @@ class AgentCall:
 
 
 @dataclass(frozen=True)
-class ChildPair:
-    """The sub-agent calls of two runs at the same (step, call index), side by side (`compare`);
-    `a` or `b` is None when only one run made it. `shared`: both sides are the same child run (a fork
-    inherits the calls before its fork step)."""
-
-    step: int
-    call_index: int
-    a: AgentCall | None
-    b: AgentCall | None
-    same_answer: bool
-    same_status: bool
-    shared: bool = False
-    steps_delta: int = 0  # b - a
-    tokens_delta: int = 0
-    cost_delta_usd: float = 0.0
-    answer_diff: list[str] = field(default_factory=list)
-
-    @property
-    def same(self) -> bool:
-        return self.a is not None and self.b is not None and self.same_answer and self.same_status
-
-
-@dataclass(frozen=True)
-class StateDiff:
-    run_id: str
-    a: int
-    b: int
-    added: list[Message] = field(default_factory=list)
-    dropped: list[Message] = field(default_factory=list)
-    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    tokens_a: int = 0
-    tokens_b: int = 0
-
-
-@dataclass(frozen=True)
-class LineageLink:
-    run_id: str
-    forked_at: int | None
-    relation: str  # "ancestor" or "fork" (a run started from this one, a fork or a rerun)
-    lineage_kind: str = "fork"  # a LineageKind: how the newer run of the pair came from the older
-
-
-@dataclass(frozen=True)
 class CompactionRow:
     """One row of `compactions`, as listings show it (the summary cut to its first 200 characters)."""
 
@@ -270,27 +207,6 @@ class CompactionRow:
     pruned: int
     summary: str
     created_at: datetime
-
-
-@dataclass
-class Verdict:
-    """What `verify` found: counts, and the problems (empty when the run is intact)."""
-
-    run_id: str
-    events: int = 0
-    checkpoints: int = 0
-    problems: list[str] = field(default_factory=list)
-    # Each sub-agent run below it, depth first in call order (`verify` covers the tree).
-    below: list[Verdict] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and all(v.ok for v in self.below)
-
-    @property
-    def broken(self) -> list[Verdict]:
-        """The runs of the tree with problems, this one first."""
-        return [v for v in (self, *self.below) if v.problems]
 
 
 @dataclass(frozen=True)
@@ -387,68 +303,6 @@ class ScheduleRow:
     next_runs: list[datetime] = field(default_factory=list)
     recent: list[ScheduledRunRef] = field(default_factory=list)
     updated_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class StepSide:
-    """What one run did at one step: the model's answer, its tool calls and what they cost."""
-
-    model: str | None
-    content: str | None
-    calls: list[CallLine] = field(default_factory=list)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    model_ms: int = 0
-
-
-@dataclass(frozen=True)
-class StepComparison:
-    """One step of two runs side by side; `a` or `b` is None when that run has no such step."""
-
-    step: int
-    a: StepSide | None
-    b: StepSide | None
-    same_calls: bool
-    same_answer: bool
-    answer_diff: list[str] = field(default_factory=list)  # unified diff lines of the answer text
-
-    @property
-    def same(self) -> bool:
-        return self.same_calls and self.same_answer
-
-
-@dataclass(frozen=True)
-class RunComparison:
-    """Two runs step by step (`waypoint compare`): where they part and what that costs."""
-
-    a: RunRow
-    b: RunRow
-    steps: list[StepComparison]
-    first_divergence: int | None  # the first step that differs, None when every step is the same
-    same_output: bool
-    output_diff: list[str] = field(default_factory=list)
-    steps_delta: int = 0  # b - a, counted over the steps compared
-    input_tokens_delta: int = 0
-    output_tokens_delta: int = 0
-    cost_delta_usd: float = 0.0
-    model_ms_delta: int = 0
-    # Tool calls a rerun with recorded tools refused (no recorded call matched, not replay-safe).
-    not_recorded_a: int = 0
-    not_recorded_b: int = 0
-    # The instructions each run started with, as a diff (a rerun with `--instructions`); empty when the same.
-    instructions_diff: list[str] = field(default_factory=list)
-    # Their sub-agent calls paired by (step, call index), when either run made any.
-    children: list[ChildPair] = field(default_factory=list)
-
-    @property
-    def diverged(self) -> bool:
-        return (
-            self.first_divergence is not None
-            or not self.same_output
-            or self.a.status != self.b.status
-            or not all(c.same for c in self.children)
-        )
 
 
 @dataclass(frozen=True)

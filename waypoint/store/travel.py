@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -16,12 +18,54 @@ from waypoint.store.base import StoreBase, of_tenant
 from waypoint.store.compactions import compaction_by_id
 from waypoint.store.hashing import hashed_json
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, event_row
-from waypoint.store.rows import AgentCall, EventRow, LineageLink, RunRow, StateDiff, StepState
+from waypoint.store.rows import AgentCall, EventRow, RunRow
 from waypoint.store.schema import events, runs
 from waypoint.store.tree_travel import agent_calls, caller_of_step
 from waypoint.store.working import read_parts, recalled_text
 from waypoint.tokens import estimate_tokens
+from waypoint.types import Message
 from waypoint.working_memory import rebuild
+
+
+@dataclass(frozen=True)
+class StepState:
+    """The state at a step: what the next model call saw (`messages`), rendered from the checkpoint
+    of `owner_run_id` (this run, or the ancestor a fork inherited the step from), and the step's events."""
+
+    run_id: str
+    step: int
+    owner_run_id: str
+    at: datetime
+    messages: list[Message]
+    segments: list[list[Any]]
+    pinned: list[list[Any]]
+    dropped_steps: int
+    events: list[EventRow] = field(default_factory=list)
+    # What the next model call (step + 1) received, as recorded, when it has run: the messages above
+    # are then that request rebuilt byte for byte (`matches`: its hash equals the recorded one).
+    request: dict[str, Any] | None = None
+    # The step's sub-agent calls: the child run each started, and its answer.
+    children: list[AgentCall] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StateDiff:
+    run_id: str
+    a: int
+    b: int
+    added: list[Message] = field(default_factory=list)
+    dropped: list[Message] = field(default_factory=list)
+    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    tokens_a: int = 0
+    tokens_b: int = 0
+
+
+@dataclass(frozen=True)
+class LineageLink:
+    run_id: str
+    forked_at: int | None
+    relation: str  # "ancestor" or "fork" (a run started from this one, a fork or a rerun)
+    lineage_kind: str = "fork"  # a LineageKind: how the newer run of the pair came from the older
 
 
 class TimeTravel(StoreBase):
