@@ -372,7 +372,8 @@ async def test_cancel_ends_the_run_after_the_current_step(ts: WorkflowEnvironmen
     doubles = Doubles(plan=plan(), turns=loop_tool(), tool_gate=asyncio.Event())
     async with bench(ts.client, doubles) as b:
         handle = await b.start()
-        await until_status(handle, RunStatus.RUNNING)
+        # The step's tool is in flight (a cancel that lands during its model call stops that call at once).
+        await until(lambda: len(doubles.tool_calls) == 1, "the tool in flight")
         await handle.execute_update(Update.CANCEL, "enough", result_type=RunProgress)
         assert await refused(handle, Update.SEND, "more") == f"run {handle.id} is running: it takes no more messages"
         assert doubles.tool_gate is not None
@@ -389,7 +390,7 @@ async def test_cancel_stops_a_model_call_in_flight(ts: WorkflowEnvironment) -> N
     doubles = Doubles(plan=plan(), turns=answer_at(3), model_gate=asyncio.Event())
     async with bench(ts.client, doubles) as b:
         handle = await b.start()
-        await until_status(handle, RunStatus.RUNNING)
+        await until(lambda: len(doubles.calls) == 1, "the model call in flight")
         await handle.execute_update(Update.CANCEL, "stop now", result_type=RunProgress)
         result: RunResult = await handle.result()
     assert (result.status, result.error) == (RunStatus.CANCELLED, "stop now")
