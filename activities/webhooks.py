@@ -44,7 +44,8 @@ from waypoint.retry import (
     webhook_backoff,
 )
 from waypoint.store import RunStore
-from waypoint.store.rows import RunRow, WebhookDelivery
+from waypoint.store.rows import RunRow
+from waypoint.store.webhooks import WebhookDelivery
 from waypoint.types import (
     CloseDeliveryInput,
     DeliverWebhookInput,

@@ -67,7 +67,7 @@ from waypoint.client._webhooks import Webhooks
 from waypoint.config import Settings
 from waypoint.gateway.agent_schedules import ScheduleGateway
 from waypoint.names import RunStatus, Update
-from waypoint.store.rows import ScheduleRow
+from waypoint.store.schedules import ScheduleRow
 from waypoint.types import RunInput, RunProgress, RunResult
 
 pytestmark = pytest.mark.timeout(60)

@@ -330,7 +330,7 @@ def test_the_cli_timeline_says_wall_time_and_marks_the_sum():
     from datetime import UTC, datetime
 
     from waypoint.app.console import tools_time
-    from waypoint.store.rows import StepLine
+    from waypoint.store.reads import StepLine
 
     at = datetime.now(UTC)
     parallel = StepLine(step=1, at=at, action="tools", tools=["fetch", "fetch"], tools_ms=1700, tools_wall_ms=900)

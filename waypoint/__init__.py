@@ -38,11 +38,11 @@ _EXPORTS = {
     "worker_plugin": "waypoint.app.plugin",
     # what the client's methods return
     "AgentInfo": "waypoint.types",
-    "ApiKeyRow": "waypoint.store.rows",
-    "AssistantRow": "waypoint.store.rows",
+    "ApiKeyRow": "waypoint.store.keys",
+    "AssistantRow": "waypoint.store.assistants",
     "BatchReport": "waypoint.store.rows",
     "CompactionReport": "waypoint.compaction_types",
-    "CompactionRow": "waypoint.store.rows",
+    "CompactionRow": "waypoint.store.compactions",
     "EventRow": "waypoint.store.rows",
     "LineageLink": "waypoint.store.travel",
     "Memory": "waypoint.types",
@@ -53,14 +53,14 @@ _EXPORTS = {
     "RunRow": "waypoint.store.rows",
     "RunTree": "waypoint.store.trees",
     "ScheduleInfo": "waypoint.gateway.schedule",
-    "ScheduleRow": "waypoint.store.rows",
+    "ScheduleRow": "waypoint.store.schedules",
     "StateDiff": "waypoint.store.travel",
-    "StepLine": "waypoint.store.rows",
+    "StepLine": "waypoint.store.reads",
     "StepState": "waypoint.store.travel",
-    "ThreadRow": "waypoint.store.rows",
+    "ThreadRow": "waypoint.store.threads",
     "Verdict": "waypoint.store.integrity",
-    "WebhookAttempt": "waypoint.store.rows",
-    "WebhookDelivery": "waypoint.store.rows",
+    "WebhookAttempt": "waypoint.store.webhooks",
+    "WebhookDelivery": "waypoint.store.webhooks",
     # the errors a user catches (waypoint.errors draws the tree)
     "ConfigError": "waypoint.errors",
     "Conflict": "waypoint.errors",
@@ -183,23 +183,18 @@ if TYPE_CHECKING:
     from waypoint.gateway.schedule import ScheduleInfo
     from waypoint.mcp.servers import MCPServer
     from waypoint.models.scripted import ScriptedModel, ScriptedTurn
+    from waypoint.store.assistants import AssistantRow
+    from waypoint.store.compactions import CompactionRow
     from waypoint.store.compare import RunComparison
     from waypoint.store.integrity import Verdict
-    from waypoint.store.rows import (
-        ApiKeyRow,
-        AssistantRow,
-        BatchReport,
-        CompactionRow,
-        EventRow,
-        RunRow,
-        ScheduleRow,
-        StepLine,
-        ThreadRow,
-        WebhookAttempt,
-        WebhookDelivery,
-    )
+    from waypoint.store.keys import ApiKeyRow
+    from waypoint.store.reads import StepLine
+    from waypoint.store.rows import BatchReport, EventRow, RunRow
+    from waypoint.store.schedules import ScheduleRow
+    from waypoint.store.threads import ThreadRow
     from waypoint.store.travel import LineageLink, StateDiff, StepState
     from waypoint.store.trees import RunTree
+    from waypoint.store.webhooks import WebhookAttempt, WebhookDelivery
     from waypoint.tools import Tool, ToolContext, tool
     from waypoint.types import AgentInfo, Budget, Memory, RetrySpec, RunProgress, RunResult
 

@@ -47,7 +47,8 @@ from waypoint.names import LOST_ATTEMPT, EventKind, RunStatus, idempotency_key
 from waypoint.retry import HEARTBEAT_TIMEOUT
 from waypoint.store import RunStore
 from waypoint.store.ledger import Effect
-from waypoint.store.rows import RunRow, StepLine
+from waypoint.store.reads import StepLine
+from waypoint.store.rows import RunRow
 from waypoint.testing.fake_openai import FakeOpenAI, Reply, Turn
 
 CHAOS_MODEL = "openai:waypoint-chaos"

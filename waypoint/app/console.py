@@ -18,23 +18,18 @@ from waypoint.client import FleetRun, FleetStats, as_json
 from waypoint.config import Settings
 from waypoint.names import STUCK, DeliveryStatus, EventKind, LineageKind, RunStatus
 from waypoint.pricing import format_usd
+from waypoint.store.assistants import AssistantRow
 from waypoint.store.audit import AuditRow
 from waypoint.store.budget import BudgetView
 from waypoint.store.compare import ChildPair, RunComparison, StepSide
-from waypoint.store.rows import (
-    AgentCall,
-    ApiKeyRow,
-    AssistantRow,
-    BatchReport,
-    LimitsReport,
-    RunRow,
-    ScheduleRow,
-    StepLine,
-    WebhookAttempt,
-    WebhookDelivery,
-)
+from waypoint.store.keys import ApiKeyRow
+from waypoint.store.limits import LimitsReport
+from waypoint.store.reads import StepLine
+from waypoint.store.rows import AgentCall, BatchReport, RunRow
+from waypoint.store.schedules import ScheduleRow
 from waypoint.store.travel import LineageLink
 from waypoint.store.trees import RunTree
+from waypoint.store.webhooks import WebhookAttempt, WebhookDelivery
 from waypoint.types import AgentInfo
 from waypoint.versions import SHORT, AgentVersion
 from waypoint.webhooks import shown_url

@@ -34,9 +34,13 @@ from waypoint.client._views import (
     tree_json,
 )
 from waypoint.client._waypoint import Waypoint
+from waypoint.store.assistants import AssistantRow
 from waypoint.store.listen import Listener
-from waypoint.store.rows import AssistantRow, EventRow, RunRow, ScheduleRow, ThreadRow, ThreadRun, WebhookDelivery
+from waypoint.store.rows import EventRow, RunRow
+from waypoint.store.schedules import ScheduleRow
+from waypoint.store.threads import ThreadRow, ThreadRun
 from waypoint.store.travel import StepState
+from waypoint.store.webhooks import WebhookDelivery
 
 __all__ = [
     "AuditPage",

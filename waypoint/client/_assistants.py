@@ -21,8 +21,7 @@ from waypoint.client._catalog import Catalog
 from waypoint.client._scope import Scope
 from waypoint.errors import Conflict, InvalidInput, NotFound, UnknownAgent
 from waypoint.run_config import RunConfig, run_config
-from waypoint.store.assistants import AssistantStore
-from waypoint.store.rows import AssistantRow
+from waypoint.store.assistants import AssistantRow, AssistantStore
 from waypoint.types import AgentInfo
 
 IF_EXISTS = ("raise", "do_nothing")

@@ -9,7 +9,7 @@ from waypoint.client._runs import Runs
 from waypoint.client._scope import Scope, TemporalLink, run_target
 from waypoint.compaction_types import CompactionReport
 from waypoint.store import RunStore
-from waypoint.store.rows import CompactionRow
+from waypoint.store.compactions import CompactionRow
 
 if TYPE_CHECKING:
     from waypoint.gateway.schedule import ScheduleInfo

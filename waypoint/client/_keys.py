@@ -13,8 +13,7 @@ from __future__ import annotations
 from waypoint.access import Action, Role, Target, TargetKind, current_actor
 from waypoint.checks import check_choice, check_tenant, check_text
 from waypoint.client._scope import Scope
-from waypoint.store.keys import ApiKeys
-from waypoint.store.rows import ApiKeyRow
+from waypoint.store.keys import ApiKeyRow, ApiKeys
 
 
 def check_role(role: str | Role) -> Role:

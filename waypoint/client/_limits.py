@@ -22,7 +22,8 @@ from waypoint.limits import TENANT_KEY_PREFIX, Limits, tenant_key
 from waypoint.names import FleetPeriod, RunStatus
 from waypoint.store import RunStore
 from waypoint.store.fleet import DayCost, FleetFigures
-from waypoint.store.rows import KeyHealth, LimitsReport, RunRow
+from waypoint.store.limits import KeyHealth, LimitsReport
+from waypoint.store.rows import RunRow
 
 # Each period's time buckets (about 12 to 30 of them: a chart's bars).
 BUCKETS = {

@@ -14,7 +14,8 @@ from waypoint.store.budget import BudgetView
 from waypoint.store.compare import RunComparison
 from waypoint.store.ledger import Effect
 from waypoint.store.listen import Handler, Listener
-from waypoint.store.rows import EventRow, RunRow, StepLine
+from waypoint.store.reads import StepLine
+from waypoint.store.rows import EventRow, RunRow
 from waypoint.store.streams import DELTAS_CHANNEL, EVENTS_CHANNEL
 from waypoint.store.travel import LineageLink, StateDiff, StepState
 from waypoint.store.trees import RunTree, tree_totals

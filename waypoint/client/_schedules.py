@@ -37,7 +37,7 @@ from waypoint.client._webhooks import Webhooks
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.names import ScheduleOverlap
 from waypoint.store import RunStore
-from waypoint.store.rows import ScheduleRow
+from waypoint.store.schedules import ScheduleRow
 
 if TYPE_CHECKING:
     from waypoint.gateway.agent_schedules import ScheduleGateway

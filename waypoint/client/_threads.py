@@ -19,7 +19,7 @@ from waypoint.client._records import Records
 from waypoint.client._scope import Scope, thread_target
 from waypoint.client._turns import MULTITASK_STRATEGIES, StartedTurn, Turn, Turns
 from waypoint.errors import InvalidInput, NotFound
-from waypoint.store.rows import ThreadRow
+from waypoint.store.threads import ThreadRow
 from waypoint.store.threads import Threads as ThreadStore
 from waypoint.types import RunProgress
 

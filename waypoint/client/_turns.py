@@ -24,7 +24,8 @@ from waypoint.client._travel import Travel
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.names import FINISHED, STARTING, MemoryView, RunStatus
 from waypoint.store import RunStore
-from waypoint.store.rows import RunRow, ThreadRow
+from waypoint.store.rows import RunRow
+from waypoint.store.threads import ThreadRow
 from waypoint.types import Budget
 
 # What a new run on a busy thread does (the Agent Protocol's multitask strategies); the first is the default.

@@ -20,8 +20,9 @@ from waypoint.names import DeliveryStatus
 from waypoint.store.audit import AuditVerdict
 from waypoint.store.compare import ChildPair, RunComparison, StepComparison
 from waypoint.store.integrity import Verdict
-from waypoint.store.rows import BatchReport, EventRow, RunRow, WebhookAttempt, WebhookDelivery
+from waypoint.store.rows import BatchReport, EventRow, RunRow
 from waypoint.store.trees import RunTree, TreeNode
+from waypoint.store.webhooks import WebhookAttempt, WebhookDelivery
 from waypoint.versions import AgentVersion
 
 

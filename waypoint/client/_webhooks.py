@@ -23,8 +23,7 @@ from waypoint.client._scope import Scope, TemporalLink
 from waypoint.client._views import delivery_summary
 from waypoint.errors import Conflict
 from waypoint.names import DeliveryStatus
-from waypoint.store.rows import WebhookAttempt, WebhookDelivery
-from waypoint.store.webhooks import DELIVERIES_MAX, DELIVERY_PREFIX, WebhookSecret
+from waypoint.store.webhooks import DELIVERIES_MAX, DELIVERY_PREFIX, WebhookAttempt, WebhookDelivery, WebhookSecret
 from waypoint.store.webhooks import Webhooks as WebhookStore
 from waypoint.types import WebhookDeliveryInput
 

@@ -37,8 +37,7 @@ from waypoint.config import Settings
 from waypoint.errors import Conflict
 from waypoint.gateway.temporal import fair_share, rpc_error
 from waypoint.names import ScheduleOverlap, Workflow
-from waypoint.store.rows import ScheduleRow
-from waypoint.store.schedules import schedule_not_found
+from waypoint.store.schedules import ScheduleRow, schedule_not_found
 from waypoint.types import Budget, RunInput
 
 OVERLAP = {

@@ -8,6 +8,8 @@ tenants: another tenant's id is "not found" on reads and a Conflict on create, n
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, delete, func, select, update
@@ -16,10 +18,28 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import AssistantRow
 from waypoint.store.schema import assistant_versions, assistants
 
 _FIELDS = ("graph_id", "config", "context", "metadata", "name", "description")
+
+
+@dataclass(frozen=True)
+class AssistantRow:
+    """An Agent Protocol assistant at one version: an agent of the catalog (`graph_id`) with config
+    and context for its runs. A catalog agent is an assistant too (`builtin`: version 1, read-only)."""
+
+    assistant_id: str
+    graph_id: str
+    name: str
+    version: int
+    config: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    description: str | None = None
+    tenant_id: str | None = None  # None: a catalog agent, everyone's
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    builtin: bool = False
 
 
 def _not_found(assistant_id: str) -> NotFound:

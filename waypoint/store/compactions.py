@@ -8,6 +8,7 @@ view. Every row is written in one transaction, so the newest row is always compl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Text, cast, func, select, text
@@ -20,9 +21,29 @@ from waypoint.errors import NotFound
 from waypoint.names import TURN_KINDS, EventKind
 from waypoint.store.base import StoreBase, not_found, of_tenant, run_filter
 from waypoint.store.outputs import EVENTS_WITH_OUTPUTS, LEDGER_OUTPUT, resolved
-from waypoint.store.rows import CompactionRow
 from waypoint.store.schema import compactions, events, runs
 from waypoint.tokens import CHARS_PER_TOKEN
+
+
+@dataclass(frozen=True)
+class CompactionRow:
+    """One row of `compactions`, as listings show it (the summary cut to its first 200 characters)."""
+
+    id: int
+    run_id: str
+    first_seq: int
+    last_seq: int
+    first_step: int
+    last_step: int
+    tokens_before: int
+    tokens_after: int
+    method: str
+    model: str | None
+    fallback_reason: str | None
+    pinned: int
+    pruned: int
+    summary: str
+    created_at: datetime
 
 
 async def latest_compaction(conn: AsyncConnection, run_id: str) -> dict[str, Any] | None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import RowMapping, func, select, update
@@ -18,11 +21,28 @@ from waypoint.access import Role
 from waypoint.checks import BIGINT_MAX, check_count, check_tenant
 from waypoint.errors import InvalidInput, NotFound
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import ApiKeyRow
+from waypoint.store.rows import row_of
 from waypoint.store.schema import api_keys
 
 KEY_PREFIX = "wp_"
 SHOWN_CHARS = 10  # "wp_" and 7 characters: enough to tell keys apart, far too few to guess one
+
+
+@dataclass(frozen=True)
+class ApiKeyRow:
+    """One API key as listings show it (never the key itself: only its first characters)."""
+
+    id: int
+    prefix: str
+    tenant_id: str
+    name: str | None
+    created_at: datetime
+    revoked_at: datetime | None = None
+    role: Role = Role.ADMIN  # what the key may do (waypoint.access); keys made before roles are admin
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> ApiKeyRow:
+        return row_of(cls, row, role=Role)
 
 
 def key_hash(key: str) -> str:

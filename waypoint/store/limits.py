@@ -35,13 +35,43 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from waypoint.limits import BreakerLimit, Limits, ModelLimit, tenant_key
 from waypoint.names import WaitReason
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import KeyHealth
 from waypoint.store.schema import capacity_leases, capacity_requests, capacity_waiters, model_key_health
 from waypoint.types import CapacityWait
 
 WINDOW = timedelta(minutes=1)
 CAPACITY_CHANNEL = "waypoint_capacity"  # NOTIFY'd with a key when one of its slots is given back
 LONGEST_WAIT = 60.0  # a waiter asks again at least this often, signal or not
+
+
+@dataclass(frozen=True)
+class KeyHealth:
+    """One model key (or tenant key) as the shared limiter holds it now."""
+
+    key: str
+    cooldown_until: datetime | None
+    cooldown_reason: str | None
+    failures: int
+    breaker_open_until: datetime | None
+    last_failure_at: datetime | None
+    requests: int
+    throttled: int
+    in_flight: int = 0
+    waiting: int = 0
+
+
+@dataclass(frozen=True)
+class LimitsReport:
+    """The fleet limits this process read (`source`: the limits file) and every key the shared
+    limiter knows, with its calls in flight and waiting, cooldown and breaker."""
+
+    source: str | None
+    models: dict[str, dict[str, Any]]
+    tenants: dict[str, dict[str, Any]]
+    breaker: dict[str, Any]
+    keys: list[KeyHealth]
+    # The tenant's daily budget today (UTC): used, reserved by calls in flight, runs waiting; None
+    # without a daily budget (or before its first call of the day).
+    today: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -16,7 +16,7 @@ from waypoint.checks import BIGINT_MAX, INT_MAX
 from waypoint.errors import InvalidInput
 from waypoint.names import EventKind, LineageKind, RunSort
 from waypoint.store.base import StoreBase, of_tenant, run_filter
-from waypoint.store.rows import RunRow, StepLine
+from waypoint.store.rows import RunRow
 from waypoint.store.schema import events, runs, tool_effects
 from waypoint.store.versions import prefix_filter
 from waypoint.types import RunPlan
@@ -47,6 +47,29 @@ run_steps = table(
         )
     ),
 )
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """One line of a run's history (the `run_steps` view)."""
+
+    step: int
+    at: datetime
+    action: str  # "tools" or "answer"
+    tools: list[str] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    model_ms: int = 0
+    tools_ms: int = 0  # the step's tool calls' durations added up (parallel calls each count)
+    duration_ms: int | None = None
+    model_retries: int = 0
+    tool_errors: int = 0
+    answer: str | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    # From the first tool call's start to the last one's end (`reads.tool_spans`); None: not timed.
+    tools_wall_ms: int | None = None
 
 
 def _ms(at: Any) -> Any:

@@ -1,6 +1,9 @@
-"""What the store's reads return: typed rows, one dataclass per shape. The rows one family alone
-produces live beside it: a step's state, a diff and lineage links in `travel`, a comparison's in
-`compare`, `verify`'s verdict in `integrity`.
+"""The rows several of the store's families share (a run, an event, a sub-agent call, a batch of
+reruns), and `row_of`, which every family builds its rows with. A row one family alone produces
+lives beside the statements that produce it: a step line in `reads`, a step's state, a diff and
+lineage links in `travel`, a comparison's in `compare`, `verify`'s verdict in `integrity`, a key in
+`keys`, threads in `threads`, schedules in `schedules`, assistants in `assistants`, webhook
+deliveries in `webhooks`, the limiter's report in `limits`, a compaction in `compactions`.
 
 The Python API (`waypoint.client.Waypoint`) returns these as they are; `waypoint.client.as_json`
 turns any of them into JSON-ready data (timestamps as ISO 8601 text, decimals as floats) for the
@@ -16,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from waypoint.access import Role
 from waypoint.names import STUCK, RunStatus
 from waypoint.types import RunResult
 
@@ -126,29 +128,6 @@ class RunRow:
 
 
 @dataclass(frozen=True)
-class StepLine:
-    """One line of a run's history (the `run_steps` view)."""
-
-    step: int
-    at: datetime
-    action: str  # "tools" or "answer"
-    tools: list[str] = field(default_factory=list)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    model_ms: int = 0
-    tools_ms: int = 0  # the step's tool calls' durations added up (parallel calls each count)
-    duration_ms: int | None = None
-    model_retries: int = 0
-    tool_errors: int = 0
-    answer: str | None = None
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    # From the first tool call's start to the last one's end (`reads.tool_spans`); None: not timed.
-    tools_wall_ms: int | None = None
-
-
-@dataclass(frozen=True)
 class EventRow:
     """One entry of the append-only log."""
 
@@ -186,123 +165,6 @@ class AgentCall:
     outcome: str | None = None  # the ledger's ToolOutcome; None while the child runs
     answer: str | None = None  # the ledger's output: what the caller's model read
     recorded_from: str | None = None
-
-
-@dataclass(frozen=True)
-class CompactionRow:
-    """One row of `compactions`, as listings show it (the summary cut to its first 200 characters)."""
-
-    id: int
-    run_id: str
-    first_seq: int
-    last_seq: int
-    first_step: int
-    last_step: int
-    tokens_before: int
-    tokens_after: int
-    method: str
-    model: str | None
-    fallback_reason: str | None
-    pinned: int
-    pruned: int
-    summary: str
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class ApiKeyRow:
-    """One API key as listings show it (never the key itself: only its first characters)."""
-
-    id: int
-    prefix: str
-    tenant_id: str
-    name: str | None
-    created_at: datetime
-    revoked_at: datetime | None = None
-    role: Role = Role.ADMIN  # what the key may do (waypoint.access); keys made before roles are admin
-
-    @classmethod
-    def of(cls, row: Mapping[Any, Any]) -> ApiKeyRow:
-        return row_of(cls, row, role=Role)
-
-
-@dataclass(frozen=True)
-class ThreadRun:
-    """One run of a thread, in order; `run` is None while its row is not written yet.
-    `multitask_strategy`: what the run was created with on a busy thread (None: reject, the default)."""
-
-    position: int
-    run_id: str
-    run: RunRow | None
-    multitask_strategy: str | None = None
-
-
-@dataclass(frozen=True)
-class ThreadRow:
-    """An Agent Protocol thread: a conversation, as the chain of runs it holds."""
-
-    thread_id: str
-    tenant_id: str
-    metadata: dict[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    runs: list[ThreadRun] = field(default_factory=list)
-
-    @property
-    def last(self) -> ThreadRun | None:
-        return self.runs[-1] if self.runs else None
-
-
-@dataclass(frozen=True)
-class AssistantRow:
-    """An Agent Protocol assistant at one version: an agent of the catalog (`graph_id`) with config
-    and context for its runs. A catalog agent is an assistant too (`builtin`: version 1, read-only)."""
-
-    assistant_id: str
-    graph_id: str
-    name: str
-    version: int
-    config: dict[str, Any] = field(default_factory=dict)
-    context: dict[str, Any] = field(default_factory=dict)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    description: str | None = None
-    tenant_id: str | None = None  # None: a catalog agent, everyone's
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    builtin: bool = False
-
-
-@dataclass(frozen=True)
-class ScheduledRunRef:
-    """A run a schedule fired, as its row says now."""
-
-    run_id: str
-    status: str  # a RunStatus
-    started_at: datetime | None
-
-
-@dataclass(frozen=True)
-class ScheduleRow:
-    """A scheduled agent: its row in `schedules` (the tenant's record, which scopes it) and, when
-    read through the client, what Temporal's Schedule says now (paused, note, next fire times) and
-    the last runs it fired (newest first).
-
-    `spec`: every (seconds) or cron (text) with tz, overlap (a ScheduleOverlap), catchup and
-    jitter (seconds), end_at (ISO 8601 or None), and what each fired run gets: model, max_steps,
-    priority, webhook."""
-
-    schedule_id: str
-    tenant_id: str
-    agent: str
-    task: str
-    thread_id: str | None
-    spec: dict[str, Any]
-    created_at: datetime
-    paused: bool = False
-    note: str | None = None
-    next_runs: list[datetime] = field(default_factory=list)
-    recent: list[ScheduledRunRef] = field(default_factory=list)
-    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -367,81 +229,3 @@ def quantiles(values: list[int] | list[float]) -> tuple[float, float]:
         return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
 
     return rank(0.5), rank(0.95)
-
-
-@dataclass(frozen=True)
-class KeyHealth:
-    """One model key (or tenant key) as the shared limiter holds it now."""
-
-    key: str
-    cooldown_until: datetime | None
-    cooldown_reason: str | None
-    failures: int
-    breaker_open_until: datetime | None
-    last_failure_at: datetime | None
-    requests: int
-    throttled: int
-    in_flight: int = 0
-    waiting: int = 0
-
-
-@dataclass(frozen=True)
-class LimitsReport:
-    """The fleet limits this process read (`source`: the limits file) and every key the shared
-    limiter knows, with its calls in flight and waiting, cooldown and breaker."""
-
-    source: str | None
-    models: dict[str, dict[str, Any]]
-    tenants: dict[str, dict[str, Any]]
-    breaker: dict[str, Any]
-    keys: list[KeyHealth]
-    # The tenant's daily budget today (UTC): used, reserved by calls in flight, runs waiting; None
-    # without a daily budget (or before its first call of the day).
-    today: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class WebhookAttempt:
-    """One attempt to post a finished run to its webhook (`webhook_attempts`)."""
-
-    run_id: str
-    attempt: int  # Temporal's attempt number, from 1
-    url: str
-    at: datetime
-    status_code: int | None = None  # the receiver's answer; None when there was none
-    error: str | None = None  # why it was not delivered
-    duration_ms: int = 0
-    delivered: bool = False
-    delivery_id: str | None = None  # the delivery it was an attempt of (none for runs from before 0021)
-
-    @classmethod
-    def of(cls, row: Mapping[Any, Any]) -> WebhookAttempt:
-        return row_of(cls, row)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "at": self.at.isoformat()}
-
-
-@dataclass(frozen=True)
-class WebhookDelivery:
-    """One webhook delivery (`webhook_deliveries`): an event to a URL, retried until delivered or
-    its window ends; `failed` ones are the dead-letter list (`DeliveryStatus`)."""
-
-    delivery_id: str
-    run_id: str
-    event: str
-    url: str
-    status: str
-    attempts: int
-    created_at: datetime
-    updated_at: datetime
-    last_status_code: int | None = None  # the last attempt's HTTP status; None when it got no answer
-    last_error: str | None = None  # why the last attempt did not deliver (or why it was given up)
-    next_attempt_at: datetime | None = None  # while pending: when the next attempt is due
-    window_ends_at: datetime | None = None  # no attempt after this (set once its workflow opened it)
-    redelivery_of: str | None = None  # the delivery this one sends again
-    ended_at: datetime | None = None  # when it was delivered or given up
-
-    @classmethod
-    def of(cls, row: Mapping[Any, Any]) -> WebhookDelivery:
-        return row_of(cls, row)

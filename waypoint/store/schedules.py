@@ -9,6 +9,8 @@ another tenant's schedule is "not found", like another tenant's run.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -17,8 +19,40 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.errors import Conflict, NotFound
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import ScheduledRunRef, ScheduleRow
 from waypoint.store.schema import runs, schedules
+
+
+@dataclass(frozen=True)
+class ScheduledRunRef:
+    """A run a schedule fired, as its row says now."""
+
+    run_id: str
+    status: str  # a RunStatus
+    started_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A scheduled agent: its row in `schedules` (the tenant's record, which scopes it) and, when
+    read through the client, what Temporal's Schedule says now (paused, note, next fire times) and
+    the last runs it fired (newest first).
+
+    `spec`: every (seconds) or cron (text) with tz, overlap (a ScheduleOverlap), catchup and
+    jitter (seconds), end_at (ISO 8601 or None), and what each fired run gets: model, max_steps,
+    priority, webhook."""
+
+    schedule_id: str
+    tenant_id: str
+    agent: str
+    task: str
+    thread_id: str | None
+    spec: dict[str, Any]
+    created_at: datetime
+    paused: bool = False
+    note: str | None = None
+    next_runs: list[datetime] = field(default_factory=list)
+    recent: list[ScheduledRunRef] = field(default_factory=list)
+    updated_at: datetime | None = None
 
 
 def schedule_not_found(schedule_id: str) -> NotFound:

@@ -10,6 +10,8 @@ same place, and the original is never touched.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, select, update
@@ -19,8 +21,35 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import RunRow, ThreadRow, ThreadRun
+from waypoint.store.rows import RunRow
 from waypoint.store.schema import runs, thread_runs, threads
+
+
+@dataclass(frozen=True)
+class ThreadRun:
+    """One run of a thread, in order; `run` is None while its row is not written yet.
+    `multitask_strategy`: what the run was created with on a busy thread (None: reject, the default)."""
+
+    position: int
+    run_id: str
+    run: RunRow | None
+    multitask_strategy: str | None = None
+
+
+@dataclass(frozen=True)
+class ThreadRow:
+    """An Agent Protocol thread: a conversation, as the chain of runs it holds."""
+
+    thread_id: str
+    tenant_id: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    runs: list[ThreadRun] = field(default_factory=list)
+
+    @property
+    def last(self) -> ThreadRun | None:
+        return self.runs[-1] if self.runs else None
 
 
 def _thread_not_found(thread_id: str) -> NotFound:

@@ -8,7 +8,9 @@ it is: the worker needs it to sign, and the tenant may show it again to configur
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,14 +21,60 @@ from sqlalchemy.dialects.postgresql import insert
 from waypoint.errors import NotFound
 from waypoint.names import DeliveryStatus
 from waypoint.store.base import StoreBase
-from waypoint.store.rows import WebhookAttempt, WebhookDelivery
+from waypoint.store.rows import row_of
 from waypoint.store.schema import webhook_attempts, webhook_deliveries, webhook_secrets
 
 SECRET_PREFIX = "whsec_"
 DELIVERY_PREFIX = "whd_"
 DELIVERIES_MAX = 1000  # deliveries one listing returns at most
-_DELIVERY_COLUMNS = [webhook_deliveries.c[name] for name in WebhookDelivery.__dataclass_fields__]
 _PENDING, _DELIVERED, _FAILED = (literal(str(s)) for s in DeliveryStatus)
+
+
+@dataclass(frozen=True)
+class WebhookAttempt:
+    """One attempt to post a finished run to its webhook (`webhook_attempts`)."""
+
+    run_id: str
+    attempt: int  # Temporal's attempt number, from 1
+    url: str
+    at: datetime
+    status_code: int | None = None  # the receiver's answer; None when there was none
+    error: str | None = None  # why it was not delivered
+    duration_ms: int = 0
+    delivered: bool = False
+    delivery_id: str | None = None  # the delivery it was an attempt of (none for runs from before 0021)
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> WebhookAttempt:
+        return row_of(cls, row)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "at": self.at.isoformat()}
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One webhook delivery (`webhook_deliveries`): an event to a URL, retried until delivered or
+    its window ends; `failed` ones are the dead-letter list (`DeliveryStatus`)."""
+
+    delivery_id: str
+    run_id: str
+    event: str
+    url: str
+    status: str
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+    last_status_code: int | None = None  # the last attempt's HTTP status; None when it got no answer
+    last_error: str | None = None  # why the last attempt did not deliver (or why it was given up)
+    next_attempt_at: datetime | None = None  # while pending: when the next attempt is due
+    window_ends_at: datetime | None = None  # no attempt after this (set once its workflow opened it)
+    redelivery_of: str | None = None  # the delivery this one sends again
+    ended_at: datetime | None = None  # when it was delivered or given up
+
+    @classmethod
+    def of(cls, row: Mapping[Any, Any]) -> WebhookDelivery:
+        return row_of(cls, row)
 
 
 def delivery_not_found(delivery_id: str) -> NotFound:
@@ -35,6 +83,9 @@ def delivery_not_found(delivery_id: str) -> NotFound:
 
 def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+_DELIVERY_COLUMNS = [webhook_deliveries.c[name] for name in WebhookDelivery.__dataclass_fields__]
 
 
 @dataclass(frozen=True)

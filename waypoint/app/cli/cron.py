@@ -10,7 +10,7 @@ import typer
 from waypoint.app.cli._common import JsonOpt, command, connect
 
 if TYPE_CHECKING:
-    from waypoint.store.rows import ScheduleRow
+    from waypoint.store.schedules import ScheduleRow
 
 cron_app = typer.Typer(no_args_is_help=True, help="Scheduled agents: runs Temporal starts on a schedule.")
 ScheduleArg = Annotated[str, typer.Argument(help="Schedule id (`waypoint cron list`).", show_default=False)]
