@@ -85,6 +85,32 @@ async def waypoint(settings: Settings, *args: str, env: dict[str, str] | None = 
     return Done(proc.returncode or 0, out.decode(), err.decode())
 
 
+def waypoint_in_process(env: dict[str, str], *args: str) -> Done:
+    """`waypoint ARGS` run by the function the process runs (`run_command`), here, with the
+    environment a spawned one would get and its stdout and stderr captured. For a test whose point is
+    what a command says or does, not the process: no interpreter start and no imports per command
+    (seconds each on a busy machine). One spawned `waypoint` per feature still shows the process's
+    side (exit code, no traceback). One at a time (it swaps this process's environment and standard
+    streams), and not for a command that serves until stopped."""
+    from typer.testing import CliRunner
+
+    from waypoint.app.cli import run_command
+
+    with CliRunner().isolation(env=env) as (out, err, _):
+        code = run_command(list(args))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return Done(code, out.getvalue().decode(), err.getvalue().decode())
+
+
+async def waypoint_here(
+    settings: Settings, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> Done:
+    """`waypoint_in_process` from a test's event loop: in a thread (the command runs its own loop),
+    while a worker on this loop keeps polling."""
+    return await asyncio.wait_for(asyncio.to_thread(waypoint_in_process, env or cli_env(settings), *args), timeout)
+
+
 def one_line_error(done: Done) -> str:
     """The CLI's error line; asserts there is exactly one and no traceback."""
     assert done.code == 1, (done.code, done.out, done.err)

@@ -1,5 +1,9 @@
 """Every way a user gets the CLI wrong, or finds a service away, ends in one `error:` line that names
-the fix, exit code 1, and no traceback."""
+the fix, exit code 1, and no traceback.
+
+Each kind of mistake is shown once by a spawned `waypoint` (the process's exit code and stderr);
+its variants run `run_command`, the function that process runs, in this process (`waypoint_here`):
+the validation is the point there, and a spawn costs seconds of interpreter start and imports."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import pytest
 from pydantic import SecretStr
 from temporalio.client import Client
 
-from tests.helpers import cli_env, eventually, one_line_error, waypoint
+from tests.helpers import cli_env, eventually, one_line_error, waypoint, waypoint_here
 from waypoint.agents import AgentRegistry
 from waypoint.app.worker import build_worker
 from waypoint.client import Waypoint
@@ -23,19 +27,23 @@ from waypoint.names import RunStatus
 pytestmark = pytest.mark.postgres
 
 
-@pytest.mark.parametrize(
-    ("url", "why"),
-    [
-        ("postgresql://waypoint@127.0.0.1:1/waypoint", "Connect call failed"),
-        ("postgresql://waypoint@/waypoint?host=/no/such/socket/dir", "No such file or directory"),
-    ],
-    ids=["refused", "no-socket"],
-)
-@pytest.mark.parametrize("args", [("runs",), ("status", "run-x"), ("events", "run-x"), ("verify", "run-x")])
-async def test_an_unreachable_postgres_is_one_line(settings: Settings, url: str, why: str, args: tuple[str, ...]):
-    done = await waypoint(settings, *args, env=cli_env(settings) | {"WAYPOINT_DATABASE_URL": url})
-    line = one_line_error(done)
-    assert "cannot reach Postgres" in line and why in line and "WAYPOINT_DATABASE_URL" in line
+UNREACHABLE = [
+    ("postgresql://waypoint@127.0.0.1:1/waypoint", "Connect call failed"),
+    ("postgresql://waypoint@/waypoint?host=/no/such/socket/dir", "No such file or directory"),
+]
+
+
+async def test_an_unreachable_postgres_is_one_line(settings: Settings):
+    """Refused and no socket, for commands that read, list and verify: one spawned process for the
+    first; the rest in process (the same connection attempt, the same translation)."""
+    refused = cli_env(settings) | {"WAYPOINT_DATABASE_URL": UNREACHABLE[0][0]}
+    line = one_line_error(await waypoint(settings, "runs", env=refused))
+    assert "cannot reach Postgres" in line and "Connect call failed" in line and "WAYPOINT_DATABASE_URL" in line
+    for url, why in UNREACHABLE:
+        for args in [("runs",), ("status", "run-x"), ("events", "run-x"), ("verify", "run-x")]:
+            env = cli_env(settings) | {"WAYPOINT_DATABASE_URL": url}
+            line = one_line_error(await waypoint_here(settings, *args, env=env))
+            assert "cannot reach Postgres" in line and why in line and "WAYPOINT_DATABASE_URL" in line, (url, args)
 
 
 async def test_values_that_cannot_work_say_so(settings: Settings, worker, client: Client, engine):
@@ -55,24 +63,26 @@ async def test_values_that_cannot_work_say_so(settings: Settings, worker, client
         ("run", "hi", "--agent", "calculator", "--model", "gpt-4"): "unknown model spec 'gpt-4'",
         ("run", "hi", "--agent", "calculator", "--max-steps", "3000000000"): "max steps must be positive and at most",
     }
-    for args, message in cases.items():
-        assert message in one_line_error(await waypoint(settings, *args)), args
+    (first, message), *rest = cases.items()
+    assert message in one_line_error(await waypoint(settings, *first)), first
+    for args, message in rest:
+        assert message in one_line_error(await waypoint_here(settings, *args)), args
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (("runz",), "No such command 'runz'. Did you mean 'run', 'runs', 'rerun'?"),
-        (("run", "hi", "--folow"), "No such option: --folow (Possible options: --follow)"),
-        (("status",), "Missing argument 'run_id'"),
-    ],
-)
-async def test_usage_errors_are_one_line_with_the_closest_match(settings: Settings, args, message):
-    assert message in one_line_error(await waypoint(settings, *args))
+async def test_usage_errors_are_one_line_with_the_closest_match(settings: Settings):
+    cases = {
+        ("runz",): "No such command 'runz'. Did you mean 'run', 'runs', 'rerun'?",
+        ("run", "hi", "--folow"): "No such option: --folow (Possible options: --follow)",
+        ("status",): "Missing argument 'run_id'",
+    }
+    (first, message), *rest = cases.items()
+    assert message in one_line_error(await waypoint(settings, *first))
+    for args, message in rest:
+        assert message in one_line_error(await waypoint_here(settings, *args)), args
 
 
 async def test_an_empty_tenant_in_the_environment_is_refused(settings: Settings):
-    line = one_line_error(await waypoint(settings, "runs", env=cli_env(settings) | {"WAYPOINT_TENANT": ""}))
+    line = one_line_error(await waypoint_here(settings, "runs", env=cli_env(settings) | {"WAYPOINT_TENANT": ""}))
     assert "invalid configuration: tenant" in line and "a tenant id is 1 to 64 characters" in line
 
 
@@ -93,7 +103,7 @@ async def test_a_cli_without_the_codec_keys_says_which_setting_to_set(
                 return False
 
         await eventually(waiting, what="the run to wait for approval")
-        line = one_line_error(await waypoint(settings, "approve", run_id))  # these settings have no keys
+        line = one_line_error(await waypoint_here(settings, "approve", run_id))  # these settings have no keys
         assert "payloads are encrypted" in line and "WAYPOINT_CODEC_KEYS" in line
         shown = await waypoint(settings, "status", run_id)  # Postgres still answers, with a warning
         assert shown.code == 0 and "waiting_approval" in shown.out
@@ -126,34 +136,42 @@ async def test_a_worker_with_a_bad_limits_file_does_not_start(settings: Settings
     """A limits file that does not parse, an entry out of range, a weight for a tenant nothing knows:
     one error line naming the entry, exit 1, before the worker polls anything."""
     cases = {
+        "[tenants.nobody-knows]\nweight = 2\n": "[tenants.nobody-knows]: no tenant 'nobody-knows' is known",
         '[models."openai:gpt-4o"]\nin_flight = 0\n': '[models."openai:gpt-4o"] in_flight: input should be greater',
         "[models.x\n": "is not valid TOML",
         '[models."gpt-4o"]\nin_flight = 1\n': '[models."gpt-4o"]: a model key is provider:model',
-        "[tenants.nobody-knows]\nweight = 2\n": "[tenants.nobody-knows]: no tenant 'nobody-knows' is known",
     }
-    for i, (text, message) in enumerate(cases.items()):
-        path = tmp_path / f"limits{i}.toml"
-        path.write_text(text)
-        done = await waypoint(settings, "worker", env=cli_env(settings) | {"WAYPOINT_LIMITS_FILE": str(path)})
-        line = one_line_error(done)
+    paths = []
+    for i, text in enumerate(cases):
+        paths.append(tmp_path / f"limits{i}.toml")
+        paths[-1].write_text(text)
+    # A worker process, with the file that needs the database to be refused: it checks the file as
+    # `waypoint limits FILE --check` does (one call, FleetLimits.check) before it polls anything.
+    # The other kinds of mistake are that check's logic: they go through the command in process.
+    worker = await waypoint(settings, "worker", env=cli_env(settings) | {"WAYPOINT_LIMITS_FILE": str(paths[0])})
+    line = one_line_error(worker)
+    assert next(iter(cases.values())) in line and str(paths[0]) in line, line
+    assert one_line_error(await waypoint_here(settings, "limits", str(paths[0]), "--check")) == line
+    for path, (text, message) in zip(paths, cases.items(), strict=True):
+        line = one_line_error(await waypoint_here(settings, "limits", str(path), "--check"))
         assert message in line and str(path) in line, (text, line)
-        # `waypoint limits FILE --check` refuses what the worker refuses, in the same words.
-        assert one_line_error(await waypoint(settings, "limits", str(path), "--check")) == line
-    # Showing a file checks it too; a file the worker takes passes the check.
-    assert one_line_error(await waypoint(settings, "limits", str(path))) == line
+        # Showing a file checks it too, in the same words.
+        assert one_line_error(await waypoint_here(settings, "limits", str(path))) == line
     fine = tmp_path / "fine.toml"
     fine.write_text(f'[models."openai:gpt-4o"]\nin_flight = 2\n\n[tenants.{settings.tenant}]\nweight = 2\n')
-    done = await waypoint(settings, "limits", str(fine), "--check")
+    done = await waypoint_here(settings, "limits", str(fine), "--check")
     assert (done.code, done.out.strip()) == (0, f"ok: {fine}: a worker would accept it"), done.err
 
 
 async def test_a_start_time_in_the_past_is_one_line_and_starts_nothing(settings: Settings, client: Client, engine):
     wp = Waypoint(client, engine, settings)
     before = await wp.runs(limit=500)
-    for args, message in {
+    (first, message), *rest = {
         ("--at", "2020-01-01T09:00"): "the start time is in the past: 2020-01-01T09:00:00+00:00",
         ("--after", "soon"): "--after='soon': write a duration such as 30s, 10m, 1h or 1d",
         ("--at", "2020-01-01", "--follow"): "a delayed run is not followed",
-    }.items():
-        assert message in one_line_error(await waypoint(settings, "run", "hi", "--agent", "calculator", *args)), args
+    }.items()
+    assert message in one_line_error(await waypoint(settings, "run", "hi", "--agent", "calculator", *first))
+    for args, message in rest:
+        assert message in one_line_error(await waypoint_here(settings, "run", "hi", "--agent", "calculator", *args))
     assert await wp.runs(limit=500) == before

@@ -557,6 +557,20 @@ async def test_a_compaction_pass_reports_each_run(ts: WorkflowEnvironment) -> No
     assert report.steps_remembered == 2  # patch remember-missing-1: missed episodes caught up
 
 
+async def test_a_run_whose_compaction_keeps_failing_is_retried_then_reported(ts: WorkflowEnvironment) -> None:
+    """A compactor that fails on a run's rows with a bug (a KeyError, retryable as any unknown error)
+    is tried PASS_RETRY's attempts, backing off in virtual time, then the run is reported with the
+    error's type; the pass goes on (tests/test_compaction_passes.py shows the real compactor's KeyError)."""
+    doubles = Doubles(compact_runs=["run-a", "run-b"], compact_crash=["run-b"])
+    async with bench(ts.client, doubles, memory=True) as b:
+        report: CompactionReport = await ts.client.execute_workflow(
+            CompactionWorkflow.run, CompactionInput(concurrency=1), id=f"c-{b.task_queue}", task_queue=b.task_queue
+        )
+    assert doubles.compacted == ["run-a"] + ["run-b"] * (retry.PASS_RETRY.maximum_attempts or 0)
+    assert [r.run_id for r in report.failed] == ["run-b"] and "KeyError" in (report.failed[0].error or "")
+    assert report.episodes_saved == 1 and report.memory_error is None
+
+
 async def test_a_compaction_pass_without_a_memory_worker_says_so(ts: WorkflowEnvironment) -> None:
     doubles = Doubles(compact_runs=["run-a"])
     async with bench(ts.client, doubles) as b:

@@ -119,6 +119,7 @@ class Doubles:
     start_error: str | None = None  # start_run fails, non-retryable, with this message
     compact_runs: Sequence[str] = ()  # what select_runs_to_compact picks
     compact_error: dict[str, str] = field(default_factory=dict)  # run id -> compact_run's failure
+    compact_crash: Sequence[str] = ()  # runs whose compact_run raises a KeyError (a bug: retried, as any)
     # What the workflow asked for, in order.
     records: list[StepRecord] = field(default_factory=list)
     statuses: list[tuple[str, str | None]] = field(default_factory=list)
@@ -344,6 +345,8 @@ class Doubles:
         self.compacted.append(inp.run_id)
         if inp.run_id in self.compact_error:
             raise ApplicationError(self.compact_error[inp.run_id], non_retryable=True)
+        if inp.run_id in self.compact_crash:
+            raise KeyError("tool_calls")
         return CompactionSummary(
             run_id=inp.run_id,
             compaction_id=len(self.compacted),

@@ -101,6 +101,13 @@ def _usage_error(exc: usage.UsageError) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    leave(run_command(argv))
+
+
+def run_command(argv: list[str] | None = None) -> int:
+    """Run one command line and return its exit code, which `main` exits with. Tests call it to run
+    a command inside their own process (no interpreter to start, no imports to repeat)."""
+    overrides.clear()  # the global options are this command line's only
     code = 0
     try:
         # Not standalone: click returns an Exit's code instead of exiting, and raises usage errors here.
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    leave(code)
+    return code
 
 
 def leave(code: int) -> NoReturn:
