@@ -85,6 +85,25 @@ async def waypoint(settings: Settings, *args: str, env: dict[str, str] | None = 
     return Done(proc.returncode or 0, out.decode(), err.decode())
 
 
+async def cli(settings: Settings, *args: str) -> Done:
+    """`waypoint ARGS` in this process (typer's runner, on a thread: the command runs its own event
+    loop while a test's worker keeps polling on this one). For what a command decides (validation,
+    output); a test of the process itself (its exit, its environment) spawns one with `waypoint`."""
+    from typer.testing import CliRunner
+
+    from waypoint.app.cli import app
+    from waypoint.app.cli._common import overrides
+
+    overrides.clear()  # `--tenant` and `--state-dir` set these for the process; a test's call is its own
+    try:
+        result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=cli_env(settings), terminal_width=200)
+    finally:
+        overrides.clear()
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Done(result.exit_code, result.stdout, result.stderr)
+
+
 def one_line_error(done: Done) -> str:
     """The CLI's error line; asserts there is exactly one and no traceback."""
     assert done.code == 1, (done.code, done.out, done.err)
