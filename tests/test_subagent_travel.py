@@ -49,8 +49,9 @@ async def runs_of(engine: AsyncEngine, settings: Settings) -> list[tuple[str, st
         return sorted((r.run_id, r.agent, r.caller_run_id) for r in await conn.execute(query.order_by(runs.c.run_id)))
 
 
-async def test_show_names_the_children_of_a_step_and_their_answers(wp: Waypoint, settings: Settings, api: ApiServer):
-    run_id = await research_run(wp)
+async def show_names_the_children_of_a_step_and_their_answers(
+    wp: Waypoint, settings: Settings, api: ApiServer, run_id: str
+) -> None:
     readers = [child_run_id(run_id, 1, i) for i in range(3)]
     rows = {r.run_id: r for r in await wp.children(run_id)}
 
@@ -126,8 +127,9 @@ async def test_a_fork_reuses_the_children_before_its_step_and_starts_its_own_aft
     assert not found.diverged
 
 
-async def test_a_rerun_answers_sub_agent_calls_from_the_record(wp: Waypoint, engine: AsyncEngine, settings: Settings):
-    run_id = await research_run(wp)
+async def a_rerun_answers_sub_agent_calls_from_the_record(
+    wp: Waypoint, engine: AsyncEngine, settings: Settings, run_id: str
+) -> None:
     before = await runs_of(engine, settings)
     rerun = await wp.rerun(run_id)
     result = await wp.result(rerun)
@@ -154,8 +156,12 @@ async def test_a_rerun_answers_sub_agent_calls_from_the_record(wp: Waypoint, eng
     assert verdict.ok, verdict
 
 
-async def test_rerun_children_runs_the_sub_agents_again_as_its_own(wp: Waypoint, settings: Settings, api: ApiServer):
+async def test_a_rerun_answers_sub_agent_calls_from_the_record_or_runs_them_again_as_its_own(
+    wp: Waypoint, engine: AsyncEngine, settings: Settings, api: ApiServer
+):
+    """One tree for both reruns (a batch picks originals only: the first rerun is not in it)."""
     run_id = await research_run(wp)
+    await a_rerun_answers_sub_agent_calls_from_the_record(wp, engine, settings, run_id)
 
     started = await cli(settings, "rerun", run_id, "--rerun-children", "--json")
     assert started.code == 0, started.err
@@ -237,10 +243,12 @@ async def test_compare_names_children_on_one_side_and_different_answers(
     assert "sub-agent calls: 0 paired, 0 differ, 4 only in a" in table.out, table.out
 
 
-async def test_verify_covers_every_run_of_the_tree(
+async def test_show_names_children_and_verify_covers_every_run_of_the_tree(
     wp: Waypoint, engine: AsyncEngine, settings: Settings, api: ApiServer
 ):
+    """One tree for both: `show` reads it first, then `verify` checks it and a changed copy of it."""
     run_id = await research_run(wp)
+    await show_names_the_children_of_a_step_and_their_answers(wp, settings, api, run_id)
     verdict = await wp.verify(run_id)
     assert verdict.ok, verdict
     assert [v.run_id for v in verdict.below] == [child_run_id(run_id, 1, i) for i in range(3)] + [
