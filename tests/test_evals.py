@@ -1,32 +1,40 @@
 """Evaluations on the real stack (Temporal, Postgres, the worker, the fake OpenAI server): datasets
 made from runs, versions and tenants; an experiment with recorded tools repeats no effect and runs
-each case as a rerun tagged with it; a scorer that raises; the LLM judge, its retries and its
-recorded verdict; a worker SIGKILLed mid-experiment. The workflow's own logic, against doubles, is
-in tests/test_experiment_workflow.py.
+each case as a rerun tagged with it; a scorer that raises; the LLM judge, its retries, its
+recorded verdict and its last attempt against a model that stays down; a worker SIGKILLed
+mid-experiment. The workflow's own logic, against doubles, is in tests/test_experiment_workflow.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from tests.agents import PONDER_STARTED
 from tests.evals_helpers import JUDGE, VERDICT, demo_runs, finished_experiment
 from tests.helpers import eventually
 from tests.processes import kill, worker_env
+from waypoint.activities.evals import EvalActivities
+from waypoint.activities.model import ModelActivities
+from waypoint.agents import AgentRegistry
 from waypoint.app.devstack import spawn_worker
 from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.demo import seed_workspace
 from waypoint.errors import NotFound
 from waypoint.evals.cases import ExpectedCall
+from waypoint.evals.types import CaseInput
 from waypoint.names import CaseStatus, ExperimentStatus, LineageKind, experiment_run_id
-from waypoint.store.schema import events, experiment_results, runs
+from waypoint.store import RunStore
+from waypoint.store.schema import eval_judgements, events, experiment_results, runs
 from waypoint.testing.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.postgres
@@ -41,8 +49,13 @@ def other_tenant(settings: Settings) -> str:
 # --- datasets ------------------------------------------------------------------------------------
 
 
-async def test_a_dataset_from_runs_versions_and_tenants(worker, client: Client, engine: AsyncEngine, settings):
+async def test_a_dataset_from_runs_versions_and_tenants_and_its_experiment_with_recorded_tools(
+    worker, client: Client, engine: AsyncEngine, settings
+):
+    """One pair of recorded runs for both: the dataset's versions and tenants, then an experiment
+    on its first version, whose recorded tools repeat no effect and whose case runs are reruns."""
     seed_workspace(settings.resolved_workspace)
+    report_md = settings.resolved_workspace / "report.md"
     wp = Waypoint(client, engine, settings)
     ids = await demo_runs(wp, 2)
     first = await wp.evals.create_dataset("notes", run_ids=ids)
@@ -65,29 +78,17 @@ async def test_a_dataset_from_runs_versions_and_tenants(worker, client: Client, 
         await wp.evals.dataset("notes", tenant_id=other_tenant(settings))
     with pytest.raises(NotFound):  # nor can it make a dataset of this tenant's runs
         await wp.evals.create_dataset("theirs", run_ids=ids, tenant_id=other_tenant(settings))
-    exp = await wp.evals.start_experiment("notes", agent="demo", recorded_tools=True, scorers=["exact"])
+
+    assert report_md.exists()
+    report_md.unlink()  # the originals' effect: a case run that wrote it again would bring it back
+    exp = await wp.evals.start_experiment(
+        "notes", version=1, agent="demo", recorded_tools=True, scorers=["exact", "trajectory"]
+    )
     with pytest.raises(NotFound):
         await wp.evals.experiment(exp.experiment_id, tenant_id=other_tenant(settings))
     with pytest.raises(NotFound):
         await wp.evals.report(exp.experiment_id, tenant_id=other_tenant(settings))
     assert await wp.evals.experiments(tenant_id=other_tenant(settings)) == []
-    assert (await wp.evals.wait(exp.experiment_id, timeout=60)).experiment.status == ExperimentStatus.COMPLETED
-
-
-# --- experiments ---------------------------------------------------------------------------------
-
-
-async def test_recorded_tools_repeat_no_effect_and_every_case_run_is_a_rerun(
-    worker, client: Client, engine: AsyncEngine, settings
-):
-    seed_workspace(settings.resolved_workspace)
-    report_md = settings.resolved_workspace / "report.md"
-    wp = Waypoint(client, engine, settings)
-    ids = await demo_runs(wp, 2)
-    assert report_md.exists()
-    report_md.unlink()  # the originals' effect: a case run that wrote it again would bring it back
-    await wp.evals.create_dataset("notes", run_ids=ids)
-    exp = await wp.evals.start_experiment("notes", agent="demo", recorded_tools=True, scorers=["exact", "trajectory"])
     report = await wp.evals.wait(exp.experiment_id, timeout=60)
 
     assert report.experiment.status == ExperimentStatus.COMPLETED
@@ -102,6 +103,9 @@ async def test_recorded_tools_repeat_no_effect_and_every_case_run_is_a_rerun(
     sources = {r.run_id: r.parent_run_id or "" for r in tagged}
     assert sorted(sources.values()) == sorted(ids)  # each a rerun of its case's run
     assert {(r.lineage_kind, r.batch_id) for r in tagged} == {(LineageKind.RERUN, exp.experiment_id)}
+
+
+# --- experiments ---------------------------------------------------------------------------------
 
 
 async def test_a_case_whose_recorded_run_was_deleted_is_errored_and_the_experiment_completes(
@@ -135,9 +139,11 @@ async def test_a_scorer_that_raises_errors_every_case_and_the_experiment_complet
         assert "mentions_report" in result.scores
 
 
-async def test_the_judge_retries_a_503_and_its_verdict_is_recorded(
-    worker, client: Client, engine: AsyncEngine, settings, fake_openai: FakeOpenAI
+async def test_the_judge_retries_a_503_its_verdict_is_recorded_and_its_last_attempt_fails_retryably(
+    worker, client: Client, engine: AsyncEngine, settings, agents: AgentRegistry, fake_openai: FakeOpenAI
 ):
+    from waypoint.retry import JUDGE_ATTEMPTS
+
     fake_openai.answer(Reply(503, {"error": {"message": "overloaded", "type": "server_error"}}), VERDICT)
     wp = Waypoint(client, engine, settings)
     report = await finished_experiment(wp, runs=1, scorers=[JUDGE, "exact"])
@@ -154,23 +160,23 @@ async def test_the_judge_retries_a_503_and_its_verdict_is_recorded(
     assert [r.run_id for r in rescored.results] == [result.run_id]  # the same run, not a new one
     assert len(fake_openai.seen) == 2  # the verdict was read back, not asked again
 
-
-@pytest.mark.timeout(120)
-async def test_a_judge_that_stays_down_errors_its_case_after_its_attempts(
-    worker, client: Client, engine: AsyncEngine, settings, fake_openai: FakeOpenAI
-):
-    """About 11 to 14 s: the judge's attempts back off as a model call's do (1, 2, 4, 8 s, with jitter)."""
-    from waypoint.retry import JUDGE_ATTEMPTS
-
+    # A judge that stays down: the real activity, on its last attempt, against a model that answers
+    # 503: one request, and a retryable failure that names the status (which the workflow's "gave no
+    # verdict" error quotes). That the policy gives up after JUDGE_ATTEMPTS, the case errored and the
+    # experiment completed, is the workflow's logic: test_experiment_workflow.py's attempts-spent case,
+    # with the same policy. (A whole experiment here would wait out the real backoffs: 1, 2, 4, 8 s.)
+    async with engine.begin() as conn:  # its verdict unrecorded: the judge asks again
+        await conn.execute(delete(eval_judgements).where(eval_judgements.c.run_id == result.run_id))
     fake_openai.burst(503, 120)
-    wp = Waypoint(client, engine, settings)
-    report = await finished_experiment(wp, runs=1, scorers=[JUDGE, "exact"])
-    assert report.experiment.status == ExperimentStatus.COMPLETED
-    (result,) = report.results
-    assert result.status == CaseStatus.ERRORED
-    assert result.error is not None and result.error.startswith("judge 'judge' gave no verdict"), result.error
-    assert "503" in result.error
-    assert fake_openai.burst_answers[503] == JUDGE_ATTEMPTS
+    store = RunStore(engine)
+    acts = EvalActivities(store, agents, settings, ModelActivities(store, agents, settings).adapter)
+    case = CaseInput(report.experiment.experiment_id, settings.tenant, 0, 0, run_id=result.run_id, judge="judge")
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=JUDGE_ATTEMPTS)
+    with pytest.raises(ApplicationError) as failed:
+        await env.run(acts.judge_case, case)
+    assert not failed.value.non_retryable and "503" in str(failed.value), failed.value
+    assert fake_openai.burst_answers[503] == 1  # one request an attempt: the policy's count is the server's
 
 
 @pytest.mark.timeout(180)

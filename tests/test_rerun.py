@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.browser import sign_in
-from tests.helpers import eventually, one_line_error, waypoint
+from tests.helpers import eventually, one_line_error, waypoint, waypoint_here
 from tests.mcp_agents import stdio_server
 from waypoint import Agent, ScriptedModel, ScriptedTurn, ToolContext, tool
 from waypoint.agents import AgentRegistry
@@ -77,6 +77,9 @@ writer = Agent(
 )
 
 
+LONG = 14  # the long writer's tool steps
+
+
 @tool
 def log_line(ctx: ToolContext, n: int) -> str:
     """Append line n to long.txt in the workspace (a side effect) and return a long receipt."""
@@ -90,11 +93,13 @@ long_writer = Agent(
     name="long_writer",
     instructions="Log lines for a long time.",
     model=ScriptedModel(
-        [*(ScriptedTurn(tool_calls=[("log_line", {"n": i})]) for i in range(30)), ScriptedTurn(content="logged")]
+        [*(ScriptedTurn(tool_calls=[("log_line", {"n": i})]) for i in range(LONG)), ScriptedTurn(content="logged")]
     ),
     tools=(log_line,),
-    max_steps=40,
-    continue_as_new_every=8,
+    max_steps=LONG + 10,
+    # Small numbers, the same shape: three executions or more, and a context compacted before the
+    # rerun's fork step (what the rerun must carry over); the property does not depend on the length.
+    continue_as_new_every=4,
     context_tokens=1_500,
     compact_at=0.5,
     memory=False,
@@ -184,7 +189,8 @@ async def test_rerun_with_recorded_tools(client, engine, settings, worker, fake_
     assert found.not_recorded_b == 1 and found.steps_delta == 1
     assert found.input_tokens_delta == 150 + 170 - 140 and found.a.output == "wrote one and two"
 
-    done = await waypoint(settings, "compare", original, rerun, "--fail-on-divergence")
+    # in-process: its exit code
+    done = await waypoint_here(settings, "compare", original, rerun, "--fail-on-divergence")
     assert done.code == 1 and "first divergence at step 2" in done.out and "1 call(s) not recorded" in done.out
 
     # another tenant: neither rerun nor compare finds the run
@@ -193,7 +199,7 @@ async def test_rerun_with_recorded_tools(client, engine, settings, worker, fake_
         await b.rerun(original, model="openai:model-b")
     with pytest.raises(NotFound):
         await b.compare(original, rerun)
-    error = one_line_error(await waypoint(settings, "--tenant", "tenant-b", "rerun", original))
+    error = one_line_error(await waypoint_here(settings, "--tenant", "tenant-b", "rerun", original))
     assert "no run" in error and "waypoint runs" in error
 
 
@@ -205,35 +211,37 @@ async def test_rerun_from_a_step_with_live_tools_over_the_cli(client, engine, se
     assert (await wp.result(original)).status == "completed"
     effects = Path(settings.resolved_workspace) / "effects.txt"
 
-    done = await waypoint(settings, "rerun", original, "--from-step", "1", "--tools", "live", "--follow", "--json")
+    # In-process: what the command does; a rerun in a real process is the batch's (below).
+    done = await waypoint_here(settings, "rerun", original, "--from-step", "1", "--tools", "live", "--follow", "--json")
     assert done.code == 0, done.err
     rerun = (await wp.runs(limit=1))[0].run_id
     assert rerun != original
     *steps, last = [json.loads(line) for line in done.out.splitlines()]  # JSON lines throughout
     assert [s["step"] for s in steps] == [2, 3] and (last["run_id"], last["status"]) == (rerun, "completed")
-    assert f"rerun {rerun} from step 1" in (await waypoint(settings, "history", original)).out
-    assert f"rerun of {original} from step 1" in (await waypoint(settings, "history", rerun)).out
+    assert f"rerun {rerun} from step 1" in (await waypoint_here(settings, "history", original)).out
+    assert f"rerun of {original} from step 1" in (await waypoint_here(settings, "history", rerun)).out
     row = await wp.run(rerun)
     assert (row.status, row.fork_step, row.lineage_kind) == ("completed", 1, "rerun")
     assert effects.read_text() == "one\ntwo\ntwo\n"  # live: step 2 ran again for real
     found = await wp.compare(original, rerun)
     assert found.first_divergence is None and not found.diverged  # same model, same calls
 
-    assert "recorded, live" in one_line_error(await waypoint(settings, "rerun", original, "--tools", "maybe"))
-    assert "step" in one_line_error(await waypoint(settings, "rerun", original, "--from-step", "99"))
+    assert "recorded, live" in one_line_error(await waypoint_here(settings, "rerun", original, "--tools", "maybe"))
+    assert "step" in one_line_error(await waypoint_here(settings, "rerun", original, "--from-step", "99"))
 
 
 @pytest.mark.timeout(300)
 async def test_a_batch_of_reruns_and_its_summary(client, engine, settings, worker, fake_openai):
     fake_openai.responder = by_model
     wp = Waypoint(client, engine, settings)
-    # Six runs, three at a time: two rounds of the batch's concurrency, and a p50 and p95 of six.
-    originals = [await wp.start_run(f"Write two lines ({n})", agent="writer") for n in range(6)]
+    # Three runs, two at a time: two rounds of the batch's concurrency, one of them parallel (every
+    # rerun's delta is the same, so more runs would not change the p50 and p95).
+    originals = [await wp.start_run(f"Write two lines ({n})", agent="writer") for n in range(3)]
     for run_id in originals:
         assert (await wp.result(run_id)).status == "completed"
     effects = Path(settings.resolved_workspace) / "effects.txt"
     written = effects.read_text()
-    assert written.count("\n") == 12
+    assert written.count("\n") == 6
 
     done = await waypoint(
         settings,
@@ -243,7 +251,7 @@ async def test_a_batch_of_reruns_and_its_summary(client, engine, settings, worke
         "--limit",
         "25",
         "--concurrency",
-        "3",
+        "2",
         "--model",
         "openai:model-b",
         "--json",
@@ -251,27 +259,28 @@ async def test_a_batch_of_reruns_and_its_summary(client, engine, settings, worke
     )
     assert done.code == 0, done.err
     report = json.loads(done.out)
-    assert report["runs"] == 6 and {i["source_run_id"] for i in report["items"]} == set(originals)
+    assert report["runs"] == 3 and {i["source_run_id"] for i in report["items"]} == set(originals)
     assert report["diverged_pct"] == 100.0 and report["completed_pct"] == 100.0
     # model-b: 4 steps of 100+10, 120+12, 150+8, 170+9 tokens; model-a: 3 of 100+10, 120+10, 140+5
     assert report["tokens_delta_p50_p95"] == [194, 194]  # 579 - 385
     assert all(i["first_divergence"] == 2 and i["not_recorded"] == 1 for i in report["items"])
     assert effects.read_text() == written  # no recorded tool ran again
 
-    listed = json.loads(
-        (await waypoint(settings, "runs", "--batch", report["batch_id"], "--limit", "50", "--json")).out
-    )
+    batch = await waypoint_here(settings, "runs", "--batch", report["batch_id"], "--limit", "50", "--json")
+    listed = json.loads(batch.out)
     assert sorted(r["run_id"] for r in listed) == sorted(i["run_id"] for i in report["items"])
     assert {(r["lineage_kind"], r["batch_id"]) for r in listed} == {("rerun", report["batch_id"])}
 
     # a second batch picks originals only, never the reruns just made
-    again = await wp.rerun_batch("agent=writer", limit=50, model="openai:model-a", concurrency=3)
+    again = await wp.rerun_batch("agent=writer", limit=50, model="openai:model-a", concurrency=2)
     assert {i.source_run_id for i in again.items} == set(originals)
     assert again.diverged_pct == 0.0 and again.tokens_delta == (0.0, 0.0)
 
-    assert "key=value" in one_line_error(await waypoint(settings, "rerun", "--select", "colour=red"))
-    assert "not both" in one_line_error(await waypoint(settings, "rerun", originals[0], "--select", "agent=writer"))
-    assert "no run matches" in one_line_error(await waypoint(settings, "rerun", "--select", "agent=nobody"))
+    # what the command refuses, in-process (the batch above was a real process)
+    assert "key=value" in one_line_error(await waypoint_here(settings, "rerun", "--select", "colour=red"))
+    both = await waypoint_here(settings, "rerun", originals[0], "--select", "agent=writer")
+    assert "not both" in one_line_error(both)
+    assert "no run matches" in one_line_error(await waypoint_here(settings, "rerun", "--select", "agent=nobody"))
 
 
 @pytest.mark.timeout(240)
@@ -283,9 +292,9 @@ async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
     r = await api.http.post(f"/v1/runs/{original}/rerun", json={"model": "openai:model-b"})
     assert r.status_code == 201, r.text
     rerun = r.json()["run_id"]
-    cli = json.loads((await waypoint(settings, "rerun", original, "--json")).out)  # the same names as HTTP
-    assert cli.keys() == r.json().keys() and (cli["parent_run_id"], cli["from_step"]) == (original, 0)
-    await wp.result(cli["run_id"])
+    by_cli = json.loads((await waypoint_here(settings, "rerun", original, "--json")).out)  # the same names as HTTP
+    assert by_cli.keys() == r.json().keys() and (by_cli["parent_run_id"], by_cli["from_step"]) == (original, 0)
+    await wp.result(by_cli["run_id"])
     assert r.headers["location"] == f"/v1/runs/{rerun}"
     assert (await wp.result(rerun)).output == "wrote one, could not write TWO"
     compared = (await api.http.get(f"/v1/runs/{original}/compare/{rerun}")).json()
@@ -311,25 +320,29 @@ async def test_http_rerun(api, worker, fake_openai, client, engine, settings):
 @pytest.mark.timeout(300)
 async def test_rerun_of_a_run_with_continue_as_new_and_compactions(client, engine, settings, worker):
     wp = Waypoint(client, engine, settings)
-    original = await wp.start_run("Log thirty lines", agent="long_writer")
-    assert (await wp.result(original)).steps == 31
+    original = await wp.start_run(f"Log {LONG} lines", agent="long_writer")
+    assert (await wp.result(original)).steps == LONG + 1
     executions = [e async for e in client.list_workflows(f"WorkflowId = '{original}'")]
-    assert len(executions) >= 3  # continued as new every 8 steps
+    assert len(executions) >= 3  # continued as new every 4 steps
     async with engine.connect() as conn:
-        compacted = (await conn.execute(select(compactions.c.id).where(compactions.c.run_id == original))).all()
-    assert compacted  # its context was compacted inline
+        compacted = (
+            await conn.execute(select(compactions.c.last_step).where(compactions.c.run_id == original))
+        ).scalars()
+        first_compacted = min(compacted, default=None)
+    fork_step = 6  # in the second execution
+    assert first_compacted is not None and first_compacted < fork_step  # its context was compacted inline, before
     log = Path(settings.resolved_workspace) / "long.txt"
     written = log.read_text()
-    assert written.count("\n") == 30
+    assert written.count("\n") == LONG
 
-    rerun = await wp.rerun(original, from_step=12, model="scripted")
+    rerun = await wp.rerun(original, from_step=fork_step, model="scripted")
     result = await wp.result(rerun)
-    assert (result.status, result.steps, result.output) == ("completed", 31, "logged")
-    assert log.read_text() == written  # every call of steps 13-30 was answered from the record
+    assert (result.status, result.steps, result.output) == ("completed", LONG + 1, "logged")
+    assert log.read_text() == written  # every call after the fork step was answered from the record
     calls = await ledger(engine, rerun)
-    assert len(calls) == 18 and {(c["outcome"], c["duration_ms"]) for c in calls} == {("ok", 0)}
+    assert len(calls) == LONG - fork_step and {(c["outcome"], c["duration_ms"]) for c in calls} == {("ok", 0)}
     found = await wp.compare(original, rerun)
-    assert found.first_divergence is None and len(found.steps) == 31 and found.not_recorded_b == 0
+    assert found.first_divergence is None and len(found.steps) == LONG + 1 and found.not_recorded_b == 0
 
 
 def system_prompt(body: dict[str, Any]) -> str:
@@ -364,11 +377,12 @@ async def test_rerun_with_other_instructions(client, engine, settings, worker, f
     assert found.instructions_diff == ["@@ -1 +1 @@", "-Write lines.", "+Write lines in capitals."]
     assert not found.diverged  # same calls (answered from the record), same answer
 
-    # over the CLI, from step 1: the window keeps step 1 (from the original) under the new head
+    # over the CLI (in-process: the file is what is new here), from step 1: the window keeps step 1
+    # (from the original) under the new head
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("Write lines slowly.\n")
     seen = len(fake_openai.seen)
-    done = await waypoint(
+    done = await waypoint_here(
         settings, "rerun", original, "--from-step", "1", "--instructions", str(prompt), "--follow", "--json"
     )
     assert done.code == 0, done.err
@@ -376,11 +390,11 @@ async def test_rerun_with_other_instructions(client, engine, settings, worker, f
     assert system_prompt(first) == "Write lines slowly.\n"
     assert [m["role"] for m in first["messages"]] == ["system", "user", "assistant", "tool"]
     assert "--instructions" in one_line_error(
-        await waypoint(settings, "rerun", original, "--instructions", str(tmp_path / "missing.txt"))
+        await waypoint_here(settings, "rerun", original, "--instructions", str(tmp_path / "missing.txt"))
     )
     (tmp_path / "empty.txt").write_text("  \n")
     assert "empty" in one_line_error(
-        await waypoint(settings, "rerun", original, "--instructions", str(tmp_path / "empty.txt"))
+        await waypoint_here(settings, "rerun", original, "--instructions", str(tmp_path / "empty.txt"))
     )
 
 

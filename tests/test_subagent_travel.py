@@ -1,7 +1,8 @@
 """Time travel over trees of runs, on the real stack: `show` names a step's child runs and their
 answers, a fork reuses the children before its fork step, a rerun answers sub-agent calls from the
 record (or runs them again with --rerun-children), `compare` pairs the children of two trees, and
-`verify` covers every run of a tree."""
+`verify` covers every run of a tree. The commands run in-process (what they print is theirs), but
+for one `verify` in a real process."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.conftest import ApiServer
-from tests.helpers import one_line_error, waypoint
+from tests.helpers import one_line_error, waypoint, waypoint_here
 from waypoint.agents import AgentRegistry
 from waypoint.app.worker import build_worker
 from waypoint.client import Waypoint
@@ -48,8 +49,9 @@ async def runs_of(engine: AsyncEngine, settings: Settings) -> list[tuple[str, st
         return sorted((r.run_id, r.agent, r.caller_run_id) for r in await conn.execute(query.order_by(runs.c.run_id)))
 
 
-async def test_show_names_the_children_of_a_step_and_their_answers(wp: Waypoint, settings: Settings, api: ApiServer):
-    run_id = await research_run(wp)
+async def show_names_the_children_of_a_step_and_their_answers(
+    wp: Waypoint, settings: Settings, api: ApiServer, run_id: str
+) -> None:
     readers = [child_run_id(run_id, 1, i) for i in range(3)]
     rows = {r.run_id: r for r in await wp.children(run_id)}
 
@@ -68,13 +70,13 @@ async def test_show_names_the_children_of_a_step_and_their_answers(wp: Waypoint,
     assert writer[0].answer is not None and writer[0].answer.startswith("Report written")
     assert (await wp.state(run_id, 3)).children == []  # the answer: no sub-agent call
 
-    shown = await waypoint(settings, "show", run_id, "--step", "1")
+    shown = await waypoint_here(settings, "show", run_id, "--step", "1")
     assert shown.code == 0, shown.err
     assert "sub-agent calls of this step" in shown.out
     for i, child in enumerate(readers):
         assert f"call {i}: note_reader -> run {child} (completed, 3 steps" in shown.out
     assert json.dumps(rows[readers[0]].output)[:60] in shown.out  # the answer itself
-    as_json = json.loads((await waypoint(settings, "show", run_id, "--step", "2", "--json")).out)
+    as_json = json.loads((await waypoint_here(settings, "show", run_id, "--step", "2", "--json")).out)
     assert [(c["child_run_id"], c["status"]) for c in as_json["children"]] == [(writer[0].child_run_id, "completed")]
 
     state = (await api.http.get(f"/v1/runs/{run_id}/steps/1/state")).json()
@@ -125,8 +127,9 @@ async def test_a_fork_reuses_the_children_before_its_step_and_starts_its_own_aft
     assert not found.diverged
 
 
-async def test_a_rerun_answers_sub_agent_calls_from_the_record(wp: Waypoint, engine: AsyncEngine, settings: Settings):
-    run_id = await research_run(wp)
+async def a_rerun_answers_sub_agent_calls_from_the_record(
+    wp: Waypoint, engine: AsyncEngine, settings: Settings, run_id: str
+) -> None:
     before = await runs_of(engine, settings)
     rerun = await wp.rerun(run_id)
     result = await wp.result(rerun)
@@ -153,10 +156,14 @@ async def test_a_rerun_answers_sub_agent_calls_from_the_record(wp: Waypoint, eng
     assert verdict.ok, verdict
 
 
-async def test_rerun_children_runs_the_sub_agents_again_as_its_own(wp: Waypoint, settings: Settings, api: ApiServer):
+async def test_a_rerun_answers_sub_agent_calls_from_the_record_or_runs_them_again_as_its_own(
+    wp: Waypoint, engine: AsyncEngine, settings: Settings, api: ApiServer
+):
+    """One tree for both reruns (a batch picks originals only: the first rerun is not in it)."""
     run_id = await research_run(wp)
+    await a_rerun_answers_sub_agent_calls_from_the_record(wp, engine, settings, run_id)
 
-    started = await waypoint(settings, "rerun", run_id, "--rerun-children", "--json")
+    started = await waypoint_here(settings, "rerun", run_id, "--rerun-children", "--json")
     assert started.code == 0, started.err
     again = json.loads(started.out)["run_id"]
     assert (await wp.result(again)).output == (await wp.result(run_id)).output
@@ -180,7 +187,7 @@ async def test_rerun_children_runs_the_sub_agents_again_as_its_own(wp: Waypoint,
     assert len(await wp.children(item.run_id or "")) == 4
 
     # compare pairs each child of the original with the rerun's own, by (step, call index)
-    shown = await waypoint(settings, "compare", run_id, again, "--json")
+    shown = await waypoint_here(settings, "compare", run_id, again, "--json")
     pairs = json.loads(shown.out)["children"]
     calls = [(1, 0), (1, 1), (1, 2), (2, 0)]
     assert [(p["step"], p["call_index"], p["a"]["child_run_id"], p["b"]["child_run_id"]) for p in pairs] == [
@@ -190,12 +197,12 @@ async def test_rerun_children_runs_the_sub_agents_again_as_its_own(wp: Waypoint,
     assert all(p["steps_delta"] == 0 and p["a"]["tokens"] > 0 for p in pairs)
     over_http = (await api.http.get(f"/v1/runs/{run_id}/compare/{again}")).json()
     assert over_http["children"] == pairs and over_http["diverged"] is False
-    table = await waypoint(settings, "compare", run_id, again)
+    table = await waypoint_here(settings, "compare", run_id, again)
     assert table.code == 0, table.err
     assert "sub-agent calls" in table.out and child_run_id(again, 2, 0) in table.out
     assert "sub-agent calls: 4 paired, 0 differ" in table.out
 
-    rejected = await waypoint(settings, "rerun", "run-nobody", "--rerun-children")
+    rejected = await waypoint_here(settings, "rerun", "run-nobody", "--rerun-children")
     assert "no run 'run-nobody'" in one_line_error(rejected)
 
 
@@ -218,7 +225,7 @@ async def test_compare_names_children_on_one_side_and_different_answers(
     ]
     assert found.diverged and found.first_divergence is None  # the steps agree: a child's answer does not
     assert "+something else" in found.children[1].answer_diff
-    table = await waypoint(settings, "compare", run_id, other)
+    table = await waypoint_here(settings, "compare", run_id, other)
     assert "same steps and outcome, different sub-agent calls" in table.out
     assert "sub-agent calls: 4 paired, 1 differ" in table.out and "sub-agent call 1.1 answer" in table.out
 
@@ -232,21 +239,23 @@ async def test_compare_names_children_on_one_side_and_different_answers(
         (2, 0, True, True),
     ]
     assert found.diverged
-    table = await waypoint(settings, "compare", run_id, alone)
+    table = await waypoint_here(settings, "compare", run_id, alone)
     assert "sub-agent calls: 0 paired, 0 differ, 4 only in a" in table.out, table.out
 
 
-async def test_verify_covers_every_run_of_the_tree(
+async def test_show_names_children_and_verify_covers_every_run_of_the_tree(
     wp: Waypoint, engine: AsyncEngine, settings: Settings, api: ApiServer
 ):
+    """One tree for both: `show` reads it first, then `verify` checks it and a changed copy of it."""
     run_id = await research_run(wp)
+    await show_names_the_children_of_a_step_and_their_answers(wp, settings, api, run_id)
     verdict = await wp.verify(run_id)
     assert verdict.ok, verdict
     assert [v.run_id for v in verdict.below] == [child_run_id(run_id, 1, i) for i in range(3)] + [
         child_run_id(run_id, 2, 0)
     ]
     assert all(v.events > 0 and v.checkpoints == 4 for v in verdict.below[:3])
-    ok = await waypoint(settings, "verify", run_id)
+    ok = await waypoint_here(settings, "verify", run_id)
     assert ok.code == 0 and "in 5 runs" in ok.out, ok.err
 
     reader = child_run_id(run_id, 1, 1)
@@ -274,11 +283,11 @@ async def test_verify_covers_every_run_of_the_tree(
     assert "content does not match its hash" in verdict.below[1].problems[0]
     assert (await wp.verify(reader)).problems == verdict.below[1].problems  # a child verifies alone too
 
-    bad = await waypoint(settings, "verify", run_id)
+    bad = await waypoint(settings, "verify", run_id)  # a real process: its exit code, its one line
     line = one_line_error(bad)
     assert line.startswith(f"error: run {run_id} was changed: step 2 call 0 (report_writer)")
     assert "1 more in 2 run(s)" in line
-    as_json = json.loads((await waypoint(settings, "verify", run_id, "--json")).out)
+    as_json = json.loads((await waypoint_here(settings, "verify", run_id, "--json")).out)
     assert as_json["ok"] is False and [v["ok"] for v in as_json["below"]] == [True, False, True, True]
     over_http = (await api.http.get(f"/v1/runs/{run_id}/verify")).json()
     assert over_http["ok"] is False and over_http["problems"] == verdict.problems

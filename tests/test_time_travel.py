@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.changed_workflow import ChangedAgentRunWorkflow
-from tests.helpers import waypoint
+from tests.helpers import one_line_error, waypoint, waypoint_here
 from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import NotFound
@@ -57,7 +57,7 @@ async def test_fork_shares_the_past_and_diverges_after(client: Client, engine: A
     assert [(x.run_id, x.forked_at) for x in await wp.lineage(grandchild)] == [(parent, 3), (fork, 5)]
     assert (await wp.state(grandchild, 1)).owner_run_id == parent
 
-    page = json.loads((await waypoint(settings, "history", fork, "--json")).out)
+    page = json.loads((await waypoint_here(settings, "history", fork, "--json")).out)
     assert [s["step"] for s in page["steps"]] == [4, 5, 6]
     assert page["lineage"][0] == {"run_id": parent, "forked_at": 3, "relation": "ancestor", "lineage_kind": "fork"}
 
@@ -65,16 +65,17 @@ async def test_fork_shares_the_past_and_diverges_after(client: Client, engine: A
 async def test_history_show_diff_events_export(
     client: Client, engine: AsyncEngine, settings: Settings, worker, tmp_path
 ):
+    """The commands in-process (what they print is theirs); `export` in a real process, as a user runs it."""
     wp = Waypoint(client, engine, settings)
     run_id = await six_steps(wp)
 
-    first = json.loads((await waypoint(settings, "history", run_id, "--limit", "4", "--json")).out)
+    first = json.loads((await waypoint_here(settings, "history", run_id, "--limit", "4", "--json")).out)
     assert [s["step"] for s in first["steps"]] == [1, 2, 3, 4] and first["next_after_step"] == 4
-    rest = json.loads((await waypoint(settings, "history", run_id, "--after-step", "4", "--json")).out)
+    rest = json.loads((await waypoint_here(settings, "history", run_id, "--after-step", "4", "--json")).out)
     assert [s["step"] for s in rest["steps"]] == [5, 6] and rest["next_after_step"] is None
     assert rest["steps"][-1]["action"] == "answer" and first["steps"][0]["tools"] == ["add"]
 
-    shown = json.loads((await waypoint(settings, "show", run_id, "--step", "2", "--json")).out)
+    shown = json.loads((await waypoint_here(settings, "show", run_id, "--step", "2", "--json")).out)
     assert [m["role"] for m in shown["messages"]] == [
         "system",
         "user",
@@ -85,12 +86,12 @@ async def test_history_show_diff_events_export(
     ]
     assert [e["kind"] for e in shown["events"]] == ["model_response", "tool_result"]
 
-    d = json.loads((await waypoint(settings, "diff", run_id, "2", "4", "--json")).out)
+    d = json.loads((await waypoint_here(settings, "diff", run_id, "2", "4", "--json")).out)
     assert [m["role"] for m in d["added"]] == ["assistant", "tool", "assistant", "tool"]
     assert d["dropped"] == [] and d["tokens_b"] > d["tokens_a"]
 
     listed = json.loads(
-        (await waypoint(settings, "events", run_id, "--kind", "tool_result", "--since-step", "5", "--json")).out
+        (await waypoint_here(settings, "events", run_id, "--kind", "tool_result", "--since-step", "5", "--json")).out
     )
     assert [(e["step"], e["kind"]) for e in listed] == [(5, "tool_result")]
 
@@ -103,22 +104,24 @@ async def test_history_show_diff_events_export(
     assert lines[-1]["kind"] == "run_finished"
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["show", "{run}", "--step", "x"], "a step is a whole number, got 'x'"),
-        (["show", "{run}", "--step", "99"], "has steps 0 to 6: there is no step 99"),
-        (["diff", "{run}", "1", "two"], "a step is a whole number, got 'two'"),
-        (["fork", "{run}", "--step", "7"], "there is no step 7"),
-        (["history", "run-unknown"], "no run 'run-unknown'"),
-        (["export", "{run}", "--format", "csv"], "unknown format 'csv'"),
-    ],
-)
-async def test_bad_input_is_one_clear_line(client, engine, settings: Settings, worker, args, message):
+BAD_INPUT = [
+    (["show", "{run}", "--step", "x"], "a step is a whole number, got 'x'"),
+    (["show", "{run}", "--step", "99"], "has steps 0 to 6: there is no step 99"),
+    (["diff", "{run}", "1", "two"], "a step is a whole number, got 'two'"),
+    (["fork", "{run}", "--step", "7"], "there is no step 7"),
+    (["history", "run-unknown"], "no run 'run-unknown'"),
+    (["export", "{run}", "--format", "csv"], "unknown format 'csv'"),
+]
+
+
+async def test_bad_input_is_one_clear_line(client, engine, settings: Settings, worker):
+    """One run for every case. The first case in a real process (the line on stderr, exit 1, no
+    traceback); the others are what each command decides, so they run in-process."""
     run_id = await six_steps(Waypoint(client, engine, settings))
-    done = await waypoint(settings, *[a.replace("{run}", run_id) for a in args])
-    assert done.code == 1 and message in done.err
-    assert len(done.err.strip().splitlines()) == 1 and "Traceback" not in done.err
+    for n, (args, message) in enumerate(BAD_INPUT):
+        argv = [a.replace("{run}", run_id) for a in args]
+        done = await (waypoint if n == 0 else waypoint_here)(settings, *argv)
+        assert message in one_line_error(done), argv
 
 
 async def test_another_tenant_sees_nothing(client: Client, engine: AsyncEngine, settings: Settings, worker):
@@ -143,7 +146,7 @@ async def test_replay_reports_an_incompatible_workflow_change(client: Client, en
     wp = Waypoint(client, engine, settings)
     run_id = await six_steps(wp)
     assert [o.error for o in await wp.replay(run_id)] == [None]
-    ok = await waypoint(settings, "replay", run_id)
+    ok = await waypoint_here(settings, "replay", run_id)
     assert ok.code == 0 and "replay against the current code" in ok.out
     (outcome,) = await wp.replay(run_id, workflows=[ChangedAgentRunWorkflow])
     assert outcome.error is not None and "Nondeterminism" in outcome.error
