@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
 from tests.agents import FANOUT, FANOUT_ATTEMPTS, FANOUT_LOG
-from tests.helpers import eventually
+from tests.conftest import ApiServer
+from tests.helpers import Sse, eventually, sse_events
 from tests.processes import kill, wait_for, worker_env
 from waypoint.app.devstack import spawn_worker
 from waypoint.client import Waypoint
@@ -26,7 +27,25 @@ from waypoint.store.schema import checkpoints, events, runs, tool_effects
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 
 
-async def test_sigkill_during_a_tool_and_during_a_model_call(client: Client, engine: AsyncEngine, settings: Settings):
+async def read_stream(api: ApiServer, run_id: str, *, last_id: str | None = None, until=None) -> list[Sse]:
+    """Events of the run's SSE stream until `until(event)` says stop (leaving drops the connection) or it ends."""
+    headers = {"Last-Event-ID": last_id} if last_id else {}
+    got: list[Sse] = []
+    async with api.http.stream("GET", f"/v1/runs/{run_id}/stream", headers=headers) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        async for event in sse_events(response):
+            got.append(event)
+            if until is not None and until(event):
+                break
+    return got
+
+
+async def test_sigkill_during_a_tool_and_during_a_model_call(
+    client: Client, engine: AsyncEngine, settings: Settings, api: ApiServer
+):
+    """The same two kills also show the run's SSE stream resumed with Last-Event-ID across each
+    (tests/test_http_stream.py): one client reads the run's first event, drops, and comes
+    back after each kill; every event reaches it once, in order, exactly the log."""
     workspace = settings.resolved_workspace
     # The calls to kill in are held (tests/agents.py) until the kill: it lands in them however late it comes.
     workspace.mkdir(parents=True, exist_ok=True)
@@ -38,16 +57,20 @@ async def test_sigkill_during_a_tool_and_during_a_model_call(client: Client, eng
     try:
         wp = Waypoint(client, engine, settings)
         run_id = await wp.start_run("append three lines", agent="crashy")
+        # The run's first event, then the client leaves (a step's events are written once its tools are done).
+        first = await read_stream(api, run_id, until=lambda e: e.event == "run_started")
 
         await wait_for(workspace / "tool-started-1-attempt-1")
-        kill(workers[-1])  # mid-tool: the line is written, the call is not finished
+        kill(workers[-1])  # mid-tool: the line is written, the call is not finished; no client connected
         workers.append(await asyncio.to_thread(spawn_worker, env))
+        second = await read_stream(api, run_id, last_id=first[-1].id, until=lambda e: e.data["step"] >= 2)
 
         await wait_for(workspace / "model-started-3")
         kill(workers[-1])  # mid-model-call of step 3
         held_model.unlink()  # the call made again answers
         workers.append(await asyncio.to_thread(spawn_worker, env))
 
+        third = await read_stream(api, run_id, last_id=second[-1].id)  # to the end
         result = await asyncio.wait_for(wp.result(run_id), 120)
     finally:
         for proc in workers:
@@ -79,6 +102,16 @@ async def test_sigkill_during_a_tool_and_during_a_model_call(client: Client, eng
     ]
     attempts = {(r.step, r.call_index): r.attempt for r in ledger}
     assert attempts[(1, 0)] == 2  # the ledger row came from the attempt that finished
+
+    # The stream, resumed across both kills: gapless, none twice, exactly the log, to the run's end.
+    received = [e for e in first + second + third if e.id is not None]
+    ids = [int(e.id) for e in received]
+    assert ids == list(range(1, len(ids) + 1))
+    async with engine.connect() as conn:
+        seqs = list(await conn.scalars(select(events.c.seq).where(events.c.run_id == run_id).order_by(events.c.seq)))
+    assert ids == seqs
+    assert [e.data["seq"] for e in received] == ids and all(e.event == e.data["kind"] for e in received)
+    assert received[-1].event == "run_finished" and received[-1].data["payload"]["status"] == "completed"
 
 
 async def test_sigterm_lets_the_running_tool_finish(client: Client, engine: AsyncEngine, settings: Settings):
@@ -189,15 +222,15 @@ async def test_sigkill_while_eight_sub_agent_runs_are_in_their_tools(
     assert sorted(below) == sorted(children)
 
 
-@pytest.mark.parametrize("provider", ["anthropic", "google"])
-async def test_sigkill_during_a_streaming_call_to_each_provider(
-    provider: str, client: Client, engine: AsyncEngine, settings: Settings
-):
-    """A worker killed while Claude's or Gemini's answer streams in (each provider's fake, through its
-    official SDK in a worker process): a new worker calls the model again, the run completes, and
-    step 2 is recorded once, with the answer of the call that finished."""
+async def test_sigkill_during_a_streaming_call(client: Client, engine: AsyncEngine, settings: Settings):
+    """A worker killed while Claude's answer streams in (the fake, through its official SDK in a
+    worker process): a new worker calls the model again, the run completes, and step 2 is recorded
+    once, with the answer of the call that finished. One provider is enough for the kill: what it
+    proves (the call made again, the step recorded once) is the activity's, the same for every
+    adapter (they fill in one template, waypoint/models/_base.py); what is each provider's own, a
+    stream cut off mid-answer and the same request made again, answered whole, is shown for each
+    by the test after this one, in-process."""
     from waypoint.testing.fake_anthropic import FakeAnthropic
-    from waypoint.testing.fake_gemini import FakeGemini
     from waypoint.testing.fake_openai import Turn
 
     answers = 0
@@ -212,14 +245,9 @@ async def test_sigkill_during_a_streaming_call_to_each_provider(
         # The first request with the tool's result streams slowly (the worker dies in it); a retry answers at once.
         return Turn(content="The answer is 5 after all.", chunk_delay=1.0 if answers == 1 else 0.0)
 
-    fake = (FakeAnthropic(respond) if provider == "anthropic" else FakeGemini(respond)).start()
-    variables = (
-        {"ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": "fake"}
-        if provider == "anthropic"
-        else {"GOOGLE_GEMINI_BASE_URL": fake.base_url, "GEMINI_API_KEY": "fake"}
-    )
-    env = worker_env(settings) | variables
-    model = "anthropic:claude-haiku-4-5" if provider == "anthropic" else "google:gemini-2.5-flash"
+    fake = FakeAnthropic(respond).start()
+    env = worker_env(settings) | {"ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": "fake"}
+    model = "anthropic:claude-haiku-4-5"
     workers = [await asyncio.to_thread(spawn_worker, env)]
     try:
         wp = Waypoint(client, engine, settings)
@@ -256,3 +284,92 @@ async def test_sigkill_during_a_streaming_call_to_each_provider(
     assert [s for s, k in rows if k == "model_response"] == [1, 2]  # no step recorded twice
     assert sorted(steps) == [0, 1, 2]
     assert (await wp.effects(run_id))[0].output == "5"
+
+
+class FirstPiece:
+    """A delta sink that tells when the first piece of a streamed answer has arrived."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.arrived = asyncio.Event()
+
+    def text(self, piece: str) -> None:
+        self.pieces.append(piece)
+        self.arrived.set()
+
+    def tool_call(self, index: int, call_id: str | None, name: str | None, arguments: str) -> None:
+        self.arrived.set()
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "google"])
+async def test_a_streaming_call_cut_off_mid_answer_is_made_again_whole(provider: str, monkeypatch: pytest.MonkeyPatch):
+    """Each provider's part of the kill above, in-process against its fake server through its SDK:
+    a call cut off while its answer streams (the task cancelled after the first piece, as the kill
+    cuts the process) returns nothing partial, and the call a new worker makes (a new SDK client)
+    sends the same request and gets the whole answer."""
+    from waypoint.models import anthropic as claude
+    from waypoint.models import google as gemini
+    from waypoint.testing.fake_anthropic import FakeAnthropic
+    from waypoint.testing.fake_gemini import FakeGemini
+    from waypoint.testing.fake_openai import Turn
+
+    answer = "The answer is 5 after all."
+
+    def respond(body: dict, n: int) -> Turn:
+        # The first request streams slowly (it is cut off in it, right after its first piece); the next
+        # answers at once. A quarter second apart leaves over a second of stream after the first piece
+        # (the check below fails if the cut came too late), and the fake's stop, which waits for the
+        # cut-off answer's thread to play it out, a few seconds at most.
+        return Turn(content=answer, chunk_delay=0.25 if n == 1 else 0.0)
+
+    fake = (FakeAnthropic(respond) if provider == "anthropic" else FakeGemini(respond)).start()
+    try:
+        if provider == "anthropic":
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+            monkeypatch.setenv("ANTHROPIC_API_KEY", "fake")
+            make, model = claude.make_adapter, "claude-haiku-4-5"
+        else:
+            monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", fake.base_url)
+            monkeypatch.setenv("GEMINI_API_KEY", "fake")
+            make, model = gemini.make_adapter, "gemini-2.5-flash"
+        messages = [
+            {"role": "system", "content": "You add numbers."},
+            {"role": "user", "content": "add 2 and 3"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call-1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call-1", "name": "add", "content": "5"},
+        ]
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "add",
+                    "description": "Add two numbers.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                        "required": ["a", "b"],
+                    },
+                },
+            }
+        ]
+        killed = make(Settings(), model, None, {})  # the worker that dies
+        first = FirstPiece()
+        call = asyncio.create_task(killed.complete(messages, tools, step=2, deltas=first))
+        await asyncio.wait_for(first.arrived.wait(), 30)
+        call.cancel()  # mid-stream: the rest of the answer is still to come
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert "".join(first.pieces) != answer  # it really was cut off before the end
+
+        again = make(Settings(), model, None, {})  # the new worker's own client
+        turn = await asyncio.wait_for(again.complete(messages, tools, step=2, attempt=2), 30)
+    finally:
+        fake.stop()
+    assert (turn.content, turn.tool_calls) == (answer, [])
+    assert len(fake.seen) == 2 and fake.seen[0].body == fake.seen[1].body  # the same request, made again
