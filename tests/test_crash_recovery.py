@@ -1,12 +1,15 @@
 """A worker process SIGKILLed in the middle of a tool call, then of a model call: the run completes,
-its steps are contiguous, and each tool call's side effect happened exactly once. The same with a
-run whose eight sub-agent runs are all in a tool call when the worker dies."""
+its steps are contiguous, and each tool call's side effect happened exactly once; its SSE stream
+resumes across both kills. The first kill also lands while a fan-out run's eight sub-agent runs are
+all in a tool call (one killed worker proves both). A SIGKILL during a streaming model call (one
+provider for real, each provider's own part in-process); a SIGTERM that lets the running tool finish."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import signal
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -22,6 +25,7 @@ from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.names import child_run_id, idempotency_key
 from waypoint.store.schema import checkpoints, events, runs, tool_effects
+from waypoint.types import RunResult
 
 # Each test starts worker processes (two or three): under CPU load one took over 100 s of its default 180.
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
@@ -45,26 +49,47 @@ async def test_sigkill_during_a_tool_and_during_a_model_call(
 ):
     """The same two kills also show the run's SSE stream resumed with Last-Event-ID across each
     (tests/test_http_stream.py): one client reads the run's first event, drops, and comes
-    back after each kill; every event reaches it once, in order, exactly the log."""
+    back after each kill; every event reaches it once, in order, exactly the log.
+
+    The first kill also lands while a fan-out tree's eight sub-agent runs are all in a tool call
+    (`fan_lead` calls `fan_child` 8 times in one turn): on the new worker each child run exists
+    once and completes, the lead gets every answer at its call, and no tool's effect happened
+    twice anywhere in the tree (`fan_tree_came_through`). One killed worker, one re-dispatch wait,
+    for both runs; the tree is done before the second kill, which is the crashy run's alone."""
     workspace = settings.resolved_workspace
     # The calls to kill in are held (tests/agents.py) until the kill: it lands in them however late it comes.
+    # Step 2's tool is held too: the crashy run waits there, after the first kill, until the tree is done.
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "hold-tool-1-attempt-1").touch()
+    held_step_2 = workspace / "hold-tool-2-attempt-1"
+    held_step_2.touch()
     held_model = workspace / "hold-model-3"
     held_model.touch()
+    attempts_log = workspace / FANOUT_ATTEMPTS
+
+    async def all_in_their_tool() -> bool:
+        lines = attempts_log.read_text().splitlines() if attempts_log.exists() else []
+        return sum(line.endswith(" attempt 1") for line in lines) == FANOUT
+
     env = worker_env(settings)
     workers = [await asyncio.to_thread(spawn_worker, env)]
     try:
         wp = Waypoint(client, engine, settings)
         run_id = await wp.start_run("append three lines", agent="crashy")
+        lead_id = await wp.start_run("hand out the parts", agent="fan_lead")
         # The run's first event, then the client leaves (a step's events are written once its tools are done).
         first = await read_stream(api, run_id, until=lambda e: e.event == "run_started")
 
         await wait_for(workspace / "tool-started-1-attempt-1")
-        kill(workers[-1])  # mid-tool: the line is written, the call is not finished; no client connected
+        await eventually(all_in_their_tool, what="8 children in their tool")
+        # Mid-tool: the crashy run's line is written, its call not finished; each child's line is
+        # written, none of the 8 calls finished; no stream client connected.
+        kill(workers[-1])
         workers.append(await asyncio.to_thread(spawn_worker, env))
-        second = await read_stream(api, run_id, last_id=first[-1].id, until=lambda e: e.data["step"] >= 2)
+        second = await read_stream(api, run_id, last_id=first[-1].id, until=lambda e: e.data["step"] >= 1)
+        lead = await asyncio.wait_for(wp.result(lead_id), 60)
 
+        held_step_2.unlink()
         await wait_for(workspace / "model-started-3")
         kill(workers[-1])  # mid-model-call of step 3
         held_model.unlink()  # the call made again answers
@@ -113,6 +138,8 @@ async def test_sigkill_during_a_tool_and_during_a_model_call(
     assert [e.data["seq"] for e in received] == ids and all(e.event == e.data["kind"] for e in received)
     assert received[-1].event == "run_finished" and received[-1].data["payload"]["status"] == "completed"
 
+    await fan_tree_came_through(client, engine, workspace, lead_id, lead)
+
 
 async def test_sigterm_lets_the_running_tool_finish(client: Client, engine: AsyncEngine, settings: Settings):
     workspace = settings.resolved_workspace
@@ -143,34 +170,13 @@ async def test_sigterm_lets_the_running_tool_finish(client: Client, engine: Asyn
     assert attempt == 1
 
 
-async def test_sigkill_while_eight_sub_agent_runs_are_in_their_tools(
-    client: Client, engine: AsyncEngine, settings: Settings
-):
-    """fan_lead calls fan_child 8 times in one turn; the worker dies while all 8 child runs are in
-    the middle of a tool call. On a new worker: each child run exists once and completes, the lead
-    gets every answer at its call, and no tool's effect happened twice anywhere in the tree."""
-    workspace = settings.resolved_workspace
+async def fan_tree_came_through(
+    client: Client, engine: AsyncEngine, workspace: Path, run_id: str, result: RunResult
+) -> None:
+    """A fan_lead run whose 8 children were all in their fan_line call when the worker died: each
+    child run exists once and completes, the lead gets every answer at its call, and no tool's
+    effect happened twice anywhere in the tree."""
     attempts_log = workspace / FANOUT_ATTEMPTS
-    env = worker_env(settings)
-    workers = [await asyncio.to_thread(spawn_worker, env)]
-
-    async def all_in_their_tool() -> bool:
-        lines = attempts_log.read_text().splitlines() if attempts_log.exists() else []
-        return sum(line.endswith(" attempt 1") for line in lines) == FANOUT
-
-    try:
-        wp = Waypoint(client, engine, settings)
-        run_id = await wp.start_run("hand out the parts", agent="fan_lead")
-        await eventually(all_in_their_tool, what="8 children in their tool")
-        kill(workers[-1])  # each child's line is written, none of the 8 calls is finished
-        workers.append(await asyncio.to_thread(spawn_worker, env))
-        result = await asyncio.wait_for(wp.result(run_id), 60)
-    finally:
-        for proc in workers:
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(15)
-
     children = [child_run_id(run_id, 1, i) for i in range(FANOUT)]
     keys = [idempotency_key(child, 1, 0) for child in children]  # each child's fan_line call
     assert result.status == "completed", result
