@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -250,11 +251,14 @@ async def test_an_open_breaker_fails_over_at_once_and_a_recovered_model_takes_th
     """`flaky-model` answers 503 once. Run A fails over after its one attempt, which opens the key's
     breaker (failures = 1); run B, started then, moves to `fake-model` without calling `flaky-model`
     at all; once the breaker's time is over, both runs' next calls go back to `flaky-model`.
-    `fake-model` holds its answers until Postgres's clock says the breaker's time is over, so each
-    run's steps happen in that order however busy the machine: only B's start must come within the
-    breaker's 15 s."""
+    `fake-model` holds its answers until the breaker's time is over, so each run's steps happen in
+    that order however busy the machine. The breaker is open for 10 minutes (B's start comes well
+    within it on any machine), and its time is made over by moving the key's health row back by
+    that much, not by waiting it out: the row is checked to say 10 minutes first, and what decides
+    from then on is the same comparison with Postgres's clock."""
+    open_seconds = 600
     limits = tmp_path / "limits.toml"
-    limits.write_text("[breaker]\nfailures = 1\nopen_seconds = 15\n")
+    limits.write_text(f"[breaker]\nfailures = 1\nopen_seconds = {open_seconds}\n")
     # A held answer outlasts the usual 10 s: the model call waits for it.
     settings = settings.model_copy(update={"limits_file": limits, "model_timeout_seconds": 120})
     failed: list[str] = []
@@ -280,7 +284,21 @@ async def test_an_open_breaker_fails_over_at_once_and_a_recovered_model_takes_th
             await eventually(lambda: _has_failover(engine, first), what="run A's failover")
             second = await wp.start_run("add", agent="failover-back")
             await eventually(lambda: _has_failover(engine, second), what="run B's failover")
-            await eventually(breaker_over, timeout=60, what="the breaker's time running out")
+            assert not await breaker_over()
+            async with engine.begin() as conn:
+                h = model_key_health.c
+                flaky_row = model_key_health.select().where(h.key == "openai:flaky-model")
+                row = (await conn.execute(flaky_row)).one()
+                assert row.failures == 1 and row.breaker_open_until is not None and row.last_failure_at is not None
+                # Open for its open_seconds from the failure (a moment of clock between the two writes).
+                assert abs((row.breaker_open_until - row.last_failure_at).total_seconds() - open_seconds) < 5
+                gone = timedelta(seconds=open_seconds + 1)  # its time passes
+                await conn.execute(
+                    model_key_health.update()
+                    .where(h.key == "openai:flaky-model")
+                    .values(breaker_open_until=h.breaker_open_until - gone, last_failure_at=h.last_failure_at - gone)
+                )
+            assert await breaker_over()
             over.set()
             results = [await wp.result(r) for r in (first, second)]
     finally:

@@ -9,12 +9,15 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.ports import reserve_port
 from tests.processes import cli, env_for, stack_pids, start_dev, stop_dev
+from waypoint.app.cli import app
 from waypoint.app.devstack import api_socket
 
 
@@ -50,10 +53,18 @@ def taken_port() -> Iterator[int]:
     ids=["too-high", "zero", "negative", "unknown-host"],
 )
 def test_serve_on_an_impossible_address_is_one_line(tmp_path: Path, args: tuple[str, ...], message: str):
-    assert message in one_error_line(waypoint("--state-dir", str(tmp_path), "serve", *args))
+    # In-process, through the CLI's own parsing and error handling: what is checked here is which
+    # address is refused and how the line reads. That a refusal is one line and exit 1 as a user
+    # types it, with no traceback, is shown by the real `waypoint serve` of the next test.
+    # The state folder by its variable: `--state-dir` would stay set in this process after the command.
+    done = CliRunner().invoke(app, ["serve", *args], env={"WAYPOINT_STATE_DIR": str(tmp_path)})
+    assert done.exit_code == 1, (done.exit_code, done.output, done.exception)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
 
 
 def test_serve_on_a_taken_port_names_the_setting(tmp_path: Path, taken_port: int):
+    """The one `waypoint serve` that is refused as a user types it (its other refusals: above, in-process)."""
     line = one_error_line(waypoint("--state-dir", str(tmp_path), "serve", "--port", str(taken_port)))
     assert f"port {taken_port} is in use on 127.0.0.1: pass --port or set WAYPOINT_API_PORT" in line
 
@@ -79,13 +90,18 @@ def test_sigterm_stops_dev_within_its_grace_period_whatever_its_runs_do(
     proc = start_dev(env, state)
     dev_processes.append(proc)
     pids = stack_pids(proc, state)
-    serve_answers(env)
-    # A tool failing with a bug on each of its 4 attempts: one traceback, then a line per attempt.
-    assert cli(env, "run", "go", "--agent", "fumbler", "--follow").returncode == 0
-    assert cli(env, "run", "go", "--agent", "wedged").returncode == 0
-    while not (state / "workspace" / "wedged").exists():  # its tool runs, and ignores cancellation
-        assert proc.poll() is None
-        time.sleep(0.2)
+    with ThreadPoolExecutor(1) as pool:
+        # A tool failing with a bug on each of its 4 attempts: one traceback, then a line per attempt.
+        # Its retries' backoff (the product's, seconds) is spent waiting: `serve` and the wedged run
+        # are done meanwhile, not after it.
+        followed = pool.submit(cli, env, "run", "go", "--agent", "fumbler", "--follow")
+        serve_answers(env)
+        assert cli(env, "run", "go", "--agent", "wedged").returncode == 0
+        while not (state / "workspace" / "wedged").exists():  # its tool runs, and ignores cancellation
+            assert proc.poll() is None
+            time.sleep(0.2)
+        done = followed.result(timeout=120)
+        assert done.returncode == 0, (done.stdout, done.stderr)
     out = stop_dev(proc, pids)  # exits 0, leaving no process
     assert "did not stop within 6 s" in out and "stack stopped" in out
     assert "panicked" not in out and "local_activities" not in out, out
