@@ -357,10 +357,10 @@ async def test_a_receiver_that_is_down_gets_the_event_when_it_comes_back(
 async def test_a_receiver_that_never_comes_back_ends_on_the_dead_letter_list_and_redeliver_sends_it(
     client: Client, engine, settings: Settings, agents, fake_openai: FakeOpenAI
 ):
-    """With a 6 s window, a receiver that stays down gets two attempts at least (at 0 and 1 s, then 3 s;
-    a first attempt up to 5 s late on a busy machine still leaves room for the second), then the delivery is given up: `waypoint webhooks list
-    --failed` lists it; `waypoint webhooks redeliver` sends the same body again as a new delivery once
-    the receiver is up. The commands run in process: the one spawned `waypoint webhooks` is in
+    """With a 6 s window, a receiver that stays down gets two attempts at least (at 0 and 1 s, then 3 s; a first
+    attempt up to 5 s late on a busy machine still leaves room for the second), then the delivery is given up:
+    `waypoint webhooks list --failed` lists it; `waypoint webhooks redeliver` sends the same body again as a new
+    delivery once the receiver is up. The commands run in process: the one spawned `waypoint webhooks` is in
     test_the_cli_says_what_is_wrong_with_a_delivery_in_one_line."""
     fake_openai.responder = lambda body, n: Turn(content="made it")
     port = reserve_port()
