@@ -95,7 +95,12 @@ def waypoint_in_process(env: dict[str, str], *args: str) -> Done:
     from typer.testing import CliRunner
 
     from waypoint.app.cli import run_command
+    from waypoint.app.console import console, err_console
 
+    # A spawned process's consoles size themselves from COLUMNS when it starts; these were sized
+    # when this process imported them, so they take the width the spawned one would have.
+    for each in (console, err_console):
+        each.width = int(env.get("COLUMNS", "80"))
     with CliRunner().isolation(env=env) as (out, err, _):
         code = run_command(list(args))
         sys.stdout.flush()

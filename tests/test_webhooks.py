@@ -39,8 +39,8 @@ from waypoint.client import Waypoint
 from waypoint.config import Settings
 from waypoint.errors import Conflict, InvalidInput, NotFound
 from waypoint.store import RunStore
-from waypoint.store.rows import WebhookDelivery
 from waypoint.store.schema import webhook_attempts
+from waypoint.store.webhooks import WebhookDelivery
 from waypoint.testing.fake_openai import FakeOpenAI, Turn
 from waypoint.types import DeliverWebhookInput, PostWebhookInput
 from waypoint.webhooks import WebhookSignatureError, signed_headers, verify
