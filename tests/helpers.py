@@ -98,14 +98,18 @@ def waypoint_in_process(env: dict[str, str], *args: str) -> Done:
     from waypoint.app.console import console, err_console
 
     # A spawned process's consoles size themselves from COLUMNS when it starts; these were sized
-    # when this process imported them, so they take the width the spawned one would have.
-    for each in (console, err_console):
-        each.width = int(env.get("COLUMNS", "80"))
-    with CliRunner().isolation(env=env) as (out, err, _):
-        code = run_command(list(args))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return Done(code, out.getvalue().decode(), err.getvalue().decode())
+    # when this process imported them, so for the command they take the width a spawned one has.
+    widths = [each.width for each in (console, err_console)]
+    try:
+        for each in (console, err_console):
+            each.width = int(env.get("COLUMNS", "80"))
+        with CliRunner().isolation(env=env) as (out, err, _):
+            code = run_command(list(args))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            return Done(code, out.getvalue().decode(), err.getvalue().decode())
+    finally:
+        console.width, err_console.width = widths
 
 
 async def waypoint_here(
@@ -308,6 +312,33 @@ async def sse_events(response: Any) -> Any:
         name, _, value = line.partition(":")
         value = value[1:] if value.startswith(" ") else value
         fields[name] = fields[name] + "\n" + value if name == "data" and name in fields else value
+
+
+async def read_stream(
+    api: ApiServer,
+    run_id: str,
+    *,
+    last_id: str | None = None,
+    until: Callable[[Sse], bool] | None = None,
+    **params: Any,
+) -> list[Sse]:
+    """Events of the run's SSE stream until `until(event)` says stop (leaving drops the connection
+    mid-run) or the stream ends."""
+    headers = {"Last-Event-ID": last_id} if last_id else {}
+    got: list[Sse] = []
+    async with api.http.stream("GET", f"/v1/runs/{run_id}/stream", headers=headers, params=params) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        async for event in sse_events(response):
+            got.append(event)
+            if until is not None and until(event):
+                break
+    return got
+
+
+async def log_seqs(engine: AsyncEngine, run_id: str) -> list[int]:
+    """The run's event log, as its sequence numbers in order."""
+    async with engine.connect() as conn:
+        return list(await conn.scalars(select(events.c.seq).where(events.c.run_id == run_id).order_by(events.c.seq)))
 
 
 async def research_run(client: Any, engine: AsyncEngine, settings: Settings) -> tuple[Any, str]:

@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from tests.agents import FANOUT, FANOUT_ATTEMPTS, FANOUT_LOG
 from tests.conftest import ApiServer
-from tests.helpers import Sse, eventually, sse_events
+from tests.helpers import eventually, log_seqs, read_stream
 from tests.processes import kill, wait_for, worker_env
 from waypoint.app.devstack import spawn_worker
 from waypoint.client import Waypoint
@@ -29,19 +29,6 @@ from waypoint.types import RunResult
 
 # Each test starts worker processes (two or three): under CPU load one took over 100 s of its default 180.
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
-
-
-async def read_stream(api: ApiServer, run_id: str, *, last_id: str | None = None, until=None) -> list[Sse]:
-    """Events of the run's SSE stream until `until(event)` says stop (leaving drops the connection) or it ends."""
-    headers = {"Last-Event-ID": last_id} if last_id else {}
-    got: list[Sse] = []
-    async with api.http.stream("GET", f"/v1/runs/{run_id}/stream", headers=headers) as response:
-        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
-        async for event in sse_events(response):
-            got.append(event)
-            if until is not None and until(event):
-                break
-    return got
 
 
 async def test_sigkill_during_a_tool_and_during_a_model_call(
@@ -132,9 +119,7 @@ async def test_sigkill_during_a_tool_and_during_a_model_call(
     received = [e for e in first + second + third if e.id is not None]
     ids = [int(e.id) for e in received]
     assert ids == list(range(1, len(ids) + 1))
-    async with engine.connect() as conn:
-        seqs = list(await conn.scalars(select(events.c.seq).where(events.c.run_id == run_id).order_by(events.c.seq)))
-    assert ids == seqs
+    assert ids == await log_seqs(engine, run_id)
     assert [e.data["seq"] for e in received] == ids and all(e.event == e.data["kind"] for e in received)
     assert received[-1].event == "run_finished" and received[-1].data["payload"]["status"] == "completed"
 

@@ -9,50 +9,30 @@ import asyncio
 
 import httpx
 import pytest
-from sqlalchemy import select
 
 from tests.conftest import ApiServer
-from tests.helpers import Sse, sse_events, start, step
+from tests.helpers import log_seqs, read_stream, sse_events, start, step
 from waypoint.app.http.server import api_server, start_api, stop_api, url_of
 from waypoint.client import Waypoint
 from waypoint.names import RunStatus
-from waypoint.store.schema import events
 from waypoint.types import StepRecord
 
 pytestmark = pytest.mark.postgres
 
 
-async def read(api: ApiServer, run_id: str, *, last_id: str | None = None, until=None, **params) -> list[Sse]:
-    """Events of the run's stream until `until(event)` says stop (or the stream ends)."""
-    headers = {"Last-Event-ID": last_id} if last_id else {}
-    got: list[Sse] = []
-    async with api.http.stream("GET", f"/v1/runs/{run_id}/stream", headers=headers, params=params) as response:
-        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
-        async for event in sse_events(response):
-            got.append(event)
-            if until is not None and until(event):
-                break  # leaving the block drops the connection mid-run
-    return got
-
-
-async def log_seqs(engine, run_id: str) -> list[int]:
-    async with engine.connect() as conn:
-        return list(await conn.scalars(select(events.c.seq).where(events.c.run_id == run_id).order_by(events.c.seq)))
-
-
 async def test_a_stream_spans_continue_as_new_and_resumes_anywhere(api: ApiServer, worker, engine, settings):
     started = await api.http.post("/v1/runs", json={"task": "hop", "agent": "hopper"})
     run_id = started.json()["run_id"]
-    whole = await read(api, run_id)  # joined at once: live to the end
+    whole = await read_stream(api, run_id)  # joined at once: live to the end
     seqs = await log_seqs(engine, run_id)
     assert [int(e.id) for e in whole] == seqs and whole[-1].event == "run_finished"
     assert whole[-1].data["payload"]["output"] == "hopped"
     wp = Waypoint(None, engine, settings)  # the run really continued as new
     assert (await wp.run(run_id)).steps == 7
     for cut in (0, 1, len(seqs) // 2, len(seqs) - 1):  # resumed from any position: exactly the rest
-        assert [int(e.id) for e in await read(api, run_id, last_id=str(cut) if cut else None)] == seqs[cut:]
-        assert [int(e.id) for e in await read(api, run_id, after=cut)] == seqs[cut:]
-    assert await read(api, run_id, last_id=str(seqs[-1])) == []  # nothing after the end
+        assert [int(e.id) for e in await read_stream(api, run_id, last_id=str(cut) if cut else None)] == seqs[cut:]
+        assert [int(e.id) for e in await read_stream(api, run_id, after=cut)] == seqs[cut:]
+    assert await read_stream(api, run_id, last_id=str(seqs[-1])) == []  # nothing after the end
 
 
 async def test_an_unknown_or_bad_position_is_refused(api: ApiServer, settings, store):

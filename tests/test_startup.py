@@ -13,11 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from tests.helpers import one_line_error, waypoint_in_process
 from tests.ports import reserve_port
 from tests.processes import cli, env_for, stack_pids, start_dev, stop_dev
-from waypoint.app.cli import app
 from waypoint.app.devstack import api_socket
 
 
@@ -56,11 +55,8 @@ def test_serve_on_an_impossible_address_is_one_line(tmp_path: Path, args: tuple[
     # In-process, through the CLI's own parsing and error handling: what is checked here is which
     # address is refused and how the line reads. That a refusal is one line and exit 1 as a user
     # types it, with no traceback, is shown by the real `waypoint serve` of the next test.
-    # The state folder by its variable: `--state-dir` would stay set in this process after the command.
-    done = CliRunner().invoke(app, ["serve", *args], env={"WAYPOINT_STATE_DIR": str(tmp_path)})
-    assert done.exit_code == 1, (done.exit_code, done.output, done.exception)
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
+    line = one_line_error(waypoint_in_process({"WAYPOINT_STATE_DIR": str(tmp_path)}, "serve", *args))
+    assert message in line
 
 
 def test_serve_on_a_taken_port_names_the_setting(tmp_path: Path, taken_port: int):
