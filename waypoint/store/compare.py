@@ -229,7 +229,7 @@ def not_recorded(sides: dict[int, StepSide]) -> int:
 
 
 class Compare(StoreBase):
-    async def _compared_events(self, conn: AsyncConnection, tenant_id: str, run: RunRow) -> list[tuple[int, str, Any]]:
+    async def compared_events(self, conn: AsyncConnection, tenant_id: str, run: RunRow) -> list[tuple[int, str, Any]]:
         """The run's model answers and tool results in step order, with those it inherited (a fork's
         or a rerun's steps up to its fork step, read from its ancestors)."""
         found: list[tuple[int, str, Any]] = []
@@ -254,8 +254,8 @@ class Compare(StoreBase):
         async with self.engine.connect() as conn:
             a = await self._run(conn, tenant_id, run_a)
             b = await self._run(conn, tenant_id, run_b)
-            sides_a = step_sides(await self._compared_events(conn, tenant_id, a))
-            sides_b = step_sides(await self._compared_events(conn, tenant_id, b))
+            sides_a = step_sides(await self.compared_events(conn, tenant_id, a))
+            sides_b = step_sides(await self.compared_events(conn, tenant_id, b))
             instructions = (await _instructions(conn, a.run_id), await _instructions(conn, b.run_id))
             children = compare_children(
                 await inherited_calls(conn, tenant_id, a), await inherited_calls(conn, tenant_id, b)

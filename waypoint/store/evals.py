@@ -292,7 +292,7 @@ class EvalStore(StoreBase):
         inherited) with their tool calls."""
         async with self.engine.connect() as conn:
             run = await self._run(conn, tenant_id, run_id)
-            sides = step_sides(await self._compare._compared_events(conn, tenant_id, run))
+            sides = step_sides(await self._compare.compared_events(conn, tenant_id, run))
         steps = [
             EvalStep(n, s.content, list(s.calls), s.input_tokens, s.output_tokens, s.cost_usd)
             for n, s in sorted(sides.items())
